@@ -1,0 +1,440 @@
+package virtual
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/sim"
+)
+
+// Config configures a virtual-time run. Zero fields take the documented defaults.
+type Config struct {
+	Scenario *loadgen.Scenario // required; defaults applied
+	Replicas int               // engines (replicas); default 4
+	// Engine configures every engine (profile, max_num_seqs, ...). EmitTokens is
+	// forced on: the replies' tokens are needed to build the next turn's prompt.
+	Engine sim.EngineConfig
+	// Balancer is the router's configuration template; Replicas, Affinity and Now
+	// are set by Run. Seed defaults to the scenario seed.
+	Balancer router.BalancerConfig
+	// ObserveInterval is how often the router's view of engine gauges (running,
+	// waiting, KV usage) is refreshed, as its /metrics scraper would; default
+	// router.DefaultScrapeInterval.
+	ObserveInterval time.Duration
+	// PollInterval is how often the harness samples every engine's series (as it
+	// polls /metrics in the HTTP world); default loadgen.DefaultScrapeInterval.
+	PollInterval time.Duration
+
+	Out      *loadgen.ResultsWriter // nil = write nothing
+	Progress io.Writer              // one line per stage; nil = none
+	OnResult func(loadgen.Result)   // called for every finished turn
+
+	// Copied into the manifest.
+	RunID    string
+	Profile  string
+	Policy   string
+	Versions map[string]string
+}
+
+// flight is one turn submitted to an engine and not yet finished.
+type flight struct {
+	tr      loadgen.TurnRequest
+	res     loadgen.Result
+	replica int
+	out     []uint32
+}
+
+// tokCache holds a session's rendered conversation so far, so each turn renders
+// only the messages it adds (the template is append-only).
+type tokCache struct {
+	toks []uint32
+	msgs int
+}
+
+type run struct {
+	cfg      Config
+	sc       *loadgen.Scenario
+	sched    scheduler
+	engines  []*sim.Engine
+	busy     []bool
+	names    []string
+	bal      *router.Balancer
+	w        *loadgen.Workload
+	system   []uint32
+	caches   map[int64]*tokCache // by session ID, within the current variant
+	flights  map[string]*flight
+	pending  map[int]loadgen.TurnRequest
+	nextTurn int
+
+	variant int
+	loop    *loadgen.Loop
+	end     time.Duration
+	m       *loadgen.Manifest
+	errs    []error
+	wall    time.Time
+	stageOK []int
+	stageKO []int
+}
+
+// Run runs every variant of the scenario in virtual time and returns the manifest.
+// Results and series go to cfg.Out (closed by Run with the manifest). On ctx
+// cancellation it stops at the current instant, marks the manifest Interrupted and
+// returns an error wrapping ctx.Err(); the stages completed so far are complete and
+// valid.
+func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
+	if cfg.Scenario == nil {
+		return nil, errors.New("virtual run: no scenario")
+	}
+	if err := cfg.Scenario.Validate(); err != nil {
+		return nil, fmt.Errorf("virtual run: invalid scenario: %w", err)
+	}
+	sc := cfg.Scenario.WithDefaults()
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 4
+	}
+	if cfg.ObserveInterval <= 0 {
+		cfg.ObserveInterval = router.DefaultScrapeInterval
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = loadgen.DefaultScrapeInterval
+	}
+	r := &run{
+		cfg:     cfg,
+		sc:      sc,
+		caches:  map[int64]*tokCache{},
+		flights: map[string]*flight{},
+		pending: map[int]loadgen.TurnRequest{},
+		wall:    time.Now(),
+	}
+	ecfg := cfg.Engine
+	ecfg.EmitTokens = true
+	for i := 0; i < cfg.Replicas; i++ {
+		e, err := sim.NewEngine(ecfg)
+		if err != nil {
+			return nil, fmt.Errorf("virtual run: building engine %d: %w", i, err)
+		}
+		r.engines = append(r.engines, e)
+		r.names = append(r.names, "r"+strconv.Itoa(i))
+	}
+	r.busy = make([]bool, cfg.Replicas)
+	bcfg := cfg.Balancer
+	bcfg.Replicas = r.names
+	bcfg.Now = func() time.Duration { return r.sched.now }
+	if bcfg.Seed == 0 {
+		bcfg.Seed = sc.Seed
+	}
+	if bcfg.MaxNumSeqs == 0 {
+		bcfg.MaxNumSeqs = r.engines[0].Config().MaxNumSeqs
+	}
+	bal, err := router.NewBalancer(bcfg)
+	if err != nil {
+		return nil, fmt.Errorf("virtual run: %w", err)
+	}
+	r.bal = bal
+	r.w = loadgen.NewWorkload(sc)
+	if s := r.w.SystemPrompt(); s != "" {
+		r.system = sim.AppendMessage(nil, sim.ChatMessage{Role: "system", Content: s})
+	}
+	r.m = &loadgen.Manifest{
+		RunID:    cfg.RunID,
+		Created:  time.Now().UTC(),
+		Mode:     "virtual",
+		Target:   "virtual",
+		Scenario: sc,
+		Seed:     sc.Seed,
+		Replicas: r.names,
+		Profile:  cfg.Profile,
+		Policy:   cfg.Policy,
+		Versions: cfg.Versions,
+	}
+
+	r.startVariant(0)
+	runErr := r.loopEvents(ctx)
+	if runErr != nil {
+		r.m.Interrupted = true
+	}
+	if err := r.m.Check(); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("virtual run: %w", err))
+	}
+	runErr = errors.Join(append([]error{runErr}, r.errs...)...)
+	if cfg.Out != nil {
+		if err := cfg.Out.Close(r.m); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("virtual run: %w", err))
+		}
+	}
+	return r.m, runErr
+}
+
+// loopEvents processes events until the last variant ends or ctx is done.
+func (r *run) loopEvents(ctx context.Context) error {
+	for n := 0; ; n++ {
+		if n&1023 == 0 && ctx.Err() != nil {
+			r.stopVariant(r.sched.now)
+			return fmt.Errorf("virtual run: interrupted at %s simulated: %w", r.sched.now, ctx.Err())
+		}
+		ev, ok := r.sched.next()
+		if !ok {
+			return nil
+		}
+		t := ev.at
+		switch ev.kind {
+		case evStep:
+			r.step(ev.idx, t)
+			continue
+		}
+		if ev.variant != r.variant || r.loop == nil {
+			if ev.kind == evSend {
+				delete(r.pending, ev.turn)
+			}
+			continue // left over from a variant that ended
+		}
+		switch ev.kind {
+		case evStage:
+			r.stageProgress(ev.idx - 1)
+			r.send(r.loop.StartStage(ev.idx, t))
+		case evSend:
+			tr := r.pending[ev.turn]
+			delete(r.pending, ev.turn)
+			r.submit(tr, t)
+		case evPoll:
+			r.poll(t)
+			if t+r.cfg.PollInterval <= r.end {
+				r.sched.at(event{at: t + r.cfg.PollInterval, kind: evPoll, variant: r.variant})
+			}
+		case evObserve:
+			for i, e := range r.engines {
+				st := e.Stats()
+				r.bal.ObserveEngine(i, st.Running, st.Waiting, st.KVUsage, t)
+			}
+			if t+r.cfg.ObserveInterval < r.end {
+				r.sched.at(event{at: t + r.cfg.ObserveInterval, kind: evObserve, variant: r.variant})
+			}
+		case evEnd:
+			r.stageProgress(len(r.loop.Windows()) - 1)
+			r.stopVariant(t)
+			if r.variant+1 < len(r.sc.Variants) {
+				r.startVariant(r.variant + 1)
+			} else {
+				return nil
+			}
+		}
+	}
+}
+
+// startVariant prepares the engines and the router for variant v and schedules its
+// stages, starting now.
+func (r *run) startVariant(v int) {
+	name := r.sc.Variants[v]
+	aff, err := loadgen.AffinityOf(name)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("virtual run: variant %q: %w", name, err))
+	}
+	now := r.sched.now
+	if r.sc.ResetCache == nil || *r.sc.ResetCache {
+		for i, e := range r.engines {
+			if !e.ResetPrefixCache() {
+				r.errs = append(r.errs, fmt.Errorf("virtual run: resetting prefix cache of %s before %q: blocks in use", r.names[i], name))
+			}
+		}
+	}
+	r.bal.SetAffinity(aff)
+	r.bal.ResetSessions()
+	r.caches = map[int64]*tokCache{}
+	r.variant = v
+	r.loop = loadgen.NewLoop(r.sc, r.w, name, now)
+	ws := r.loop.Windows()
+	r.end = ws[len(ws)-1].End
+	r.stageOK = make([]int, len(ws))
+	r.stageKO = make([]int, len(ws))
+	for i, w := range ws {
+		r.sched.at(event{at: w.Start, kind: evStage, variant: v, idx: i})
+	}
+	r.sched.at(event{at: now, kind: evPoll, variant: v})
+	r.sched.at(event{at: now, kind: evObserve, variant: v})
+	r.sched.at(event{at: r.end, kind: evEnd, variant: v})
+}
+
+// stopVariant aborts the variant's turns in flight (they count as in flight at the
+// end, as in the HTTP world where the runner cancels them) and records the variant.
+func (r *run) stopVariant(t time.Duration) {
+	if r.loop == nil {
+		return
+	}
+	ids := make([]string, 0, len(r.flights))
+	for id := range r.flights {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		f := r.flights[id]
+		r.engines[f.replica].Abort(id)
+		r.bal.Release(f.replica)
+		delete(r.flights, id)
+	}
+	r.loop.Stop(t)
+	r.m.Variants = append(r.m.Variants, r.loop.Variant())
+	r.loop = nil
+	r.pending = map[int]loadgen.TurnRequest{}
+}
+
+func (r *run) send(trs []loadgen.TurnRequest) {
+	for _, tr := range trs {
+		id := r.nextTurn
+		r.nextTurn++
+		r.pending[id] = tr
+		r.sched.at(event{at: tr.Intended, kind: evSend, variant: r.variant, turn: id})
+	}
+}
+
+// prompt renders the session's conversation to token ids, reusing what earlier
+// turns rendered. The result is a fresh slice the engine may keep.
+func (r *run) prompt(s *loadgen.Session) []uint32 {
+	c := r.caches[s.ID]
+	if c == nil {
+		c = &tokCache{toks: append([]uint32(nil), r.system...)}
+		r.caches[s.ID] = c
+	}
+	for ; c.msgs < len(s.Messages); c.msgs++ {
+		m := s.Messages[c.msgs]
+		c.toks = sim.AppendMessage(c.toks, sim.ChatMessage{Role: m.Role, Content: m.Content})
+	}
+	p := make([]uint32, len(c.toks), len(c.toks)+8)
+	copy(p, c.toks)
+	return sim.AppendGenerationPrompt(p)
+}
+
+func (r *run) submit(tr loadgen.TurnRequest, t time.Duration) {
+	res := tr.NewResult()
+	res.Sent, res.Headers = t, t
+	r.loop.Sent(tr, t)
+	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key})
+	if err != nil {
+		res.Done, res.Status, res.Err = t, 503, err.Error()
+		r.finish(&res, t, tr.Session)
+		return
+	}
+	res.Replica = r.names[d.Replica]
+	id := strconv.Itoa(r.variant) + "/" + strconv.FormatInt(tr.Session.ID, 10) + "/" + strconv.Itoa(tr.Turn)
+	req := &sim.Request{ID: id, Prompt: r.prompt(tr.Session), MaxTokens: r.sc.MaxOutputTokens}
+	e := r.engines[d.Replica]
+	if err := e.Submit(req, t); err != nil {
+		r.bal.Release(d.Replica)
+		res.Done, res.Status, res.Err = t, 400, err.Error()
+		r.finish(&res, t, tr.Session)
+		return
+	}
+	res.PromptTokens = len(req.Prompt)
+	r.flights[id] = &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens)}
+	if !r.busy[d.Replica] {
+		r.busy[d.Replica] = true
+		r.sched.at(event{at: t, kind: evStep, idx: d.Replica})
+	}
+}
+
+// step runs engine i's step at t and handles what it reports.
+func (r *run) step(i int, t time.Duration) {
+	res := r.engines[i].Step(t)
+	for _, ev := range res.Events {
+		f := r.flights[ev.ReqID]
+		if f == nil {
+			continue // aborted
+		}
+		switch ev.Kind {
+		case sim.EventFirstToken:
+			f.res.FirstEvent, f.res.FirstToken = t, t
+			f.out = append(f.out, ev.Token)
+			f.res.LastToken = t
+		case sim.EventToken:
+			f.out = append(f.out, ev.Token)
+			f.res.LastToken = t
+		case sim.EventFinished:
+			f.res.Done, f.res.Status = t, 200
+			f.res.PromptTokens, f.res.CachedTokens, f.res.OutputTokens = ev.PromptTokens, ev.CachedTokens, ev.OutputTokens
+			delete(r.flights, ev.ReqID)
+			r.bal.Release(f.replica)
+			f.tr.Session.AddReply(sim.Detokenize(f.out))
+			r.finish(&f.res, t, f.tr.Session)
+		}
+	}
+	r.busy[i] = res.Busy
+	if res.Busy {
+		r.sched.at(event{at: res.NextAt, kind: evStep, idx: i})
+	}
+}
+
+// finish hands a finished turn to the closed loop and records it.
+func (r *run) finish(res *loadgen.Result, t time.Duration, s *loadgen.Session) {
+	if r.cfg.Out != nil {
+		if err := r.cfg.Out.WriteResult(res); err != nil {
+			r.errs = append(r.errs, err)
+		}
+	}
+	if r.cfg.OnResult != nil {
+		r.cfg.OnResult(*res)
+	}
+	if k := r.stageIndex(t); k >= 0 {
+		if res.OK() {
+			r.stageOK[k]++
+		} else {
+			r.stageKO[k]++
+		}
+	}
+	next := r.loop.Finish(res, t)
+	if s.Done() {
+		delete(r.caches, s.ID)
+	}
+	r.send(next)
+}
+
+func (r *run) stageIndex(t time.Duration) int {
+	if r.loop == nil {
+		return -1
+	}
+	ws := r.loop.Windows()
+	for i, w := range ws {
+		if t >= w.Start && t < w.End {
+			return i
+		}
+	}
+	return len(ws) - 1
+}
+
+func (r *run) poll(t time.Duration) {
+	if r.cfg.Out == nil {
+		return
+	}
+	name := r.sc.Variants[r.variant]
+	for i, e := range r.engines {
+		st := e.Stats()
+		err := r.cfg.Out.WriteSample(loadgen.SeriesSample{
+			Variant: name, T: t, Replica: r.names[i],
+			Running: float64(st.Running), Waiting: float64(st.Waiting), KVUsage: st.KVUsage,
+			PrefixQueries: float64(st.PrefixQueries), PrefixHits: float64(st.PrefixHits),
+			PromptTokens: float64(st.PromptTokens), GenerationTokens: float64(st.GenerationTokens),
+			Preemptions: float64(st.Preemptions),
+		})
+		if err != nil {
+			r.errs = append(r.errs, err)
+			return
+		}
+	}
+}
+
+func (r *run) stageProgress(k int) {
+	if r.cfg.Progress == nil || k < 0 || r.loop == nil {
+		return
+	}
+	ws := r.loop.Windows()
+	if k >= len(ws) {
+		return
+	}
+	fmt.Fprintf(r.cfg.Progress, "virtual %-4s stage %d/%d  %3d sessions  t=%6.0fs  turns ok=%d failed=%d  wall %.1fs\n",
+		r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, ws[k].End.Seconds(), r.stageOK[k], r.stageKO[k], time.Since(r.wall).Seconds())
+}

@@ -1,0 +1,117 @@
+package virtual
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/sim"
+)
+
+func smokeScenario(t *testing.T) *loadgen.Scenario {
+	t.Helper()
+	sc, err := loadgen.LoadScenario("../../scenarios/smoke.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+func runOnce(t *testing.T, sc *loadgen.Scenario, dir string) *loadgen.Manifest {
+	t.Helper()
+	prof, err := sim.LookupProfile("a4000-qwen3-4b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := loadgen.CreateResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Run(context.Background(), Config{
+		Scenario: sc, Replicas: 4, Engine: sim.EngineConfig{Profile: prof}, Out: out, RunID: "test",
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return m
+}
+
+// Two runs with the same seed must write identical turn records and series.
+func TestSameSeedSameResults(t *testing.T) {
+	sc := smokeScenario(t)
+	a, b := t.TempDir(), t.TempDir()
+	runOnce(t, sc, a)
+	runOnce(t, sc, b)
+	for _, f := range []string{loadgen.TurnsFile, loadgen.SeriesFile} {
+		x, err := os.ReadFile(filepath.Join(a, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := os.ReadFile(filepath.Join(b, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(x) == 0 || !bytes.Equal(x, y) {
+			t.Errorf("%s differs between two runs of one seed (%d vs %d bytes)", f, len(x), len(y))
+		}
+	}
+}
+
+// The run keeps the closed loop's accounting, turns succeed, later turns of a session
+// hit the prefix cache, and with affinity on every later turn stays on its replica.
+func TestVirtualRunShape(t *testing.T) {
+	sc := smokeScenario(t)
+	dir := t.TempDir()
+	m := runOnce(t, sc, dir)
+	if len(m.Variants) != 2 || !m.Variants[0].Complete || !m.Variants[1].Complete {
+		t.Fatalf("variants = %+v", m.Variants)
+	}
+	_, results, series, err := loadgen.ReadResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(series) == 0 {
+		t.Fatal("no series samples")
+	}
+	home := map[string]string{}
+	var ok, later, stayed, cachedLater int
+	for _, r := range results {
+		if !r.OK() {
+			t.Errorf("turn failed: %+v", r)
+			continue
+		}
+		ok++
+		if r.TTFB() <= 0 || r.Done < r.FirstToken {
+			t.Errorf("bad times: %+v", r)
+		}
+		if r.OutputTokens != sc.WithDefaults().MaxOutputTokens {
+			t.Errorf("output tokens = %d", r.OutputTokens)
+		}
+		k := r.Variant + "/" + r.SessionKey
+		if r.Turn == 0 {
+			home[k] = r.Replica
+			continue
+		}
+		if r.Variant == "on" {
+			later++
+			if r.Replica == home[k] {
+				stayed++
+			}
+			if r.CachedTokens > r.PromptTokens/2 {
+				cachedLater++
+			}
+		}
+	}
+	if ok < 20 {
+		t.Fatalf("only %d turns succeeded", ok)
+	}
+	if later == 0 || stayed != later {
+		t.Errorf("affinity on: %d of %d later turns stayed on their replica", stayed, later)
+	}
+	if cachedLater != later {
+		t.Errorf("affinity on: %d of %d later turns had more than half their prompt cached", cachedLater, later)
+	}
+}

@@ -1,0 +1,171 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Profile describes a GPU + model pair: what the step-time model and the KV capacity
+// are derived from (see steptime.go for the formulas).
+type Profile struct {
+	Name string
+	// Model and GPU figures from public sources (see the profile's doc comment).
+	ModelName        string
+	Params           float64 // parameters multiplied per token (2 FLOPs each per token)
+	Layers           int
+	QHeads, KVHeads  int
+	HeadDim          int
+	BytesPerParam    float64 // 2 for bf16; Params x BytesPerParam = weight bytes read per step
+	GPUMemoryBytes   float64
+	PeakFLOPS        float64 // dense bf16 tensor FLOP/s
+	MemBandwidth     float64 // bytes/s
+	MFU              float64 // fraction of PeakFLOPS reached by prefill
+	BandwidthEff     float64 // fraction of MemBandwidth reached by decode
+	StepOverhead     time.Duration
+	GPUMemoryUtil    float64 // vLLM gpu_memory_utilization
+	ActivationBytes  float64 // reserve for activations, CUDA graphs, etc.
+	DefaultModelName string  // served model name used by `warden sim` by default
+}
+
+const gib = 1 << 30
+
+// ProfileA4000Qwen3_4B is one RTX A4000 serving Qwen/Qwen3-4B-Instruct-2507 in bf16,
+// one DP rank of the reference server (brief: 4 x A4000, data_parallel_size 4,
+// served as "qwen3-4b-dp4").
+//
+// Model, from the model card and config.json of Qwen/Qwen3-4B-Instruct-2507:
+// 36 layers, hidden 2560, 32 query heads, 8 KV heads, head_dim 128, intermediate
+// 9728, vocabulary 151936, tied embeddings, bf16. Parameters by the config:
+// per layer q 2560x4096 + k,v 2x2560x1024 + o 4096x2560 + MLP 3x2560x9728
+// = 10.49M + 5.24M + 10.49M + 74.71M = 100.93M; x36 = 3.633B; + embedding
+// 151936x2560 = 0.389B; total 4.02B (the card says 4.0B, 3.6B non-embedding).
+// Weights: 4.02e9 x 2 bytes = 8.04 GB, all read once per forward pass (the tied
+// embedding is read as the LM head).
+// KV per token: 2 x 36 x 8 x 128 x 2 bytes = 147,456 bytes (144 KiB).
+//
+// GPU, from NVIDIA's RTX A4000 datasheet: 16 GB GDDR6 (taken as 16 GiB =
+// 17.18e9 bytes), 448 GB/s, 153.4 TFLOPS tensor with sparsity = 76.7 TFLOPS dense
+// bf16 (FP32 accumulate runs at full rate on the professional Ampere cards).
+//
+// vLLM: gpu_memory_utilization 0.9 (vLLM's default).
+//
+// Assumptions (uncertain, not fitted to any measurement):
+//   - MFU 0.45: cuBLAS GEMMs of a 2048-token chunk reach roughly 60-75% of tensor
+//     peak on Ampere; attention kernels, norms, rotary embedding, sampling and the
+//     140 W card's clock drop under sustained tensor load pull the whole step lower.
+//   - BandwidthEff 0.8: weight-streaming GEMV kernels typically sustain 75-85% of
+//     the advertised DRAM bandwidth.
+//   - StepOverhead 3 ms: vLLM V1's per-step CPU work (scheduling, input
+//     preparation, sampling, output handling) with CUDA graphs for decode is a few
+//     milliseconds for a small model.
+//   - ActivationBytes 1.5 GiB: vLLM's profiling run of a 2048-token batch peaks at
+//     roughly 1 GiB of activations for a model this size (MLP intermediate
+//     2048x9728x2 bytes = 40 MB per buffer, several live at once, plus sampler logits
+//     of up to 256x151936 fp32 = 156 MB), plus a few hundred MB of CUDA graph pools
+//     and non-torch allocations.
+//
+// Derived (steptime.go): available KV = 17.18e9 x 0.9 - 8.04e9 - 1.61e9 = 5.81e9 B;
+// / (147,456 x 16 B per block) = 2463 blocks = 39,408 tokens. Single-sequence decode
+// at short context: 3 ms + 8.04e9 / (448e9 x 0.8) = 3 + 22.4 = 25.4 ms (~39 tokens/s).
+// Prefill: 2 x 4.02e9 / (76.7e12 x 0.45) = 0.23 ms per token before attention.
+var ProfileA4000Qwen3_4B = Profile{
+	Name:             "a4000-qwen3-4b",
+	ModelName:        "Qwen/Qwen3-4B-Instruct-2507",
+	Params:           4.02e9,
+	Layers:           36,
+	QHeads:           32,
+	KVHeads:          8,
+	HeadDim:          128,
+	BytesPerParam:    2,
+	GPUMemoryBytes:   16 * gib,
+	PeakFLOPS:        76.7e12,
+	MemBandwidth:     448e9,
+	MFU:              0.45,
+	BandwidthEff:     0.8,
+	StepOverhead:     3 * time.Millisecond,
+	GPUMemoryUtil:    0.9,
+	ActivationBytes:  1.5 * gib,
+	DefaultModelName: "qwen3-4b-dp4",
+}
+
+// ProfileRTX5090Gemma3_27B is one RTX 5090 serving google/gemma-3-27b-it with 4-bit
+// weights (w4a16: int4 weights with one bf16 scale per group of 128, as in the
+// public GPTQ/AWQ-style w4a16 checkpoints vLLM serves with Marlin kernels), the
+// embedding/LM head kept in bf16. Served as "gemma-3-27b".
+//
+// Model, from config.json of google/gemma-3-27b-it (text config): 62 layers, hidden
+// 5376, 32 query heads, 16 KV heads, head_dim 128, intermediate 21504, vocabulary
+// 262208, tied embeddings. Per layer q 5376x4096 + k,v 2x5376x2048 + o 4096x5376 +
+// MLP 3x5376x21504 = 66.06M + 346.82M = 412.88M; x62 = 25.60B linear parameters;
+// + embedding 262208x5376 = 1.41B; text model 27.0B (the ~0.4B SigLIP vision tower is
+// not run for text and is counted in ActivationBytes as resident memory).
+// Weights read per pass: 25.60e9 x (0.5 + 2/128) bytes = 13.20 GB + 1.41e9 x 2 =
+// 2.82 GB = 16.02 GB, so BytesPerParam = 16.02e9 / 27.0e9 = 0.593.
+// KV per token (bf16): 2 x 62 x 16 x 128 x 2 = 507,904 bytes (496 KiB).
+//
+// Gemma 3 uses sliding-window attention (window 1024) on 52 of its 62 layers. This
+// model treats every layer as full attention, which is how vLLM allocates it with
+// --disable-hybrid-kv-cache-manager (and how V1 did before the hybrid allocator):
+// KV capacity here is therefore a lower bound of what a current vLLM gets, and
+// long-context attention cost is overstated.
+//
+// GPU, from NVIDIA's GeForce RTX 5090 specifications: 32 GB GDDR7 (taken as 32 GiB),
+// 1792 GB/s; dense FP16/bf16 tensor with FP32 accumulate taken as 209.5 TFLOPS
+// (GeForce cards run FP32-accumulate at half the FP16-accumulate rate; uncertain).
+//
+// Assumptions (uncertain, not fitted to any measurement):
+//   - MFU 0.4: int4 Marlin GEMMs dequantise on the fly and reach a little less of
+//     the bf16 peak than plain bf16 GEMMs at prefill batch sizes.
+//   - BandwidthEff 0.75: 4-bit weight GEMV kernels stream weights slightly less
+//     efficiently than bf16 ones.
+//   - StepOverhead 4 ms: like the A4000 profile, a little more for 62 layers.
+//   - ActivationBytes 2.7e9: ~1.75 GiB activations, CUDA graphs and non-torch
+//     memory for a 2048-token profiling batch of a 5376-hidden model with a 262k
+//     vocabulary, plus the 0.84 GB bf16 vision tower.
+//
+// Derived: available KV = 34.36e9 x 0.9 - 16.02e9 - 2.7e9 = 12.20e9 B;
+// / (507,904 x 16) = 1501 blocks = 24,016 tokens. Single-sequence decode at short
+// context: 4 ms + 16.02e9 / (1792e9 x 0.75) = 4 + 11.9 = 15.9 ms (~63 tokens/s).
+var ProfileRTX5090Gemma3_27B = Profile{
+	Name:             "rtx5090-27b",
+	ModelName:        "google/gemma-3-27b-it (w4a16)",
+	Params:           27.0e9,
+	Layers:           62,
+	QHeads:           32,
+	KVHeads:          16,
+	HeadDim:          128,
+	BytesPerParam:    16.02e9 / 27.0e9,
+	GPUMemoryBytes:   32 * gib,
+	PeakFLOPS:        209.5e12,
+	MemBandwidth:     1792e9,
+	MFU:              0.4,
+	BandwidthEff:     0.75,
+	StepOverhead:     4 * time.Millisecond,
+	GPUMemoryUtil:    0.9,
+	ActivationBytes:  2.7e9,
+	DefaultModelName: "gemma-3-27b",
+}
+
+var builtinProfiles = []Profile{ProfileA4000Qwen3_4B, ProfileRTX5090Gemma3_27B}
+
+// LookupProfile returns a built-in profile by name ("a4000-qwen3-4b", "rtx5090-27b").
+// Errors: unknown name.
+func LookupProfile(name string) (Profile, error) {
+	for _, p := range builtinProfiles {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Profile{}, fmt.Errorf("looking up profile %q: unknown (have %v)", name, ProfileNames())
+}
+
+// ProfileNames lists the built-in profiles.
+func ProfileNames() []string {
+	names := make([]string, 0, len(builtinProfiles))
+	for _, p := range builtinProfiles {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return names
+}
