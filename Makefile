@@ -1,0 +1,62 @@
+# LM Warden: `make bench` runs the reference benchmark (embedded simulated cluster by
+# default), `make test` runs every test. See README.md.
+
+GO       ?= go
+BIN      := bin/warden
+# Benchmark knobs (all optional):
+#   SCENARIO  scenario file (default: the reference workload)
+#   REPLICAS  comma-separated vLLM base URLs: benchmark real servers instead of the simulator
+#   DP_RANKS  with one URL in REPLICAS: number of DP ranks behind it (X-data-parallel-rank)
+#   ROUTER    URL of an already running warden router (its admin API switches affinity)
+#   SPEED     simulated seconds per wall second for the embedded simulator
+#   VIRTUAL   1 = deterministic virtual-time run (no HTTP; seconds of wall time)
+#   OUT       results directory (default results/<run-id>)
+#   ARGS      any further `warden bench` flags
+SCENARIO ?=
+REPLICAS ?=
+DP_RANKS ?=
+ROUTER   ?=
+SPEED    ?=
+VIRTUAL  ?=
+OUT      ?=
+ARGS     ?=
+
+BENCH_FLAGS := $(if $(SCENARIO),--scenario $(SCENARIO)) \
+	$(if $(REPLICAS),--replicas $(REPLICAS)) \
+	$(if $(DP_RANKS),--dp-ranks $(DP_RANKS)) \
+	$(if $(ROUTER),--router $(ROUTER)) \
+	$(if $(SPEED),--speed $(SPEED)) \
+	$(if $(filter 1 true yes,$(VIRTUAL)),--virtual) \
+	$(if $(OUT),--out $(OUT)) $(ARGS)
+
+.PHONY: all build bench test unit smoke vet fmt-check clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/warden
+
+bench: build
+	./$(BIN) bench $(BENCH_FLAGS)
+
+# Everything CI runs: formatting, vet, unit + integration tests, and a short
+# end-to-end bench over real HTTP whose CSV is checked.
+test: fmt-check vet unit smoke
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 -timeout 10m ./...
+
+smoke: build
+	rm -rf results/ci-smoke
+	./$(BIN) bench --scenario scenarios/smoke.yaml --out results/ci-smoke --speed 20
+	./$(BIN) report results/ci-smoke --check
+
+clean:
+	rm -rf bin results/ci-smoke

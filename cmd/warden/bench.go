@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lmwarden/warden/internal/bench"
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/sim"
+)
+
+func newBenchCmd() *cobra.Command {
+	var (
+		o            bench.Options
+		scenarioPath string
+		seed         uint64
+		stageDur     string
+		stages       []int
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the closed-loop Claude Code-style benchmark, affinity off vs on",
+		Long: `Runs synthetic Claude Code sessions in a closed loop (a shared ~3.5k-token system
+prompt, a unique ~6k-token first message, then five ~400-token turns, up to 256
+output tokens per turn, the whole history re-sent every turn; a finished session
+is replaced at once) at 4, 8, 16, 24 and 32 concurrent sessions for 3 simulated
+minutes each, first with session affinity off (vLLM-style shortest queue), then on.
+It measures per stage: sessions/h, output tokens/min, TTFB p50/p95 (to the first
+non-empty token), replicas busy, prefix-cache hits (vLLM's own counters) and
+stayed-on-replica %, and writes results/<run-id>/ with results.csv, summary.md and
+PNG figures.
+
+Targets:
+  (default)              an embedded simulated 4-replica vLLM cluster and an
+                         in-process router, all real HTTP servers on loopback
+  --virtual              the same engines, router policy and sessions in virtual
+                         time: no HTTP, deterministic, seconds of wall time
+  --replicas URL,...     real vLLM servers; an in-process router is put in front
+  --replicas URL --dp-ranks N
+                         one vLLM server with N data-parallel ranks
+  --router URL --admin-url URL --replicas URL,...
+                         an already running warden router (affinity switched
+                         through its admin API); replicas are scraped for /metrics
+
+Examples:
+  warden bench                                       # reference benchmark, simulator
+  warden bench --virtual                             # same, in virtual time
+  warden bench --scenario scenarios/smoke.yaml --speed 20
+  warden bench --replicas http://gpu:8000 --dp-ranks 4 --stage-duration 3m`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sc := loadgen.DefaultScenario()
+			if scenarioPath != "" {
+				var err error
+				if sc, err = loadgen.LoadScenario(scenarioPath); err != nil {
+					return err
+				}
+			}
+			if cmd.Flags().Changed("seed") {
+				sc.Seed = seed
+			}
+			if len(stages) > 0 {
+				sc.Stages = stages
+			}
+			if stageDur != "" {
+				d, err := parseDuration(stageDur)
+				if err != nil {
+					return fmt.Errorf("--stage-duration: %w", err)
+				}
+				sc.StageDuration = d
+			}
+			if err := sc.Validate(); err != nil {
+				return err
+			}
+			if o.Virtual && (len(o.Replicas) > 0 || o.RouterURL != "") {
+				return errors.New("--virtual runs the embedded engines in virtual time; it cannot be combined with --replicas or --router")
+			}
+			if o.Speed < 0 {
+				return fmt.Errorf("--speed %g: must be positive", o.Speed)
+			}
+			if _, err := sim.LookupProfile(o.Profile); err != nil {
+				return fmt.Errorf("--profile: %w", err)
+			}
+			o.Scenario = sc
+			o.Progress = cmd.ErrOrStderr()
+			o.Report = cmd.OutOrStdout()
+			dir, err := bench.Run(cmd.Context(), o)
+			if dir != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "results: %s\n", dir)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&scenarioPath, "scenario", "", "scenario YAML file (default: the built-in reference workload, scenarios/claude-code-reference.yaml)")
+	f.Uint64Var(&seed, "seed", 0, "override the scenario's seed")
+	f.IntSliceVar(&stages, "stages", nil, "override the stages (concurrent sessions), e.g. 4,8,16")
+	f.StringVar(&stageDur, "stage-duration", "", "override the stage duration (simulated), e.g. 3m")
+	f.BoolVar(&o.Virtual, "virtual", false, "run in deterministic virtual time (no HTTP)")
+	f.StringSliceVar(&o.Replicas, "replicas", nil, "real vLLM servers: comma-separated base URLs (or name=URL)")
+	f.IntVar(&o.DPRanks, "dp-ranks", 0, "with one --replicas URL: number of data-parallel ranks behind it")
+	f.StringVar(&o.RouterURL, "router", "", "an already running warden router's API root")
+	f.StringVar(&o.AdminURL, "admin-url", "", "with --router: its admin API root (e.g. http://127.0.0.1:8081)")
+	f.StringVar(&o.AdminToken, "admin-token", "", "with --router: its admin bearer token")
+	f.IntVar(&o.SimReplicas, "sim-replicas", bench.DefaultSimReplicas, "simulated replicas")
+	f.StringVar(&o.Profile, "profile", bench.DefaultProfile, "simulator profile: "+strings.Join(sim.ProfileNames(), ", "))
+	f.Float64Var(&o.Speed, "speed", bench.DefaultSpeed, "simulator speed: simulated seconds per wall second (HTTP mode)")
+	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "max_num_seqs of each engine (simulator) and for the router's auto overflow threshold")
+	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
+	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
+	return cmd
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lmwarden/warden/report"
+)
+
+func newCompareCmd() *cobra.Command {
+	var (
+		failOn   []string
+		mismatch bool
+	)
+	cmd := &cobra.Command{
+		Use:   "compare RUN_A RUN_B",
+		Short: "Compare two runs stage by stage; non-zero exit when a threshold is crossed",
+		Long: `Prints, per variant and stage, each column of run A and run B, the change A -> B
+and whether it is beyond the noise. Refuses when the two runs used different
+workloads (scenarios), unless --allow-scenario-mismatch.
+
+--fail-on takes gates of the form [variant/]metric:<sign><limit>[%]; the sign says
+which direction is a regression:
+  output_tokens_per_min:-5%    fail if output tokens/min drop more than 5%
+  ttfb_p95_s:+20%              fail if TTFB p95 rises more than 20%
+  on/prefix_hits_pct:-3        fail if variant "on" loses more than 3 points of hits
+Exit codes: 0 ok, 4 a threshold crossed, 1 any other error.
+
+Example:
+  warden compare results/baseline/virtual-reference results/ci-virtual \
+      --fail-on output_tokens_per_min:-5% --fail-on ttfb_p95_s:+20%`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := report.CompareOptions{AllowScenarioMismatch: mismatch}
+			for _, s := range failOn {
+				t, err := report.ParseThreshold(s)
+				if err != nil {
+					return err
+				}
+				opts.FailOn = append(opts.FailOn, t)
+			}
+			_, err := report.Compare(args[0], args[1], cmd.OutOrStdout(), opts)
+			if errors.Is(err, report.ErrThresholdExceeded) {
+				return &exitError{code: 4, err: err}
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringArrayVar(&failOn, "fail-on", nil, "regression gate, repeatable (see above)")
+	cmd.Flags().BoolVar(&mismatch, "allow-scenario-mismatch", false, "compare runs of different scenarios anyway")
+	return cmd
+}

@@ -1,0 +1,79 @@
+// Command warden is LM Warden's single binary: a session-affinity router for vLLM
+// replicas (route), an embedded simulated vLLM cluster (sim), a closed-loop benchmark
+// of Claude Code-style sessions (bench), and the report and comparison tools
+// (report, compare). main only wires flags to package functions.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// exitError carries a specific exit code out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	ctx, stop := signalContext()
+	defer stop()
+	root := newRootCmd()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "warden:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		os.Exit(1)
+	}
+}
+
+// signalContext is cancelled by the first SIGINT/SIGTERM (commands drain and write
+// what is complete); a second signal exits at once.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		n := 0
+		for range ch {
+			n++
+			if n == 1 {
+				fmt.Fprintln(os.Stderr, "warden: interrupted; finishing what is complete (press Ctrl-C again to exit now)")
+				cancel()
+				continue
+			}
+			os.Exit(130)
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel() }
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "warden",
+		Short: "Session-affinity routing for vLLM replicas, and the benchmark that measures it",
+		Long: `LM Warden keeps each agent conversation on the vLLM replica that holds its prefix
+cache, and measures with numbers what that routing does.
+
+  warden sim      start a simulated vLLM cluster (OpenAI + Anthropic APIs, /metrics)
+  warden route    run the session-affinity router in front of vLLM replicas
+  warden bench    run the closed-loop Claude Code-style benchmark (affinity off vs on)
+  warden report   make results.csv, summary.md and PNG figures from a results directory
+  warden compare  compare two runs; non-zero exit when a threshold is crossed`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd())
+	return root
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lmwarden/warden/report"
+)
+
+func newReportCmd() *cobra.Command {
+	var check bool
+	cmd := &cobra.Command{
+		Use:   "report RESULTS_DIR",
+		Short: "Make results.csv, summary.md and PNG figures from a results directory",
+		Long: `Reads a results directory written by 'warden bench' (manifest.json, turns.jsonl,
+series.csv) and writes results.csv, results.json, summary.md and the PNG figures
+into it, then prints the results table. Nothing is re-run.
+
+With --check it also verifies the run: every stage of every variant has a row, the
+turn accounting adds up (started = completed + failed + in flight), at least one
+turn succeeded per stage, and no variant was interrupted; it exits non-zero if not.
+
+Example:
+  warden report results/20261129-120000`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := report.Generate(args[0], cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			if check {
+				if err := checkRun(args[0]); err != nil {
+					return &exitError{code: 3, err: fmt.Errorf("check failed: %w", err)}
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "check: ok")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&check, "check", false, "verify the run is complete and consistent; exit 3 if not")
+	return cmd
+}
+
+// checkRun verifies a results directory as CI needs it.
+func checkRun(dir string) error {
+	run, err := report.Load(dir)
+	if err != nil {
+		return err
+	}
+	m := run.Manifest
+	var errs []error
+	if m.Interrupted {
+		errs = append(errs, errors.New("the run was interrupted"))
+	}
+	if err := m.Check(); err != nil {
+		errs = append(errs, err)
+	}
+	sums, err := report.Summarize(run)
+	if err != nil {
+		return err
+	}
+	want := 0
+	for _, v := range m.Variants {
+		want += len(v.Stages)
+		if !v.Complete {
+			errs = append(errs, fmt.Errorf("variant %q did not complete", v.Name))
+		}
+	}
+	if len(m.Variants) == 0 {
+		errs = append(errs, errors.New("no variant ran"))
+	}
+	if len(sums) != want {
+		errs = append(errs, fmt.Errorf("%d stage rows, want %d", len(sums), want))
+	}
+	for _, s := range sums {
+		if s.TurnsOK == 0 {
+			errs = append(errs, fmt.Errorf("variant %q stage %d (%d sessions): no successful turn", s.Variant, s.Stage, s.Sessions))
+		}
+	}
+	return errors.Join(errs...)
+}

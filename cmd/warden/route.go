@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lmwarden/warden/router"
+)
+
+func newRouteCmd() *cobra.Command {
+	var (
+		configPath string
+		replicas   []string
+		affinity   string
+		listen     string
+		adminAddr  string
+		adminTok   string
+		threshold  int
+		maxNumSeqs int
+	)
+	cmd := &cobra.Command{
+		Use:   "route",
+		Short: "Run the session-affinity router in front of vLLM replicas",
+		Long: `Proxies OpenAI (/v1/chat/completions, /v1/completions) and Anthropic
+(/v1/messages, /v1/messages/count_tokens) requests to vLLM replicas. A new
+conversation goes to the least-loaded replica and stays there, keyed by the session
+id the client sends (X-Claude-Code-Session-Id, metadata.user_id, X-Session-ID); a
+request leaves its replica only when that replica has more requests in flight than
+the overflow threshold (auto: max_num_seqs/4). With affinity off it balances like
+vLLM's data-parallel balancer (shortest queue).
+
+Every response carries X-Warden-Replica (who served it) and X-Warden-Decision
+(sticky, placed, overflow, rehome, no-key, balanced). /metrics has the router's
+Prometheus metrics. The admin API (loopback by default) switches affinity and the
+threshold per model at run time:
+  curl -X PUT -H 'Authorization: Bearer TOKEN' -d '{"enabled":false}' \
+       http://127.0.0.1:8081/admin/models/MODEL/affinity
+  curl -H 'Authorization: Bearer TOKEN' http://127.0.0.1:8081/status
+
+Either a YAML config (--config, see docs/router.md) or replicas on the command line:
+  warden route --replica http://gpu0:8000 --replica http://gpu1:8000
+  warden route --replica http://gpu:8000,dp_ranks=4      # one DP=4 server`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var (
+				cfg router.Config
+				err error
+			)
+			switch {
+			case configPath != "" && len(replicas) > 0:
+				return errors.New("give either --config or --replica, not both")
+			case configPath != "":
+				if cfg, err = router.LoadConfig(configPath); err != nil {
+					return err
+				}
+			case len(replicas) > 0:
+				on, err := parseOnOff(affinity)
+				if err != nil {
+					return fmt.Errorf("--affinity: %w", err)
+				}
+				if cfg, err = router.ConfigForURLs(replicas, on); err != nil {
+					return err
+				}
+				for i := range cfg.Models {
+					cfg.Models[i].MaxNumSeqs = maxNumSeqs
+					cfg.Models[i].OverflowThreshold = router.Threshold(threshold)
+				}
+			default:
+				return errors.New("no replicas: give --replica URL (repeatable) or --config FILE")
+			}
+			if cmd.Flags().Changed("listen") || cfg.Listen == "" {
+				cfg.Listen = listen
+			}
+			if cmd.Flags().Changed("admin-listen") || cfg.AdminListen == "" {
+				cfg.AdminListen = adminAddr
+			}
+			if adminTok != "" {
+				cfg.AdminToken = adminTok
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			rt, err := router.New(cfg)
+			if err != nil {
+				return err
+			}
+			return serveRouter(cmd.Context(), rt, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "router YAML config (models, replicas, thresholds)")
+	f.StringArrayVar(&replicas, "replica", nil, "replica base URL, repeatable: URL, name=URL, or URL,dp_ranks=N")
+	f.StringVar(&affinity, "affinity", "on", "session affinity for --replica mode: on or off")
+	f.StringVar(&listen, "listen", router.DefaultListen, "API listen address")
+	f.StringVar(&adminAddr, "admin-listen", router.DefaultAdminListen, "admin API listen address (keep it on loopback)")
+	f.StringVar(&adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
+	f.IntVar(&threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4)")
+	f.IntVar(&maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs (for the auto threshold)")
+	return cmd
+}
+
+func parseOnOff(s string) (bool, error) {
+	switch s {
+	case "on", "true", "1":
+		return true, nil
+	case "off", "false", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q: want on or off", s)
+}
+
+// serveRouter runs the router's listeners and background loops until ctx is done.
+func serveRouter(ctx context.Context, rt *router.Router, cfg router.Config) error {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	aln, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listening on %s (admin): %w", cfg.AdminListen, err)
+	}
+	api := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	admin := &http.Server{Handler: rt.AdminHandler(), ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 3)
+	bg, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { errc <- rt.Run(bg) }()
+	go func() { errc <- api.Serve(ln) }()
+	go func() { errc <- admin.Serve(aln) }()
+	slog.Info("router listening", "api", ln.Addr().String(), "admin", aln.Addr().String())
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer c2()
+	_ = api.Shutdown(sctx)
+	_ = admin.Shutdown(sctx)
+	cancel()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,341 @@
+// Package bench wires a whole benchmark run: it starts what the run needs (the
+// embedded simulated vLLM cluster and the router, as real HTTP servers on loopback),
+// or points at real servers, runs the harness over every variant, and makes the
+// report. It owns process-level plumbing only; the policies, the engine, the
+// harness and the report live in their own packages.
+//
+// Targets, in order of precedence:
+//   - Virtual: the deterministic virtual-time world (internal/virtual), no HTTP.
+//   - RouterURL: an already running warden router; affinity is switched through its
+//     admin API (AdminURL, AdminToken); Replicas are scraped for /metrics.
+//   - Replicas: real vLLM servers; an in-process router is started in front of them.
+//   - none: an embedded simulated cluster (SimReplicas x Profile at Speed) and an
+//     in-process router in front of it.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/virtual"
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/report"
+	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/sim"
+	"github.com/lmwarden/warden/sim/simhttp"
+)
+
+// Defaults of a benchmark run.
+const (
+	// DefaultSpeed runs the embedded simulator 6x faster than wall time, so the
+	// reference benchmark (2 variants x 5 stages x 3 simulated minutes = 30
+	// simulated minutes) takes about 5 minutes of wall time.
+	DefaultSpeed       = 6.0
+	DefaultSimReplicas = 4
+	DefaultProfile     = "a4000-qwen3-4b"
+	// DefaultAdminToken protects the in-process router's admin API, which listens on
+	// loopback only.
+	DefaultAdminToken = "warden-bench"
+)
+
+// Options configures a run. Zero fields take the defaults above.
+type Options struct {
+	Scenario *loadgen.Scenario // required
+
+	Virtual bool // run in virtual time (no HTTP)
+
+	// Real servers: replica specs as router.ParseReplicaSpec takes them ("URL",
+	// "name=URL", "URL,dp_ranks=N"). DPRanks, when > 0 and one URL is given, is the
+	// number of DP ranks behind it.
+	Replicas []string
+	DPRanks  int
+	// External router: its API root, admin root and token.
+	RouterURL  string
+	AdminURL   string
+	AdminToken string
+
+	// Simulator.
+	SimReplicas int
+	Profile     string
+	Speed       float64
+	MaxNumSeqs  int // per engine; default sim.DefaultMaxNumSeqs
+	// OverflowThreshold of the router; 0 = auto (max_num_seqs/4).
+	OverflowThreshold int
+
+	OutDir   string    // default results/<run-id>
+	RunID    string    // default UTC time
+	Progress io.Writer // progress lines; nil = none
+	Report   io.Writer // where the results table is printed; nil = none
+}
+
+// Run executes the benchmark and writes the results directory, then the report.
+// It returns the directory. An interrupted run still writes what completed and
+// returns an error wrapping context.Canceled.
+func Run(ctx context.Context, o Options) (string, error) {
+	if o.Scenario == nil {
+		return "", errors.New("bench: no scenario")
+	}
+	if err := o.Scenario.Validate(); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	if o.RunID == "" {
+		o.RunID = time.Now().UTC().Format("20060102-150405")
+	}
+	if o.OutDir == "" {
+		o.OutDir = filepath.Join("results", o.RunID)
+	}
+	if o.Profile == "" {
+		o.Profile = DefaultProfile
+	}
+	if o.SimReplicas <= 0 {
+		o.SimReplicas = DefaultSimReplicas
+	}
+	if o.MaxNumSeqs <= 0 {
+		o.MaxNumSeqs = sim.DefaultMaxNumSeqs
+	}
+	if o.Speed <= 0 {
+		o.Speed = DefaultSpeed
+	}
+	var err error
+	switch {
+	case o.Virtual:
+		err = runVirtual(ctx, o)
+	default:
+		err = runHTTP(ctx, o)
+	}
+	if _, statErr := os.Stat(filepath.Join(o.OutDir, "manifest.json")); statErr == nil {
+		out := o.Report
+		if out == nil {
+			out = io.Discard
+		}
+		if rerr := report.Generate(o.OutDir, out); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: report: %w", rerr))
+		}
+	}
+	return o.OutDir, err
+}
+
+func versions() map[string]string {
+	return map[string]string{"go": runtime.Version(), "warden": wardenVersion()}
+}
+
+func runVirtual(ctx context.Context, o Options) error {
+	prof, err := sim.LookupProfile(o.Profile)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	out, err := loadgen.CreateResults(o.OutDir)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	_, err = virtual.Run(ctx, virtual.Config{
+		Scenario: o.Scenario,
+		Replicas: o.SimReplicas,
+		Engine:   sim.EngineConfig{Profile: prof, MaxNumSeqs: o.MaxNumSeqs},
+		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold},
+		Out:      out,
+		Progress: o.Progress,
+		RunID:    o.RunID,
+		Profile:  o.Profile,
+		Policy:   "sticky",
+		Versions: versions(),
+	})
+	return err
+}
+
+// listen starts an HTTP server for h on a free loopback port and returns its URL.
+func listen(ctx context.Context, wg *sync.WaitGroup, h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("listening on loopback: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = srv.Serve(ln)
+	}()
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+func runHTTP(ctx context.Context, o Options) error {
+	var (
+		wg       sync.WaitGroup
+		cleanups []func()
+	)
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+		wg.Wait()
+	}()
+	runCtx, cancelBackground := context.WithCancel(context.Background())
+	cleanups = append(cleanups, cancelBackground)
+
+	clock := simclock.NewScaled(1)
+	rc := loadgen.RunConfig{
+		Scenario: o.Scenario, Clock: clock, ResultsDir: o.OutDir, Progress: o.Progress,
+		RunID: o.RunID, Versions: versions(), Policy: "sticky",
+	}
+	var specs []string
+	switch {
+	case o.RouterURL != "":
+		if len(o.Replicas) == 0 {
+			return errors.New("bench: --router needs --replicas too: the harness scrapes every replica's /metrics itself")
+		}
+		specs = withDPRanks(o.Replicas, o.DPRanks)
+		rc.BaseURL = strings.TrimRight(o.RouterURL, "/")
+		rc.Target = "router " + rc.BaseURL
+		admin := o.AdminURL
+		if admin == "" {
+			return errors.New("bench: --router needs --admin-url (the router's admin API root) to switch affinity between variants")
+		}
+		rc.SetAffinity = adminSwitch(admin, o.AdminToken)
+	case len(o.Replicas) > 0:
+		specs = withDPRanks(o.Replicas, o.DPRanks)
+		rc.Target = "vllm " + strings.Join(specs, " ")
+	default:
+		clock = simclock.NewScaled(o.Speed)
+		rc.Clock = clock
+		cl, err := simhttp.Start(runCtx, simhttp.Config{
+			Replicas: o.SimReplicas, Profile: o.Profile, Speed: o.Speed, Clock: clock,
+			DevMode: true, MaxNumSeqs: o.MaxNumSeqs,
+		})
+		if err != nil {
+			return fmt.Errorf("bench: starting simulated cluster: %w", err)
+		}
+		cleanups = append(cleanups, cl.Close)
+		specs = cl.URLs()
+		rc.Target = fmt.Sprintf("simulator %d x %s at speed %g", o.SimReplicas, o.Profile, o.Speed)
+		rc.Mode = "http-sim"
+		rc.Profile = o.Profile
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "simulated cluster: %d replicas of %s at %gx speed: %s\n", o.SimReplicas, o.Profile, o.Speed, strings.Join(specs, " "))
+		}
+	}
+	rcfgs, err := replicaConfigs(specs)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	for i, r := range rcfgs {
+		name := r.Name
+		if name == "" {
+			name = fmt.Sprintf("r%d", i)
+		}
+		base := strings.TrimRight(r.URL, "/")
+		rc.ResetURLs = append(rc.ResetURLs, base)
+		if r.DPRanks > 0 {
+			for k := 0; k < r.DPRanks; k++ {
+				rc.Replicas = append(rc.Replicas, loadgen.ReplicaMetrics{Name: fmt.Sprintf("%s/rank%d", name, k), URL: base + "/metrics", Engine: fmt.Sprint(k)})
+			}
+		} else {
+			rc.Replicas = append(rc.Replicas, loadgen.ReplicaMetrics{Name: name, URL: base + "/metrics"})
+		}
+	}
+	if rc.BaseURL == "" {
+		rcfg, err := router.ConfigForURLs(specs, true)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		rcfg.Clock = clock
+		rcfg.AdminToken = DefaultAdminToken
+		rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		for i := range rcfg.Models {
+			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
+			rcfg.Models[i].OverflowThreshold = router.Threshold(o.OverflowThreshold)
+		}
+		rt, err := router.New(rcfg)
+		if err != nil {
+			return fmt.Errorf("bench: starting router: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = rt.Run(runCtx)
+		}()
+		apiURL, stopAPI, err := listen(runCtx, &wg, rt.Handler())
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		cleanups = append(cleanups, stopAPI)
+		adminURL, stopAdmin, err := listen(runCtx, &wg, rt.AdminHandler())
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		cleanups = append(cleanups, stopAdmin)
+		rc.BaseURL = apiURL
+		rc.SetAffinity = adminSwitch(adminURL, DefaultAdminToken)
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "router: %s (admin %s)\n", apiURL, adminURL)
+		}
+	}
+	_, err = loadgen.Run(ctx, rc)
+	return err
+}
+
+func withDPRanks(specs []string, ranks int) []string {
+	if ranks <= 0 || len(specs) != 1 || strings.Contains(specs[0], "dp_ranks=") {
+		return specs
+	}
+	return []string{fmt.Sprintf("%s,dp_ranks=%d", specs[0], ranks)}
+}
+
+func replicaConfigs(specs []string) ([]router.ReplicaConfig, error) {
+	var out []router.ReplicaConfig
+	for _, s := range specs {
+		rc, err := router.ParseReplicaSpec(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rc)
+	}
+	return out, nil
+}
+
+// adminSwitch returns a function that switches session affinity for every model
+// through a warden router's admin API: PUT {admin}/admin/models/*/affinity.
+func adminSwitch(admin, token string) func(ctx context.Context, on bool) error {
+	admin = strings.TrimRight(admin, "/")
+	return func(ctx context.Context, on bool) error {
+		body, _ := json.Marshal(map[string]bool{"enabled": on})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, admin+"/admin/models/*/affinity", bytes.NewReader(body))
+		if err != nil {
+			return fmt.Errorf("switching affinity: %w", err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("switching affinity via %s: %w", admin, err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			return fmt.Errorf("switching affinity via %s: status %d: %s", admin, resp.StatusCode, strings.TrimSpace(string(b)))
+		}
+		return nil
+	}
+}

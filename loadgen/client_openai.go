@@ -1,0 +1,235 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/lmwarden/warden/internal/simclock"
+)
+
+// UserAgent is sent on every harness request.
+const UserAgent = "lmwarden-loadgen/1"
+
+// OpenAIClient sends turns to an OpenAI-compatible chat endpoint (vLLM's
+// POST {BaseURL}/v1/chat/completions) with stream true and
+// stream_options.include_usage, the system prompt as the first message.
+type OpenAIClient struct {
+	BaseURL       string        // server or router root, e.g. "http://127.0.0.1:8080" (no /v1)
+	Model         string        // served model name
+	MaxTokens     int           // max_tokens per turn
+	SessionHeader string        // SessionHeaderClaudeCode or SessionHeaderXSessionID ("" = claude-code)
+	Header        http.Header   // extra request headers (e.g. Authorization); may be nil
+	HTTP          *http.Client  // nil = http.DefaultClient
+	Timeout       time.Duration // per turn, simulated; 0 = none
+}
+
+var _ Client = (*OpenAIClient)(nil)
+
+type openAIMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type openAIRequest struct {
+	Model         string          `json:"model"`
+	Messages      []openAIMessage `json:"messages"`
+	MaxTokens     int             `json:"max_tokens"`
+	Stream        bool            `json:"stream"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// Do sends tr and streams the answer; see Client.
+func (c *OpenAIClient) Do(ctx context.Context, tr TurnRequest, clock simclock.Clock) (Result, string) {
+	r := tr.NewResult()
+	body := openAIRequest{Model: c.Model, MaxTokens: c.MaxTokens, Stream: true}
+	body.StreamOptions.IncludeUsage = true
+	body.Messages = make([]openAIMessage, 0, len(tr.Messages)+1)
+	if tr.Session != nil && tr.Session.System != "" {
+		body.Messages = append(body.Messages, openAIMessage{Role: "system", Content: tr.Session.System})
+	}
+	for _, m := range tr.Messages {
+		body.Messages = append(body.Messages, openAIMessage(m))
+	}
+	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+"/v1/chat/completions", body, c.Header)
+	if err != nil {
+		now := clock.Now()
+		r.Sent, r.Done, r.Err = now, now, err.Error()
+		return r, ""
+	}
+	setSessionHeader(req.Header, c.SessionHeader, tr.Session)
+	h := httpTurn{HTTP: c.HTTP, Timeout: c.Timeout}
+	reply := h.do(ctx, clock, &r, req, func(b io.Reader, r *Result) string { return parseOpenAIStream(b, clock, r) })
+	return r, reply
+}
+
+// openAIChunk is the part of a chat.completion.chunk the harness reads.
+type openAIChunk struct {
+	Object  string `json:"object"`
+	Message string `json:"message"` // on {"object":"error",...}
+	Choices []struct {
+		Delta struct {
+			Content          *string `json:"content"`
+			ReasoningContent *string `json:"reasoning_content"`
+			Reasoning        *string `json:"reasoning"`
+			ToolCalls        []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens        *int `json:"prompt_tokens"`
+		CompletionTokens    *int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens *int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// parseOpenAIStream reads a chat-completions SSE body into r (FirstEvent,
+// FirstToken, LastToken, Done, token counts, Err) and returns the reply text.
+// Content-carrying deltas are non-empty content, reasoning_content / reasoning, or a
+// tool call with a non-empty name or arguments (vLLM's first role-only chunk with
+// content "" is not one: peers.md case 10). Usage, when sent, is taken from the last
+// event carrying it (vLLM's continuous_usage_stats repeats it on every chunk).
+func parseOpenAIStream(body io.Reader, clock simclock.Clock, r *Result) string {
+	st := &streamState{r: r}
+	err := readEvents(body, clock, func(ev sse.Event, now time.Duration) bool {
+		st.event(now)
+		data := strings.TrimSpace(ev.Data)
+		if data == "[DONE]" {
+			st.terminated = true
+			return true
+		}
+		if data == "" || ev.Type == "ping" {
+			return false
+		}
+		if ev.Type == "error" {
+			st.failed = "stream error event: " + errorText([]byte(data))
+			return true
+		}
+		var ch openAIChunk
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			st.failed = fmt.Sprintf("decoding stream event: %v", err)
+			return true
+		}
+		if len(ch.Error) > 0 && string(ch.Error) != "null" {
+			st.failed = "stream error event: " + errorText(ch.Error)
+			return true
+		}
+		if ch.Object == "error" {
+			st.failed = "stream error event: " + ch.Message
+			return true
+		}
+		for _, c := range ch.Choices {
+			d := c.Delta
+			if d.Content != nil && *d.Content != "" {
+				st.token(now, *d.Content)
+				continue
+			}
+			if (d.ReasoningContent != nil && *d.ReasoningContent != "") || (d.Reasoning != nil && *d.Reasoning != "") {
+				st.token(now, "")
+				continue
+			}
+			for _, tc := range d.ToolCalls {
+				if tc.Function.Name != "" || tc.Function.Arguments != "" {
+					st.token(now, "")
+					break
+				}
+			}
+		}
+		if u := ch.Usage; u != nil {
+			if u.PromptTokens != nil {
+				r.PromptTokens = *u.PromptTokens
+			}
+			if u.CompletionTokens != nil {
+				st.usageOut, st.hasOut = *u.CompletionTokens, true
+			}
+			if u.PromptTokensDetails != nil && u.PromptTokensDetails.CachedTokens != nil {
+				r.CachedTokens = *u.PromptTokensDetails.CachedTokens
+			}
+		}
+		return false
+	})
+	st.finish(clock.Now(), err, "[DONE]")
+	return st.reply.String()
+}
+
+// errorText extracts a message from an error payload: {"message": ...},
+// {"error": {"message": ...}}, a JSON string, or the raw text.
+func errorText(raw []byte) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var e struct {
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) == nil {
+		if e.Message != "" {
+			if e.Type != "" {
+				return e.Type + ": " + e.Message
+			}
+			return e.Message
+		}
+		if len(e.Error) > 0 && string(e.Error) != "null" {
+			return errorText(e.Error)
+		}
+	}
+	const maxLen = 300
+	if len(raw) > maxLen {
+		raw = raw[:maxLen]
+	}
+	return string(raw)
+}
+
+// newJSONRequest builds a POST with a JSON body and the common headers.
+func newJSONRequest(ctx context.Context, url string, body any, extra http.Header) (*http.Request, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encoding request: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("building request: %w", err)
+	}
+	for k, vs := range extra {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", UserAgent)
+	}
+	return req, nil
+}
+
+// setSessionHeader sets the session key header of the given style.
+func setSessionHeader(h http.Header, style string, s *Session) {
+	if s == nil {
+		return
+	}
+	switch style {
+	case SessionHeaderXSessionID:
+		h.Set("X-Session-ID", s.Key)
+	default:
+		h.Set("X-Claude-Code-Session-Id", s.Key)
+	}
+}

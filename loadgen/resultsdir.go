@@ -1,0 +1,339 @@
+package loadgen
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Results directory files (DESIGN-NOTES "Results directory").
+const (
+	ManifestFile = "manifest.json"
+	TurnsFile    = "turns.jsonl"
+	SeriesFile   = "series.csv"
+)
+
+// SeriesHeader is the header row of series.csv.
+var SeriesHeader = []string{"variant", "t_s", "replica", "running", "waiting", "kv_usage",
+	"prefix_queries", "prefix_hits", "prompt_tokens", "generation_tokens", "preemptions"}
+
+// partialSuffix marks files still being written; they are renamed into place by Close.
+const partialSuffix = ".partial"
+
+// ResultsWriter writes a results directory: turns and series are appended as they
+// come to "<name>.partial" files, and Close renames them into place and writes
+// manifest.json atomically (temp file + rename), so a reader never sees a
+// half-written file under its final name. Safe for concurrent use.
+type ResultsWriter struct {
+	dir string
+
+	mu        sync.Mutex
+	turnsF    *os.File
+	turns     *bufio.Writer
+	seriesF   *os.File
+	seriesBuf *bufio.Writer
+	series    *csv.Writer
+	err       error
+	closed    bool
+}
+
+// CreateResults creates dir (and parents) and opens its turn and series files.
+func CreateResults(dir string) (*ResultsWriter, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating results dir: %w", err)
+	}
+	w := &ResultsWriter{dir: dir}
+	var err error
+	if w.turnsF, err = os.Create(filepath.Join(dir, TurnsFile+partialSuffix)); err != nil {
+		return nil, fmt.Errorf("creating results dir: %w", err)
+	}
+	if w.seriesF, err = os.Create(filepath.Join(dir, SeriesFile+partialSuffix)); err != nil {
+		w.turnsF.Close()
+		return nil, fmt.Errorf("creating results dir: %w", err)
+	}
+	w.turns = bufio.NewWriterSize(w.turnsF, 64<<10)
+	w.seriesBuf = bufio.NewWriterSize(w.seriesF, 64<<10)
+	w.series = csv.NewWriter(w.seriesBuf)
+	if err := w.series.Write(SeriesHeader); err != nil {
+		w.abort()
+		return nil, fmt.Errorf("writing %s header: %w", SeriesFile, err)
+	}
+	return w, nil
+}
+
+// Dir returns the directory written.
+func (w *ResultsWriter) Dir() string { return w.dir }
+
+// WriteResult appends one turn to turns.jsonl.
+func (w *ResultsWriter) WriteResult(r *Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encoding turn: %w", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil || w.closed {
+		return w.stateErr()
+	}
+	if _, err := w.turns.Write(append(b, '\n')); err != nil {
+		w.err = fmt.Errorf("writing %s: %w", TurnsFile, err)
+	}
+	return w.err
+}
+
+// WriteSample appends one row to series.csv (t_s in simulated seconds).
+func (w *ResultsWriter) WriteSample(s SeriesSample) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil || w.closed {
+		return w.stateErr()
+	}
+	if err := w.series.Write(sampleRow(s)); err != nil {
+		w.err = fmt.Errorf("writing %s: %w", SeriesFile, err)
+	}
+	return w.err
+}
+
+func (w *ResultsWriter) stateErr() error {
+	if w.err != nil {
+		return w.err
+	}
+	return errors.New("results writer is closed")
+}
+
+// Flush pushes buffered rows to the partial files (for a crash, not for readers).
+func (w *ResultsWriter) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return w.stateErr()
+	}
+	return w.flushLocked()
+}
+
+func (w *ResultsWriter) flushLocked() error {
+	if w.err != nil {
+		return w.err
+	}
+	w.series.Flush()
+	if err := w.series.Error(); err != nil {
+		w.err = fmt.Errorf("writing %s: %w", SeriesFile, err)
+	} else if err := w.seriesBuf.Flush(); err != nil {
+		w.err = fmt.Errorf("writing %s: %w", SeriesFile, err)
+	} else if err := w.turns.Flush(); err != nil {
+		w.err = fmt.Errorf("writing %s: %w", TurnsFile, err)
+	}
+	return w.err
+}
+
+// Close flushes and syncs the turn and series files, renames them into place and
+// writes m as manifest.json (atomically). After Close the writer accepts nothing.
+func (w *ResultsWriter) Close(m *Manifest) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return w.stateErr()
+	}
+	w.closed = true
+	err := w.flushLocked()
+	for _, f := range []*os.File{w.turnsF, w.seriesF} {
+		if err == nil {
+			if e := f.Sync(); e != nil {
+				err = fmt.Errorf("syncing %s: %w", f.Name(), e)
+			}
+		}
+		if e := f.Close(); e != nil && err == nil {
+			err = fmt.Errorf("closing %s: %w", f.Name(), e)
+		}
+	}
+	if err != nil {
+		w.err = err
+		return err
+	}
+	for _, name := range []string{TurnsFile, SeriesFile} {
+		p := filepath.Join(w.dir, name)
+		if e := os.Rename(p+partialSuffix, p); e != nil {
+			w.err = fmt.Errorf("renaming %s into place: %w", name, e)
+			return w.err
+		}
+	}
+	if m != nil {
+		if e := WriteManifest(w.dir, m); e != nil {
+			w.err = e
+			return e
+		}
+	}
+	return nil
+}
+
+func (w *ResultsWriter) abort() {
+	w.turnsF.Close()
+	w.seriesF.Close()
+}
+
+// WriteManifest writes m to dir/manifest.json atomically (temp file, sync, rename).
+func WriteManifest(dir string, m *Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding manifest: %w", err)
+	}
+	return writeFileAtomic(filepath.Join(dir, ManifestFile), append(b, '\n'))
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if e := f.Close(); err == nil {
+		err = e
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// formatFloat writes a series value; NaN (a series the server did not export) is
+// written as "NaN" so it can never read as 0 (peers.md case 13).
+func formatFloat(v float64) string {
+	if math.IsNaN(v) {
+		return "NaN"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+func sampleRow(s SeriesSample) []string {
+	return []string{
+		s.Variant,
+		strconv.FormatFloat(s.T.Seconds(), 'f', 6, 64),
+		s.Replica,
+		formatFloat(s.Running),
+		formatFloat(s.Waiting),
+		formatFloat(s.KVUsage),
+		formatFloat(s.PrefixQueries),
+		formatFloat(s.PrefixHits),
+		formatFloat(s.PromptTokens),
+		formatFloat(s.GenerationTokens),
+		formatFloat(s.Preemptions),
+	}
+}
+
+// ReadResults reads a results directory written by ResultsWriter (or by the virtual
+// world in the same format): the manifest, every turn, and every series sample.
+func ReadResults(dir string) (*Manifest, []Result, []SeriesSample, error) {
+	mb, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("reading results: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(mb, &m); err != nil {
+		return nil, nil, nil, fmt.Errorf("reading results: decoding %s: %w", ManifestFile, err)
+	}
+	turns, err := readTurns(filepath.Join(dir, TurnsFile))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("reading results: %w", err)
+	}
+	series, err := readSeries(filepath.Join(dir, SeriesFile))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("reading results: %w", err)
+	}
+	return &m, turns, series, nil
+}
+
+func readTurns(path string) ([]Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Result
+	dec := json.NewDecoder(bufio.NewReaderSize(f, 64<<10))
+	for n := 1; ; n++ {
+		var r Result
+		if err := dec.Decode(&r); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, fmt.Errorf("decoding %s record %d: %w", TurnsFile, n, err)
+		}
+		out = append(out, r)
+	}
+}
+
+func readSeries(path string) ([]SeriesSample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cr := csv.NewReader(bufio.NewReader(f))
+	cr.FieldsPerRecord = len(SeriesHeader)
+	cr.ReuseRecord = true
+	head, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s header: %w", SeriesFile, err)
+	}
+	for i, h := range SeriesHeader {
+		if head[i] != h {
+			return nil, fmt.Errorf("%s header column %d is %q, want %q", SeriesFile, i+1, head[i], h)
+		}
+	}
+	var out []SeriesSample
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", SeriesFile, err)
+		}
+		line, _ := cr.FieldPos(0)
+		var vals [9]float64
+		for i := range vals {
+			col := i + 1
+			if i >= 1 {
+				col = i + 2 // skip replica
+			}
+			v, err := strconv.ParseFloat(rec[col], 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s line %d column %s: %w", SeriesFile, line, SeriesHeader[col], err)
+			}
+			vals[i] = v
+		}
+		out = append(out, SeriesSample{
+			Variant:          rec[0],
+			T:                time.Duration(math.Round(vals[0] * 1e9)),
+			Replica:          rec[2],
+			Running:          vals[1],
+			Waiting:          vals[2],
+			KVUsage:          vals[3],
+			PrefixQueries:    vals[4],
+			PrefixHits:       vals[5],
+			PromptTokens:     vals[6],
+			GenerationTokens: vals[7],
+			Preemptions:      vals[8],
+		})
+	}
+}

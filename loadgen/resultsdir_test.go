@@ -1,0 +1,139 @@
+package loadgen
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/internal/vllmmetrics"
+)
+
+func TestResultsRoundTrip(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "results", "run-1")
+	w, err := CreateResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := []Result{
+		{Variant: "off", Session: 0, SessionKey: "k0", Turn: 0, Intended: time.Second, Sent: time.Second + 3, Headers: 2 * time.Second,
+			FirstEvent: 3 * time.Second, FirstToken: 4 * time.Second, LastToken: 5 * time.Second, Done: 6 * time.Second,
+			Status: 200, PromptTokens: 100, OutputTokens: 8, CachedTokens: -1, NominalPromptTokens: 90, Replica: "r0/rank1"},
+		{Variant: "on", Session: 3, SessionKey: "k3", Turn: 5, LastTurn: true, Status: 200, Err: "stream error event: boom", PromptTokens: -1, CachedTokens: -1},
+	}
+	samples := []SeriesSample{
+		{Variant: "off", T: 1500 * time.Millisecond, Replica: "r0", Running: 2, Waiting: 1, KVUsage: 0.25,
+			PrefixQueries: 1e6, PrefixHits: 8e5, PromptTokens: 1e6, GenerationTokens: 4096, Preemptions: 0},
+		// A replica lacking a series: NaN, never 0 (peers.md case 13). A name with a comma is quoted.
+		{Variant: "on", T: 2 * time.Second, Replica: "r,1", Running: 0, KVUsage: 0.5, PrefixQueries: math.NaN(), PrefixHits: math.NaN(), Preemptions: math.NaN()},
+	}
+	for i := range results {
+		if err := w.WriteResult(&results[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range samples {
+		if err := w.WriteSample(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nothing under its final name before Close.
+	if _, err := os.Stat(filepath.Join(dir, TurnsFile)); !os.IsNotExist(err) {
+		t.Errorf("turns.jsonl visible before Close: %v", err)
+	}
+	m := &Manifest{RunID: "run-1", Mode: "http", Scenario: DefaultScenario(), Seed: 1, Speed: 6,
+		Variants: []Variant{{Name: "off", Stages: []StageWindow{{Sessions: 4, Start: time.Second, End: 181 * time.Second, Started: 3, Completed: 2, InFlight: 1}}}}}
+	if err := w.Close(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteResult(&results[0]); err == nil {
+		t.Error("write after Close accepted")
+	}
+	gm, gr, gs, err := ReadResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gr, results) {
+		t.Errorf("turns differ:\n%+v\n%+v", gr, results)
+	}
+	if gm.RunID != "run-1" || gm.Speed != 6 || !reflect.DeepEqual(gm.Variants, m.Variants) ||
+		gm.Scenario.StageDuration != 3*time.Minute || !reflect.DeepEqual(gm.Scenario.Stages, m.Scenario.Stages) {
+		t.Errorf("manifest differs: %+v", gm)
+	}
+	if len(gs) != 2 || !reflect.DeepEqual(gs[0], samples[0]) || gs[1].Replica != "r,1" || !math.IsNaN(gs[1].PrefixHits) || gs[1].KVUsage != 0.5 {
+		t.Errorf("series differ: %+v", gs)
+	}
+	head, _ := os.ReadFile(filepath.Join(dir, SeriesFile))
+	if first, _, _ := strings.Cut(string(head), "\n"); first != "variant,t_s,replica,running,waiting,kv_usage,prefix_queries,prefix_hits,prompt_tokens,generation_tokens,preemptions" {
+		t.Errorf("series.csv header %q", first)
+	}
+}
+
+func TestReadResultsRejectsBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, _, err := ReadResults(dir); err == nil {
+		t.Fatal("empty dir accepted")
+	}
+	w, _ := CreateResults(dir)
+	w.Close(&Manifest{RunID: "x"})
+	os.WriteFile(filepath.Join(dir, SeriesFile), []byte("variant,t,replica\n"), 0o644)
+	if _, _, _, err := ReadResults(dir); err == nil {
+		t.Error("bad series header accepted")
+	}
+}
+
+func TestScrapePicksEnginesAndMarksMissing(t *testing.T) {
+	stub, srv := newStub(t)
+	stub.prompt = [2]float64{10, 20}
+	stub.running = [2]int{1, 3}
+	sc := &Scraper{Replicas: []ReplicaMetrics{
+		{Name: "a", URL: srv.URL + "/metrics", Engine: "1"},
+		{Name: "whole", URL: srv.URL + "/metrics"}, // both engines summed
+	}, HTTP: srv.Client(), Clock: newStepClock()}
+	got, err := sc.Scrape(context.Background(), "off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Replica != "a" || got[0].PromptTokens != 20 || got[0].Running != 3 ||
+		got[1].PromptTokens != 30 || got[1].Running != 4 || got[1].KVUsage != 0.0625 || got[0].Variant != "off" {
+		t.Errorf("samples %+v", got)
+	}
+	if got[0].T != got[1].T {
+		t.Error("one URL fetched twice in one scrape")
+	}
+
+	sc.Replicas = []ReplicaMetrics{{Name: "x", URL: srv.URL + "/metrics", Engine: "7"}}
+	if _, err := sc.Scrape(context.Background(), "off"); err == nil || !strings.Contains(err.Error(), `engine "7" not found`) {
+		t.Errorf("unknown engine: %v", err)
+	}
+
+	stub.metrics = readFixture(t, "vllm-metrics-v1-0.10.0-engine0-excerpt.txt")
+	sc.Replicas = []ReplicaMetrics{{Name: "r0", URL: srv.URL + "/metrics", Engine: "0"}}
+	got, err = sc.Scrape(context.Background(), "off")
+	if err == nil || len(got) != 1 {
+		t.Fatalf("excerpt: err %v, %d samples", err, len(got))
+	}
+	for _, name := range []string{vllmmetrics.NumRequestsRunning, vllmmetrics.NumRequestsWaiting, vllmmetrics.PromptTokens} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+	s := got[0]
+	// Present in the excerpt: KV usage, prefix queries (32) and hits (legacy name, 0).
+	if !math.IsNaN(s.Running) || !math.IsNaN(s.Waiting) || s.PrefixQueries != 32 || s.PrefixHits != 0 || math.IsNaN(s.KVUsage) {
+		t.Errorf("sample %+v: want NaN for missing series only", s)
+	}
+
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "nope", 503) }))
+	defer bad.Close()
+	sc.Replicas = []ReplicaMetrics{{Name: "r0", URL: bad.URL}}
+	if got, err := sc.Scrape(context.Background(), "off"); err == nil || len(got) != 0 {
+		t.Errorf("503: %d samples, err %v", len(got), err)
+	}
+}

@@ -1,0 +1,465 @@
+package loadgen
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Scenario defaults. They describe the reference workload (docs: brief workload.md,
+// "Workload"): a ~3.5k-token shared system prompt, a unique ~6k-token first user
+// message, five more turns of ~400 user tokens, at most 256 output tokens per turn,
+// stages of 4, 8, 16, 24 and 32 concurrent sessions of 3 minutes each, affinity off
+// then on.
+const (
+	DefaultSeed               uint64 = 1
+	DefaultSystemPromptTokens        = 3500
+	DefaultFirstTurnTokens           = 6000
+	DefaultTurnTokens                = 400
+	DefaultTurns                     = 6
+	DefaultMaxOutputTokens           = 256
+	DefaultStageDuration             = 3 * time.Minute
+	DefaultRequestTimeout            = 10 * time.Minute
+	// DefaultFailureBackoff is the least gap between a failed turn and the first turn
+	// of the session that replaces it. Without it a server that fails instantly (a
+	// refused connection, a 400) would make the closed loop spin, and in the
+	// virtual-time world loop forever at one instant.
+	DefaultFailureBackoff = time.Second
+)
+
+// API names accepted in Scenario.API.
+const (
+	APIOpenAIChat        = "openai-chat"        // POST /v1/chat/completions
+	APIAnthropicMessages = "anthropic-messages" // POST /v1/messages?beta=true
+)
+
+// Session key styles accepted in Scenario.SessionHeader (brief clients.md).
+const (
+	// SessionHeaderClaudeCode sends X-Claude-Code-Session-Id: <uuid> and, on the
+	// Anthropic API, metadata.user_id = {"device_id":..,"account_uuid":"","session_id":<uuid>}
+	// as Claude Code >= 2.1.86 does.
+	SessionHeaderClaudeCode = "claude-code"
+	// SessionHeaderXSessionID sends X-Session-ID: <uuid> (vLLM's multi-turn benchmark).
+	SessionHeaderXSessionID = "x-session-id"
+)
+
+// DefaultStages returns the reference ramp: 4, 8, 16, 24, 32 concurrent sessions.
+func DefaultStages() []int { return []int{4, 8, 16, 24, 32} }
+
+// DefaultVariants returns the reference variants: affinity off, then on.
+func DefaultVariants() []string { return []string{"off", "on"} }
+
+// TokenRange is the spread of a token count: each draw is uniform over [Min, Max]
+// (inclusive). The zero TokenRange means "fixed": every draw is the nominal count.
+type TokenRange struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// IsFixed reports whether the range is the zero value (no spread).
+func (r TokenRange) IsFixed() bool { return r.Min == 0 && r.Max == 0 }
+
+// DefaultScenario returns the reference workload with every default filled in.
+func DefaultScenario() *Scenario {
+	sc := &Scenario{Name: "claude-code-reference"}
+	return sc.WithDefaults()
+}
+
+// WithDefaults returns a copy of sc in which every zero field holds its default.
+// Slices are copied, so the result shares no memory with sc.
+func (sc *Scenario) WithDefaults() *Scenario {
+	c := *sc
+	c.Stages = append([]int(nil), sc.Stages...)
+	c.Variants = append([]string(nil), sc.Variants...)
+	if sc.ResetCache != nil {
+		v := *sc.ResetCache
+		c.ResetCache = &v
+	}
+	if c.Seed == 0 {
+		c.Seed = DefaultSeed
+	}
+	if c.API == "" {
+		c.API = APIOpenAIChat
+	}
+	if c.SessionHeader == "" {
+		c.SessionHeader = SessionHeaderClaudeCode
+	}
+	if c.SystemPromptTokens == 0 {
+		c.SystemPromptTokens = DefaultSystemPromptTokens
+	}
+	if c.FirstTurnTokens == 0 {
+		c.FirstTurnTokens = DefaultFirstTurnTokens
+	}
+	if c.TurnTokens == 0 {
+		c.TurnTokens = DefaultTurnTokens
+	}
+	if c.Turns == 0 {
+		c.Turns = DefaultTurns
+	}
+	if c.MaxOutputTokens == 0 {
+		c.MaxOutputTokens = DefaultMaxOutputTokens
+	}
+	if len(c.Stages) == 0 {
+		c.Stages = DefaultStages()
+	}
+	if c.StageDuration == 0 {
+		c.StageDuration = DefaultStageDuration
+	}
+	if len(c.Variants) == 0 {
+		c.Variants = DefaultVariants()
+	}
+	if c.ResetCache == nil {
+		t := true
+		c.ResetCache = &t
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.FailureBackoff == 0 {
+		c.FailureBackoff = DefaultFailureBackoff
+	}
+	return &c
+}
+
+// variantRE: "off" or "on", optionally with a suffix for a repeat ("on-2", "off_b").
+var variantRE = regexp.MustCompile(`^(off|on)([-_.][A-Za-z0-9_.-]+)?$`)
+
+// AffinityOf returns the router setting a variant name stands for: "off..." is
+// affinity off, "on..." is affinity on.
+func AffinityOf(variant string) (bool, error) {
+	m := variantRE.FindStringSubmatch(variant)
+	if m == nil {
+		return false, fmt.Errorf("variant %q: want \"off\" or \"on\", optionally with a suffix such as \"on-2\"", variant)
+	}
+	return m[1] == "on", nil
+}
+
+// Validate checks the scenario with defaults applied (a zero field is valid: it
+// means the default) and returns every problem found, joined with errors.Join. Each
+// problem names the YAML field, prefixed with "file:line: " when the scenario was
+// loaded from a file.
+func (sc *Scenario) Validate() error {
+	c := sc.WithDefaults()
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s%s: %s", sc.where(field), field, fmt.Sprintf(format, args...)))
+	}
+	switch c.API {
+	case APIOpenAIChat, APIAnthropicMessages:
+	default:
+		bad("api", "unknown API %q (want %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages)
+	}
+	switch c.SessionHeader {
+	case SessionHeaderClaudeCode, SessionHeaderXSessionID:
+	default:
+		bad("session_header", "unknown style %q (want %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID)
+	}
+	checkTokens := func(field string, n int, r TokenRange) {
+		if n < 1 {
+			bad(field, "must be at least 1 token, got %d", n)
+			return
+		}
+		if r.IsFixed() {
+			return
+		}
+		if r.Min < 1 {
+			bad(field, "smallest draw must be at least 1 token, got %d", r.Min)
+		}
+		if r.Min > r.Max {
+			bad(field, "min %d is greater than max %d", r.Min, r.Max)
+		}
+		if n < r.Min || n > r.Max {
+			bad(field, "nominal %d lies outside [%d, %d]", n, r.Min, r.Max)
+		}
+	}
+	checkTokens("system_prompt_tokens", c.SystemPromptTokens, c.SystemPromptSpread)
+	checkTokens("first_turn_tokens", c.FirstTurnTokens, c.FirstTurnSpread)
+	checkTokens("turn_tokens", c.TurnTokens, c.TurnSpread)
+	if c.Turns < 1 {
+		bad("turns", "must be at least 1, got %d", c.Turns)
+	}
+	if c.MaxOutputTokens < 1 {
+		bad("max_output_tokens", "must be at least 1, got %d", c.MaxOutputTokens)
+	}
+	if c.ThinkTime < 0 {
+		bad("think_time", "must not be negative, got %s", c.ThinkTime)
+	}
+	if c.FailureBackoff < 0 {
+		bad("failure_backoff", "must not be negative, got %s", c.FailureBackoff)
+	}
+	for i, n := range c.Stages {
+		if n < 1 {
+			bad(fmt.Sprintf("stages[%d]", i), "must be at least 1 session, got %d", n)
+		}
+	}
+	if c.StageDuration <= 0 {
+		bad("stage_duration", "must be positive, got %s", c.StageDuration)
+	}
+	if c.Warmup < 0 {
+		bad("warmup", "must not be negative, got %s", c.Warmup)
+	} else if c.StageDuration > 0 && c.Warmup >= c.StageDuration {
+		bad("warmup", "%s leaves nothing of a %s stage to measure", c.Warmup, c.StageDuration)
+	}
+	seen := map[string]bool{}
+	for i, v := range c.Variants {
+		field := fmt.Sprintf("variants[%d]", i)
+		if _, err := AffinityOf(v); err != nil {
+			bad(field, "%v", err)
+		}
+		if seen[v] {
+			bad(field, "duplicate variant %q", v)
+		}
+		seen[v] = true
+	}
+	if c.RequestTimeout <= 0 {
+		bad("request_timeout", "must be positive, got %s", c.RequestTimeout)
+	}
+	return errors.Join(errs...)
+}
+
+// where returns "path:line: " for a field of a scenario loaded from a file, "" otherwise.
+func (sc *Scenario) where(field string) string {
+	if sc.source == "" {
+		return ""
+	}
+	key, _, _ := strings.Cut(field, "[")
+	if line := sc.lines[key]; line > 0 {
+		return fmt.Sprintf("%s:%d: ", sc.source, line)
+	}
+	return sc.source + ": "
+}
+
+// Source returns the file the scenario was loaded from ("" if built in code).
+func (sc *Scenario) Source() string { return sc.source }
+
+// LoadScenario reads a scenario file strictly (unknown fields are errors), fills in
+// defaults and validates it. Durations are Go duration strings ("3m", "500ms").
+// Token counts are an integer, {mean: M, jitter: J} (uniform over [M-J, M+J]) or
+// {min: A, max: B} (uniform over [A, B], nominal (A+B)/2). All problems are reported
+// at once, each as "path:line: field: problem". A scenario without a name takes the
+// file's base name.
+func LoadScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("loading scenario: %w", err)
+	}
+	sc, err := ParseScenario(data, path)
+	if err != nil {
+		return nil, err
+	}
+	if sc.Name == "" {
+		sc.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	return sc, nil
+}
+
+// ParseScenario decodes a scenario from YAML bytes as LoadScenario does; source
+// names the input in error messages ("" for none).
+func ParseScenario(data []byte, source string) (*Scenario, error) {
+	prefix := "scenario: "
+	if source != "" {
+		prefix = source + ": "
+	}
+	var f scenarioFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// yaml.v3 keeps decoding after a type error (unknown field, wrong type) and
+	// reports them all in one *yaml.TypeError; the fields it could decode are then
+	// validated too, so one pass reports every problem.
+	var errs []error
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%sscenario is empty", prefix)
+		}
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, fmt.Errorf("%sdecoding YAML: %w", prefix, err)
+		}
+		for _, e := range te.Errors {
+			errs = append(errs, errors.New(prefixLine(source, tidyYAMLError(e))))
+		}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		errs = append(errs, fmt.Errorf("%sonly one YAML document is allowed", prefix))
+	}
+	sc := f.scenario()
+	sc.source = source
+	sc.lines = keyLines(data)
+	if err := sc.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return sc.WithDefaults(), nil
+}
+
+// prefixLine turns yaml.v3's "line N: msg" into "source:N: msg".
+func prefixLine(source, msg string) string {
+	if source == "" {
+		return msg
+	}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, tail, ok := strings.Cut(rest, ": "); ok {
+			return fmt.Sprintf("%s:%s: %s", source, n, tail)
+		}
+	}
+	return source + ": " + msg
+}
+
+// tidyYAMLError rewrites yaml.v3 messages to name fields as the schema does.
+func tidyYAMLError(msg string) string {
+	msg = strings.ReplaceAll(msg, " in type loadgen.scenarioFile", "")
+	if strings.Contains(msg, "time.Duration") {
+		msg += ` (durations are Go duration strings such as "3m" or "500ms")`
+	}
+	return msg
+}
+
+// keyLines maps each top-level key of a YAML mapping to its line (1-based).
+func keyLines(data []byte) map[string]int {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
+		return nil
+	}
+	m := doc.Content[0]
+	if m.Kind != yaml.MappingNode {
+		return nil
+	}
+	lines := map[string]int{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		lines[m.Content[i].Value] = m.Content[i].Line
+	}
+	return lines
+}
+
+// scenarioFile is the on-disk schema (scenarios/README.md). It differs from Scenario
+// only in the token fields, which accept an integer or a distribution.
+type scenarioFile struct {
+	Name               string        `yaml:"name"`
+	Seed               uint64        `yaml:"seed"`
+	Model              string        `yaml:"model"`
+	API                string        `yaml:"api"`
+	SessionHeader      string        `yaml:"session_header"`
+	SystemPromptTokens tokenSpec     `yaml:"system_prompt_tokens"`
+	FirstTurnTokens    tokenSpec     `yaml:"first_turn_tokens"`
+	TurnTokens         tokenSpec     `yaml:"turn_tokens"`
+	Turns              int           `yaml:"turns"`
+	MaxOutputTokens    int           `yaml:"max_output_tokens"`
+	ThinkTime          time.Duration `yaml:"think_time"`
+	FailureBackoff     time.Duration `yaml:"failure_backoff"`
+	Stages             []int         `yaml:"stages"`
+	StageDuration      time.Duration `yaml:"stage_duration"`
+	Warmup             time.Duration `yaml:"warmup"`
+	Variants           []string      `yaml:"variants"`
+	ResetCache         *bool         `yaml:"reset_cache"`
+	RequestTimeout     time.Duration `yaml:"request_timeout"`
+}
+
+func (f *scenarioFile) scenario() *Scenario {
+	return &Scenario{
+		Name:               f.Name,
+		Seed:               f.Seed,
+		Model:              f.Model,
+		API:                f.API,
+		SessionHeader:      f.SessionHeader,
+		SystemPromptTokens: f.SystemPromptTokens.Nominal,
+		SystemPromptSpread: f.SystemPromptTokens.Range,
+		FirstTurnTokens:    f.FirstTurnTokens.Nominal,
+		FirstTurnSpread:    f.FirstTurnTokens.Range,
+		TurnTokens:         f.TurnTokens.Nominal,
+		TurnSpread:         f.TurnTokens.Range,
+		Turns:              f.Turns,
+		MaxOutputTokens:    f.MaxOutputTokens,
+		ThinkTime:          f.ThinkTime,
+		FailureBackoff:     f.FailureBackoff,
+		Stages:             f.Stages,
+		StageDuration:      f.StageDuration,
+		Warmup:             f.Warmup,
+		Variants:           f.Variants,
+		ResetCache:         f.ResetCache,
+		RequestTimeout:     f.RequestTimeout,
+	}
+}
+
+// tokenSpec is a token count as written in a scenario file: 400, {mean: 400,
+// jitter: 50} or {min: 350, max: 450}.
+type tokenSpec struct {
+	Nominal int
+	Range   TokenRange
+}
+
+// UnmarshalYAML decodes a tokenSpec strictly. Problems are returned as a
+// *yaml.TypeError so the decoder keeps going and reports them with the others.
+func (t *tokenSpec) UnmarshalYAML(n *yaml.Node) error {
+	fail := func(line int, format string, args ...any) error {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: ", line) + fmt.Sprintf(format, args...)}}
+	}
+	const want = "want an integer, {mean: N, jitter: J} or {min: A, max: B}"
+	switch n.Kind {
+	case yaml.ScalarNode:
+		var v int
+		if err := n.Decode(&v); err != nil {
+			return fail(n.Line, "token count %q: %s", n.Value, want)
+		}
+		*t = tokenSpec{Nominal: v}
+		return nil
+	case yaml.MappingNode:
+		vals := map[string]int{}
+		var errs []string
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			switch k.Value {
+			case "mean", "jitter", "min", "max":
+			default:
+				errs = append(errs, fmt.Sprintf("line %d: unknown token distribution field %q (%s)", k.Line, k.Value, want))
+				continue
+			}
+			if _, dup := vals[k.Value]; dup {
+				errs = append(errs, fmt.Sprintf("line %d: duplicate field %q", k.Line, k.Value))
+				continue
+			}
+			var x int
+			if err := v.Decode(&x); err != nil {
+				errs = append(errs, fmt.Sprintf("line %d: %s: %q is not an integer", v.Line, k.Value, v.Value))
+				continue
+			}
+			vals[k.Value] = x
+		}
+		if len(errs) > 0 {
+			return &yaml.TypeError{Errors: errs}
+		}
+		mean, hasMean := vals["mean"]
+		jitter, hasJitter := vals["jitter"]
+		lo, hasMin := vals["min"]
+		hi, hasMax := vals["max"]
+		switch {
+		case hasMean && !hasMin && !hasMax:
+			if jitter < 0 {
+				return fail(n.Line, "jitter must not be negative, got %d", jitter)
+			}
+			*t = tokenSpec{Nominal: mean}
+			if hasJitter && jitter > 0 {
+				t.Range = TokenRange{Min: mean - jitter, Max: mean + jitter}
+			}
+			return nil
+		case hasMin && hasMax && !hasMean && !hasJitter:
+			*t = tokenSpec{Nominal: lo + (hi-lo)/2, Range: TokenRange{Min: lo, Max: hi}}
+			if lo == hi {
+				t.Range = TokenRange{}
+			}
+			return nil
+		}
+		return fail(n.Line, "token distribution: %s", want)
+	}
+	return fail(n.Line, "token count: %s", want)
+}

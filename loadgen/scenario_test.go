@@ -1,0 +1,193 @@
+package loadgen
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultScenarioIsTheReference(t *testing.T) {
+	sc := DefaultScenario()
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if sc.SystemPromptTokens != 3500 || sc.FirstTurnTokens != 6000 || sc.TurnTokens != 400 || sc.Turns != 6 ||
+		sc.MaxOutputTokens != 256 || sc.StageDuration != 3*time.Minute ||
+		!reflect.DeepEqual(sc.Stages, []int{4, 8, 16, 24, 32}) || !reflect.DeepEqual(sc.Variants, []string{"off", "on"}) ||
+		!*sc.ResetCache {
+		t.Errorf("default scenario differs from the reference workload: %+v", sc)
+	}
+	// The shipped reference file spells out the same scenario.
+	fromFile, err := LoadScenario(filepath.Join("..", "scenarios", "claude-code-reference.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile.source, fromFile.lines = "", nil
+	if !reflect.DeepEqual(fromFile, sc) {
+		t.Errorf("claude-code-reference.yaml differs from DefaultScenario:\nfile    %+v\ndefault %+v", fromFile, sc)
+	}
+}
+
+func TestShippedScenariosLoad(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "scenarios", "*.yaml"))
+	if err != nil || len(files) < 3 {
+		t.Fatalf("scenario files: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			sc, err := LoadScenario(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sc.Name == "" {
+				t.Error("no name")
+			}
+		})
+	}
+	sm, _ := LoadScenario(filepath.Join("..", "scenarios", "smoke.yaml"))
+	if len(sm.Stages) != 2 || sm.StageDuration > time.Minute {
+		t.Errorf("smoke scenario is not short: stages %v x %s", sm.Stages, sm.StageDuration)
+	}
+	fl, _ := LoadScenario(filepath.Join("..", "scenarios", "fleet-7x5090.yaml"))
+	if !reflect.DeepEqual(fl.Stages, []int{26, 16}) {
+		t.Errorf("fleet stages %v, want [26 16]", fl.Stages)
+	}
+	// ~58k nominal tokens by the last turn (replies counted at their maximum).
+	last := fl.SystemPromptTokens + fl.FirstTurnTokens + (fl.Turns-1)*(fl.TurnTokens+fl.MaxOutputTokens)
+	if last < 52_000 || last > 64_000 {
+		t.Errorf("fleet session reaches %d nominal tokens, want ~58k", last)
+	}
+}
+
+func TestValidateReportsAllProblems(t *testing.T) {
+	yaml := `name: bad
+api: grpc
+session_header: cookie
+turns: -1
+max_output_tokens: -5
+think_time: -1s
+stages: [4, 0, -2]
+stage_duration: 1m
+warmup: 2m
+variants: ["off", "sideways", "off"]
+first_turn_tokens: {mean: 10, jitter: 20}
+request_timeout: -1s
+`
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadScenario(path)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	want := []string{
+		path + ":2: api:",
+		path + ":3: session_header:",
+		path + ":4: turns:",
+		path + ":5: max_output_tokens:",
+		path + ":6: think_time:",
+		path + ":7: stages[1]:",
+		path + ":7: stages[2]:",
+		path + ":9: warmup:",
+		path + ":10: variants[1]:",
+		path + ":10: variants[2]: duplicate",
+		path + ":11: first_turn_tokens: smallest draw",
+		path + ":12: request_timeout:",
+	}
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error lacks %q", w)
+		}
+	}
+	if n := strings.Count(msg, "\n") + 1; n != len(want) {
+		t.Errorf("%d problems reported, want %d:\n%s", n, len(want), msg)
+	}
+	// Validate on a scenario built in code names the fields without a file.
+	sc := &Scenario{Turns: -1, Stages: []int{0}}
+	err = sc.Validate()
+	if err == nil || !strings.Contains(err.Error(), "turns: must be") || !strings.Contains(err.Error(), "stages[0]:") {
+		t.Errorf("Validate: %v", err)
+	}
+}
+
+func TestLoadScenarioStrict(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string // substrings of the error
+	}{
+		{"unknown field", "name: x\nstagez: [1]\n", []string{"x.yaml:2:", `field stagez not found`}},
+		{"two unknown fields reported together", "nam: x\nstagez: [1]\n", []string{"x.yaml:1:", "x.yaml:2:"}},
+		{"bare number duration", "stage_duration: 180\n", []string{"x.yaml:1:", "Go duration strings"}},
+		{"bad duration", "think_time: 3 minutes\n", []string{"x.yaml:1:"}},
+		{"negative seed", "seed: -1\n", []string{"x.yaml:1:"}},
+		{"unknown token field", "turn_tokens: {mean: 400, sigma: 3}\n", []string{"x.yaml:1:", `"sigma"`}},
+		{"mixed token forms", "turn_tokens: {mean: 400, min: 3, max: 9}\n", []string{"x.yaml:1:", "want an integer"}},
+		{"token list", "turn_tokens: [1, 2]\n", []string{"x.yaml:1:", "want an integer"}},
+		{"token string", "turn_tokens: many\n", []string{"x.yaml:1:", `"many"`}},
+		{"empty", "", []string{"empty"}},
+		{"two documents", "name: a\n---\nname: b\n", []string{"one YAML document"}},
+		{"min above max", "turn_tokens: {min: 9, max: 3}\n", []string{"turn_tokens: min 9 is greater than max 3"}},
+		// A decoding problem and a validation problem are reported together.
+		{"decode and validate", "stagez: 1\napi: grpc\n", []string{"x.yaml:1: field stagez", "x.yaml:2: api:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseScenario([]byte(tt.yaml), "x.yaml")
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestTokenDistributions(t *testing.T) {
+	tests := []struct {
+		yaml    string
+		nominal int
+		spread  TokenRange
+	}{
+		{"turn_tokens: 400", 400, TokenRange{}},
+		{"turn_tokens: {mean: 400}", 400, TokenRange{}},
+		{"turn_tokens: {mean: 400, jitter: 0}", 400, TokenRange{}},
+		{"turn_tokens: {mean: 400, jitter: 50}", 400, TokenRange{350, 450}},
+		{"turn_tokens: {min: 350, max: 450}", 400, TokenRange{350, 450}},
+		{"turn_tokens: {min: 10, max: 10}", 10, TokenRange{}},
+		{"turn_tokens: {min: 1, max: 4}", 2, TokenRange{1, 4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.yaml, func(t *testing.T) {
+			sc, err := ParseScenario([]byte(tt.yaml), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sc.TurnTokens != tt.nominal || sc.TurnSpread != tt.spread {
+				t.Errorf("got %d %+v, want %d %+v", sc.TurnTokens, sc.TurnSpread, tt.nominal, tt.spread)
+			}
+		})
+	}
+}
+
+func TestAffinityOf(t *testing.T) {
+	tests := map[string]bool{"off": false, "on": true, "on-2": true, "off_cold": false}
+	for name, want := range tests {
+		got, err := AffinityOf(name)
+		if err != nil || got != want {
+			t.Errorf("AffinityOf(%q) = %v, %v", name, got, err)
+		}
+	}
+	for _, bad := range []string{"", "onn", "sticky", "on-"} {
+		if _, err := AffinityOf(bad); err == nil {
+			t.Errorf("AffinityOf(%q): no error", bad)
+		}
+	}
+}

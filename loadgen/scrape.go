@@ -1,0 +1,181 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/vllmmetrics"
+)
+
+// ReplicaMetrics names one replica whose vLLM /metrics the runner scrapes.
+type ReplicaMetrics struct {
+	// Name is the replica name as the router reports it (X-Warden-Replica), e.g. "r0",
+	// or "r0/rank1" for DP rank 1 behind one URL.
+	Name string
+	// URL is the server's metrics endpoint, e.g. "http://127.0.0.1:8001/metrics".
+	URL string
+	// Engine is the engine label of this replica's DP rank ("0".."N-1"). "" means the
+	// server as a whole: its only engine, or all its engines summed (running,
+	// waiting and counters summed, KV usage averaged).
+	Engine string
+}
+
+// RequiredSeries are the vLLM series every scrape must find for every replica: the
+// stage figures (replicas busy, prefix hits) are computed from them, and a missing
+// one must never read as 0 (peers.md case 13). vllm:num_preemptions_total is read
+// when present and written as NaN otherwise.
+var RequiredSeries = []string{
+	vllmmetrics.NumRequestsRunning,
+	vllmmetrics.NumRequestsWaiting,
+	vllmmetrics.KVCacheUsagePerc,
+	vllmmetrics.PrefixCacheQueries,
+	vllmmetrics.PrefixCacheHits,
+	vllmmetrics.PromptTokens,
+	vllmmetrics.GenerationTokens,
+}
+
+// Scraper reads the /metrics of a set of replicas into SeriesSamples.
+type Scraper struct {
+	Replicas []ReplicaMetrics
+	HTTP     *http.Client // nil = http.DefaultClient
+	Clock    simclock.Clock
+}
+
+// Scrape fetches each distinct URL once and returns one sample per replica it could
+// read, stamped with the simulated instant the body was read. The error joins every
+// problem: a URL that could not be fetched or parsed (its replicas get no sample), an
+// engine label not found, and required series missing (that sample carries NaN for
+// them). Series a replica lacks are NaN in its sample, never 0.
+func (s *Scraper) Scrape(ctx context.Context, variant string) ([]SeriesSample, error) {
+	client := s.HTTP
+	if client == nil {
+		client = http.DefaultClient
+	}
+	type got struct {
+		snap *vllmmetrics.Snapshot
+		err  error
+		t    time.Duration
+	}
+	byURL := map[string]*got{}
+	var errs []error
+	var out []SeriesSample
+	for _, rm := range s.Replicas {
+		g := byURL[rm.URL]
+		if g == nil {
+			g = &got{}
+			g.snap, g.err = fetchMetrics(ctx, client, rm.URL)
+			g.t = s.Clock.Now()
+			byURL[rm.URL] = g
+			if g.err != nil {
+				errs = append(errs, g.err)
+			}
+		}
+		if g.err != nil {
+			continue
+		}
+		e, err := pickEngine(g.snap, rm.Engine)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("replica %q (%s): %w", rm.Name, rm.URL, err))
+			continue
+		}
+		one := &vllmmetrics.Snapshot{Engines: []*vllmmetrics.Engine{e}}
+		if err := one.Require(RequiredSeries...); err != nil {
+			errs = append(errs, fmt.Errorf("replica %q (%s): %w", rm.Name, rm.URL, err))
+		}
+		smp := sampleOf(e)
+		smp.Variant, smp.Replica = variant, rm.Name
+		smp.T = g.t
+		out = append(out, smp)
+	}
+	return out, errors.Join(errs...)
+}
+
+func fetchMetrics(ctx context.Context, client *http.Client, url string) (*vllmmetrics.Snapshot, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	req.Header.Set("User-Agent", UserAgent)
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("scraping %s: http %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	snap, err := vllmmetrics.Parse(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	return snap, nil
+}
+
+// pickEngine returns the engine with the label, or for "" the only engine or the sum
+// of all of them.
+func pickEngine(snap *vllmmetrics.Snapshot, label string) (*vllmmetrics.Engine, error) {
+	if len(snap.Engines) == 0 {
+		return nil, fmt.Errorf("%w: no vllm: series at all", vllmmetrics.ErrMissingSeries)
+	}
+	if label != "" {
+		if e := snap.Engine(label); e != nil {
+			return e, nil
+		}
+		labels := make([]string, 0, len(snap.Engines))
+		for _, e := range snap.Engines {
+			labels = append(labels, fmt.Sprintf("%q", e.Engine))
+		}
+		return nil, fmt.Errorf("engine %q not found (engines: %s)", label, strings.Join(labels, ", "))
+	}
+	if len(snap.Engines) == 1 {
+		return snap.Engines[0], nil
+	}
+	sum := &vllmmetrics.Engine{Model: snap.Engines[0].Model, Present: map[string]bool{}}
+	for n := range snap.Engines[0].Present {
+		sum.Present[n] = true
+	}
+	for _, e := range snap.Engines {
+		for n := range sum.Present {
+			if !e.Present[n] {
+				delete(sum.Present, n)
+			}
+		}
+		sum.Running += e.Running
+		sum.Waiting += e.Waiting
+		sum.KVUsage += e.KVUsage / float64(len(snap.Engines))
+		sum.PrefixQueries += e.PrefixQueries
+		sum.PrefixHits += e.PrefixHits
+		sum.PromptTokens += e.PromptTokens
+		sum.GenerationTokens += e.GenerationTokens
+		sum.Preemptions += e.Preemptions
+	}
+	return sum, nil
+}
+
+// sampleOf converts one engine's scrape, NaN for every series it lacks.
+func sampleOf(e *vllmmetrics.Engine) SeriesSample {
+	v := func(name string, x float64) float64 {
+		if !e.Present[name] {
+			return math.NaN()
+		}
+		return x
+	}
+	return SeriesSample{
+		Running:          v(vllmmetrics.NumRequestsRunning, e.Running),
+		Waiting:          v(vllmmetrics.NumRequestsWaiting, e.Waiting),
+		KVUsage:          v(vllmmetrics.KVCacheUsagePerc, e.KVUsage),
+		PrefixQueries:    v(vllmmetrics.PrefixCacheQueries, e.PrefixQueries),
+		PrefixHits:       v(vllmmetrics.PrefixCacheHits, e.PrefixHits),
+		PromptTokens:     v(vllmmetrics.PromptTokens, e.PromptTokens),
+		GenerationTokens: v(vllmmetrics.GenerationTokens, e.GenerationTokens),
+		Preemptions:      v(vllmmetrics.NumPreemptions, e.Preemptions),
+	}
+}

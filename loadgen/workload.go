@@ -1,0 +1,308 @@
+package loadgen
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// VocabularySize is the number of distinct pseudo-words the generator draws from.
+const VocabularySize = 4096
+
+// Random streams: each kind of content has its own generator stream, so adding a
+// use of randomness in one place never shifts the content of another.
+const (
+	streamVocab uint64 = iota + 1
+	streamSystem
+	streamKey
+	streamUser
+	streamDevice
+)
+
+// Workload generates the sessions of a scenario: seeded, deterministic and
+// prefix-stable. Session i's content depends only on (Scenario.Seed, i), so both
+// variants and both worlds (HTTP and virtual time) see the same sessions in the
+// same order. A Workload is immutable after NewWorkload and safe for concurrent use;
+// the Sessions it returns are not (one owner at a time).
+//
+// Text is made of pseudo-words from a vocabulary generated from the seed
+// (VocabularySize words of 1 to 4 syllables, 2 to ~14 letters), drawn with a Zipf
+// law (s = 1.1) as words are in natural text, with a line break every 8 to 20 words.
+// A nominal token is one word; the real tokenizer of the server decides the real
+// count (typically more: one pseudo-word is one or more BPE tokens).
+type Workload struct {
+	sc          *Scenario
+	vocab       []string
+	system      string
+	systemWords int
+	device      string
+}
+
+// NewWorkload builds the generator for sc (defaults applied to a copy of sc).
+func NewWorkload(sc *Scenario) *Workload {
+	w := &Workload{sc: sc.WithDefaults()}
+	w.vocab = makeVocabulary(w.rng(streamVocab, 0, 0), VocabularySize)
+	r := w.rng(streamSystem, 0, 0)
+	w.systemWords = draw(r, w.sc.SystemPromptTokens, w.sc.SystemPromptSpread)
+	w.system = w.text(r, w.systemWords)
+	var dev [32]byte
+	fillBytes(w.rng(streamDevice, 0, 0), dev[:])
+	w.device = hex.EncodeToString(dev[:])
+	return w
+}
+
+// Scenario returns the scenario (defaults applied) the workload was built for.
+func (w *Workload) Scenario() *Scenario { return w.sc }
+
+// SystemPrompt returns the system prompt shared by every session.
+func (w *Workload) SystemPrompt() string { return w.system }
+
+// DeviceID returns the 64-hex device id sent in metadata.user_id (one per seed, as
+// one machine running Claude Code has one).
+func (w *Workload) DeviceID() string { return w.device }
+
+// Session returns a fresh session number id (0-based, in start order), with no
+// turn sent yet; its key is derived from (seed, id). Same as SessionFor("", id).
+func (w *Workload) Session(id int64) *Session { return w.SessionFor("", id) }
+
+// SessionFor returns session number id for a variant: its content depends only on
+// (seed, id), exactly as Session(id), but its key is derived from (seed, variant,
+// id). A Loop uses it so each variant presents new conversations to the router: the
+// router's session table (homes kept for an hour) must not carry one variant's
+// placements into the next, while the prompts stay identical for a fair A/B.
+func (w *Workload) SessionFor(variant string, id int64) *Session {
+	var b [16]byte
+	fillBytes(w.rng(streamKey, uint64(id), hashString(variant)), b[:])
+	b[6] = b[6]&0x0f | 0x40 // version 4 layout (random), RFC 9562 section 5.4
+	b[8] = b[8]&0x3f | 0x80 // variant 10
+	h := hex.EncodeToString(b[:])
+	key := h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	return &Session{
+		ID:            id,
+		Key:           key,
+		DeviceID:      w.device,
+		System:        w.system,
+		Turns:         w.sc.Turns,
+		NominalTokens: w.systemWords,
+		w:             w,
+	}
+}
+
+// rng returns the generator of one stream for (a, b), a PCG seeded from the scenario
+// seed and the stream so that streams never overlap by construction.
+func (w *Workload) rng(stream, a, b uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(mix(w.sc.Seed, stream), mix(a, b^0x9e3779b97f4a7c15)))
+}
+
+// hashString is FNV-1a 64 of s (0 for "", so Session(id) keys stay as they were).
+func hashString(s string) uint64 {
+	if s == "" {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// mix combines two words into a well-spread seed (splitmix64 finaliser applied to a
+// combination of both).
+func mix(a, b uint64) uint64 {
+	z := a*0x9e3779b97f4a7c15 + b + 0x632be59bd9b4e019
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func fillBytes(r *rand.Rand, b []byte) {
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+// draw returns a token count: nominal when the range is fixed, else uniform over it.
+func draw(r *rand.Rand, nominal int, tr TokenRange) int {
+	if tr.IsFixed() || tr.Max < tr.Min {
+		return nominal
+	}
+	return tr.Min + r.IntN(tr.Max-tr.Min+1)
+}
+
+var (
+	onsets = []string{"b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
+		"br", "ch", "cl", "dr", "fl", "gr", "pl", "pr", "sh", "st", "th", "tr", ""}
+	nuclei = []string{"a", "e", "i", "o", "u", "a", "e", "o", "ai", "ea", "ou", "io", "y"}
+	codas  = []string{"", "", "", "", "n", "r", "s", "l", "t", "m", "ck", "nd", "st", "x"}
+)
+
+// makeVocabulary returns n distinct pseudo-words of 1 to 4 syllables.
+func makeVocabulary(r *rand.Rand, n int) []string {
+	seen := make(map[string]bool, n)
+	out := make([]string, 0, n)
+	var sb strings.Builder
+	for len(out) < n {
+		sb.Reset()
+		syl := 1
+		switch p := r.IntN(10); {
+		case p >= 9:
+			syl = 4
+		case p >= 7:
+			syl = 3
+		case p >= 3:
+			syl = 2
+		}
+		for range syl {
+			sb.WriteString(onsets[r.IntN(len(onsets))])
+			sb.WriteString(nuclei[r.IntN(len(nuclei))])
+			sb.WriteString(codas[r.IntN(len(codas))])
+		}
+		word := sb.String()
+		if len(word) < 2 || seen[word] {
+			continue
+		}
+		seen[word] = true
+		out = append(out, word)
+	}
+	return out
+}
+
+// text writes n words drawn from the vocabulary.
+func (w *Workload) text(r *rand.Rand, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	z := rand.NewZipf(r, 1.1, 2, uint64(len(w.vocab)-1))
+	var sb strings.Builder
+	sb.Grow(n * 7)
+	line := 8 + r.IntN(13)
+	for i := range n {
+		if i > 0 {
+			if line == 0 {
+				sb.WriteByte('\n')
+				line = 8 + r.IntN(13)
+			} else {
+				sb.WriteByte(' ')
+			}
+		}
+		sb.WriteString(w.vocab[z.Uint64()])
+		line--
+	}
+	return sb.String()
+}
+
+// Session is one synthetic conversation: a shared system prompt, a unique first
+// user message, then later user messages, each turn re-sending the whole history.
+// A session is driven by one owner at a time (the Loop, or the goroutine sending its
+// current turn); it is not safe for concurrent use.
+type Session struct {
+	ID       int64  // index in start order within a variant, from 0
+	Key      string // session id sent to the router: a UUID derived from (seed, variant, ID)
+	DeviceID string // 64 hex, for metadata.user_id
+	System   string // system prompt (the same for every session of a workload)
+	// Messages is the history: user, assistant, user, ... Its first elements never
+	// change once written, so every turn's prompt extends the previous turn's
+	// prompt plus its reply.
+	Messages []Message
+	Turns    int // turns planned, including the first
+	// TurnsDone counts turns whose reply was added.
+	TurnsDone int
+	// NominalTokens is the word count of the whole prompt so far: system prompt, user
+	// messages, and assistant replies (whitespace-separated fields of the reply text).
+	NominalTokens int
+
+	w       *Workload
+	next    int  // index of the next turn to generate
+	pending bool // a turn was generated and awaits its reply
+	failed  bool
+}
+
+// NextTurn appends the next user message and returns the turn to send, wanted at
+// the simulated instant intended. It returns false when the session is done, failed,
+// or still waits for the reply of its previous turn.
+func (s *Session) NextTurn(intended time.Duration) (TurnRequest, bool) {
+	if s.pending || s.failed || s.next >= s.Turns {
+		return TurnRequest{}, false
+	}
+	t := s.next
+	r := s.w.rng(streamUser, uint64(s.ID), uint64(t))
+	n := draw(r, s.w.sc.TurnTokens, s.w.sc.TurnSpread)
+	if t == 0 {
+		n = draw(r, s.w.sc.FirstTurnTokens, s.w.sc.FirstTurnSpread)
+	}
+	s.Messages = append(s.Messages, Message{Role: "user", Content: s.w.text(r, n)})
+	s.NominalTokens += n
+	s.next++
+	s.pending = true
+	return TurnRequest{
+		Session:             s,
+		Turn:                t,
+		Intended:            intended,
+		Messages:            s.Messages[:len(s.Messages):len(s.Messages)],
+		Last:                t == s.Turns-1,
+		NominalPromptTokens: s.NominalTokens,
+	}, true
+}
+
+// AddReply records the assistant's reply to the pending turn (the text the server
+// streamed). It does nothing when no turn awaits a reply.
+func (s *Session) AddReply(text string) {
+	if !s.pending {
+		return
+	}
+	s.Messages = append(s.Messages, Message{Role: "assistant", Content: text})
+	s.NominalTokens += len(strings.Fields(text))
+	s.pending = false
+	s.TurnsDone++
+}
+
+// Awaiting reports whether a turn was generated and its reply not yet added.
+func (s *Session) Awaiting() bool { return s.pending }
+
+// Done reports whether the session has ended: all its turns completed, or a turn
+// failed.
+func (s *Session) Done() bool { return s.failed || s.TurnsDone >= s.Turns }
+
+// Failed reports whether the session ended on a failed turn.
+func (s *Session) Failed() bool { return s.failed }
+
+// fail ends the session: a conversation cannot go on without the reply it lacks.
+func (s *Session) fail() { s.failed, s.pending = true, false }
+
+// UserID returns the metadata.user_id string Claude Code (>= 2.1.78) sends: a JSON
+// document {"device_id":"<64 hex>","account_uuid":"","session_id":"<uuid>"}.
+func (s *Session) UserID() string {
+	b, err := json.Marshal(struct {
+		DeviceID    string `json:"device_id"`
+		AccountUUID string `json:"account_uuid"`
+		SessionID   string `json:"session_id"`
+	}{s.DeviceID, "", s.Key})
+	if err != nil {
+		panic(fmt.Sprintf("encoding user_id: %v", err)) // cannot happen: three strings
+	}
+	return string(b)
+}
+
+// NewResult returns a Result with the turn's identity filled in (variant, session,
+// key, turn, last turn, intended send, nominal size) and token counts not yet known
+// (PromptTokens and CachedTokens -1).
+func (tr TurnRequest) NewResult() Result {
+	r := Result{
+		Variant:             tr.Variant,
+		Turn:                tr.Turn,
+		LastTurn:            tr.Last,
+		Intended:            tr.Intended,
+		PromptTokens:        -1,
+		CachedTokens:        -1,
+		NominalPromptTokens: tr.NominalPromptTokens,
+	}
+	if tr.Session != nil {
+		r.Session = tr.Session.ID
+		r.SessionKey = tr.Session.Key
+	}
+	return r
+}

@@ -1,0 +1,344 @@
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/tw"
+
+	"github.com/lmwarden/warden/loadgen"
+)
+
+// ErrThresholdExceeded is wrapped by Compare's error when a --fail-on threshold is
+// crossed; the CLI maps it to a non-zero exit.
+var ErrThresholdExceeded = errors.New("threshold exceeded")
+
+// ErrScenarioMismatch is wrapped by Compare's error when the two runs used
+// different scenarios (and CompareOptions.AllowScenarioMismatch is false).
+var ErrScenarioMismatch = errors.New("scenarios differ")
+
+// Threshold is a regression gate on one metric, parsed from
+// "[variant/]metric:<sign><limit>[%]", e.g. "output_tokens_per_min:-5%" (fail when
+// output tokens/min drop by more than 5 % of run A's value) or "ttfb_p95_s:+20%"
+// (fail when p95 TTFB rises by more than 20 %), "on/prefix_hits_pct:-3" (fail when
+// the hit rate of variant "on" drops by more than 3 points). The sign is required:
+// it says which direction is a regression. Without a variant the gate applies to
+// every variant; it applies to every stage present in both runs.
+type Threshold struct {
+	Variant   string  // "" = all variants
+	Metric    string  // one of Metrics
+	Direction int     // -1: a drop is a regression; +1: a rise is
+	Limit     float64 // allowed change, >= 0, in percent of A when Relative, else in the metric's unit
+	Relative  bool
+}
+
+// ParseThreshold parses a threshold (see Threshold). It fails for an unknown metric,
+// a missing sign or a malformed number.
+func ParseThreshold(s string) (Threshold, error) {
+	var t Threshold
+	spec, limit, ok := strings.Cut(strings.TrimSpace(s), ":")
+	if !ok {
+		return t, fmt.Errorf("parsing threshold %q: want [variant/]metric:+N%% or -N%%", s)
+	}
+	if v, m, ok := strings.Cut(spec, "/"); ok {
+		t.Variant, spec = v, m
+	}
+	t.Metric = spec
+	if !slices.Contains(Metrics, t.Metric) {
+		return t, fmt.Errorf("parsing threshold %q: unknown metric %q (want one of %s)", s, t.Metric, strings.Join(Metrics, ", "))
+	}
+	switch {
+	case strings.HasPrefix(limit, "+"):
+		t.Direction = 1
+	case strings.HasPrefix(limit, "-"):
+		t.Direction = -1
+	default:
+		return t, fmt.Errorf("parsing threshold %q: limit %q needs a sign: + (a rise fails) or - (a drop fails)", s, limit)
+	}
+	limit = limit[1:]
+	if strings.HasSuffix(limit, "%") {
+		t.Relative = true
+		limit = strings.TrimSuffix(limit, "%")
+	}
+	v, err := strconv.ParseFloat(limit, 64)
+	if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return t, fmt.Errorf("parsing threshold %q: bad limit %q", s, limit)
+	}
+	t.Limit = v
+	return t, nil
+}
+
+// String renders t in the syntax ParseThreshold reads.
+func (t Threshold) String() string {
+	var b strings.Builder
+	if t.Variant != "" {
+		b.WriteString(t.Variant + "/")
+	}
+	b.WriteString(t.Metric + ":")
+	if t.Direction < 0 {
+		b.WriteByte('-')
+	} else {
+		b.WriteByte('+')
+	}
+	b.WriteString(strconv.FormatFloat(t.Limit, 'f', -1, 64))
+	if t.Relative {
+		b.WriteByte('%')
+	}
+	return b.String()
+}
+
+// check returns whether d violates t and why. A change that cannot be computed
+// (n/a on either side, or a relative change from 0) is a violation: a gate must not
+// pass on missing data.
+func (t Threshold) check(d Delta) (bool, string) {
+	change, unit := d.Diff, ""
+	if t.Relative {
+		change, unit = d.RelPct, "%"
+	}
+	if math.IsNaN(change) {
+		return true, "change cannot be computed (n/a)"
+	}
+	if float64(t.Direction)*change > t.Limit {
+		return true, fmt.Sprintf("change %+.4g%s beyond limit %s", change, unit, t)
+	}
+	return false, ""
+}
+
+// CompareOptions tunes Compare.
+type CompareOptions struct {
+	FailOn []Threshold // gates; any violation makes Compare return ErrThresholdExceeded
+	// AllowScenarioMismatch compares runs whose manifests name different scenarios
+	// (by default Compare refuses with ErrScenarioMismatch).
+	AllowScenarioMismatch bool
+}
+
+// StageComparison is one stage of one variant in both runs.
+type StageComparison struct {
+	Variant  string  `json:"variant"`
+	Stage    int     `json:"stage"`
+	Sessions int     `json:"sessions"`
+	Deltas   []Delta `json:"deltas"` // A -> B, one per name in Metrics
+}
+
+// Violation is one crossed threshold.
+type Violation struct {
+	Threshold Threshold
+	Variant   string
+	Sessions  int
+	Delta     Delta
+	Reason    string
+}
+
+// Comparison is the result of Compare: run A as base, run B as candidate.
+type Comparison struct {
+	A, B       string // directories
+	Stages     []StageComparison
+	Violations []Violation
+	Notes      []string // variants or stages present in only one run
+}
+
+// Compare reads two results directories (run A as base, run B as candidate),
+// summarises both the same way Generate does, and prints per variant and stage
+// each metric in A and B, the difference, its 95 % interval and whether it is beyond
+// noise (see Delta). Variants are matched by name, stages by index and
+// concurrency level. It refuses runs whose scenarios differ (ErrScenarioMismatch)
+// unless opts allow it. When a threshold in opts.FailOn is crossed it still prints
+// everything and returns the Comparison with an error wrapping
+// ErrThresholdExceeded. It writes nothing to either directory.
+func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error) {
+	runA, err := Load(a)
+	if err != nil {
+		return nil, fmt.Errorf("comparing runs: %w", err)
+	}
+	runB, err := Load(b)
+	if err != nil {
+		return nil, fmt.Errorf("comparing runs: %w", err)
+	}
+	if diff := scenarioDiff(runA.Manifest.Scenario, runB.Manifest.Scenario); diff != "" && !opts.AllowScenarioMismatch {
+		return nil, fmt.Errorf("comparing runs %s and %s: %w: %s", a, b, ErrScenarioMismatch, diff)
+	}
+	sumsA, err := Summarize(runA)
+	if err != nil {
+		return nil, fmt.Errorf("comparing runs: %s: %w", a, err)
+	}
+	sumsB, err := Summarize(runB)
+	if err != nil {
+		return nil, fmt.Errorf("comparing runs: %s: %w", b, err)
+	}
+
+	c := &Comparison{A: a, B: b}
+	for _, v := range runA.Manifest.Variants {
+		if variantIndex(&runB.Manifest, v.Name) < 0 {
+			c.Notes = append(c.Notes, fmt.Sprintf("variant %q only in %s", v.Name, a))
+			continue
+		}
+		for i := range sumsA {
+			sa := &sumsA[i]
+			if sa.Variant != v.Name {
+				continue
+			}
+			k := slices.IndexFunc(sumsB, func(s Summary) bool {
+				return s.Variant == sa.Variant && s.Stage == sa.Stage && s.Sessions == sa.Sessions
+			})
+			if k < 0 {
+				c.Notes = append(c.Notes, fmt.Sprintf("variant %q stage %d (%d sessions) only in %s", v.Name, sa.Stage, sa.Sessions, a))
+				continue
+			}
+			sc := StageComparison{Variant: v.Name, Stage: sa.Stage, Sessions: sa.Sessions}
+			for _, name := range Metrics {
+				d, _ := NewDelta(name, sa, &sumsB[k]) // names from Metrics are known
+				sc.Deltas = append(sc.Deltas, d)
+				for _, t := range opts.FailOn {
+					if t.Metric != name || (t.Variant != "" && t.Variant != v.Name) {
+						continue
+					}
+					if bad, why := t.check(d); bad {
+						c.Violations = append(c.Violations, Violation{Threshold: t, Variant: v.Name, Sessions: sa.Sessions, Delta: d, Reason: why})
+					}
+				}
+			}
+			c.Stages = append(c.Stages, sc)
+		}
+	}
+	for _, v := range runB.Manifest.Variants {
+		if variantIndex(&runA.Manifest, v.Name) < 0 {
+			c.Notes = append(c.Notes, fmt.Sprintf("variant %q only in %s", v.Name, b))
+		}
+	}
+	for _, t := range opts.FailOn {
+		if t.Variant != "" && !slices.ContainsFunc(c.Stages, func(s StageComparison) bool { return s.Variant == t.Variant }) {
+			c.Violations = append(c.Violations, Violation{Threshold: t, Reason: fmt.Sprintf("variant %q not in both runs: gate cannot be checked", t.Variant)})
+		}
+	}
+
+	if err := c.print(w); err != nil {
+		return c, err
+	}
+	if len(c.Violations) > 0 {
+		return c, fmt.Errorf("comparing runs %s and %s: %w: %d violation(s)", a, b, ErrThresholdExceeded, len(c.Violations))
+	}
+	return c, nil
+}
+
+// scenarioDiff names the scenario fields that differ, "" when equal (two nil
+// scenarios are equal).
+func scenarioDiff(a, b *loadgen.Scenario) string {
+	if a == nil || b == nil {
+		if a == b {
+			return ""
+		}
+		return "one manifest has no scenario"
+	}
+	var ma, mb map[string]any
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	if errA != nil || errB != nil {
+		return "scenario cannot be encoded"
+	}
+	_ = json.Unmarshal(ja, &ma)
+	_ = json.Unmarshal(jb, &mb)
+	var diff []string
+	for k, va := range ma {
+		vb, ok := mb[k]
+		if !ok {
+			diff = append(diff, k)
+			continue
+		}
+		ea, _ := json.Marshal(va)
+		eb, _ := json.Marshal(vb)
+		if string(ea) != string(eb) {
+			diff = append(diff, fmt.Sprintf("%s (%s vs %s)", k, ea, eb))
+		}
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			diff = append(diff, k)
+		}
+	}
+	slices.Sort(diff)
+	return strings.Join(diff, ", ")
+}
+
+// formatFor returns the display format of a metric, as in the reference table.
+func formatFor(metric string) func(float64) string {
+	for _, c := range tableColumns {
+		if c.metric == metric {
+			return c.format
+		}
+	}
+	return fmtPrec(2)
+}
+
+// print writes one table per variant (rows: stage x metric) and the violations.
+func (c *Comparison) print(w io.Writer) error {
+	pf := func(format string, args ...any) error {
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return fmt.Errorf("printing comparison: %w", err)
+		}
+		return nil
+	}
+	if err := pf("A: %s\nB: %s\n", c.A, c.B); err != nil {
+		return err
+	}
+	var variants []string
+	for _, s := range c.Stages {
+		if !slices.Contains(variants, s.Variant) {
+			variants = append(variants, s.Variant)
+		}
+	}
+	for _, v := range variants {
+		if err := pf("\nvariant %s\n", v); err != nil {
+			return err
+		}
+		t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAlignment(tw.AlignRight))
+		t.Header("sessions", "metric", "A", "B", "B - A", "change %", "95% CI +-", "verdict")
+		for _, s := range c.Stages {
+			if s.Variant != v {
+				continue
+			}
+			for _, d := range s.Deltas {
+				f := formatFor(d.Metric)
+				diff := "n/a"
+				if !math.IsNaN(d.Diff) {
+					diff = strconv.FormatFloat(d.Diff, 'f', 3, 64)
+				}
+				ci := "n/a"
+				if !math.IsNaN(d.CIHalf) {
+					ci = strconv.FormatFloat(d.CIHalf, 'f', 3, 64)
+				}
+				rel := "n/a"
+				if !math.IsNaN(d.RelPct) {
+					rel = fmt.Sprintf("%+.1f", d.RelPct)
+				}
+				if err := t.Append([]string{strconv.Itoa(s.Sessions), d.Metric, f(d.Base), f(d.Value), diff, rel, ci, string(d.Noise)}); err != nil {
+					return fmt.Errorf("printing comparison: %w", err)
+				}
+			}
+		}
+		if err := t.Render(); err != nil {
+			return fmt.Errorf("printing comparison: %w", err)
+		}
+	}
+	for _, n := range c.Notes {
+		if err := pf("note: %s\n", n); err != nil {
+			return err
+		}
+	}
+	for _, v := range c.Violations {
+		where := ""
+		if v.Variant != "" {
+			where = fmt.Sprintf(" (variant %s, %d sessions)", v.Variant, v.Sessions)
+		}
+		if err := pf("FAIL %s%s: %s\n", v.Threshold, where, v.Reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}

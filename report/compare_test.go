@@ -1,0 +1,146 @@
+package report
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/lmwarden/warden/loadgen"
+)
+
+func TestParseThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    Threshold
+		wantErr bool
+	}{
+		{in: "output_tokens_per_min:-5%", want: Threshold{Metric: MetricOutputTokensPerMin, Direction: -1, Limit: 5, Relative: true}},
+		{in: "ttfb_p95_s:+20%", want: Threshold{Metric: MetricTTFBP95S, Direction: 1, Limit: 20, Relative: true}},
+		{in: "on/prefix_hits_pct:-3", want: Threshold{Variant: "on", Metric: MetricPrefixHitsPct, Direction: -1, Limit: 3}},
+		{in: "ttfb_p50_s:+0.25", want: Threshold{Metric: MetricTTFBP50S, Direction: 1, Limit: 0.25}},
+		{in: "ttfb_p50_s:20%", wantErr: true},   // no sign: direction unknown
+		{in: "bogus:+1%", wantErr: true},        // unknown metric
+		{in: "ttfb_p50_s", wantErr: true},       // no limit
+		{in: "ttfb_p50_s:+abc%", wantErr: true}, // not a number
+		{in: "ttfb_p50_s:+-5%", wantErr: true},  // negative magnitude
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseThreshold(tc.in)
+			if tc.wantErr {
+				if err == nil {
+					t.Errorf("no error, got %+v", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+			if got.String() != tc.in {
+				t.Errorf("String() = %q, want %q", got.String(), tc.in)
+			}
+		})
+	}
+}
+
+// scaledRun returns the synthetic run with every turn's output tokens scaled by
+// f (f < 1: a throughput regression).
+func scaledRun(f float64) (*loadgen.Manifest, []loadgen.Result, []loadgen.SeriesSample) {
+	m, results, series := syntheticRun()
+	for i := range results {
+		results[i].OutputTokens = int(float64(results[i].OutputTokens) * f)
+	}
+	return m, results, series
+}
+
+func TestCompare(t *testing.T) {
+	dirA := t.TempDir()
+	m, r, s := syntheticRun()
+	writeRunDir(t, dirA, m, r, s)
+	dirB := t.TempDir()
+	m, r, s = scaledRun(0.9) // 10 % fewer output tokens
+	writeRunDir(t, dirB, m, r, s)
+
+	gate := func(s string) Threshold {
+		th, err := ParseThreshold(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return th
+	}
+	for _, tc := range []struct {
+		name       string
+		failOn     []string
+		violations int
+	}{
+		{"no gates", nil, 0},
+		{"loose gate passes", []string{"output_tokens_per_min:-15%"}, 0},
+		{"tight gate fails every stage of both variants", []string{"output_tokens_per_min:-5%"}, 6},
+		{"variant filter", []string{"on/output_tokens_per_min:-5%"}, 3},
+		{"rise gate ignores a drop", []string{"output_tokens_per_min:+5%"}, 0},
+		{"unknown variant cannot pass", []string{"nope/output_tokens_per_min:-5%"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts CompareOptions
+			for _, g := range tc.failOn {
+				opts.FailOn = append(opts.FailOn, gate(g))
+			}
+			var out bytes.Buffer
+			c, err := Compare(dirA, dirB, &out, opts)
+			if tc.violations == 0 && err != nil {
+				t.Fatalf("Compare: %v", err)
+			}
+			if tc.violations > 0 && !errors.Is(err, ErrThresholdExceeded) {
+				t.Fatalf("Compare error %v, want ErrThresholdExceeded", err)
+			}
+			if c == nil || len(c.Violations) != tc.violations {
+				t.Fatalf("violations %v, want %d", c.Violations, tc.violations)
+			}
+			if len(c.Stages) != 6 {
+				t.Errorf("%d stage comparisons, want 6", len(c.Stages))
+			}
+			if tc.violations > 0 && !strings.Contains(out.String(), "FAIL ") {
+				t.Errorf("output does not show the failure:\n%s", out.String())
+			}
+		})
+	}
+
+	t.Run("delta values", func(t *testing.T) {
+		c, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sc := range c.Stages {
+			d := sc.Deltas[1] // output_tokens_per_min
+			// int(x * 0.9) truncates, so the drop is a little over 10 %.
+			if d.Metric != MetricOutputTokensPerMin || d.RelPct > -10 || d.RelPct < -10.5 {
+				t.Errorf("%s/%d: %s change %v%%, want about -10%%", sc.Variant, sc.Sessions, d.Metric, d.RelPct)
+			}
+			if p := sc.Deltas[2]; p.Diff != 0 || p.Noise != WithinNoise {
+				t.Errorf("%s/%d: TTFB p50 changed (%v, %s) although only tokens did", sc.Variant, sc.Sessions, p.Diff, p.Noise)
+			}
+		}
+	})
+}
+
+func TestCompareScenarioMismatch(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	m, r, s := syntheticRun()
+	writeRunDir(t, dirA, m, r, s)
+	m.Scenario.Seed = 8
+	m.Scenario.TurnTokens = 500
+	writeRunDir(t, dirB, m, r, s)
+	_, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{})
+	if !errors.Is(err, ErrScenarioMismatch) {
+		t.Fatalf("error %v, want ErrScenarioMismatch", err)
+	}
+	if !strings.Contains(err.Error(), "seed (7 vs 8)") || !strings.Contains(err.Error(), "turn_tokens") {
+		t.Errorf("error does not name the differing fields: %v", err)
+	}
+	if _, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{AllowScenarioMismatch: true}); err != nil {
+		t.Errorf("with AllowScenarioMismatch: %v", err)
+	}
+}

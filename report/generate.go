@@ -1,0 +1,52 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+)
+
+// Generate reads the results directory dir (manifest.json, turns.jsonl,
+// series.csv; it never runs anything), computes the stage summaries and writes,
+// each atomically (temporary file + rename), into dir:
+//
+//	results.csv   one row per variant x stage (CSVColumns)
+//	results.json  summaries and off -> on deltas (ResultsJSON)
+//	summary.md    reference-style table and details (SummaryMarkdown)
+//	*.png         figures (WritePlots)
+//
+// It then prints the reference-style table to w. Missing data never fails the
+// report: it shows as "n/a" with a note. Errors come from reading the directory,
+// an empty manifest, drawing or writing files.
+func Generate(dir string, w io.Writer) error {
+	run, err := Load(dir)
+	if err != nil {
+		return fmt.Errorf("generating report for %s: %w", dir, err)
+	}
+	sums, err := Summarize(run)
+	if err != nil {
+		return fmt.Errorf("generating report for %s: %w", dir, err)
+	}
+	figures, err := WritePlots(dir, run, sums)
+	if err != nil {
+		return fmt.Errorf("generating report for %s: %w", dir, err)
+	}
+	csvData, err := ResultsCSV(sums)
+	if err != nil {
+		return fmt.Errorf("generating report for %s: %w", dir, err)
+	}
+	jsonData, err := ResultsJSON(&run.Manifest, sums)
+	if err != nil {
+		return fmt.Errorf("generating report for %s: %w", dir, err)
+	}
+	md := SummaryMarkdown(&run.Manifest, sums, figures)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{ResultsCSVFile, csvData}, {ResultsJSONFile, jsonData}, {SummaryMDFile, md}} {
+		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+			return fmt.Errorf("generating report for %s: %w", dir, err)
+		}
+	}
+	return WriteTable(w, &run.Manifest, sums)
+}

@@ -1,0 +1,477 @@
+package report
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/loadgen"
+)
+
+// Histogram bounds for TTFB, in microseconds: 1 µs to 1 h with 3 significant digits
+// (a relative error of at most 0.1 % on every quantile). A TTFB above 1 h is
+// recorded as 1 h. The default per-turn timeout (loadgen.Scenario.RequestTimeout) is
+// 10 min, so the clamp does not bite in practice.
+const (
+	ttfbLowestUS  = 1
+	ttfbHighestUS = int64(time.Hour / time.Microsecond)
+	ttfbSigFigs   = 3
+)
+
+// SubWindow is the length of the sub-windows a measured window is cut into to
+// estimate noise: the window of length W is cut into n = max(1, round(W/SubWindow))
+// equal parts, the metric is computed in each part, and its standard error is
+// sd(parts)/sqrt(n). With 3-minute stages that is 3 one-minute values.
+const SubWindow = time.Minute
+
+// z95 is the two-sided 95 % normal quantile used for confidence intervals.
+const z95 = 1.96
+
+// Summary is the figure set of one stage of one variant, computed over the stage's
+// measured window [Start+Warmup, End) (loadgen.StageWindow). A value that cannot be
+// computed (no samples, no OK turns, a series the scraper did not find, a zero
+// denominator) is NaN, printed "n/a" and written as an empty CSV cell or JSON null;
+// it is never 0 (peers.md case 13). Notes say why.
+//
+// Attribution (docs/DESIGN-NOTES.md, "Stage rule"): a turn belongs to the window
+// that contains its Done instant; a session is completed in the window that
+// contains the Done instant of its last turn, if that turn was OK.
+type Summary struct {
+	Variant     string        `json:"variant"`         // loadgen.Variant.Name, e.g. "off" or "on"
+	Affinity    bool          `json:"affinity"`        // loadgen.Variant.Affinity
+	Stage       int           `json:"stage"`           // 0-based index in loadgen.Variant.Stages
+	Sessions    int           `json:"sessions"`        // concurrent sessions held in the stage
+	WindowStart time.Duration `json:"window_start_ns"` // Start+Warmup, simulated time
+	WindowEnd   time.Duration `json:"window_end_ns"`   // End (exclusive)
+	Complete    bool          `json:"complete"`        // loadgen.StageWindow.Complete
+
+	// Turns done in the window: OK (status 200, no error) and failed.
+	TurnsOK     int `json:"turns_ok"`
+	TurnsFailed int `json:"turns_failed"`
+
+	// SessionsCompleted counts sessions whose last turn is done OK in the window;
+	// SessionsPerH is that count scaled to an hour: SessionsCompleted * 3600 / window_s.
+	SessionsCompleted int     `json:"sessions_completed"`
+	SessionsPerH      float64 `json:"sessions_per_h"`
+
+	// OutputTokensPerMin is the sum of Result.OutputTokens (server-counted
+	// completion tokens) of OK turns done in the window, per minute of window.
+	OutputTokensPerMin float64 `json:"output_tokens_per_min"`
+
+	// TTFB quantiles in seconds over OK turns done in the window that produced a
+	// token (Result.TTFB() > 0): client side, Sent to FirstToken. Computed with an
+	// HDR histogram at microsecond resolution, 3 significant digits; a quantile is
+	// the nearest-rank value (hdrhistogram-go ValueAtQuantile).
+	TTFBP50S float64 `json:"ttfb_p50_s"`
+	TTFBP95S float64 `json:"ttfb_p95_s"`
+
+	// ReplicasBusy is the mean number of replicas with running > 0
+	// (vllm:num_requests_running) per poll in the window. Computed per replica as
+	// the share of its polls in the window with running > 0, summed over replicas:
+	// equal to the mean over poll instants of the busy count when all replicas are
+	// polled at the same instants, and robust to a missed poll when they are not.
+	// Not GPU utilisation.
+	ReplicasBusy float64 `json:"replicas_busy"`
+
+	// Prefix-cache counters (vllm:prefix_cache_queries_total, _hits_total, in
+	// tokens) as deltas over the window, summed over replicas: from the last sample
+	// at or before the window start (or the replica's first sample, if it has none
+	// before) to the last sample at or before the window end, adding reset-aware
+	// deltas (vllmmetrics.CounterDelta) between consecutive samples so a restart in
+	// the window loses nothing. PrefixHitsPct = 100 * hits / queries.
+	PrefixQueriesTokens float64 `json:"prefix_queries_tokens"`
+	PrefixHitsTokens    float64 `json:"prefix_hits_tokens"`
+	PrefixHitsPct       float64 `json:"prefix_hits_pct"`
+
+	// StayedPct is the share, in percent, of OK later turns (Turn > 0) done in the
+	// window that were served by the replica that served the session's turn 0
+	// (Result.Replica, from the router's X-Warden-Replica header). Turns whose own
+	// replica or whose session's first replica is unknown are left out.
+	StayedTurns int     `json:"stayed_turns"`
+	MovedTurns  int     `json:"moved_turns"`
+	StayedPct   float64 `json:"stayed_pct"`
+
+	// UsageCachedPct is the server's per-request view of the same hit rate:
+	// 100 * sum(CachedTokens) / sum(PromptTokens) over OK turns in the window whose
+	// usage reported cached tokens (CachedTokens >= 0).
+	UsageCachedPct float64 `json:"usage_cached_pct"`
+
+	// Mean prompt size of OK turns in the window: server-counted (usage
+	// prompt_tokens, after chat template and real tokenizer) and nominal (the
+	// generator's word count).
+	PromptTokensMean        float64 `json:"prompt_tokens_mean"`
+	NominalPromptTokensMean float64 `json:"nominal_prompt_tokens_mean"`
+
+	// Noise estimates from SubWindows equal sub-windows (see SubWindow): the
+	// standard error of the metric's per-sub-window values. NaN with fewer than two
+	// sub-windows holding data.
+	SubWindows               int     `json:"sub_windows"`
+	OutputTokensPerMinStdErr float64 `json:"output_tokens_per_min_stderr"`
+	TTFBP50StdErrS           float64 `json:"ttfb_p50_stderr_s"`
+	TTFBP95StdErrS           float64 `json:"ttfb_p95_stderr_s"`
+
+	// Accounting is the harness's own turn accounting at the end of the window,
+	// copied from the manifest (peers.md case 14).
+	Accounting Accounting `json:"accounting"`
+
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Accounting is loadgen.StageWindow's turn accounting. Balanced reports whether
+// Started == Completed + Failed + InFlight; an unbalanced stage means the harness
+// lost turns and its figures are suspect.
+type Accounting struct {
+	Started   int  `json:"turns_started"`
+	Completed int  `json:"turns_completed"`
+	Failed    int  `json:"turns_failed"`
+	InFlight  int  `json:"turns_in_flight"`
+	Balanced  bool `json:"balanced"`
+}
+
+// WindowSeconds is the length of the measured window in seconds.
+func (s *Summary) WindowSeconds() float64 { return (s.WindowEnd - s.WindowStart).Seconds() }
+
+// Summarize computes one Summary per stage of every variant in run.Manifest, in
+// manifest order (variants, then stages). It fails only when the manifest has no
+// variant; missing data shows as NaN values with notes.
+func Summarize(run *Run) ([]Summary, error) {
+	if len(run.Manifest.Variants) == 0 {
+		return nil, errors.New("summarizing run: manifest lists no variant")
+	}
+	byVariant := make(map[string][]*loadgen.Result)
+	for i := range run.Results {
+		r := &run.Results[i]
+		byVariant[r.Variant] = append(byVariant[r.Variant], r)
+	}
+	seriesByVariant := make(map[string][]loadgen.SeriesSample)
+	for _, s := range run.Series {
+		seriesByVariant[s.Variant] = append(seriesByVariant[s.Variant], s)
+	}
+
+	var out []Summary
+	for _, v := range run.Manifest.Variants {
+		results := byVariant[v.Name]
+		// Replica that served each session's turn 0: where it was placed.
+		placed := make(map[int64]string)
+		for _, r := range results {
+			if r.Turn == 0 && r.Replica != "" {
+				placed[r.Session] = r.Replica
+			}
+		}
+		replicas := groupSeries(seriesByVariant[v.Name])
+		for i, st := range v.Stages {
+			s := Summary{
+				Variant:     v.Name,
+				Affinity:    v.Affinity,
+				Stage:       i,
+				Sessions:    st.Sessions,
+				WindowStart: st.Start + st.Warmup,
+				WindowEnd:   st.End,
+				Complete:    st.Complete,
+				Accounting: Accounting{
+					Started:   st.Started,
+					Completed: st.Completed,
+					Failed:    st.Failed,
+					InFlight:  st.InFlight,
+					Balanced:  st.Started == st.Completed+st.Failed+st.InFlight,
+				},
+			}
+			summarizeTurns(&s, results, placed)
+			summarizeSeries(&s, replicas)
+			if !s.Complete {
+				s.note("stage did not complete (run interrupted): figures cover a partial window")
+			}
+			if !s.Accounting.Balanced {
+				s.note(fmt.Sprintf("turn accounting does not balance: started %d != completed %d + failed %d + in flight %d",
+					st.Started, st.Completed, st.Failed, st.InFlight))
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (s *Summary) note(msg string) { s.Notes = append(s.Notes, msg) }
+
+// contains reports whether t lies in the half-open window [start, end).
+func contains(start, end, t time.Duration) bool { return t >= start && t < end }
+
+// summarizeTurns fills the per-turn columns of s from the variant's results.
+func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]string) {
+	nan := math.NaN()
+	w := s.WindowSeconds()
+	if w <= 0 {
+		s.note("empty measured window (warm-up covers the stage)")
+	}
+
+	var inWindow []*loadgen.Result
+	for _, r := range results {
+		if contains(s.WindowStart, s.WindowEnd, r.Done) {
+			inWindow = append(inWindow, r)
+		}
+	}
+
+	var outTokens, promptSum, nominalSum int64
+	var cachedSum, cachedPromptSum int64
+	hist := newTTFBHistogram()
+	for _, r := range inWindow {
+		if !r.OK() {
+			s.TurnsFailed++
+			continue
+		}
+		s.TurnsOK++
+		outTokens += int64(r.OutputTokens)
+		promptSum += int64(r.PromptTokens)
+		nominalSum += int64(r.NominalPromptTokens)
+		if r.CachedTokens >= 0 {
+			cachedSum += int64(r.CachedTokens)
+			cachedPromptSum += int64(r.PromptTokens)
+		}
+		if r.LastTurn {
+			s.SessionsCompleted++
+		}
+		recordTTFB(hist, r)
+		if r.Turn > 0 {
+			first, ok := placed[r.Session]
+			switch {
+			case !ok || r.Replica == "":
+				// Unknown placement or unknown server: cannot say.
+			case r.Replica == first:
+				s.StayedTurns++
+			default:
+				s.MovedTurns++
+			}
+		}
+	}
+
+	s.SessionsPerH, s.OutputTokensPerMin = nan, nan
+	if w > 0 {
+		s.SessionsPerH = float64(s.SessionsCompleted) * 3600 / w
+		s.OutputTokensPerMin = float64(outTokens) * 60 / w
+	}
+	s.TTFBP50S, s.TTFBP95S = quantileS(hist, 50), quantileS(hist, 95)
+	if hist.TotalCount() == 0 {
+		s.note("no OK turn with a first token in the window: TTFB n/a")
+	}
+	s.StayedPct = pct(float64(s.StayedTurns), float64(s.StayedTurns+s.MovedTurns))
+	s.UsageCachedPct = pct(float64(cachedSum), float64(cachedPromptSum))
+	s.PromptTokensMean, s.NominalPromptTokensMean = nan, nan
+	if s.TurnsOK > 0 {
+		s.PromptTokensMean = float64(promptSum) / float64(s.TurnsOK)
+		s.NominalPromptTokensMean = float64(nominalSum) / float64(s.TurnsOK)
+	}
+
+	// Noise: per-sub-window values.
+	s.OutputTokensPerMinStdErr, s.TTFBP50StdErrS, s.TTFBP95StdErrS = nan, nan, nan
+	if w <= 0 {
+		return
+	}
+	n := max(1, int(math.Round(float64(s.WindowEnd-s.WindowStart)/float64(SubWindow))))
+	s.SubWindows = n
+	length := (s.WindowEnd - s.WindowStart) / time.Duration(n)
+	tokens := make([]float64, n)
+	hists := make([]*hdrhistogram.Histogram, n)
+	for k := range hists {
+		hists[k] = newTTFBHistogram()
+	}
+	for _, r := range inWindow {
+		if !r.OK() {
+			continue
+		}
+		k := min(n-1, int((r.Done-s.WindowStart)/length))
+		tokens[k] += float64(r.OutputTokens)
+		recordTTFB(hists[k], r)
+	}
+	var p50s, p95s []float64
+	for k := range n {
+		tokens[k] *= 60 / length.Seconds()
+		if hists[k].TotalCount() > 0 {
+			p50s = append(p50s, quantileS(hists[k], 50))
+			p95s = append(p95s, quantileS(hists[k], 95))
+		}
+	}
+	_, s.OutputTokensPerMinStdErr = meanStdErr(tokens)
+	_, s.TTFBP50StdErrS = meanStdErr(p50s)
+	_, s.TTFBP95StdErrS = meanStdErr(p95s)
+}
+
+func newTTFBHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(ttfbLowestUS, ttfbHighestUS, ttfbSigFigs)
+}
+
+// recordTTFB records r's TTFB in microseconds if it produced a token.
+func recordTTFB(h *hdrhistogram.Histogram, r *loadgen.Result) {
+	d := r.TTFB()
+	if d <= 0 {
+		return
+	}
+	us := min(max(int64(d/time.Microsecond), ttfbLowestUS), ttfbHighestUS)
+	// Cannot fail: us is within the histogram's trackable range.
+	_ = h.RecordValue(us)
+}
+
+// quantileS returns the q-th percentile in seconds, NaN for an empty histogram.
+func quantileS(h *hdrhistogram.Histogram, q float64) float64 {
+	if h.TotalCount() == 0 {
+		return math.NaN()
+	}
+	return float64(h.ValueAtQuantile(q)) / 1e6
+}
+
+// pct returns 100*num/den, NaN when den is 0 or either is NaN.
+func pct(num, den float64) float64 {
+	if den == 0 || math.IsNaN(num) || math.IsNaN(den) {
+		return math.NaN()
+	}
+	return 100 * num / den
+}
+
+// meanStdErr returns the mean and the standard error of the mean (sample standard
+// deviation / sqrt(n)); the standard error is NaN for fewer than two values.
+func meanStdErr(v []float64) (mean, se float64) {
+	if len(v) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	for _, x := range v {
+		mean += x
+	}
+	mean /= float64(len(v))
+	if len(v) < 2 {
+		return mean, math.NaN()
+	}
+	var ss float64
+	for _, x := range v {
+		ss += (x - mean) * (x - mean)
+	}
+	sd := math.Sqrt(ss / float64(len(v)-1))
+	return mean, sd / math.Sqrt(float64(len(v)))
+}
+
+// replicaSeries is one replica's samples of one variant, sorted by time.
+type replicaSeries struct {
+	name    string
+	samples []loadgen.SeriesSample
+}
+
+// groupSeries splits samples by replica (sorted by name) and sorts each by T.
+func groupSeries(samples []loadgen.SeriesSample) []replicaSeries {
+	idx := make(map[string]int)
+	var out []replicaSeries
+	for _, s := range samples {
+		i, ok := idx[s.Replica]
+		if !ok {
+			i = len(out)
+			idx[s.Replica] = i
+			out = append(out, replicaSeries{name: s.Replica})
+		}
+		out[i].samples = append(out[i].samples, s)
+	}
+	for i := range out {
+		slices.SortStableFunc(out[i].samples, func(a, b loadgen.SeriesSample) int { return cmp.Compare(a.T, b.T) })
+	}
+	slices.SortFunc(out, func(a, b replicaSeries) int { return cmp.Compare(a.name, b.name) })
+	return out
+}
+
+// counterDelta is the reset-aware increase of a cumulative counter over a window,
+// read from samples: from the last sample at or before start (or, if there is none,
+// the first sample at or before end) to the last sample at or before end, summing
+// vllmmetrics.CounterDelta over consecutive samples. ok is false when no sample lies
+// at or before end. A NaN counter value gives NaN.
+func counterDelta(samples []loadgen.SeriesSample, start, end time.Duration, value func(loadgen.SeriesSample) float64) (delta float64, ok bool) {
+	first, last := -1, -1
+	for i, s := range samples {
+		if s.T <= start {
+			first = i
+		}
+		if s.T <= end {
+			last = i
+		}
+	}
+	if last < 0 {
+		return 0, false
+	}
+	if first < 0 {
+		first = 0 // no sample before the window: start from the first one in it
+	}
+	for i := first + 1; i <= last; i++ {
+		delta += vllmmetrics.CounterDelta(value(samples[i-1]), value(samples[i]))
+	}
+	if math.IsNaN(value(samples[first])) {
+		delta = math.NaN()
+	}
+	return delta, true
+}
+
+// summarizeSeries fills ReplicasBusy and the prefix-cache columns of s.
+func summarizeSeries(s *Summary, replicas []replicaSeries) {
+	nan := math.NaN()
+	s.ReplicasBusy, s.PrefixHitsPct = nan, nan
+	s.PrefixQueriesTokens, s.PrefixHitsTokens = nan, nan
+	if len(replicas) == 0 {
+		s.note("no series samples for this variant: replicas busy and prefix hits n/a")
+		return
+	}
+
+	// Replicas busy.
+	busy, polled := 0.0, 0
+	for _, rs := range replicas {
+		n, running := 0, 0.0
+		for _, x := range rs.samples {
+			if !contains(s.WindowStart, s.WindowEnd, x.T) {
+				continue
+			}
+			n++
+			switch {
+			case math.IsNaN(x.Running):
+				running = nan
+			case x.Running > 0:
+				running++
+			}
+		}
+		if n > 0 {
+			polled++
+			busy += running / float64(n)
+		}
+	}
+	switch {
+	case polled == 0:
+		s.note("no series sample inside the window: replicas busy n/a")
+	case math.IsNaN(busy):
+		s.note("running-requests series missing from some sample: replicas busy n/a")
+	default:
+		s.ReplicasBusy = busy
+	}
+
+	// Prefix hits.
+	queries, hits, counted := 0.0, 0.0, 0
+	for _, rs := range replicas {
+		q, ok := counterDelta(rs.samples, s.WindowStart, s.WindowEnd, func(x loadgen.SeriesSample) float64 { return x.PrefixQueries })
+		if !ok {
+			continue
+		}
+		h, _ := counterDelta(rs.samples, s.WindowStart, s.WindowEnd, func(x loadgen.SeriesSample) float64 { return x.PrefixHits })
+		queries += q
+		hits += h
+		counted++
+	}
+	switch {
+	case counted == 0:
+		s.note("no series sample at or before the window end: prefix hits n/a")
+		return
+	case math.IsNaN(queries) || math.IsNaN(hits):
+		s.note("prefix-cache counters missing from some sample: prefix hits n/a")
+		return
+	}
+	s.PrefixQueriesTokens, s.PrefixHitsTokens = queries, hits
+	if queries == 0 {
+		s.note("no prefix-cache queries in the window: prefix hits n/a")
+	}
+	s.PrefixHitsPct = pct(hits, queries)
+}

@@ -1,0 +1,282 @@
+package report
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/loadgen"
+)
+
+// hdrClose reports whether got is within the HDR histogram's resolution (3
+// significant digits: relative error <= 0.1 %) of want.
+func hdrClose(got, want float64) bool { return math.Abs(got-want) <= want*1e-3 }
+
+func approx(got, want float64) bool { return math.Abs(got-want) <= 1e-9*math.Max(1, math.Abs(want)) }
+
+func loadSummaries(t *testing.T, m *loadgen.Manifest, results []loadgen.Result, series []loadgen.SeriesSample) []Summary {
+	t.Helper()
+	dir := t.TempDir()
+	writeRunDir(t, dir, m, results, series)
+	run, err := Load(dir)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	sums, err := Summarize(run)
+	if err != nil {
+		t.Fatalf("Summarize: %v", err)
+	}
+	return sums
+}
+
+// turnsFixture: two stages of one variant; the second has a 10 s warm-up.
+func turnsFixture() (*loadgen.Manifest, []loadgen.Result) {
+	m := &loadgen.Manifest{
+		RunID: "turns", Scenario: testScenario([]int{2, 4}, time.Minute), Replicas: []string{"r0", "r1", "r2", "r3"},
+		Variants: []loadgen.Variant{{Name: "off", Stages: []loadgen.StageWindow{
+			{Sessions: 2, Start: 0, End: sec(60), Complete: true, Started: 7, Completed: 6, Failed: 1},
+			{Sessions: 4, Start: sec(60), End: sec(120), Warmup: sec(10), Complete: true, Started: 3, Completed: 1, InFlight: 1},
+		}}},
+	}
+	failed := okTurn("off", 2, 0, "r3", 45, 0, 50, 0)
+	failed.Status, failed.Err, failed.FirstToken, failed.OutputTokens = 502, "bad gateway", 0, 0
+	lastOfS1 := okTurn("off", 1, 1, "r2", 40, 10, 59.999, 100)
+	lastOfS1.LastTurn = true
+	lateLast := okTurn("off", 0, 4, "r0", 60, 0.5, 80, 100)
+	lateLast.LastTurn = true
+	cachedA := okTurn("off", 0, 1, "r0", 10, 2, 20, 100)
+	cachedA.CachedTokens = 600
+	cachedB := okTurn("off", 0, 2, "r1", 20, 3, 30, 100)
+	cachedB.CachedTokens = 0
+	return m, []loadgen.Result{
+		okTurn("off", 0, 0, "r0", 0, 1, 10, 100), // placed on r0
+		cachedA,                                  // stayed
+		cachedB,                                  // moved to r1
+		okTurn("off", 1, 0, "r2", 0, 4, 40, 100), // placed on r2
+		lastOfS1,                                 // stayed, session done just before the boundary
+		failed,                                   // failed turn: counted, not in TTFB
+		okTurn("off", 0, 3, "r0", 30, 1, 60, 100), // done exactly at the boundary: stage 1, inside its warm-up
+		lateLast, // stage 1 measured window
+		okTurn("off", 3, 0, "r1", 100, 1, 130, 100), // done after the last stage: nowhere
+	}
+}
+
+func TestSummarizeTurns(t *testing.T) {
+	m, results := turnsFixture()
+	sums := loadSummaries(t, m, results, nil)
+	if len(sums) != 2 {
+		t.Fatalf("got %d summaries, want 2", len(sums))
+	}
+	s0, s1 := sums[0], sums[1]
+	t.Run("stage0", func(t *testing.T) {
+		if s0.TurnsOK != 5 || s0.TurnsFailed != 1 {
+			t.Errorf("turns ok/failed = %d/%d, want 5/1", s0.TurnsOK, s0.TurnsFailed)
+		}
+		if s0.SessionsCompleted != 1 || !approx(s0.SessionsPerH, 60) {
+			t.Errorf("sessions completed %d, per h %v; want 1, 60", s0.SessionsCompleted, s0.SessionsPerH)
+		}
+		if !approx(s0.OutputTokensPerMin, 500) {
+			t.Errorf("output tokens/min = %v, want 500", s0.OutputTokensPerMin)
+		}
+		// TTFBs 1, 2, 3, 4, 10 s: nearest rank p50 = 3 s, p95 = 10 s.
+		if !hdrClose(s0.TTFBP50S, 3) || !hdrClose(s0.TTFBP95S, 10) {
+			t.Errorf("TTFB p50/p95 = %v/%v, want 3/10", s0.TTFBP50S, s0.TTFBP95S)
+		}
+		if s0.StayedTurns != 2 || s0.MovedTurns != 1 || !approx(s0.StayedPct, 200.0/3) {
+			t.Errorf("stayed %d moved %d pct %v; want 2, 1, 66.67", s0.StayedTurns, s0.MovedTurns, s0.StayedPct)
+		}
+		// Only two turns reported cached tokens: 600 of 2000 prompt tokens.
+		if !approx(s0.UsageCachedPct, 30) {
+			t.Errorf("usage cached = %v, want 30", s0.UsageCachedPct)
+		}
+		if !approx(s0.PromptTokensMean, 1000) || !approx(s0.NominalPromptTokensMean, 900) {
+			t.Errorf("prompt mean %v nominal %v; want 1000, 900", s0.PromptTokensMean, s0.NominalPromptTokensMean)
+		}
+		if s0.SubWindows != 1 || !math.IsNaN(s0.OutputTokensPerMinStdErr) || !math.IsNaN(s0.TTFBP50StdErrS) {
+			t.Errorf("one-minute window: sub-windows %d, stderr %v/%v; want 1, NaN, NaN",
+				s0.SubWindows, s0.OutputTokensPerMinStdErr, s0.TTFBP50StdErrS)
+		}
+		if !s0.Accounting.Balanced {
+			t.Errorf("accounting 7 = 6 + 1 + 0 reported unbalanced")
+		}
+	})
+	t.Run("stage1", func(t *testing.T) {
+		if s1.WindowStart != sec(70) || s1.WindowEnd != sec(120) {
+			t.Errorf("window [%v, %v), want [70s, 120s)", s1.WindowStart, s1.WindowEnd)
+		}
+		// The turn done at 60 s lies in the warm-up; the one at 130 s after the end.
+		if s1.TurnsOK != 1 || s1.TurnsFailed != 0 {
+			t.Errorf("turns ok/failed = %d/%d, want 1/0", s1.TurnsOK, s1.TurnsFailed)
+		}
+		if !approx(s1.SessionsPerH, 72) || !approx(s1.OutputTokensPerMin, 120) {
+			t.Errorf("sessions/h %v tokens/min %v; want 72, 120 (50 s window)", s1.SessionsPerH, s1.OutputTokensPerMin)
+		}
+		if !hdrClose(s1.TTFBP50S, 0.5) || !approx(s1.StayedPct, 100) {
+			t.Errorf("p50 %v stayed %v; want 0.5, 100", s1.TTFBP50S, s1.StayedPct)
+		}
+		if !math.IsNaN(s1.UsageCachedPct) {
+			t.Errorf("usage cached = %v, want NaN (no turn reported cached tokens)", s1.UsageCachedPct)
+		}
+		if s1.Accounting.Balanced {
+			t.Errorf("accounting 3 != 1 + 0 + 1 reported balanced")
+		}
+		if !slices.ContainsFunc(s1.Notes, func(n string) bool { return strings.Contains(n, "does not balance") }) {
+			t.Errorf("no accounting note in %q", s1.Notes)
+		}
+	})
+	t.Run("no series", func(t *testing.T) {
+		for _, s := range sums {
+			if !math.IsNaN(s.ReplicasBusy) || !math.IsNaN(s.PrefixHitsPct) {
+				t.Errorf("stage %d: busy %v hits %v without series, want NaN", s.Stage, s.ReplicasBusy, s.PrefixHitsPct)
+			}
+			if !slices.ContainsFunc(s.Notes, func(n string) bool { return strings.Contains(n, "no series samples") }) {
+				t.Errorf("stage %d: no note about missing series in %q", s.Stage, s.Notes)
+			}
+		}
+	})
+}
+
+func sample(replica string, t, running, queries, hits float64) loadgen.SeriesSample {
+	return loadgen.SeriesSample{Variant: "off", T: sec(t), Replica: replica, Running: running,
+		PrefixQueries: queries, PrefixHits: hits, PromptTokens: queries}
+}
+
+func TestSummarizeSeries(t *testing.T) {
+	m := &loadgen.Manifest{RunID: "series", Variants: []loadgen.Variant{{Name: "off", Stages: []loadgen.StageWindow{
+		{Sessions: 4, Start: sec(100), End: sec(160), Complete: true},
+	}}}}
+	series := []loadgen.SeriesSample{
+		// r0: polled before the window; the 160 s sample ends the counter window
+		// (at or before the end) but is not a poll inside [100, 160).
+		sample("r0", 90, 1, 1000, 500),
+		sample("r0", 100, 2, 1200, 600),
+		sample("r0", 110, 0, 1500, 700),
+		sample("r0", 120, 1, 2000, 1000),
+		sample("r0", 130, 0, 2200, 1200),
+		sample("r0", 140, 3, 2500, 1500),
+		sample("r0", 150, 0, 2800, 1800),
+		sample("r0", 160, 5, 3000, 2000),
+		// r1: no sample before the window (starts from its first one), and a
+		// counter reset at 140 s.
+		sample("r1", 120, 1, 50, 10),
+		sample("r1", 130, 1, 80, 30),
+		sample("r1", 140, 1, 20, 15),
+		sample("r1", 150, 1, 40, 35),
+		// r2: only after the window: contributes nothing.
+		sample("r2", 170, 9, 99999, 99999),
+	}
+	s := loadSummaries(t, m, nil, series)[0]
+	// Busy: r0 3 of 6 polls, r1 4 of 4.
+	if !approx(s.ReplicasBusy, 1.5) {
+		t.Errorf("replicas busy = %v, want 1.5", s.ReplicasBusy)
+	}
+	// r0: 3000-1200 queries, 2000-600 hits. r1: 30 + 20 (after reset) + 20 queries,
+	// 20 + 15 + 20 hits.
+	if !approx(s.PrefixQueriesTokens, 1870) || !approx(s.PrefixHitsTokens, 1455) {
+		t.Errorf("queries %v hits %v; want 1870, 1455", s.PrefixQueriesTokens, s.PrefixHitsTokens)
+	}
+	if !approx(s.PrefixHitsPct, 100*1455.0/1870) {
+		t.Errorf("prefix hits = %v%%, want %v", s.PrefixHitsPct, 100*1455.0/1870)
+	}
+}
+
+func TestReplicasBusyAligned(t *testing.T) {
+	// With all replicas polled at the same instants, the per-replica share summed
+	// over replicas equals the mean over instants of the busy count:
+	// instants 0, 10, 20, 30 with 2, 1, 0, 1 busy replicas -> 1.
+	m := &loadgen.Manifest{Variants: []loadgen.Variant{{Name: "off", Stages: []loadgen.StageWindow{{Sessions: 1, Start: 0, End: sec(40)}}}}}
+	running := map[string][]float64{"r0": {1, 1, 0, 0}, "r1": {2, 0, 0, 4}}
+	var series []loadgen.SeriesSample
+	for _, r := range []string{"r0", "r1"} {
+		for i, v := range running[r] {
+			series = append(series, sample(r, float64(10*i), v, 0, 0))
+		}
+	}
+	s := loadSummaries(t, m, nil, series)[0]
+	if !approx(s.ReplicasBusy, 1) {
+		t.Errorf("replicas busy = %v, want 1", s.ReplicasBusy)
+	}
+	// No prefix query at all: the hit rate is undefined, not 0.
+	if !math.IsNaN(s.PrefixHitsPct) {
+		t.Errorf("prefix hits = %v with no queries, want NaN", s.PrefixHitsPct)
+	}
+}
+
+func TestSummarizeMissingCounter(t *testing.T) {
+	m := &loadgen.Manifest{Variants: []loadgen.Variant{{Name: "off", Stages: []loadgen.StageWindow{{Sessions: 1, Start: sec(10), End: sec(20)}}}}}
+	series := []loadgen.SeriesSample{
+		sample("r0", 10, 1, 100, 50),
+		sample("r0", 20, 1, 200, math.NaN()), // hits series absent from this scrape
+	}
+	s := loadSummaries(t, m, nil, series)[0]
+	if !math.IsNaN(s.PrefixHitsPct) {
+		t.Errorf("prefix hits = %v with a missing counter, want NaN", s.PrefixHitsPct)
+	}
+	if !slices.ContainsFunc(s.Notes, func(n string) bool { return strings.Contains(n, "counters missing") }) {
+		t.Errorf("no note about the missing counter in %q", s.Notes)
+	}
+}
+
+func TestNoiseAndDelta(t *testing.T) {
+	// A 3-minute window: three one-minute sub-windows with 100, 200 and 300 output
+	// tokens -> mean 200/min, sd 100, stderr 100/sqrt(3).
+	mk := func(name string, tokens [3]int) *loadgen.Manifest {
+		return &loadgen.Manifest{Variants: []loadgen.Variant{{Name: name, Stages: []loadgen.StageWindow{{Sessions: 1, Start: 0, End: sec(180)}}}}}
+	}
+	turns := func(name string, tokens [3]int) []loadgen.Result {
+		var out []loadgen.Result
+		for k, n := range tokens {
+			out = append(out, okTurn(name, int64(k), 0, "r0", float64(60*k), 1, float64(60*k+30), n))
+		}
+		return out
+	}
+	base := loadSummaries(t, mk("off", [3]int{}), turns("off", [3]int{100, 200, 300}), nil)[0]
+	se := 100 / math.Sqrt(3)
+	if base.SubWindows != 3 || !approx(base.OutputTokensPerMin, 200) || !approx(base.OutputTokensPerMinStdErr, se) {
+		t.Fatalf("sub-windows %d, tokens/min %v, stderr %v; want 3, 200, %v",
+			base.SubWindows, base.OutputTokensPerMin, base.OutputTokensPerMinStdErr, se)
+	}
+	// Every sub-window has the same TTFB: zero spread.
+	if !approx(base.TTFBP50StdErrS, 0) {
+		t.Errorf("TTFB p50 stderr = %v, want 0", base.TTFBP50StdErrS)
+	}
+	half := z95 * math.Sqrt(2) * se // about 160 tokens/min
+	for _, tc := range []struct {
+		name   string
+		tokens [3]int
+		want   Noise
+	}{
+		{"beyond", [3]int{300, 400, 500}, BeyondNoise}, // +200 > 160
+		{"within", [3]int{200, 300, 400}, WithinNoise}, // +100 < 160
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cand := loadSummaries(t, mk("on", tc.tokens), turns("on", tc.tokens), nil)[0]
+			d, err := NewDelta(MetricOutputTokensPerMin, &base, &cand)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !approx(d.CIHalf, half) || d.Noise != tc.want {
+				t.Errorf("ci half %v noise %q; want %v, %q", d.CIHalf, d.Noise, half, tc.want)
+			}
+		})
+	}
+	t.Run("no estimate", func(t *testing.T) {
+		d, _ := NewDelta(MetricPrefixHitsPct, &base, &base)
+		if d.Noise != NoiseUnknown {
+			t.Errorf("noise %q, want unknown", d.Noise)
+		}
+	})
+	t.Run("unknown metric", func(t *testing.T) {
+		if _, err := NewDelta("bogus", &base, &base); err == nil {
+			t.Error("no error for an unknown metric")
+		}
+	})
+}
+
+func TestSummarizeEmptyManifest(t *testing.T) {
+	if _, err := Summarize(&Run{}); err == nil {
+		t.Error("no error for a manifest without variants")
+	}
+}

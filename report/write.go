@@ -1,0 +1,483 @@
+package report
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/tw"
+
+	"github.com/lmwarden/warden/loadgen"
+)
+
+// Output files written by Generate into the results directory.
+const (
+	ResultsCSVFile  = "results.csv"
+	ResultsJSONFile = "results.json"
+	SummaryMDFile   = "summary.md"
+)
+
+// CSVColumns is the header of results.csv: one row per variant and stage, in
+// manifest order. Units are in the names; a value that could not be computed is an
+// empty cell. Definitions are those of the Summary fields:
+//
+//	variant                     variant name ("off", "on", ...)
+//	sessions                    concurrent sessions held in the stage
+//	sessions_per_h              sessions whose last turn was done OK in the window, per hour
+//	output_tokens_per_min       server-counted output tokens of OK turns, per minute
+//	ttfb_p50_s, ttfb_p95_s      client-side TTFB quantiles, seconds
+//	replicas_busy               mean replicas with running > 0 per poll
+//	prefix_hits_pct             100 * delta(prefix_cache_hits) / delta(prefix_cache_queries), all replicas
+//	stayed_pct                  later turns served by the session's first replica, percent
+//	usage_cached_pct            100 * sum(cached_tokens) / sum(prompt_tokens) from per-request usage
+//	turns_ok, turns_failed      turns done in the window
+//	prompt_tokens_mean          mean server-counted prompt tokens of OK turns
+//	nominal_prompt_tokens_mean  mean generator (nominal) prompt tokens of the same turns
+var CSVColumns = []string{
+	"variant", "sessions", "sessions_per_h", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
+	"replicas_busy", "prefix_hits_pct", "stayed_pct", "usage_cached_pct", "turns_ok", "turns_failed",
+	"prompt_tokens_mean", "nominal_prompt_tokens_mean",
+}
+
+// writeFileAtomic writes data to path through a temporary file in the same
+// directory and a rename, so a reader never sees a half-written file.
+func writeFileAtomic(path string, data []byte) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", base, err)
+	}
+	tmp := f.Name()
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", base, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", base, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", base, err)
+	}
+	return nil
+}
+
+// csvFloat formats v with 4 decimals, or "" for NaN.
+func csvFloat(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return ""
+	}
+	return strconv.FormatFloat(v, 'f', 4, 64)
+}
+
+// ResultsCSV renders sums as results.csv (see CSVColumns).
+func ResultsCSV(sums []Summary) ([]byte, error) {
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	if err := w.Write(CSVColumns); err != nil {
+		return nil, fmt.Errorf("encoding results.csv: %w", err)
+	}
+	for _, s := range sums {
+		rec := []string{
+			s.Variant, strconv.Itoa(s.Sessions),
+			csvFloat(s.SessionsPerH), csvFloat(s.OutputTokensPerMin),
+			csvFloat(s.TTFBP50S), csvFloat(s.TTFBP95S),
+			csvFloat(s.ReplicasBusy), csvFloat(s.PrefixHitsPct), csvFloat(s.StayedPct), csvFloat(s.UsageCachedPct),
+			strconv.Itoa(s.TurnsOK), strconv.Itoa(s.TurnsFailed),
+			csvFloat(s.PromptTokensMean), csvFloat(s.NominalPromptTokensMean),
+		}
+		if err := w.Write(rec); err != nil {
+			return nil, fmt.Errorf("encoding results.csv: %w", err)
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return nil, fmt.Errorf("encoding results.csv: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// StageDeltas holds the base -> candidate deltas of one stage.
+type StageDeltas struct {
+	Stage    int     `json:"stage"`
+	Sessions int     `json:"sessions"`
+	Base     string  `json:"base_variant"`
+	Variant  string  `json:"variant"`
+	Deltas   []Delta `json:"deltas"` // one per name in Metrics
+}
+
+// resultsJSON is the shape of results.json.
+type resultsJSON struct {
+	RunID     string        `json:"run_id"`
+	Scenario  string        `json:"scenario"`
+	Summaries []Summary     `json:"summaries"`
+	Deltas    []StageDeltas `json:"deltas"` // off -> on per stage, when both exist
+}
+
+// ResultsJSON renders results.json: {"run_id", "scenario", "summaries": [Summary...],
+// "deltas": [StageDeltas...]}, with NaN as null.
+func ResultsJSON(m *loadgen.Manifest, sums []Summary) ([]byte, error) {
+	out := resultsJSON{RunID: m.RunID, Summaries: sums, Deltas: []StageDeltas{}}
+	if m.Scenario != nil {
+		out.Scenario = m.Scenario.Name
+	}
+	if out.Summaries == nil {
+		out.Summaries = []Summary{}
+	}
+	out.Deltas = pairDeltas(m, sums)
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding results.json: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// pairVariants returns the variants the reference table compares: the first with
+// affinity off as base and the first with affinity on as candidate. When one kind
+// is missing, it returns the first variant alone.
+func pairVariants(m *loadgen.Manifest) []string {
+	off := slices.IndexFunc(m.Variants, func(v loadgen.Variant) bool { return !v.Affinity })
+	on := slices.IndexFunc(m.Variants, func(v loadgen.Variant) bool { return v.Affinity })
+	switch {
+	case off >= 0 && on >= 0:
+		return []string{m.Variants[off].Name, m.Variants[on].Name}
+	case len(m.Variants) > 0:
+		return []string{m.Variants[0].Name}
+	}
+	return nil
+}
+
+// stageRow is one row of the reference table: a stage and the summary of each
+// compared variant at that stage (nil where a variant lacks the stage).
+type stageRow struct {
+	stage    int
+	sessions int
+	cells    []*Summary
+}
+
+// stageRows lines up the stages of variants by index (and concurrency level).
+func stageRows(variants []string, sums []Summary) []stageRow {
+	find := func(variant string, stage int) *Summary {
+		for i := range sums {
+			if sums[i].Variant == variant && sums[i].Stage == stage {
+				return &sums[i]
+			}
+		}
+		return nil
+	}
+	var rows []stageRow
+	for stage := 0; ; stage++ {
+		row := stageRow{stage: stage, sessions: -1, cells: make([]*Summary, len(variants))}
+		found := false
+		for i, v := range variants {
+			s := find(v, stage)
+			if s == nil || (row.sessions >= 0 && s.Sessions != row.sessions) {
+				continue
+			}
+			row.sessions = s.Sessions
+			row.cells[i] = s
+			found = true
+		}
+		if !found {
+			return rows
+		}
+		rows = append(rows, row)
+	}
+}
+
+func pairDeltas(m *loadgen.Manifest, sums []Summary) []StageDeltas {
+	out := []StageDeltas{}
+	vs := pairVariants(m)
+	if len(vs) != 2 {
+		return out
+	}
+	for _, row := range stageRows(vs, sums) {
+		if row.cells[0] == nil || row.cells[1] == nil {
+			continue
+		}
+		sd := StageDeltas{Stage: row.stage, Sessions: row.sessions, Base: vs[0], Variant: vs[1]}
+		for _, name := range Metrics {
+			d, _ := NewDelta(name, row.cells[0], row.cells[1]) // names from Metrics are known
+			sd.Deltas = append(sd.Deltas, d)
+		}
+		out = append(out, sd)
+	}
+	return out
+}
+
+// Display formatting: "n/a" for NaN.
+func fmtPrec(prec int) func(float64) string {
+	return func(v float64) string {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return "n/a"
+		}
+		return strconv.FormatFloat(v, 'f', prec, 64)
+	}
+}
+
+// fmtThousands rounds v to an integer and groups digits by three: 5886.4 -> "5,886".
+func fmtThousands(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "n/a"
+	}
+	s := strconv.FormatFloat(math.Abs(math.Round(v)), 'f', 0, 64)
+	var b strings.Builder
+	if math.Round(v) < 0 {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// tableColumn is one metric column of the reference table.
+type tableColumn struct {
+	header string
+	metric string
+	format func(float64) string
+}
+
+// tableColumns follow brief/workload.md "Columns the report must have", plus the
+// usage-based hit rate as a cross-check of the counter-based one.
+var tableColumns = []tableColumn{
+	{"sessions/h", MetricSessionsPerH, fmtThousands},
+	{"out tok/min", MetricOutputTokensPerMin, fmtThousands},
+	{"TTFB p50 (s)", MetricTTFBP50S, fmtPrec(2)},
+	{"TTFB p95 (s)", MetricTTFBP95S, fmtPrec(2)},
+	{"replicas busy", MetricReplicasBusy, fmtPrec(2)},
+	{"prefix hits %", MetricPrefixHitsPct, fmtPrec(1)},
+	{"stayed %", MetricStayedPct, fmtPrec(1)},
+	{"usage cached %", MetricUsageCachedPct, fmtPrec(1)},
+}
+
+// noiseMark is appended to a cell whose base -> candidate difference is within
+// noise.
+const noiseMark = " *"
+
+// referenceTable returns the header and rows of the reference-style table: one row
+// per stage, each cell "base -> candidate".
+func referenceTable(variants []string, sums []Summary) (header []string, rows [][]string) {
+	header = []string{"sessions"}
+	for _, c := range tableColumns {
+		header = append(header, c.header)
+	}
+	for _, r := range stageRows(variants, sums) {
+		row := []string{strconv.Itoa(r.sessions)}
+		for _, c := range tableColumns {
+			parts := make([]string, len(r.cells))
+			for i, s := range r.cells {
+				parts[i] = "n/a"
+				if s != nil {
+					v, _, _ := s.Metric(c.metric)
+					parts[i] = c.format(v)
+				}
+			}
+			cell := strings.Join(parts, " -> ")
+			if len(r.cells) == 2 && r.cells[0] != nil && r.cells[1] != nil {
+				if d, _ := NewDelta(c.metric, r.cells[0], r.cells[1]); d.Noise == WithinNoise {
+					cell += noiseMark
+				}
+			}
+			row = append(row, cell)
+		}
+		rows = append(rows, row)
+	}
+	return header, rows
+}
+
+func mdRow(cells []string) string {
+	esc := make([]string, len(cells))
+	for i, c := range cells {
+		esc[i] = strings.ReplaceAll(c, "|", `\|`)
+	}
+	return "| " + strings.Join(esc, " | ") + " |\n"
+}
+
+func mdTable(b *strings.Builder, header []string, rows [][]string) {
+	b.WriteString(mdRow(header))
+	sep := make([]string, len(header))
+	for i := range sep {
+		sep[i] = "---"
+	}
+	b.WriteString(mdRow(sep))
+	for _, r := range rows {
+		b.WriteString(mdRow(r))
+	}
+}
+
+func intList(stages []int) string {
+	s := make([]string, len(stages))
+	for i, n := range stages {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
+}
+
+// SummaryMarkdown renders summary.md: run description, the reference-style table
+// (one row per stage, cells "off -> on"), a per-variant table with turns, prompt
+// sizes and accounting, notes, and links to the figures named in figures.
+func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmark run %s\n\n", m.RunID)
+	if sc := m.Scenario; sc != nil {
+		fmt.Fprintf(&b, "- scenario: `%s`, seed %d; stages %s sessions, %s each, warm-up %s; think time %s\n",
+			sc.Name, m.Seed, intList(sc.Stages), sc.StageDuration, sc.Warmup, sc.ThinkTime)
+		fmt.Fprintf(&b, "- prompts (nominal tokens): system %d, first turn %d, later turns %d, %d turns, max output %d\n",
+			sc.SystemPromptTokens, sc.FirstTurnTokens, sc.TurnTokens, sc.Turns, sc.MaxOutputTokens)
+	}
+	fmt.Fprintf(&b, "- mode: %s; target: %s; speed: %g simulated s per wall s\n", m.Mode, m.Target, m.Speed)
+	fmt.Fprintf(&b, "- replicas: %d (%s)", len(m.Replicas), strings.Join(m.Replicas, ", "))
+	if m.Profile != "" {
+		fmt.Fprintf(&b, "; simulator profile: %s", m.Profile)
+	}
+	fmt.Fprintf(&b, "; policy with affinity on: %s\n", m.Policy)
+	var vs []string
+	for _, v := range m.Variants {
+		aff := "off"
+		if v.Affinity {
+			aff = "on"
+		}
+		vs = append(vs, fmt.Sprintf("%s (affinity %s)", v.Name, aff))
+	}
+	fmt.Fprintf(&b, "- variants, in run order: %s\n", strings.Join(vs, ", "))
+	if !m.Created.IsZero() {
+		fmt.Fprintf(&b, "- created: %s\n", m.Created.UTC().Format("2006-01-02 15:04:05 UTC"))
+	}
+	if len(m.Versions) > 0 {
+		keys := make([]string, 0, len(m.Versions))
+		for k := range m.Versions {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		kv := make([]string, len(keys))
+		for i, k := range keys {
+			kv[i] = k + " " + m.Versions[k]
+		}
+		fmt.Fprintf(&b, "- versions: %s\n", strings.Join(kv, ", "))
+	}
+	if m.Interrupted {
+		b.WriteString("- **interrupted**: the run stopped early; incomplete stages are marked in the notes\n")
+	}
+	for _, n := range m.Notes {
+		fmt.Fprintf(&b, "- note: %s\n", n)
+	}
+
+	pair := pairVariants(m)
+	fmt.Fprintf(&b, "\n## Per stage, %s\n\n", strings.Join(pair, " -> "))
+	header, rows := referenceTable(pair, sums)
+	mdTable(&b, header, rows)
+	b.WriteString("\n")
+	if len(pair) == 2 {
+		fmt.Fprintf(&b, "`*` within noise: the 95 %% interval of the %s -> %s difference contains 0 "+
+			"(normal approximation from %s sub-windows; only out tok/min and TTFB have one). ", pair[0], pair[1], SubWindow)
+	}
+	b.WriteString("`n/a`: could not be computed (see notes); never read as 0. " +
+		"Prefix hits: vLLM counter deltas over the window, all replicas. " +
+		"Usage cached: the same ratio from per-request usage (cached_tokens / prompt_tokens).\n")
+
+	b.WriteString("\n## Per variant and stage\n\n")
+	vh := []string{"variant", "sessions", "window (s)", "sessions done", "turns ok", "turns failed",
+		"prompt tokens (server)", "prompt tokens (nominal)", "started = completed + failed + in flight"}
+	var vrows [][]string
+	for _, s := range sums {
+		acc := fmt.Sprintf("%d = %d + %d + %d", s.Accounting.Started, s.Accounting.Completed, s.Accounting.Failed, s.Accounting.InFlight)
+		if !s.Accounting.Balanced {
+			acc = fmt.Sprintf("**%d != %d + %d + %d**", s.Accounting.Started, s.Accounting.Completed, s.Accounting.Failed, s.Accounting.InFlight)
+		}
+		vrows = append(vrows, []string{
+			s.Variant, strconv.Itoa(s.Sessions), fmtPrec(0)(s.WindowSeconds()), strconv.Itoa(s.SessionsCompleted),
+			strconv.Itoa(s.TurnsOK), strconv.Itoa(s.TurnsFailed),
+			fmtThousands(s.PromptTokensMean), fmtThousands(s.NominalPromptTokensMean), acc,
+		})
+	}
+	mdTable(&b, vh, vrows)
+
+	var notes []string
+	for _, s := range sums {
+		for _, n := range s.Notes {
+			notes = append(notes, fmt.Sprintf("- %s, %d sessions: %s\n", s.Variant, s.Sessions, n))
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n## Notes\n\n")
+		for _, n := range notes {
+			b.WriteString(n)
+		}
+	}
+
+	if len(figures) > 0 {
+		b.WriteString("\n## Figures\n\n")
+		for _, f := range figures {
+			fmt.Fprintf(&b, "![%s](%s)\n\n", f.Title, f.File)
+		}
+	}
+	return []byte(b.String())
+}
+
+// WriteTable prints the reference-style table (one row per stage, cells
+// "off -> on") to w as a terminal table.
+func WriteTable(w io.Writer, m *loadgen.Manifest, sums []Summary) error {
+	pair := pairVariants(m)
+	header, rows := referenceTable(pair, sums)
+	scenario := ""
+	if m.Scenario != nil {
+		scenario = " scenario " + m.Scenario.Name + ","
+	}
+	if _, err := fmt.Fprintf(w, "run %s:%s %s\n", m.RunID, scenario, strings.Join(pair, " -> ")); err != nil {
+		return fmt.Errorf("printing table: %w", err)
+	}
+	t := tablewriter.NewTable(w,
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithRowAlignment(tw.AlignRight),
+	)
+	t.Header(toAny(header)...)
+	for _, r := range rows {
+		if err := t.Append(r); err != nil {
+			return fmt.Errorf("printing table: %w", err)
+		}
+	}
+	if err := t.Render(); err != nil {
+		return fmt.Errorf("printing table: %w", err)
+	}
+	if len(pair) == 2 {
+		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0)\n"); err != nil {
+			return fmt.Errorf("printing table: %w", err)
+		}
+	}
+	return nil
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}

@@ -1,0 +1,164 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata")
+
+// golden compares got with testdata/name, rewriting it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run with -update to create it): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from golden file (run with -update after checking):\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// generated runs Generate on the synthetic run and returns the directory and the
+// terminal output.
+func generated(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	m, results, series := syntheticRun()
+	writeRunDir(t, dir, m, results, series)
+	var out bytes.Buffer
+	if err := Generate(dir, &out); err != nil {
+		t.Fatalf("Generate: %v", err)
+	}
+	return dir, out.String()
+}
+
+func TestGenerateGolden(t *testing.T) {
+	dir, table := generated(t)
+	for _, name := range []string{ResultsCSVFile, SummaryMDFile, ResultsJSONFile} {
+		t.Run(name, func(t *testing.T) {
+			got, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, name, got)
+		})
+	}
+	t.Run("terminal table", func(t *testing.T) { golden(t, "table.txt", []byte(table)) })
+	t.Run("no temporary files left", func(t *testing.T) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".") {
+				t.Errorf("leftover file %s", e.Name())
+			}
+		}
+	})
+}
+
+func TestSummaryMarkdownShape(t *testing.T) {
+	dir, table := generated(t)
+	md, err := os.ReadFile(filepath.Join(dir, SummaryMDFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, err := Summarize(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first data row of the reference table carries "off -> on" cells built
+	// from the two variants' first stages.
+	off, on := sums[0], sums[3]
+	if off.Variant != "off" || on.Variant != "on" || off.Sessions != on.Sessions {
+		t.Fatalf("unexpected summary order: %s/%d, %s/%d", off.Variant, off.Sessions, on.Variant, on.Sessions)
+	}
+	cell := fmtThousands(off.OutputTokensPerMin) + " -> " + fmtThousands(on.OutputTokensPerMin)
+	for name, text := range map[string]string{"summary.md": string(md), "terminal": table} {
+		if !strings.Contains(text, cell) {
+			t.Errorf("%s lacks the cell %q", name, cell)
+		}
+	}
+	if !strings.Contains(string(md), "![TTFB p50 and p95 vs sessions](ttfb.png)") {
+		t.Error("summary.md does not link ttfb.png")
+	}
+}
+
+func TestResultsJSONNaN(t *testing.T) {
+	s := Summary{Variant: "off", Sessions: 4, TTFBP50S: 1.5, PrefixHitsPct: math.NaN(), Notes: []string{"x"}}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	if !strings.Contains(string(b), `"prefix_hits_pct":null`) || !strings.Contains(string(b), `"ttfb_p50_s":1.5`) {
+		t.Errorf("encoded %s", b)
+	}
+	var back Summary
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("unmarshal: %v", err)
+	}
+	if !math.IsNaN(back.PrefixHitsPct) || back.TTFBP50S != 1.5 || back.Variant != "off" || back.Notes[0] != "x" {
+		t.Errorf("round trip gave %+v", back)
+	}
+}
+
+func TestFormat(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{
+		{5886.4, "5,886"},
+		{10752, "10,752"},
+		{999.5, "1,000"},
+		{12, "12"},
+		{1234567, "1,234,567"},
+		{-4321, "-4,321"},
+		{math.NaN(), "n/a"},
+	} {
+		if got := fmtThousands(tc.v); got != tc.want {
+			t.Errorf("fmtThousands(%v) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+	if got := csvFloat(math.NaN()); got != "" {
+		t.Errorf("csvFloat(NaN) = %q, want empty", got)
+	}
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.txt")
+	for _, content := range []string{"first", "second"} {
+		if err := writeFileAtomic(path, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != content {
+			t.Errorf("read %q, %v; want %q", got, err, content)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("%d files in dir, want 1", len(entries))
+	}
+	if err := writeFileAtomic(filepath.Join(dir, "missing", "x.txt"), nil); err == nil {
+		t.Error("no error writing into a missing directory")
+	}
+}

@@ -1,0 +1,187 @@
+package router
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// AdminHandler serves the admin API, meant for a loopback listener. When
+// Config.AdminToken is set every request needs "Authorization: Bearer <token>"
+// (401 otherwise). Endpoints (model may contain slashes; "*" means every model):
+//
+//	GET  /status                              Status as JSON
+//	GET  /admin/models/{model}/affinity       {"model":m,"enabled":bool} (a list for "*")
+//	PUT  /admin/models/{model}/affinity       body {"enabled":bool}
+//	GET  /admin/models/{model}/threshold      {"model":m,"threshold":n,"auto":bool}
+//	PUT  /admin/models/{model}/threshold      body {"threshold":n} or {"threshold":"auto"}
+//	POST /admin/models/{model}/reset-sessions forget every session home
+//
+// Errors are JSON {"error":"..."} with 400 (bad body), 404 (unknown model or
+// path) or 405.
+func (rt *Router) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, rt.Status())
+	})
+	mux.HandleFunc("/admin/models/{rest...}", rt.serveAdminModel)
+	return rt.requireToken(mux)
+}
+
+func (rt *Router) requireToken(h http.Handler) http.Handler {
+	if rt.cfg.AdminToken == "" {
+		return h
+	}
+	want := []byte("Bearer " + rt.cfg.AdminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="warden-admin"`)
+			adminError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func adminError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+type affinityView struct {
+	Model   string `json:"model"`
+	Enabled bool   `json:"enabled"`
+}
+
+type thresholdView struct {
+	Model     string `json:"model"`
+	Threshold int    `json:"threshold"`
+	Auto      bool   `json:"auto"`
+}
+
+func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
+	rest := r.PathValue("rest")
+	i := strings.LastIndex(rest, "/")
+	if i < 0 {
+		adminError(w, http.StatusNotFound, fmt.Errorf("%w: %s", errNotFound, r.URL.Path))
+		return
+	}
+	model, what := rest[:i], rest[i+1:]
+	pools, err := rt.poolsFor(model)
+	if err != nil {
+		adminError(w, http.StatusNotFound, err)
+		return
+	}
+	all := model == "" || model == WildcardModel
+	switch {
+	case what == "affinity" && r.Method == http.MethodGet:
+		rt.writeAffinity(w, pools, all)
+	case what == "affinity" && r.Method == http.MethodPut:
+		var body struct {
+			Enabled *bool `json:"enabled"`
+		}
+		if err := decodeStrict(r.Body, &body); err != nil || body.Enabled == nil {
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"enabled": true|false}: %v`, err))
+			return
+		}
+		if err := rt.SetAffinity(model, *body.Enabled); err != nil {
+			adminError(w, http.StatusNotFound, err)
+			return
+		}
+		rt.writeAffinity(w, pools, all)
+	case what == "threshold" && r.Method == http.MethodGet:
+		rt.writeThreshold(w, pools, all)
+	case what == "threshold" && r.Method == http.MethodPut:
+		var body struct {
+			Threshold json.RawMessage `json:"threshold"`
+		}
+		if err := decodeStrict(r.Body, &body); err != nil {
+			adminError(w, http.StatusBadRequest, err)
+			return
+		}
+		n, err := parseThreshold(body.Threshold)
+		if err != nil {
+			adminError(w, http.StatusBadRequest, err)
+			return
+		}
+		if err := rt.SetOverflowThreshold(model, n); err != nil {
+			adminError(w, http.StatusNotFound, err)
+			return
+		}
+		rt.writeThreshold(w, pools, all)
+	case what == "reset-sessions" && r.Method == http.MethodPost:
+		if err := rt.ResetSessions(model); err != nil {
+			adminError(w, http.StatusNotFound, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"reset": model})
+	case what == "affinity" || what == "threshold" || what == "reset-sessions":
+		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))
+	default:
+		adminError(w, http.StatusNotFound, fmt.Errorf("%w: %s", errNotFound, r.URL.Path))
+	}
+}
+
+func (rt *Router) writeAffinity(w http.ResponseWriter, pools []*Pool, all bool) {
+	var out []affinityView
+	for _, p := range pools {
+		out = append(out, affinityView{p.Model, p.Balancer.Affinity()})
+	}
+	if all {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	writeJSON(w, http.StatusOK, out[0])
+}
+
+func (rt *Router) writeThreshold(w http.ResponseWriter, pools []*Pool, all bool) {
+	var out []thresholdView
+	for _, p := range pools {
+		n, auto := p.Balancer.OverflowThreshold()
+		out = append(out, thresholdView{p.Model, n, auto})
+	}
+	if all {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	writeJSON(w, http.StatusOK, out[0])
+}
+
+// decodeStrict decodes one JSON object with no unknown fields, at most 64 KiB.
+func decodeStrict(r io.Reader, v any) error {
+	raw, err := io.ReadAll(io.LimitReader(r, 64<<10))
+	if err != nil {
+		return fmt.Errorf("reading body: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decoding body: %w", err)
+	}
+	return nil
+}
+
+// parseThreshold accepts a positive integer or "auto" (0).
+func parseThreshold(raw json.RawMessage) (int, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if strings.EqualFold(s, "auto") {
+			return 0, nil
+		}
+		if n, err := strconv.Atoi(s); err == nil && n > 0 {
+			return n, nil
+		}
+		return 0, fmt.Errorf(`threshold %q: want "auto" or a positive integer`, s)
+	}
+	var n int
+	if err := json.Unmarshal(raw, &n); err != nil || n <= 0 {
+		return 0, fmt.Errorf(`threshold %s: want "auto" or a positive integer`, raw)
+	}
+	return n, nil
+}

@@ -1,0 +1,137 @@
+package router
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func newAdmin(t *testing.T, token string, models ...string) (*Router, *httptest.Server) {
+	t.Helper()
+	cfg := Config{AdminToken: token, HealthInterval: -1, ScrapeInterval: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: &fakeClock{}}
+	for _, m := range models {
+		cfg.Models = append(cfg.Models, ModelConfig{Name: m, Replicas: []ReplicaConfig{{URL: "http://127.0.0.1:1"}, {URL: "http://127.0.0.1:2"}}})
+	}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(rt.AdminHandler())
+	t.Cleanup(srv.Close)
+	return rt, srv
+}
+
+func adminDo(t *testing.T, srv *httptest.Server, method, path, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestAdminSwitchesAffinityOverHTTP(t *testing.T) {
+	rt, srv := newAdmin(t, "", "Qwen/Qwen3-4B", "other")
+	code, body := adminDo(t, srv, "GET", "/admin/models/Qwen/Qwen3-4B/affinity", "", "")
+	if code != 200 || !strings.Contains(body, `"enabled": true`) || !strings.Contains(body, `"model": "Qwen/Qwen3-4B"`) {
+		t.Fatalf("%d %s", code, body)
+	}
+	code, body = adminDo(t, srv, "PUT", "/admin/models/Qwen/Qwen3-4B/affinity", "", `{"enabled":false}`)
+	if code != 200 || !strings.Contains(body, `"enabled": false`) {
+		t.Fatalf("%d %s", code, body)
+	}
+	if rt.Pools()[0].Balancer.Affinity() || !rt.Pools()[1].Balancer.Affinity() {
+		t.Fatal("switch hit the wrong model")
+	}
+	// "*" switches every model.
+	code, body = adminDo(t, srv, "PUT", "/admin/models/*/affinity", "", `{"enabled":false}`)
+	if code != 200 || rt.Pools()[1].Balancer.Affinity() {
+		t.Fatalf("%d %s", code, body)
+	}
+	var list []affinityView
+	if err := json.Unmarshal([]byte(body), &list); err != nil || len(list) != 2 {
+		t.Fatalf("%s: %v", body, err)
+	}
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"PUT", "/admin/models/nope/affinity", `{"enabled":true}`, 404},
+		{"PUT", "/admin/models/other/affinity", `{"enable":true}`, 400},
+		{"PUT", "/admin/models/other/affinity", `{}`, 400},
+		{"DELETE", "/admin/models/other/affinity", ``, 405},
+		{"GET", "/admin/models/other/bogus", ``, 404},
+	} {
+		if code, body := adminDo(t, srv, tc.method, tc.path, "", tc.body); code != tc.want {
+			t.Errorf("%s %s %s: %d %s, want %d", tc.method, tc.path, tc.body, code, body, tc.want)
+		}
+	}
+}
+
+func TestAdminSetsThreshold(t *testing.T) {
+	rt, srv := newAdmin(t, "", "m")
+	code, body := adminDo(t, srv, "PUT", "/admin/models/m/threshold", "", `{"threshold":4}`)
+	if n, auto := rt.Pools()[0].Balancer.OverflowThreshold(); code != 200 || n != 4 || auto {
+		t.Fatalf("%d %s -> %d %v", code, body, n, auto)
+	}
+	code, _ = adminDo(t, srv, "PUT", "/admin/models/m/threshold", "", `{"threshold":"auto"}`)
+	if n, auto := rt.Pools()[0].Balancer.OverflowThreshold(); code != 200 || n != 64 || !auto {
+		t.Fatalf("auto: %d -> %d %v", code, n, auto)
+	}
+	for _, bad := range []string{`{"threshold":0}`, `{"threshold":-2}`, `{"threshold":"lots"}`, `{}`} {
+		if code, body := adminDo(t, srv, "PUT", "/admin/models/m/threshold", "", bad); code != 400 {
+			t.Errorf("%s: %d %s", bad, code, body)
+		}
+	}
+}
+
+func TestAdminRequiresBearerToken(t *testing.T) {
+	_, srv := newAdmin(t, "s3cret", "m")
+	if code, _ := adminDo(t, srv, "GET", "/status", "", ""); code != 401 {
+		t.Fatalf("no token: %d", code)
+	}
+	if code, _ := adminDo(t, srv, "GET", "/status", "wrong", ""); code != 401 {
+		t.Fatalf("wrong token: %d", code)
+	}
+	code, body := adminDo(t, srv, "GET", "/status", "s3cret", "")
+	if code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	var st Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Models) != 1 || len(st.Models[0].Replicas) != 2 || st.Models[0].Replicas[1].Name != "r1" ||
+		!st.Models[0].Affinity || st.Models[0].OverflowThreshold != 64 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+func TestRouterSetAffinityAllModels(t *testing.T) {
+	rt, _ := newAdmin(t, "", "a", "b")
+	for _, all := range []string{"", "*"} {
+		if err := rt.SetAffinity(all, false); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range rt.Pools() {
+			if p.Balancer.Affinity() {
+				t.Fatalf("%q left %s on", all, p.Model)
+			}
+		}
+		rt.SetAffinity(all, true)
+	}
+	if err := rt.SetAffinity("c", true); err == nil {
+		t.Fatal("unknown model accepted")
+	}
+}

@@ -1,0 +1,434 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// ErrNoReplica: no healthy replica can take the request (the proxy answers 503).
+var ErrNoReplica = errors.New("no healthy replica")
+
+// Reason says why a replica was chosen. It is sent in the X-Warden-Decision header.
+type Reason uint8
+
+const (
+	ReasonSticky   Reason = iota // session's home, under the overflow threshold
+	ReasonPlaced                 // new session placed on the least-loaded replica
+	ReasonOverflow               // home over threshold; served elsewhere this once
+	ReasonRehome                 // home unhealthy (or gone); session moved for good
+	ReasonNoKey                  // no session key: shortest-queue placement
+	ReasonBalanced               // affinity off: vLLM-style shortest-queue
+
+	numReasons = int(ReasonBalanced) + 1
+)
+
+// Reasons lists every Reason in order, for metrics and status output.
+var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced}
+
+// String returns the header/metric value: sticky, placed, overflow, rehome, no-key, balanced.
+func (r Reason) String() string {
+	switch r {
+	case ReasonSticky:
+		return "sticky"
+	case ReasonPlaced:
+		return "placed"
+	case ReasonOverflow:
+		return "overflow"
+	case ReasonRehome:
+		return "rehome"
+	case ReasonNoKey:
+		return "no-key"
+	case ReasonBalanced:
+		return "balanced"
+	}
+	return "unknown"
+}
+
+// Facts are what the router knows about a request when it decides.
+type Facts struct {
+	SessionKey string // "" when the request carries none
+	// Avoid is a bit set of replicas (bit i = replica i, first 64 replicas only)
+	// not to choose for this request, e.g. one that just failed it before sending a
+	// byte. An avoided home is not re-homed: the request overflows instead.
+	Avoid uint64
+}
+
+// Decision is the outcome of one routing decision.
+type Decision struct {
+	Replica int // index into the Balancer's replicas
+	Reason  Reason
+}
+
+// Balancer defaults.
+const (
+	// DefaultStaleAfter: scraped gauges older than this are ignored (3 x the
+	// router's DefaultScrapeInterval).
+	DefaultStaleAfter = 3 * DefaultScrapeInterval
+)
+
+// BalancerConfig configures one model's Balancer. Zero values mean the documented
+// defaults; all durations are simulated time, as read from Now.
+type BalancerConfig struct {
+	Replicas   []string // replica names, e.g. "r0" or "r0/rank1"; at least one
+	Affinity   bool     // session affinity on (Sticky) or off (ShortestQueue)
+	MaxNumSeqs int      // vLLM --max-num-seqs per replica, for the auto threshold; default DefaultMaxNumSeqs
+	// OverflowThreshold: a request leaves its home when the home's in-flight count
+	// exceeds it. 0 means auto: MaxNumSeqs / 4 (AutoOverflowThreshold).
+	OverflowThreshold int
+	// OverflowMargin: see Sticky.Margin. 0 means DefaultOverflowMargin.
+	OverflowMargin int
+	SessionTTL     time.Duration // idle TTL of a session's home; default 1h
+	MaxSessions    int           // LRU bound of the session table; default 1,000,000
+	ActiveWindow   time.Duration // see DefaultActiveWindow
+	// SnapshotInterval: how often the shortest-queue balancer refreshes its view of
+	// load, as vLLM's DP coordinator does (~100 ms); between snapshots it adds +1 per
+	// request it sent. Default 100ms.
+	SnapshotInterval time.Duration
+	// StaleAfter: observations (ObserveEngine) older than this are ignored.
+	// Default DefaultStaleAfter.
+	StaleAfter time.Duration
+	Seed       uint64               // tie-break randomness
+	Now        func() time.Duration // clock; required
+}
+
+// Balancer holds one model's replica pool state, its policies and its session table,
+// with no I/O: the HTTP Proxy and the virtual-time world both drive it. Safe for
+// concurrent use: every method takes one mutex, held for a few hundred nanoseconds
+// at most and never across I/O.
+type Balancer struct {
+	mu sync.Mutex
+
+	now        func() time.Duration
+	staleAfter time.Duration
+	maxNumSeqs int
+	threshold  int // configured; 0 = auto
+	affinity   bool
+
+	reps     []replica
+	view     []ReplicaState // scratch for policies, refilled under mu
+	sessions *SessionTable
+	sq       *ShortestQueue
+	sticky   *Sticky
+}
+
+type replica struct {
+	name     string
+	healthy  bool
+	inflight int
+
+	observed         bool
+	running, waiting int
+	kv               float64
+	observedAt       time.Duration
+
+	served [numReasons]uint64
+}
+
+// NewBalancer validates cfg and builds a Balancer. All replicas start healthy.
+func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
+	var errs []error
+	if len(cfg.Replicas) == 0 {
+		errs = append(errs, errors.New("replicas: at least one is required"))
+	}
+	if cfg.Now == nil {
+		errs = append(errs, errors.New("now: a clock is required"))
+	}
+	if cfg.OverflowThreshold < 0 {
+		errs = append(errs, fmt.Errorf("overflow threshold: %d is negative (0 means auto)", cfg.OverflowThreshold))
+	}
+	if cfg.MaxNumSeqs < 0 {
+		errs = append(errs, fmt.Errorf("max num seqs: %d is negative", cfg.MaxNumSeqs))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("building balancer: %w", err)
+	}
+	maxSeqs := cfg.MaxNumSeqs
+	if maxSeqs == 0 {
+		maxSeqs = DefaultMaxNumSeqs
+	}
+	margin := cfg.OverflowMargin
+	if margin <= 0 {
+		margin = DefaultOverflowMargin
+	}
+	stale := cfg.StaleAfter
+	if stale <= 0 {
+		stale = DefaultStaleAfter
+	}
+	b := &Balancer{
+		now:        cfg.Now,
+		staleAfter: stale,
+		maxNumSeqs: maxSeqs,
+		threshold:  cfg.OverflowThreshold,
+		affinity:   cfg.Affinity,
+		sessions:   NewSessionTable(cfg.Now, cfg.SessionTTL, cfg.MaxSessions, cfg.ActiveWindow),
+		sq:         NewShortestQueue(cfg.SnapshotInterval),
+	}
+	b.sticky = &Sticky{
+		Margin: margin,
+		Rand:   rand.New(rand.NewPCG(cfg.Seed, 0x5eed_57_1c)),
+		NoKey:  b.sq,
+	}
+	b.sticky.Threshold = b.effectiveThreshold()
+	for _, name := range cfg.Replicas {
+		b.reps = append(b.reps, replica{name: name, healthy: true})
+	}
+	b.view = make([]ReplicaState, len(b.reps))
+	b.sessions.grow(len(b.reps))
+	return b, nil
+}
+
+func (b *Balancer) effectiveThreshold() int {
+	if b.threshold > 0 {
+		return b.threshold
+	}
+	return AutoOverflowThreshold(b.maxNumSeqs)
+}
+
+// fillView refreshes b.view from the replica state at now. avoid masks replicas as
+// unhealthy for this decision only.
+func (b *Balancer) fillView(now time.Duration, avoid uint64) {
+	for i := range b.reps {
+		r := &b.reps[i]
+		v := &b.view[i]
+		v.Healthy = r.healthy && (i >= 64 || avoid&(1<<uint(i)) == 0)
+		v.InFlight = r.inflight
+		v.Fresh = r.observed && now-r.observedAt <= b.staleAfter
+		if v.Fresh {
+			v.Running, v.Waiting, v.KVUsage = r.running, r.waiting, r.kv
+		} else {
+			v.Running, v.Waiting, v.KVUsage = 0, 0, 0
+		}
+		v.Sessions = b.sessions.Homed(i)
+		v.Active = b.sessions.Active(i)
+	}
+}
+
+// sync brings the shortest-queue snapshot up to date before a change of state.
+func (b *Balancer) sync(now time.Duration) {
+	if b.sq.NeedsSync(now, len(b.reps)) {
+		b.fillView(now, 0)
+		b.sq.Sync(now, b.view)
+	}
+}
+
+// Acquire decides where a request goes and, atomically with the decision, counts it
+// in flight on that replica. The caller must call Release(d.Replica) exactly once
+// when the request ends (stream end, error or client disconnect). With affinity on
+// the decision follows Sticky (and a placed or re-homed session gets its home in the
+// session table in the same critical section, so concurrent first requests of one
+// session land on one replica); with affinity off it follows ShortestQueue and the
+// session table is left alone. It returns ErrNoReplica when no replica is healthy.
+func (b *Balancer) Acquire(f Facts) (Decision, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	b.sync(now)
+	b.sessions.expire(now)
+	b.fillView(now, f.Avoid)
+	var (
+		d   Decision
+		err error
+	)
+	if b.affinity {
+		home := -1
+		var h uint64
+		if f.SessionKey != "" {
+			h = b.sessions.hash(f.SessionKey)
+			home = b.sessions.lookup(now, h)
+		}
+		d, err = b.sticky.Pick(now, Request{Key: f.SessionKey, Home: home}, b.view)
+		if err == nil {
+			switch {
+			case d.Reason == ReasonRehome && home < len(b.reps) && b.reps[home].healthy:
+				// The home is healthy but was avoided for this request only.
+				d.Reason = ReasonOverflow
+			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome:
+				b.sessions.set(now, h, d.Replica)
+			}
+		}
+	} else {
+		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1}, b.view)
+	}
+	if err != nil {
+		return Decision{}, err
+	}
+	r := &b.reps[d.Replica]
+	r.inflight++
+	r.served[d.Reason]++
+	return d, nil
+}
+
+// Release ends one in-flight request on replica i. A Release without a matching
+// Acquire is ignored (the count never goes negative).
+func (b *Balancer) Release(i int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.reps) || b.reps[i].inflight == 0 {
+		return
+	}
+	b.sync(b.now())
+	b.reps[i].inflight--
+}
+
+// ObserveEngine records scraped engine load for replica i (from /metrics, or read
+// directly in virtual mode) at simulated instant at. The observation is used while
+// now - at <= StaleAfter and ignored after that. An observation older than the
+// one held is dropped.
+func (b *Balancer) ObserveEngine(i int, running, waiting int, kvUsage float64, at time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.reps) {
+		return
+	}
+	r := &b.reps[i]
+	if r.observed && at < r.observedAt {
+		return
+	}
+	b.sync(b.now())
+	r.observed, r.running, r.waiting, r.kv, r.observedAt = true, running, waiting, kvUsage, at
+}
+
+// SetHealthy marks replica i healthy or not. Sessions homed on an unhealthy replica
+// are re-homed on their next request; a replica marked healthy again takes new
+// sessions but gets none of the moved ones back.
+func (b *Balancer) SetHealthy(i int, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.reps) {
+		return
+	}
+	b.sync(b.now())
+	b.reps[i].healthy = ok
+}
+
+// Healthy reports whether replica i is marked healthy.
+func (b *Balancer) Healthy(i int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return i >= 0 && i < len(b.reps) && b.reps[i].healthy
+}
+
+// SetAffinity switches session affinity at run time. Sessions homed before stay in
+// the table (subject to the TTL); use ResetSessions to forget them.
+func (b *Balancer) SetAffinity(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.affinity = on
+}
+
+// Affinity reports whether session affinity is on.
+func (b *Balancer) Affinity() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.affinity
+}
+
+// SetOverflowThreshold sets the overflow threshold (in-flight requests); 0 means
+// auto (AutoOverflowThreshold of the configured max_num_seqs). Negative values are
+// treated as 0.
+func (b *Balancer) SetOverflowThreshold(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.threshold = max(0, n)
+	b.sticky.Threshold = b.effectiveThreshold()
+}
+
+// OverflowThreshold returns the threshold in force and whether it is auto.
+func (b *Balancer) OverflowThreshold() (n int, auto bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sticky.Threshold, b.threshold == 0
+}
+
+// ResetSessions forgets every session's home (e.g. between benchmark variants).
+func (b *Balancer) ResetSessions() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sessions.Reset()
+}
+
+// AddReplica appends a replica (healthy) and returns its index. Existing sessions
+// keep their homes: the session table maps keys to replicas explicitly, so adding a
+// replica moves no session (peers.md router case 8), unlike a hash ring.
+func (b *Balancer) AddReplica(name string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sync(b.now())
+	b.reps = append(b.reps, replica{name: name, healthy: true})
+	b.view = append(b.view, ReplicaState{})
+	b.sessions.grow(len(b.reps))
+	return len(b.reps) - 1
+}
+
+// Len returns the number of replicas.
+func (b *Balancer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.reps)
+}
+
+// Name returns replica i's name.
+func (b *Balancer) Name(i int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.reps) {
+		return ""
+	}
+	return b.reps[i].name
+}
+
+// Sessions returns the number of sessions in the table.
+func (b *Balancer) Sessions() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sessions.Len()
+}
+
+// ReplicaStatus is one replica's state as reported by Status.
+type ReplicaStatus struct {
+	Name     string `json:"name"`
+	Healthy  bool   `json:"healthy"`
+	InFlight int    `json:"in_flight"`
+	// Scraped gauges as last observed (also when stale), and their age in
+	// simulated seconds (-1 when never observed).
+	Running     int               `json:"running"`
+	Waiting     int               `json:"waiting"`
+	KVUsage     float64           `json:"kv_usage"`
+	ScrapeAgeS  float64           `json:"scrape_age_s"`
+	ScrapeFresh bool              `json:"scrape_fresh"`
+	Sessions    int               `json:"sessions_homed"`
+	Active      int               `json:"sessions_active"`
+	ServedBy    map[string]uint64 `json:"served_by_reason"`
+	ServedTotal uint64            `json:"served_total"`
+}
+
+// Status returns every replica's state, in replica order.
+func (b *Balancer) Status() []ReplicaStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	b.sessions.expire(now)
+	out := make([]ReplicaStatus, len(b.reps))
+	for i := range b.reps {
+		r := &b.reps[i]
+		s := ReplicaStatus{
+			Name: r.name, Healthy: r.healthy, InFlight: r.inflight,
+			Running: r.running, Waiting: r.waiting, KVUsage: r.kv, ScrapeAgeS: -1,
+			Sessions: b.sessions.Homed(i), Active: b.sessions.Active(i),
+			ServedBy: make(map[string]uint64, numReasons),
+		}
+		if r.observed {
+			s.ScrapeAgeS = (now - r.observedAt).Seconds()
+			s.ScrapeFresh = now-r.observedAt <= b.staleAfter
+		}
+		for _, reason := range Reasons {
+			s.ServedBy[reason.String()] = r.served[reason]
+			s.ServedTotal += r.served[reason]
+		}
+		out[i] = s
+	}
+	return out
+}

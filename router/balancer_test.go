@@ -1,0 +1,501 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeClock is a manually stepped clock, safe for concurrent reads.
+type fakeClock struct{ t atomic.Int64 }
+
+func (c *fakeClock) Now() time.Duration      { return time.Duration(c.t.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.t.Add(int64(d)) }
+
+// SleepUntil returns at once when t has passed, else when ctx ends: the fake clock
+// only moves when a test advances it.
+func (c *fakeClock) SleepUntil(ctx context.Context, t time.Duration) error {
+	if c.Now() >= t {
+		return ctx.Err()
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func names(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("r%d", i)
+	}
+	return out
+}
+
+func newTestBalancer(t testing.TB, n int, affinity bool, mod func(*BalancerConfig)) (*Balancer, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{}
+	cfg := BalancerConfig{Replicas: names(n), Affinity: affinity, MaxNumSeqs: 32, Seed: 1, Now: clk.Now}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := NewBalancer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, clk
+}
+
+func mustAcquire(t testing.TB, b *Balancer, key string) Decision {
+	t.Helper()
+	d, err := b.Acquire(Facts{SessionKey: key})
+	if err != nil {
+		t.Fatalf("acquire %q: %v", key, err)
+	}
+	return d
+}
+
+func TestNewBalancerRejectsBadConfig(t *testing.T) {
+	_, err := NewBalancer(BalancerConfig{OverflowThreshold: -1})
+	if err == nil {
+		t.Fatal("want error")
+	}
+	for _, want := range []string{"replicas", "clock", "overflow threshold"} {
+		if !contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func TestStickyPick(t *testing.T) {
+	idle := func(n int) []ReplicaState {
+		r := make([]ReplicaState, n)
+		for i := range r {
+			r[i].Healthy = true
+		}
+		return r
+	}
+	with := func(r []ReplicaState, f func([]ReplicaState)) []ReplicaState { f(r); return r }
+	tests := []struct {
+		name  string
+		req   Request
+		reps  []ReplicaState
+		want  Decision
+		anyOf []int // when set, Replica may be any of these
+		errIs error
+	}{
+		{"home under threshold stays", Request{"k", 2}, with(idle(4), func(r []ReplicaState) { r[2].InFlight = 8 }), Decision{2, ReasonSticky}, nil, nil},
+		// Home at 9 > 8, replica 1 has 0: clearly less loaded.
+		{"home over threshold overflows", Request{"k", 0}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 9 }), Decision{1, ReasonOverflow}, nil, nil},
+		// Home at 9, the other at 8: within the margin of 2, so no ping-pong.
+		{"overflow needs a clear margin", Request{"k", 0}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 9; r[1].InFlight = 8 }), Decision{0, ReasonSticky}, nil, nil},
+		{"home unhealthy rehomes", Request{"k", 1}, with(idle(2), func(r []ReplicaState) { r[1].Healthy = false }), Decision{0, ReasonRehome}, nil, nil},
+		{"unknown key placed on fewest in flight", Request{"k", -1}, with(idle(3), func(r []ReplicaState) { r[0].InFlight = 2; r[1].InFlight = 1; r[2].InFlight = 3 }), Decision{1, ReasonPlaced}, nil, nil},
+		// Equal in-flight, all fresh: waiting + kv decides.
+		{"scraped load breaks in-flight ties", Request{"k", -1}, with(idle(3), func(r []ReplicaState) {
+			for i := range r {
+				r[i].Fresh = true
+			}
+			r[0].KVUsage, r[1].KVUsage, r[2].KVUsage = 0.9, 0.2, 0.5
+		}), Decision{1, ReasonPlaced}, nil, nil},
+		// One stale scrape: scraped gauges are ignored for all, active sessions decide.
+		{"stale scrape ignored", Request{"k", -1}, with(idle(3), func(r []ReplicaState) {
+			r[0].Fresh, r[1].Fresh = true, true
+			r[1].KVUsage = 0.9
+			r[0].Active, r[1].Active, r[2].Active = 3, 1, 2
+		}), Decision{1, ReasonPlaced}, nil, nil},
+		// Case 1: the replica with the biggest cache is the busiest; never chosen.
+		{"placement ignores cache size", Request{"k", -1}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 4; r[0].Sessions = 40 }), Decision{1, ReasonPlaced}, nil, nil},
+		{"full tie is random among equals", Request{"k", -1}, idle(3), Decision{Reason: ReasonPlaced}, []int{0, 1, 2}, nil},
+		{"no key uses shortest queue", Request{"", -1}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 1 }), Decision{1, ReasonNoKey}, nil, nil},
+		{"nothing healthy", Request{"k", -1}, with(idle(2), func(r []ReplicaState) { r[0].Healthy = false; r[1].Healthy = false }), Decision{}, nil, ErrNoReplica},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Sticky{Threshold: 8, Margin: 2, Rand: rand.New(rand.NewPCG(1, 2)), NoKey: NewShortestQueue(time.Second)}
+			d, err := s.Pick(0, tc.req, tc.reps)
+			if tc.errIs != nil {
+				if !errors.Is(err, tc.errIs) {
+					t.Fatalf("err = %v, want %v", err, tc.errIs)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.anyOf != nil {
+				ok := false
+				for _, i := range tc.anyOf {
+					ok = ok || d.Replica == i
+				}
+				if !ok || d.Reason != tc.want.Reason {
+					t.Fatalf("got %+v, want reason %v on one of %v", d, tc.want.Reason, tc.anyOf)
+				}
+				return
+			}
+			if d != tc.want {
+				t.Fatalf("got %+v, want %+v", d, tc.want)
+			}
+		})
+	}
+}
+
+func TestStickyTieBreakSpreadsUniformly(t *testing.T) {
+	s := &Sticky{Threshold: 8, Margin: 2, Rand: rand.New(rand.NewPCG(7, 7)), NoKey: NewShortestQueue(0)}
+	reps := make([]ReplicaState, 4)
+	for i := range reps {
+		reps[i].Healthy = true
+	}
+	var count [4]int
+	for range 4000 {
+		count[s.LeastLoaded(reps, -1)]++
+	}
+	for i, c := range count {
+		if c < 800 || c > 1200 { // expected 1000 each; ±20% is > 10 sigma
+			t.Errorf("replica %d chosen %d times of 4000", i, c)
+		}
+	}
+}
+
+func TestShortestQueueScore(t *testing.T) {
+	q := NewShortestQueue(time.Second)
+	reps := []ReplicaState{
+		{Healthy: true, InFlight: 3, Fresh: true, Running: 2, Waiting: 0},
+		{Healthy: true, InFlight: 1, Fresh: true, Running: 1, Waiting: 2, KVUsage: 0.75},
+		{Healthy: true, InFlight: 0, Fresh: false, Running: 9, Waiting: 9}, // stale: ignored
+	}
+	q.Sync(0, reps)
+	want := []float64{
+		3,                  // max(3+0, 0+2)
+		3 + 2*6*(0.75-0.5), // max(1, 2+1) + waiting*6*(kv-0.5)
+		0,                  // stale gauges count as zero
+	}
+	for i, w := range want {
+		if got := q.Score(i); got != w {
+			t.Errorf("score(%d) = %v, want %v", i, got, w)
+		}
+	}
+}
+
+func TestShortestQueueRotatesScanStart(t *testing.T) {
+	// All equal and the snapshot interval long: the +1 per sent request and the
+	// rotating start spread requests round-robin.
+	q := NewShortestQueue(time.Hour)
+	reps := make([]ReplicaState, 3)
+	for i := range reps {
+		reps[i].Healthy = true
+	}
+	var got []int
+	for range 6 {
+		d, err := q.Pick(0, Request{}, reps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Replica)
+	}
+	if fmt.Sprint(got) != "[0 1 2 0 1 2]" {
+		t.Fatalf("got %v", got)
+	}
+	// An exact tie after a full round starts at the rotated position.
+	q2 := NewShortestQueue(time.Hour)
+	d1, _ := q2.Pick(0, Request{}, reps)
+	q2.sent[d1.Replica] = 0 // pretend the snapshot showed nothing sent
+	d2, _ := q2.Pick(0, Request{}, reps)
+	if d1.Replica == d2.Replica {
+		t.Fatalf("equal scores, same replica twice: %d", d1.Replica)
+	}
+}
+
+func TestShortestQueueWorksFromSnapshotNotInstantCounts(t *testing.T) {
+	// vllm.md: exact instant counts flatter "off". Within one snapshot interval a
+	// replica that just finished its request still looks busy.
+	b, clk := newTestBalancer(t, 2, false, func(c *BalancerConfig) { c.SnapshotInterval = 100 * time.Millisecond })
+	clk.Advance(10 * time.Millisecond)
+	d1 := mustAcquire(t, b, "a") // replica 0
+	d2 := mustAcquire(t, b, "b") // replica 1
+	if d1.Replica == d2.Replica {
+		t.Fatalf("two requests, one replica: %v %v", d1, d2)
+	}
+	clk.Advance(100 * time.Millisecond) // past the next grid point
+	b.Release(d1.Replica)               // snapshot (1, 1) taken first, then the count drops
+	clk.Advance(10 * time.Millisecond)  // same 100 ms window
+	mustAcquire(t, b, "c")
+	// The snapshot still says d1's replica has 1 in flight; an exact balancer would
+	// see it empty.
+	q := b.sq
+	if got := q.snap[d1.Replica].inflight; got != 1 {
+		t.Fatalf("snapshot in-flight of released replica = %d, want 1 until the next grid point", got)
+	}
+	clk.Advance(100 * time.Millisecond)
+	mustAcquire(t, b, "d")
+	if got, want := q.snap[d1.Replica].inflight, b.Status()[d1.Replica].InFlight-q.sent[d1.Replica]; got != want {
+		t.Fatalf("after the grid point snapshot in-flight = %d, want %d", got, want)
+	}
+}
+
+func TestShortestQueueScattersTurnsOfOneConversation(t *testing.T) {
+	// Affinity off: one conversation's consecutive turns (no other load) rotate over
+	// the replicas, as behind vLLM's own balancer.
+	b, clk := newTestBalancer(t, 4, false, nil)
+	seen := map[int]bool{}
+	for range 4 {
+		d := mustAcquire(t, b, "conv")
+		if d.Reason != ReasonBalanced {
+			t.Fatalf("reason %v", d.Reason)
+		}
+		seen[d.Replica] = true
+		clk.Advance(time.Second)
+		b.Release(d.Replica)
+		clk.Advance(time.Second)
+	}
+	if len(seen) != 4 {
+		t.Fatalf("4 turns used %d replicas, want 4", len(seen))
+	}
+}
+
+func TestPlaceNewSessionsByLoadNotCache(t *testing.T) {
+	// Peers case 1: the replica with the biggest cache (many sessions, high KV) is
+	// also the busiest; new sessions must go by load.
+	b, clk := newTestBalancer(t, 4, true, nil)
+	for i := range 6 {
+		d := mustAcquire(t, b, fmt.Sprintf("old%d", i))
+		_ = d
+	}
+	// Pretend replica 0 has a big warm cache and is the busiest.
+	b.ObserveEngine(0, 8, 2, 0.95, clk.Now())
+	for i := 1; i < 4; i++ {
+		b.ObserveEngine(i, 0, 0, 0.1, clk.Now())
+	}
+	before := b.Status()
+	for i := range 12 {
+		mustAcquire(t, b, fmt.Sprintf("new%d", i))
+	}
+	after := b.Status()
+	for i := range after {
+		got := after[i].InFlight - before[i].InFlight
+		if got < 2 || got > 4 {
+			t.Errorf("replica %d took %d of 12 new sessions; want an even share by load", i, got)
+		}
+	}
+}
+
+func TestConcurrentPlacementsSeeEachOther(t *testing.T) {
+	// The in-flight bump is atomic with the decision: 8 sessions placed "at the
+	// same instant" on 4 idle replicas spread 2 per replica instead of piling up.
+	b, _ := newTestBalancer(t, 4, true, nil)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { mustAcquire(t, b, fmt.Sprintf("s%d", i)) })
+	}
+	wg.Wait()
+	for _, s := range b.Status() {
+		if s.InFlight != 2 {
+			t.Fatalf("status %+v: want 2 in flight on every replica", b.Status())
+		}
+	}
+}
+
+func TestConcurrentFirstRequestsOfOneSessionLandTogether(t *testing.T) {
+	b, _ := newTestBalancer(t, 8, true, nil)
+	var wg sync.WaitGroup
+	got := make([]int, 8) // up to the threshold (8): no overflow expected
+	for i := range got {
+		wg.Go(func() { got[i] = mustAcquire(t, b, "one-session").Replica })
+	}
+	wg.Wait()
+	for _, r := range got {
+		if r != got[0] {
+			t.Fatalf("one session on several replicas: %v", got)
+		}
+	}
+}
+
+func TestStaysHomeWhileHealthyAndUnderThreshold(t *testing.T) {
+	// Peers case 4: soft affinity must not be outvoted at low load. Make the home
+	// look worse on every secondary signal; it still wins up to the threshold.
+	b, clk := newTestBalancer(t, 3, true, nil) // threshold auto = 32/4 = 8
+	home := mustAcquire(t, b, "s").Replica
+	for i := range 3 {
+		kv := 0.0
+		if i == home {
+			kv = 0.99
+		}
+		b.ObserveEngine(i, 0, 0, kv, clk.Now())
+	}
+	for range 7 { // home now has 8 in flight, the others 0
+		if d := mustAcquire(t, b, "s"); d != (Decision{home, ReasonSticky}) {
+			t.Fatalf("got %+v, want sticky on %d", d, home)
+		}
+	}
+	d := mustAcquire(t, b, "s") // home has 8 in flight: 8 > 8 is false, so... sticky
+	if d.Reason != ReasonSticky {
+		t.Fatalf("at exactly the threshold: %+v", d)
+	}
+	d = mustAcquire(t, b, "s") // home has 9 > 8: overflow to an idle replica
+	if d.Reason != ReasonOverflow || d.Replica == home {
+		t.Fatalf("over threshold: %+v", d)
+	}
+	b.Release(d.Replica)
+	for range 9 {
+		b.Release(home)
+	}
+	if d := mustAcquire(t, b, "s"); d != (Decision{home, ReasonSticky}) {
+		t.Fatalf("overflow moved the home: %+v", d)
+	}
+}
+
+func TestStaleMetricsFallBackToRouterCounts(t *testing.T) {
+	// Peers case 5: stale gauges are neither "saturated" nor blocking; placement
+	// works from the router's own counts.
+	b, clk := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.StaleAfter = 3 * time.Second })
+	b.ObserveEngine(0, 50, 50, 1.0, 0) // looks saturated...
+	b.ObserveEngine(1, 0, 0, 0, 0)
+	clk.Advance(10 * time.Second) // ...but is 10 s old
+	b.Acquire(Facts{SessionKey: "busy"})
+	// Router counts: one replica has 1 in flight; the next session goes to the other.
+	first := b.Status()
+	d := mustAcquire(t, b, "x")
+	if first[d.Replica].InFlight != 0 {
+		t.Fatalf("placed on the replica with more in flight: %+v", d)
+	}
+	st := b.Status()
+	if st[0].ScrapeFresh || st[0].ScrapeAgeS != 10 {
+		t.Fatalf("status %+v: want stale, age 10 s", st[0])
+	}
+	// Fresh again: the fresh gauges count.
+	b.ObserveEngine(0, 50, 50, 1.0, clk.Now())
+	b.ObserveEngine(1, 0, 0, 0, clk.Now())
+	b.Release(0)
+	b.Release(1)
+	b.Release(0)
+	b.Release(1)
+	if d := mustAcquire(t, b, "y"); d.Replica != 1 {
+		t.Fatalf("fresh gauges ignored: %+v", d)
+	}
+}
+
+func TestRehomeOnUnhealthy(t *testing.T) {
+	b, _ := newTestBalancer(t, 3, true, nil)
+	home := mustAcquire(t, b, "s").Replica
+	b.Release(home)
+	b.SetHealthy(home, false)
+	d := mustAcquire(t, b, "s")
+	if d.Reason != ReasonRehome || d.Replica == home {
+		t.Fatalf("got %+v", d)
+	}
+	b.Release(d.Replica)
+	b.SetHealthy(home, true) // the old home is back: the session stays moved
+	if d2 := mustAcquire(t, b, "s"); d2 != (Decision{d.Replica, ReasonSticky}) {
+		t.Fatalf("got %+v, want sticky on new home %d", d2, d.Replica)
+	}
+	for i := range 3 {
+		b.SetHealthy(i, false)
+	}
+	if _, err := b.Acquire(Facts{SessionKey: "s"}); !errors.Is(err, ErrNoReplica) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestAvoidedHomeOverflowsWithoutRehome(t *testing.T) {
+	b, _ := newTestBalancer(t, 2, true, nil)
+	home := mustAcquire(t, b, "s").Replica
+	b.Release(home)
+	d, err := b.Acquire(Facts{SessionKey: "s", Avoid: 1 << uint(home)})
+	if err != nil || d.Reason != ReasonOverflow || d.Replica == home {
+		t.Fatalf("got %+v, %v", d, err)
+	}
+	b.Release(d.Replica)
+	if d := mustAcquire(t, b, "s"); d != (Decision{home, ReasonSticky}) {
+		t.Fatalf("home changed: %+v", d)
+	}
+}
+
+func TestAddingReplicaMovesNoSession(t *testing.T) {
+	// Peers case 8: a hash ring remaps sessions when a backend is added; the table
+	// does not.
+	b, _ := newTestBalancer(t, 3, true, nil)
+	homes := map[string]int{}
+	for i := range 30 {
+		k := fmt.Sprintf("s%d", i)
+		homes[k] = mustAcquire(t, b, k).Replica
+		b.Release(homes[k])
+	}
+	if idx := b.AddReplica("r3"); idx != 3 {
+		t.Fatalf("new index %d", idx)
+	}
+	for k, h := range homes {
+		d := mustAcquire(t, b, k)
+		if d.Replica != h {
+			t.Fatalf("session %s moved %d -> %d (%v)", k, h, d.Replica, d.Reason)
+		}
+		b.Release(d.Replica)
+	}
+	if d := mustAcquire(t, b, "fresh"); d.Replica != 3 || d.Reason != ReasonPlaced {
+		t.Fatalf("new session not placed on the empty new replica: %+v", d)
+	}
+}
+
+func TestAffinitySwitchAndThreshold(t *testing.T) {
+	b, _ := newTestBalancer(t, 2, true, nil)
+	if n, auto := b.OverflowThreshold(); n != 8 || !auto {
+		t.Fatalf("threshold %d auto %v", n, auto)
+	}
+	b.SetOverflowThreshold(3)
+	if n, auto := b.OverflowThreshold(); n != 3 || auto {
+		t.Fatalf("threshold %d auto %v", n, auto)
+	}
+	b.SetAffinity(false)
+	if b.Affinity() {
+		t.Fatal("affinity still on")
+	}
+	if d := mustAcquire(t, b, "s"); d.Reason != ReasonBalanced {
+		t.Fatalf("off: %+v", d)
+	}
+	if b.Sessions() != 0 {
+		t.Fatal("affinity off must not record sessions")
+	}
+	b.SetAffinity(true)
+	if d := mustAcquire(t, b, "s"); d.Reason != ReasonPlaced {
+		t.Fatalf("on: %+v", d)
+	}
+}
+
+func TestReleaseNeverGoesNegative(t *testing.T) {
+	b, _ := newTestBalancer(t, 2, true, nil)
+	b.Release(0)
+	b.Release(5)
+	d := mustAcquire(t, b, "s")
+	b.Release(d.Replica)
+	b.Release(d.Replica)
+	for _, s := range b.Status() {
+		if s.InFlight != 0 {
+			t.Fatalf("%+v", s)
+		}
+	}
+}
+
+func TestStatusCountsServedByReason(t *testing.T) {
+	b, _ := newTestBalancer(t, 1, true, nil)
+	mustAcquire(t, b, "a")
+	mustAcquire(t, b, "a")
+	mustAcquire(t, b, "")
+	st := b.Status()[0]
+	if st.ServedBy["placed"] != 1 || st.ServedBy["sticky"] != 1 || st.ServedBy["no-key"] != 1 || st.ServedTotal != 3 {
+		t.Fatalf("%+v", st)
+	}
+	if st.Sessions != 1 || st.Active != 1 {
+		t.Fatalf("sessions %+v", st)
+	}
+}

@@ -1,0 +1,354 @@
+package router
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/lmwarden/warden/internal/simclock"
+)
+
+// Config defaults.
+const (
+	DefaultListen = ":8080"
+	// DefaultAdminListen is loopback only: the admin API changes routing.
+	DefaultAdminListen = "127.0.0.1:8081"
+	// DefaultBodyLimit bounds a request body. Claude Code bodies run 50-100 KB at
+	// the start of a conversation and grow with it; a 200k-token context is ~1 MB.
+	DefaultBodyLimit = 32 << 20
+	// DefaultScrapeInterval is how often the router scrapes each upstream's /metrics.
+	DefaultScrapeInterval = time.Second
+	// DefaultHealthInterval is how often the router calls each upstream's /health.
+	DefaultHealthInterval = 5 * time.Second
+	// DefaultDialTimeout bounds connecting to an upstream; a refused or timed-out
+	// connect is retried on another replica.
+	DefaultDialTimeout = 5 * time.Second
+	// WildcardModel as a model name matches any requested model.
+	WildcardModel = "*"
+)
+
+// Config is the router's configuration: defaults, then a YAML file (ParseConfig,
+// LoadConfig), then flags set by the caller, then Validate. Zero values mean the
+// documented default. Durations are YAML strings such as "1s" or "500ms"; they
+// are simulated time on Clock (wall time at the default speed 1).
+type Config struct {
+	Listen      string `yaml:"listen"`       // main listener (API + /metrics); default ":8080"
+	AdminListen string `yaml:"admin_listen"` // admin API listener; default "127.0.0.1:8081"
+	// AdminToken, when set, is required as "Authorization: Bearer <token>" on the
+	// admin API.
+	AdminToken string `yaml:"admin_token"`
+	// BodyLimit in bytes; larger bodies get 413. Default DefaultBodyLimit.
+	BodyLimit int64 `yaml:"body_limit_bytes"`
+	// ScrapeInterval between /metrics scrapes of each upstream; scrapes older than 3
+	// intervals are ignored. Default 1s; negative disables scraping.
+	ScrapeInterval time.Duration `yaml:"scrape_interval"`
+	// HealthInterval between /health checks of each upstream. Default 5s; negative
+	// disables active checks (passive marking still happens).
+	HealthInterval time.Duration `yaml:"health_interval"`
+	// DialTimeout for upstream connections. Default 5s.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// ResponseHeaderTimeout: give up (504) when an upstream sends no response
+	// headers for this long. Default 0: none (a non-streaming request under load
+	// legitimately waits for minutes). Never applies to a stream once it started.
+	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
+	SessionTTL            time.Duration `yaml:"session_ttl"`  // default 1h
+	MaxSessions           int           `yaml:"max_sessions"` // default 1,000,000
+	// SessionHeaders are read for a session key after Claude Code's own sources;
+	// default [X-Session-ID].
+	SessionHeaders []string `yaml:"session_headers"`
+	// UseOpenAIUser takes the OpenAI "user" body field as a session key, last.
+	UseOpenAIUser bool `yaml:"use_openai_user"`
+	// SplitSubagents places Claude Code subagents on their own (see KeyConfig).
+	SplitSubagents bool `yaml:"split_subagents"`
+	// SnapshotInterval of the shortest-queue policy (affinity off); default 100ms.
+	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
+	Seed             uint64        `yaml:"seed"` // tie-break randomness
+	Models           []ModelConfig `yaml:"models"`
+
+	// Clock gives simulated time; nil means wall time (speed 1). Set it to the
+	// simulator's scaled clock when the upstreams run faster than real time.
+	Clock simclock.Clock `yaml:"-"`
+	// Logger for routing events; nil means slog.Default(). Session keys are logged
+	// redacted only.
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// ModelConfig is one served model and its replicas; one Balancer per model.
+type ModelConfig struct {
+	// Name as requested in the body's "model" field; WildcardModel ("*") matches
+	// any model no other entry names.
+	Name     string          `yaml:"name"`
+	Replicas []ReplicaConfig `yaml:"replicas"`
+	// Affinity: session affinity on (default) or off (vLLM-style shortest queue).
+	Affinity *bool `yaml:"affinity"`
+	// OverflowThreshold: "auto" (default, max_num_seqs / 4) or a positive number
+	// of in-flight requests.
+	OverflowThreshold Threshold `yaml:"overflow_threshold"`
+	// MaxNumSeqs: the servers' --max-num-seqs; default DefaultMaxNumSeqs.
+	MaxNumSeqs int `yaml:"max_num_seqs"`
+}
+
+// ReplicaConfig is one upstream URL: one replica, or DPRanks replicas (DP ranks
+// behind one endpoint, pinned with X-Data-Parallel-Rank).
+type ReplicaConfig struct {
+	URL     string `yaml:"url"`
+	Name    string `yaml:"name"`     // default "r<i>" by position in the model's list
+	DPRanks int    `yaml:"dp_ranks"` // 0: one replica, not pinned; N >= 1: ranks 0..N-1
+}
+
+// Threshold is an overflow threshold: 0 means auto.
+type Threshold int
+
+// UnmarshalYAML accepts "auto" or a positive integer.
+func (t *Threshold) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && strings.EqualFold(n.Value, "auto") {
+		*t = 0
+		return nil
+	}
+	v, err := strconv.Atoi(n.Value)
+	if err != nil || v <= 0 || n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: overflow_threshold %q: want \"auto\" or a positive integer", n.Line, n.Value)
+	}
+	*t = Threshold(v)
+	return nil
+}
+
+// MarshalYAML writes "auto" for 0.
+func (t Threshold) MarshalYAML() (any, error) {
+	if t == 0 {
+		return "auto", nil
+	}
+	return int(t), nil
+}
+
+// ParseConfig decodes YAML strictly (unknown fields are errors) over the defaults.
+// It does not validate; call Validate.
+func ParseConfig(r io.Reader) (Config, error) {
+	var cfg Config
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("decoding router config: %w", err)
+	}
+	return cfg, nil
+}
+
+// LoadConfig reads and decodes the YAML file at path (see ParseConfig).
+func LoadConfig(path string) (Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading router config: %w", err)
+	}
+	cfg, err := ParseConfig(bytes.NewReader(raw))
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// WithDefaults returns cfg with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.AdminListen == "" {
+		c.AdminListen = DefaultAdminListen
+	}
+	if c.BodyLimit == 0 {
+		c.BodyLimit = DefaultBodyLimit
+	}
+	if c.ScrapeInterval == 0 {
+		c.ScrapeInterval = DefaultScrapeInterval
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = DefaultHealthInterval
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.SessionHeaders == nil {
+		c.SessionHeaders = append([]string(nil), DefaultSessionHeaders...)
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if c.Clock == nil {
+		c.Clock = simclock.NewScaled(1)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	models := make([]ModelConfig, len(c.Models))
+	for i, m := range c.Models {
+		if m.Affinity == nil {
+			on := true
+			m.Affinity = &on
+		}
+		if m.MaxNumSeqs == 0 {
+			m.MaxNumSeqs = DefaultMaxNumSeqs
+		}
+		m.Replicas = append([]ReplicaConfig(nil), m.Replicas...)
+		for j := range m.Replicas {
+			if m.Replicas[j].Name == "" {
+				m.Replicas[j].Name = "r" + strconv.Itoa(j)
+			}
+		}
+		models[i] = m
+	}
+	c.Models = models
+	return c
+}
+
+// Validate returns every problem of cfg joined (errors.Join), each prefixed with
+// its field path, e.g. "models[0].replicas[1].url: ...". It checks the config as
+// given; call it on WithDefaults() to accept defaulted zero values.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{path}, args...)...))
+	}
+	if c.BodyLimit < 0 {
+		bad("body_limit_bytes", "%d is negative", c.BodyLimit)
+	}
+	for name, d := range map[string]time.Duration{
+		"dial_timeout": c.DialTimeout, "response_header_timeout": c.ResponseHeaderTimeout,
+		"session_ttl": c.SessionTTL, "snapshot_interval": c.SnapshotInterval,
+	} {
+		if d < 0 {
+			bad(name, "%v is negative", d)
+		}
+	}
+	if c.MaxSessions < 0 {
+		bad("max_sessions", "%d is negative", c.MaxSessions)
+	}
+	for i, h := range c.SessionHeaders {
+		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " :\t\r\n") {
+			bad(fmt.Sprintf("session_headers[%d]", i), "%q is not a header name", h)
+		}
+	}
+	if len(c.Models) == 0 {
+		bad("models", "at least one model is required")
+	}
+	seenModel := map[string]int{}
+	for i, m := range c.Models {
+		p := fmt.Sprintf("models[%d]", i)
+		if m.Name == "" {
+			bad(p+".name", "is required (use %q to match any model)", WildcardModel)
+		} else if j, dup := seenModel[m.Name]; dup {
+			bad(p+".name", "%q already used by models[%d]", m.Name, j)
+		}
+		seenModel[m.Name] = i
+		if m.MaxNumSeqs < 0 {
+			bad(p+".max_num_seqs", "%d is negative", m.MaxNumSeqs)
+		}
+		if m.OverflowThreshold < 0 {
+			bad(p+".overflow_threshold", "%d is negative", m.OverflowThreshold)
+		}
+		if len(m.Replicas) == 0 {
+			bad(p+".replicas", "at least one replica is required")
+		}
+		seenName := map[string]int{}
+		for j, r := range m.Replicas {
+			rp := fmt.Sprintf("%s.replicas[%d]", p, j)
+			if err := checkUpstreamURL(r.URL); err != nil {
+				bad(rp+".url", "%v", err)
+			}
+			if r.DPRanks < 0 || r.DPRanks > 1024 {
+				bad(rp+".dp_ranks", "%d is out of range 0..1024", r.DPRanks)
+			}
+			if r.Name != "" {
+				if k, dup := seenName[r.Name]; dup {
+					bad(rp+".name", "%q already used by replicas[%d]", r.Name, k)
+				}
+				seenName[r.Name] = j
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkUpstreamURL(s string) error {
+	if s == "" {
+		return errors.New("is required")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("%q: %w", s, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%q: scheme must be http or https", s)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q: no host", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q: no query or fragment allowed", s)
+	}
+	return nil
+}
+
+// ParseReplicaSpec parses a command-line replica: "URL", "name=URL", optionally
+// followed by ",dp_ranks=N", e.g. "gpu0=http://10.0.0.5:8000,dp_ranks=4".
+func ParseReplicaSpec(s string) (ReplicaConfig, error) {
+	var rc ReplicaConfig
+	main, opts, _ := strings.Cut(s, ",")
+	if name, u, ok := strings.Cut(main, "="); ok && !strings.Contains(name, "/") && !strings.Contains(name, ":") {
+		rc.Name, rc.URL = name, u
+	} else {
+		rc.URL = main
+	}
+	if opts != "" {
+		for _, kv := range strings.Split(opts, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch strings.TrimSpace(k) {
+			case "dp_ranks":
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return rc, fmt.Errorf("parsing replica %q: dp_ranks %q is not a non-negative integer", s, v)
+				}
+				rc.DPRanks = n
+			default:
+				return rc, fmt.Errorf("parsing replica %q: unknown option %q", s, k)
+			}
+		}
+	}
+	if err := checkUpstreamURL(rc.URL); err != nil {
+		return rc, fmt.Errorf("parsing replica %q: url %w", s, err)
+	}
+	return rc, nil
+}
+
+// ConfigForURLs returns a defaulted Config with one model matching any model name
+// ("*") served by the given replicas (each parsed by ParseReplicaSpec), affinity on
+// or off. It is what `warden route --replica URL...` and the benchmark use; set
+// Clock, MaxNumSeqs etc. on the result before New.
+func ConfigForURLs(specs []string, affinity bool) (Config, error) {
+	m := ModelConfig{Name: WildcardModel, Affinity: &affinity}
+	for _, s := range specs {
+		rc, err := ParseReplicaSpec(s)
+		if err != nil {
+			return Config{}, err
+		}
+		m.Replicas = append(m.Replicas, rc)
+	}
+	cfg := Config{Models: []ModelConfig{m}}.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("router config for %d replicas: %w", len(specs), err)
+	}
+	return cfg, nil
+}

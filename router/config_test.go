@@ -1,0 +1,132 @@
+package router
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseConfig(strings.NewReader(`
+listen: ":9000"
+admin_listen: "127.0.0.1:9001"
+admin_token: tok
+body_limit_bytes: 1048576
+scrape_interval: 500ms
+health_interval: 2s
+session_ttl: 30m
+max_sessions: 1000
+session_headers: [X-Session-ID, X-Conversation]
+use_openai_user: true
+models:
+  - name: qwen3-4b
+    max_num_seqs: 32
+    overflow_threshold: auto
+    replicas:
+      - url: http://10.0.0.1:8000
+        dp_ranks: 4
+        name: box1
+  - name: other
+    affinity: false
+    overflow_threshold: 6
+    replicas:
+      - url: http://10.0.0.2:8000
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ScrapeInterval != 500*time.Millisecond || cfg.SessionTTL != 30*time.Minute || cfg.BodyLimit != 1<<20 {
+		t.Fatalf("%+v", cfg)
+	}
+	m0, m1 := cfg.Models[0], cfg.Models[1]
+	if !*m0.Affinity || m0.OverflowThreshold != 0 || m0.Replicas[0].DPRanks != 4 || m0.Replicas[0].Name != "box1" {
+		t.Fatalf("%+v", m0)
+	}
+	if *m1.Affinity || m1.OverflowThreshold != 6 || m1.MaxNumSeqs != DefaultMaxNumSeqs || m1.Replicas[0].Name != "r0" {
+		t.Fatalf("%+v", m1)
+	}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, u := range rt.Pools()[0].Upstreams {
+		names = append(names, u.Name)
+	}
+	if strings.Join(names, ",") != "box1/rank0,box1/rank1,box1/rank2,box1/rank3" {
+		t.Fatalf("names %v", names)
+	}
+	if n, _ := rt.Pools()[0].Balancer.OverflowThreshold(); n != 8 {
+		t.Fatalf("auto threshold at max_num_seqs 32 = %d, want 8", n)
+	}
+}
+
+func TestParseConfigRejectsUnknownFields(t *testing.T) {
+	_, err := ParseConfig(strings.NewReader("listen: x\nlisten_addr: y\n"))
+	if err == nil || !strings.Contains(err.Error(), "listen_addr") {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = ParseConfig(strings.NewReader("models:\n  - name: m\n    overflow_threshold: lots\n"))
+	if err == nil || !strings.Contains(err.Error(), "overflow_threshold") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
+	cfg := Config{
+		BodyLimit:      -1,
+		SessionHeaders: []string{"bad header"},
+		Models: []ModelConfig{
+			{Name: "m", Replicas: []ReplicaConfig{{URL: "ftp://x"}, {URL: "http://h", DPRanks: -1}}},
+			{Name: "m"},
+			{Replicas: []ReplicaConfig{{URL: "http://a", Name: "x"}, {URL: "http://b", Name: "x"}}},
+		},
+	}
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"body_limit_bytes:", "session_headers[0]:", "models[0].replicas[0].url:",
+		"models[0].replicas[1].dp_ranks:", "models[1].name:", "models[1].replicas:",
+		"models[2].name:", "models[2].replicas[1].name:",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if err := (Config{}).Validate(); err == nil || !strings.Contains(err.Error(), "models:") {
+		t.Fatalf("empty config: %v", err)
+	}
+}
+
+func TestParseReplicaSpec(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    ReplicaConfig
+		wantErr bool
+	}{
+		{"http://h:8000", ReplicaConfig{URL: "http://h:8000"}, false},
+		{"gpu0=http://h:8000", ReplicaConfig{URL: "http://h:8000", Name: "gpu0"}, false},
+		{"http://h:8000,dp_ranks=4", ReplicaConfig{URL: "http://h:8000", DPRanks: 4}, false},
+		{"g=http://h:8000,dp_ranks=2", ReplicaConfig{URL: "http://h:8000", Name: "g", DPRanks: 2}, false},
+		{"h:8000", ReplicaConfig{}, true},
+		{"http://h,dp_ranks=x", ReplicaConfig{}, true},
+		{"http://h,ranks=2", ReplicaConfig{}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseReplicaSpec(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v", err)
+			}
+			if !tc.wantErr && got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,141 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// StatusClientClosed is the status logged when the client went away before the
+// response ended (nginx's 499; nothing reaches the client).
+const StatusClientClosed = 499
+
+var (
+	errUnknownModel = errors.New("model not served")
+	errNotFound     = errors.New("no such endpoint")
+	errMethod       = errors.New("method not allowed")
+	errTooLarge     = errors.New("request body too large")
+)
+
+// StatusFor maps an error met while handling a request to the HTTP status the
+// router answers, in one place (brief style.md): no replica 503, upstream timeout
+// 504, client gone 499, other upstream error 502; plus the request's own faults:
+// bad body 400, unknown model or path 404, wrong method 405, body too large 413.
+// clientGone says the client's context ended.
+func StatusFor(err error, clientGone bool) int {
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.Is(err, ErrBadBody):
+		return http.StatusBadRequest
+	case errors.Is(err, errUnknownModel), errors.Is(err, errNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, errMethod):
+		return http.StatusMethodNotAllowed
+	case errors.Is(err, errTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrNoReplica):
+		return http.StatusServiceUnavailable
+	case clientGone:
+		return StatusClientClosed
+	case isTimeout(err):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// isDialError says the connection to the upstream was never made (refused,
+// unreachable, dial timeout): the request certainly did not reach it.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// apiKind is the API shape of a path, for error bodies and stream error events.
+type apiKind uint8
+
+const (
+	apiOpenAI apiKind = iota
+	apiAnthropic
+)
+
+func apiFor(path string) apiKind {
+	if strings.HasPrefix(path, "/v1/messages") {
+		return apiAnthropic
+	}
+	return apiOpenAI
+}
+
+// errorBody renders an error response in the API's own shape: OpenAI
+// {"error":{"message","type","param","code"}} (as vLLM's ErrorResponse), Anthropic
+// {"type":"error","error":{"type","message"}}.
+func errorBody(api apiKind, status int, msg string) []byte {
+	var v any
+	if api == apiAnthropic {
+		v = map[string]any{"type": "error", "error": map[string]any{"type": anthropicErrorType(status), "message": msg}}
+	} else {
+		v = map[string]any{"error": map[string]any{"message": msg, "type": openAIErrorType(status), "param": nil, "code": status}}
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func anthropicErrorType(status int) string {
+	switch status {
+	case 400, 405:
+		return "invalid_request_error"
+	case 404:
+		return "not_found_error"
+	case 413:
+		return "request_too_large"
+	case 503:
+		return "overloaded_error"
+	case 504:
+		return "timeout_error"
+	}
+	return "api_error"
+}
+
+func openAIErrorType(status int) string {
+	switch status {
+	case 400, 405, 413:
+		return "invalid_request_error"
+	case 404:
+		return "not_found_error"
+	case 503:
+		return "service_unavailable"
+	case 504:
+		return "timeout"
+	}
+	return "upstream_error"
+}
+
+// writeError answers with an error in the API's shape.
+func writeError(w http.ResponseWriter, api apiKind, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Del("Content-Length")
+	w.WriteHeader(status)
+	w.Write(errorBody(api, status, msg))
+}
+
+// streamErrorEvent is the SSE event that ends a client's stream when the upstream
+// stream broke: OpenAI "data: {"error":...}" (vLLM sends errors in a 200 stream
+// this way), Anthropic "event: error".
+func streamErrorEvent(api apiKind, msg string) []byte {
+	if api == apiAnthropic {
+		return fmt.Appendf(nil, "event: error\ndata: %s\n\n", errorBody(api, http.StatusBadGateway, msg))
+	}
+	return fmt.Appendf(nil, "data: %s\n\n", errorBody(api, http.StatusBadGateway, msg))
+}

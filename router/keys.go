@@ -1,0 +1,390 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+)
+
+// Header names the router reads or writes.
+const (
+	HeaderClaudeSession = "X-Claude-Code-Session-Id" // Claude Code >= 2.1.86 (brief clients.md)
+	HeaderClaudeAgent   = "X-Claude-Code-Agent-Id"   // set by Claude Code subagents
+	HeaderSessionID     = "X-Session-ID"             // vLLM's multi-turn benchmark, others
+	HeaderDPRank        = "X-Data-Parallel-Rank"     // vLLM: pin a request to a DP rank
+	HeaderReplica       = "X-Warden-Replica"         // response: replica that served
+	HeaderDecision      = "X-Warden-Decision"        // response: Reason of the decision
+)
+
+// DefaultSessionHeaders are the extra header names read for a session key after
+// X-Claude-Code-Session-Id and the body's metadata.user_id.
+var DefaultSessionHeaders = []string{HeaderSessionID}
+
+// MaxKeyLen bounds a session key; longer values are cut (keys are hashed anyway, the
+// bound only keeps a hostile header from costing hashing time).
+const MaxKeyLen = 256
+
+// KeySource says where a session key came from.
+type KeySource uint8
+
+const (
+	KeyNone           KeySource = iota // no key found
+	KeyClaudeHeader                    // X-Claude-Code-Session-Id
+	KeyMetadataJSON                    // metadata.user_id, JSON form {"session_id": ...}
+	KeyMetadataLegacy                  // metadata.user_id, legacy user_..._session_<uuid>
+	KeyHeader                          // a configured header (X-Session-ID by default)
+	KeyOpenAIUser                      // the OpenAI "user" field (when configured)
+)
+
+// String names the source for logs.
+func (s KeySource) String() string {
+	return [...]string{"none", "claude-header", "metadata-json", "metadata-legacy", "header", "openai-user"}[s]
+}
+
+// KeyConfig says where to look for session keys besides Claude Code's own.
+type KeyConfig struct {
+	// Headers are read in order after X-Claude-Code-Session-Id and metadata.user_id.
+	// nil means DefaultSessionHeaders; an empty non-nil slice means none.
+	Headers []string
+	// UseOpenAIUser takes the OpenAI request field "user" as the session key, last.
+	UseOpenAIUser bool
+	// SplitSubagents gives a Claude Code subagent (header X-Claude-Code-Agent-Id)
+	// its own key, session + "/agent/" + agent id, so it is placed on its own. By
+	// default a subagent keeps its parent's session id and so its replica.
+	SplitSubagents bool
+}
+
+// RequestInfo is what the router reads from a request before routing it.
+type RequestInfo struct {
+	Model      string    // the body's "model" field; "" when absent
+	SessionKey string    // "" when none was found
+	Source     KeySource // where SessionKey came from
+}
+
+// ErrBadBody: a POST body that is not a JSON object (the proxy answers 400).
+var ErrBadBody = errors.New("request body is not a JSON object")
+
+// requestBody is the part of an OpenAI or Anthropic request body the router reads.
+// Everything else (messages, tools: most of a 50 KB Claude Code body) is skipped.
+type requestBody struct {
+	Model    json.RawMessage
+	Metadata json.RawMessage
+	User     json.RawMessage
+}
+
+// readRequestBody checks that body is one valid JSON object (json.Valid) and picks
+// its top-level "model", "metadata" and "user" members without decoding the rest:
+// a Claude Code body is 50 KB to 1 MB, mostly conversation, and a full decode with
+// encoding/json costs about 4x a validity check. Member names match exactly (as
+// vLLM's request models do, unlike encoding/json's case-insensitive match); the
+// last of duplicated members wins.
+func readRequestBody(body []byte) (requestBody, error) {
+	var rb requestBody
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return rb, ErrBadBody
+	}
+	if !json.Valid(trimmed) {
+		return rb, fmt.Errorf("%w: invalid JSON", ErrBadBody)
+	}
+	objectMembers(trimmed, func(name, value []byte) {
+		switch string(name) { // no allocation: the compiler optimizes this conversion
+		case "model":
+			rb.Model = value
+		case "metadata":
+			rb.Metadata = value
+		case "user":
+			rb.User = value
+		}
+	})
+	return rb, nil
+}
+
+// objectMembers calls visit with the name (unescaped) and raw value of each member
+// of obj, which must be a valid JSON object (checked by the caller with json.Valid);
+// on anything else it stops without panicking.
+func objectMembers(obj []byte, visit func(name, value []byte)) {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return
+	}
+	i++
+	for {
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != '"' {
+			return // '}' or malformed
+		}
+		ks := i
+		i = skipString(obj, i)
+		name := obj[ks+1 : max(ks+1, i-1)]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			var s string
+			if json.Unmarshal(obj[ks:i], &s) == nil {
+				name = []byte(s)
+			}
+		}
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != ':' {
+			return
+		}
+		i = skipSpace(obj, i+1)
+		vs := i
+		i = skipValue(obj, i)
+		if i > len(obj) || i <= vs {
+			return
+		}
+		visit(name, obj[vs:i])
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != ',' {
+			return
+		}
+		i++
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i] == '"'.
+func skipString(b []byte, i int) int {
+	i++
+	for i < len(b) {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b) + 1
+		}
+		i += j
+		// The quote is escaped when an odd number of backslashes precede it.
+		bs := 0
+		for k := i - 1; k >= 0 && b[k] == '\\'; k-- {
+			bs++
+		}
+		i++
+		if bs%2 == 0 {
+			return i
+		}
+	}
+	return len(b) + 1
+}
+
+// skipValue returns the index just past the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b) + 1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b) + 1
+	}
+	for i < len(b) { // number, true, false, null
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// ExtractKey reads the model and the session key of a request, from its headers and
+// its JSON body. Sources, first found wins (brief clients.md):
+//
+//  1. header X-Claude-Code-Session-Id (Claude Code >= 2.1.86);
+//  2. body metadata.user_id, a string: either a JSON document whose "session_id" is
+//     taken (Claude Code >= 2.1.78), or the legacy
+//     user_<hex>_account_<uuid or empty>_session_<uuid>, whose last uuid is taken;
+//  3. the configured headers, in order (default X-Session-ID);
+//  4. the OpenAI "user" field, when cfg.UseOpenAIUser.
+//
+// A subagent's request (X-Claude-Code-Agent-Id) keeps its parent's key unless
+// cfg.SplitSubagents. Keys are trimmed of spaces and cut at MaxKeyLen bytes.
+//
+// body may be empty (no key or model from it). A non-empty body that is not a JSON
+// object gives an error wrapping ErrBadBody. Fields of unexpected types (a numeric
+// model, a non-string user_id) are ignored, not errors: routing must not reject
+// what the upstream may accept.
+func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) {
+	var info RequestInfo
+	var rb requestBody
+	if len(bytes.TrimSpace(body)) > 0 {
+		var err error
+		if rb, err = readRequestBody(body); err != nil {
+			return info, err
+		}
+		info.Model = jsonString(rb.Model)
+	}
+	mdKey, mdSrc := metadataSession(rb.Metadata)
+	switch {
+	case setKey(&info, h.Get(HeaderClaudeSession), KeyClaudeHeader):
+	case setKey(&info, mdKey, mdSrc):
+	default:
+		hdrs := cfg.Headers
+		if hdrs == nil {
+			hdrs = DefaultSessionHeaders
+		}
+		for _, name := range hdrs {
+			if setKey(&info, h.Get(name), KeyHeader) {
+				break
+			}
+		}
+		if info.SessionKey == "" && cfg.UseOpenAIUser {
+			setKey(&info, jsonString(rb.User), KeyOpenAIUser)
+		}
+	}
+	if cfg.SplitSubagents && info.SessionKey != "" {
+		if agent := cleanKey(h.Get(HeaderClaudeAgent)); agent != "" {
+			info.SessionKey = cleanKey(info.SessionKey + "/agent/" + agent)
+		}
+	}
+	return info, nil
+}
+
+func setKey(info *RequestInfo, v string, src KeySource) bool {
+	v = cleanKey(v)
+	if v == "" {
+		return false
+	}
+	info.SessionKey, info.Source = v, src
+	return true
+}
+
+func cleanKey(v string) string {
+	v = strings.TrimSpace(v)
+	if len(v) > MaxKeyLen {
+		v = cutRunes(v, MaxKeyLen)
+	}
+	return v
+}
+
+// cutRunes returns s cut to at most n bytes without splitting its last rune.
+func cutRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	j := len(s) - 1
+	for j > 0 && j > len(s)-utf8.UTFMax && !utf8.RuneStart(s[j]) {
+		j--
+	}
+	if j >= 0 && !utf8.FullRuneInString(s[j:]) {
+		s = s[:j]
+	}
+	return s
+}
+
+// jsonString returns raw as a string when it is a JSON string, else "".
+func jsonString(raw json.RawMessage) string {
+	if len(raw) == 0 || raw[0] != '"' {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// metadataSession extracts the session id from an Anthropic metadata object.
+func metadataSession(raw json.RawMessage) (string, KeySource) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return "", KeyNone
+	}
+	// raw is a member of a validated body, so it is valid JSON.
+	var userID json.RawMessage
+	objectMembers(raw, func(name, value []byte) {
+		if string(name) == "user_id" {
+			userID = value
+		}
+	})
+	uid := strings.TrimSpace(jsonString(userID))
+	if strings.HasPrefix(uid, "{") {
+		if !json.Valid([]byte(uid)) {
+			return "", KeyNone
+		}
+		var sid json.RawMessage
+		objectMembers([]byte(uid), func(name, value []byte) {
+			if string(name) == "session_id" {
+				sid = value
+			}
+		})
+		return jsonString(sid), KeyMetadataJSON
+	}
+	return legacySession(uid), KeyMetadataLegacy
+}
+
+// legacySession parses user_<hex>_account_<uuid or empty>_session_<uuid> (Claude Code
+// before 2.1.78) and returns the session uuid, or "" for any other shape.
+func legacySession(uid string) string {
+	if !strings.HasPrefix(uid, "user_") {
+		return ""
+	}
+	acct := strings.Index(uid, "_account_")
+	sess := strings.LastIndex(uid, "_session_")
+	if acct < 0 || sess < acct {
+		return ""
+	}
+	id := uid[sess+len("_session_"):]
+	if !isUUIDish(id) {
+		return ""
+	}
+	return id
+}
+
+// isUUIDish accepts 1..64 hex digits and dashes, the shape of the ids Claude Code
+// sends; anything else is not taken as a session id.
+func isUUIDish(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	hex := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
+			hex++
+		case c == '-':
+		default:
+			return false
+		}
+	}
+	return hex > 0
+}
+
+// Redact shortens a session key for logs: its first 6 bytes and its length, e.g.
+// "80ea92…(36)". Keys of 8 bytes or fewer show nothing but their length. A key is
+// never logged in full.
+func Redact(key string) string {
+	if key == "" {
+		return "(none)"
+	}
+	if len(key) <= 8 {
+		return fmt.Sprintf("…(%d)", len(key))
+	}
+	return fmt.Sprintf("%s…(%d)", cutRunes(key, 6), len(key))
+}

@@ -1,0 +1,193 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// fixture is a recorded request (testdata/claude-code-*.json).
+type fixture struct {
+	RequestLine string            `json:"request_line"`
+	Headers     map[string]string `json:"headers"`
+	Body        json.RawMessage   `json:"body"`
+}
+
+func loadFixture(t testing.TB, name string) fixture {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f fixture
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatalf("decoding %s: %v", name, err)
+	}
+	return f
+}
+
+func (f fixture) header() http.Header {
+	h := http.Header{}
+	for k, v := range f.Headers {
+		h.Set(k, v)
+	}
+	return h
+}
+
+func TestExtractKeyFromRecordedClaudeCode(t *testing.T) {
+	const session = "80ea92c9-5a20-47b6-aadb-7135b8a1996e"
+	for _, name := range []string{"claude-code-2.1.328-turn1.json", "claude-code-2.1.328-turn2.json"} {
+		t.Run(name, func(t *testing.T) {
+			f := loadFixture(t, name)
+			info, err := ExtractKey(f.header(), f.Body, KeyConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.SessionKey != session || info.Source != KeyClaudeHeader || info.Model != "qwen3-4b" {
+				t.Fatalf("got %+v", info)
+			}
+			// Without the header, the body's metadata.user_id gives the same id.
+			h := f.header()
+			h.Del(HeaderClaudeSession)
+			info, err = ExtractKey(h, f.Body, KeyConfig{})
+			if err != nil || info.SessionKey != session || info.Source != KeyMetadataJSON {
+				t.Fatalf("from metadata: %+v %v", info, err)
+			}
+		})
+	}
+	t.Run("legacy claude-code-request-1.json", func(t *testing.T) {
+		raw, err := os.ReadFile("testdata/claude-code-request-1.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			Body json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal(raw, &f); err != nil {
+			t.Fatal(err)
+		}
+		info, err := ExtractKey(http.Header{}, f.Body, KeyConfig{})
+		if err != nil || info.SessionKey != "00000000-0000-4000-8000-000000000000" || info.Source != KeyMetadataLegacy {
+			t.Fatalf("got %+v %v", info, err)
+		}
+	})
+}
+
+func TestExtractKey(t *testing.T) {
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	tests := []struct {
+		name    string
+		h       http.Header
+		body    string
+		cfg     KeyConfig
+		want    RequestInfo
+		wantErr bool
+	}{
+		{"claude header wins over metadata", hdr(HeaderClaudeSession, "aaa"),
+			`{"model":"m","metadata":{"user_id":"{\"session_id\":\"bbb\"}"}}`, KeyConfig{},
+			RequestInfo{"m", "aaa", KeyClaudeHeader}, false},
+		{"metadata json with parent_session_id", nil,
+			`{"metadata":{"user_id":"{\"device_id\":\"00\",\"account_uuid\":\"\",\"session_id\":\"s-1\",\"parent_session_id\":\"p\"}"}}`, KeyConfig{},
+			RequestInfo{"", "s-1", KeyMetadataJSON}, false},
+		{"metadata wins over X-Session-ID", hdr("X-Session-ID", "x"),
+			`{"metadata":{"user_id":"{\"session_id\":\"s-1\"}"}}`, KeyConfig{},
+			RequestInfo{"", "s-1", KeyMetadataJSON}, false},
+		{"legacy with account", nil,
+			`{"metadata":{"user_id":"user_abc123_account_11111111-2222-3333-4444-555555555555_session_aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"}}`, KeyConfig{},
+			RequestInfo{"", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", KeyMetadataLegacy}, false},
+		// Other clients put a plain user id in metadata.user_id: not a session.
+		{"plain metadata user_id ignored", hdr("x-session-id", "from-header"),
+			`{"metadata":{"user_id":"alice"}}`, KeyConfig{},
+			RequestInfo{"", "from-header", KeyHeader}, false},
+		{"configured header", hdr("X-My-Conv", "c1"), `{}`, KeyConfig{Headers: []string{"X-My-Conv"}},
+			RequestInfo{"", "c1", KeyHeader}, false},
+		{"empty header list disables X-Session-ID", hdr("X-Session-ID", "x"), `{}`, KeyConfig{Headers: []string{}},
+			RequestInfo{}, false},
+		{"openai user only when configured", nil, `{"model":"m","user":"u1"}`, KeyConfig{},
+			RequestInfo{"m", "", KeyNone}, false},
+		{"openai user configured", nil, `{"model":"m","user":"u1"}`, KeyConfig{UseOpenAIUser: true},
+			RequestInfo{"m", "u1", KeyOpenAIUser}, false},
+		{"subagent keeps parent's session", hdr(HeaderClaudeSession, "p", HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{},
+			RequestInfo{"", "p", KeyClaudeHeader}, false},
+		{"subagent split when configured", hdr(HeaderClaudeSession, "p", HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{SplitSubagents: true},
+			RequestInfo{"", "p/agent/agent-7", KeyClaudeHeader}, false},
+		{"blank header skipped", hdr(HeaderClaudeSession, "  "), `{"metadata":{"user_id":"{\"session_id\":\"s\"}"}}`, KeyConfig{},
+			RequestInfo{"", "s", KeyMetadataJSON}, false},
+		{"wrong types ignored", nil, `{"model":5,"metadata":{"user_id":7},"user":[1]}`, KeyConfig{UseOpenAIUser: true},
+			RequestInfo{}, false},
+		{"empty body", hdr("X-Session-ID", "x"), ``, KeyConfig{}, RequestInfo{"", "x", KeyHeader}, false},
+		{"not json", nil, `model=m`, KeyConfig{}, RequestInfo{}, true},
+		{"json array", nil, `[{"model":"m"}]`, KeyConfig{}, RequestInfo{}, true},
+		{"json null", nil, `null`, KeyConfig{}, RequestInfo{}, true},
+		{"truncated object", nil, `{"model":"m"`, KeyConfig{}, RequestInfo{}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h
+			if h == nil {
+				h = http.Header{}
+			}
+			got, err := ExtractKey(h, []byte(tc.body), tc.cfg)
+			if tc.wantErr {
+				if !errors.Is(err, ErrBadBody) {
+					t.Fatalf("err = %v, want ErrBadBody", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExtractKeyCutsLongKeys(t *testing.T) {
+	h := http.Header{}
+	h.Set(HeaderSessionID, strings.Repeat("é", 300))
+	info, err := ExtractKey(h, nil, KeyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.SessionKey) > MaxKeyLen || !utf8.ValidString(info.SessionKey) || info.SessionKey == "" {
+		t.Fatalf("key of %d bytes, valid %v", len(info.SessionKey), utf8.ValidString(info.SessionKey))
+	}
+}
+
+func TestRedact(t *testing.T) {
+	tests := map[string]string{
+		"":                                     "(none)",
+		"short":                                "…(5)",
+		"80ea92c9-5a20-47b6-aadb-7135b8a1996e": "80ea92…(36)",
+	}
+	for in, want := range tests {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func BenchmarkExtractKeyClaudeCodeBody(b *testing.B) {
+	f := loadFixture(b, "claude-code-2.1.328-turn2.json")
+	h := f.header()
+	h.Del(HeaderClaudeSession) // make it read metadata too
+	b.SetBytes(int64(len(f.Body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ExtractKey(h, f.Body, KeyConfig{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

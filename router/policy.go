@@ -1,0 +1,51 @@
+package router
+
+import "time"
+
+// ReplicaState is one replica as a Policy sees it at the instant of a decision. The
+// Balancer fills a slice of them (index = replica index) under its lock; a Policy
+// reads it and must not keep it.
+type ReplicaState struct {
+	// Healthy is false for a replica marked down (health check, passive failure) or
+	// one the caller asked to avoid for this request (Facts.Avoid).
+	Healthy bool
+	// InFlight is the router's own count of requests sent to the replica and not yet
+	// ended: exact, changed atomically with each decision.
+	InFlight int
+	// Running, Waiting and KVUsage are the engine's gauges as last scraped
+	// (vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
+	// the latter a fraction 0..1). They are zero when Fresh is false.
+	Running, Waiting int
+	KVUsage          float64
+	// Fresh says the gauges come from an observation no older than
+	// BalancerConfig.StaleAfter. Stale gauges are ignored, never read as "saturated"
+	// (peers.md router case 5).
+	Fresh bool
+	// Sessions is the number of sessions homed on the replica in the session table
+	// (idle at most the session TTL); Active those of them that sent a request
+	// within the table's active window.
+	Sessions, Active int
+}
+
+// Request is what a Policy is told about the request being routed.
+type Request struct {
+	Key  string // session key; "" when the request carries none
+	Home int    // the session's home replica, or -1 when it has none (or Key is "")
+}
+
+// Policy decides which replica serves a request, from the request and a snapshot of
+// replica state. Implementations do no I/O and read no clock but the now they are
+// given, so the HTTP proxy and the virtual-time world make identical decisions. A
+// Policy may keep state of its own (ShortestQueue keeps its load snapshot); the
+// Balancer calls it under its lock, so it need not be safe for concurrent use.
+//
+// Pick returns ErrNoReplica when no replica in reps is healthy. It does not change
+// reps; the Balancer applies the decision (in-flight count, session home).
+type Policy interface {
+	Pick(now time.Duration, req Request, reps []ReplicaState) (Decision, error)
+}
+
+var (
+	_ Policy = (*Sticky)(nil)
+	_ Policy = (*ShortestQueue)(nil)
+)

@@ -1,0 +1,603 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// DefaultMaxAttempts bounds how many replicas one request is tried on when
+// connecting fails before any byte reached the client.
+const DefaultMaxAttempts = 3
+
+// ProxiedPaths are the POST endpoints the proxy routes. Every one of them goes
+// through Balancer.Acquire/Release, so each feeds the load counts (peers.md router
+// case 3). Query strings pass through (Claude Code calls /v1/messages?beta=true).
+var ProxiedPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens"}
+
+var proxiedPath = func() map[string]bool {
+	m := map[string]bool{}
+	for _, p := range ProxiedPaths {
+		m[p] = true
+	}
+	return m
+}()
+
+// Upstream is where a replica is reached: a base URL and, for a DP rank behind a
+// shared endpoint, the rank pinned with X-Data-Parallel-Rank (-1: not pinned).
+type Upstream struct {
+	Name string
+	URL  *url.URL
+	Rank int
+}
+
+// Pool is one model's replicas: Upstreams[i] is the Balancer's replica i.
+type Pool struct {
+	Model     string // model name, or WildcardModel
+	Balancer  *Balancer
+	Upstreams []Upstream
+}
+
+// ProxyConfig configures a Proxy. Zero values mean defaults.
+type ProxyConfig struct {
+	Pools       []*Pool           // at least one; at most one with Model WildcardModel
+	Keys        KeyConfig         // where session keys are read
+	BodyLimit   int64             // bytes; default DefaultBodyLimit
+	Transport   http.RoundTripper // to the upstreams; default NewTransport(DefaultDialTimeout, 0)
+	MaxAttempts int               // default DefaultMaxAttempts
+	Metrics     *Metrics          // optional
+	Logger      *slog.Logger      // default slog.Default()
+}
+
+// Proxy is the router's http.Handler for the API: it reads each request's model
+// and session key, asks the model's Balancer for a replica, and forwards the
+// request with httputil.ReverseProxy, streaming the response event by event.
+//
+// Per request: the body is read whole (limit BodyLimit, else 413) because the key
+// may be in it; a POST body that is not a JSON object gets 400; an unknown model
+// 404 (error in the OpenAI or Anthropic shape by path). The in-flight count taken by
+// Acquire is released exactly once, when the response has been copied to the end,
+// the upstream failed, or the client went away (peers.md router case 2). The
+// response carries X-Warden-Replica and X-Warden-Decision. Headers pass through
+// untouched (auth, anthropic-*, x-stainless-*) except X-Data-Parallel-Rank, which
+// a client may not set: the proxy strips it and sets it itself for a DP-rank
+// replica. The inbound context is forwarded, so a client disconnect cancels the
+// upstream request.
+//
+// Failures: a connection that cannot be made (refused, unreachable, dial timeout)
+// marks the replica unhealthy (passive health check) and the request is retried on
+// another replica; another transport error before the response headers (e.g. a
+// reset) is retried elsewhere without marking; nothing is retried once the client
+// got a byte. A stream that breaks after it started ends with an error event in
+// the API's own shape. Status codes come from StatusFor. The proxy sets no read or
+// idle timeout of its own, so nothing cuts a live stream.
+//
+// Also served: GET /v1/models (from the configured model names; forwarded to a
+// replica when a pool matches any model) and GET /health (200 when every model has
+// a healthy replica, else 503).
+type Proxy struct {
+	pools       map[string]*Pool
+	wildcard    *Pool
+	order       []*Pool
+	keys        KeyConfig
+	limit       int64
+	maxAttempts int
+	rp          *httputil.ReverseProxy
+	m           *Metrics
+	log         *slog.Logger
+}
+
+// NewTransport returns the HTTP transport the proxy uses to reach upstreams:
+// keep-alive connections (idle ones closed after 4 s, under uvicorn's default 5 s
+// keep-alive, so the proxy rarely reuses a connection the server is closing), no
+// transparent compression (bytes pass as the upstream sent them), no environment
+// proxy. headerTimeout 0 means none.
+func NewTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
+	if dialTimeout <= 0 {
+		dialTimeout = DefaultDialTimeout
+	}
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       4 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
+		DisableCompression:    true,
+	}
+}
+
+// NewProxy checks cfg and builds a Proxy.
+func NewProxy(cfg ProxyConfig) (*Proxy, error) {
+	p := &Proxy{
+		pools:       map[string]*Pool{},
+		keys:        cfg.Keys,
+		limit:       cfg.BodyLimit,
+		maxAttempts: cfg.MaxAttempts,
+		m:           cfg.Metrics,
+		log:         cfg.Logger,
+	}
+	if p.limit <= 0 {
+		p.limit = DefaultBodyLimit
+	}
+	if p.maxAttempts <= 0 {
+		p.maxAttempts = DefaultMaxAttempts
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	var errs []error
+	if len(cfg.Pools) == 0 {
+		errs = append(errs, errors.New("pools: at least one is required"))
+	}
+	for i, pool := range cfg.Pools {
+		switch {
+		case pool == nil || pool.Balancer == nil:
+			errs = append(errs, fmt.Errorf("pools[%d]: no balancer", i))
+			continue
+		case pool.Balancer.Len() != len(pool.Upstreams):
+			errs = append(errs, fmt.Errorf("pools[%d]: %d upstreams for %d replicas", i, len(pool.Upstreams), pool.Balancer.Len()))
+		case p.pools[pool.Model] != nil:
+			errs = append(errs, fmt.Errorf("pools[%d]: model %q twice", i, pool.Model))
+		}
+		for j, u := range pool.Upstreams {
+			if u.URL == nil {
+				errs = append(errs, fmt.Errorf("pools[%d].upstreams[%d]: no url", i, j))
+			}
+		}
+		p.pools[pool.Model] = pool
+		p.order = append(p.order, pool)
+		if pool.Model == WildcardModel {
+			p.wildcard = pool
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("building proxy: %w", err)
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = NewTransport(DefaultDialTimeout, 0)
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      &retryTransport{p: p, base: tr},
+		FlushInterval:  -1, // flush after every write: SSE passes event by event
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.errorHandler,
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	return p, nil
+}
+
+// Pools returns the proxy's pools in configuration order.
+func (p *Proxy) Pools() []*Pool { return p.order }
+
+// Pool returns the pool serving model (the wildcard pool for unknown names), or nil.
+func (p *Proxy) Pool(model string) *Pool {
+	if pool := p.pools[model]; pool != nil {
+		return pool
+	}
+	if p.wildcard != nil {
+		return p.wildcard
+	}
+	// A request without a model goes to the only pool when there is one.
+	if model == "" && len(p.order) == 1 {
+		return p.order[0]
+	}
+	return nil
+}
+
+type callKey struct{}
+
+// call is the state of one proxied request, shared by the handler, the transport
+// and the response hooks (all on the handler's goroutine).
+type call struct {
+	pool    *Pool
+	api     apiKind
+	facts   Facts
+	body    []byte
+	inURL   url.URL
+	counted bool // holds an in-flight count (false for /v1/models forwarding)
+	held    bool
+	dec     Decision
+
+	attempts     int
+	sentAt       time.Time
+	gotFirstByte bool
+	status       int
+	err          error
+	streamBroken error
+}
+
+func callFrom(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	return c
+}
+
+func (c *call) upstream() Upstream { return c.pool.Upstreams[c.dec.Replica] }
+
+// release ends the call's in-flight count; safe to call more than once.
+func (c *call) release() {
+	if c.held {
+		c.held = false
+		c.pool.Balancer.Release(c.dec.Replica)
+	}
+}
+
+func (c *call) setHeaders(h http.Header) {
+	h.Set(HeaderReplica, c.upstream().Name)
+	if c.counted {
+		h.Set(HeaderDecision, c.dec.Reason.String())
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	api := apiFor(r.URL.Path)
+	switch r.URL.Path {
+	case "/health":
+		p.serveHealth(w, r)
+		return
+	case "/v1/models":
+		p.serveModels(w, r)
+		return
+	}
+	if !proxiedPath[r.URL.Path] {
+		p.fail(w, api, fmt.Errorf("%w: %s", errNotFound, r.URL.Path), false)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		p.fail(w, api, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path), false)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			err = fmt.Errorf("%w: limit is %d bytes", errTooLarge, p.limit)
+		} else {
+			err = fmt.Errorf("%w: reading body: %w", ErrBadBody, err)
+		}
+		p.fail(w, api, err, r.Context().Err() != nil)
+		return
+	}
+	info, err := ExtractKey(r.Header, body, p.keys)
+	if err != nil {
+		p.fail(w, api, err, false)
+		return
+	}
+	pool := p.Pool(info.Model)
+	if pool == nil {
+		p.fail(w, api, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
+		return
+	}
+	c := &call{pool: pool, api: api, facts: Facts{SessionKey: info.SessionKey}, body: body, inURL: *r.URL, counted: true}
+	t0 := time.Now()
+	d, err := pool.Balancer.Acquire(c.facts)
+	p.m.observeDecision(time.Since(t0))
+	if err != nil {
+		p.fail(w, api, fmt.Errorf("model %q: %w", pool.Model, err), false)
+		p.m.countResponse(pool.Model, StatusFor(err, false))
+		return
+	}
+	c.dec, c.held = d, true
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		c.release()
+		v := recover()
+		status := c.status
+		switch {
+		case r.Context().Err() != nil && (v != nil || c.err != nil || sw.status == 0):
+			status = StatusClientClosed
+		case status == 0 && sw.status != 0:
+			status = sw.status
+		case status == 0:
+			status = http.StatusBadGateway
+		}
+		up := c.upstream()
+		p.m.countRequest(pool.Model, up.Name, c.dec.Reason)
+		p.m.countResponse(pool.Model, status)
+		p.log.Debug("proxied", "model", pool.Model, "replica", up.Name, "decision", c.dec.Reason.String(),
+			"session", Redact(c.facts.SessionKey), "status", status, "attempts", c.attempts,
+			"duration", time.Since(start))
+		if v != nil {
+			panic(v) // http.ErrAbortHandler from ReverseProxy: the server drops the connection
+		}
+	}()
+	p.forward(sw, r, c)
+}
+
+// forward hands the request to the reverse proxy with the call attached.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call) {
+	r2 := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	r2.Body = io.NopCloser(bytes.NewReader(c.body))
+	r2.ContentLength = int64(len(c.body))
+	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
+	p.rp.ServeHTTP(w, r2)
+}
+
+func (p *Proxy) fail(w http.ResponseWriter, api apiKind, err error, clientGone bool) {
+	status := StatusFor(err, clientGone)
+	if status == StatusClientClosed {
+		return
+	}
+	writeError(w, api, status, err.Error())
+}
+
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	c := callFrom(pr.In.Context())
+	up := c.upstream()
+	pr.SetURL(up.URL)
+	setRank(pr.Out.Header, up.Rank)
+}
+
+func setRank(h http.Header, rank int) {
+	h.Del(HeaderDPRank)
+	if rank >= 0 {
+		h.Set(HeaderDPRank, strconv.Itoa(rank))
+	}
+}
+
+// retryTransport moves a request to another replica when its replica could not be
+// reached, before anything was sent to the client.
+type retryTransport struct {
+	p    *Proxy
+	base http.RoundTripper
+}
+
+func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c := callFrom(req.Context())
+	if c == nil {
+		return t.base.RoundTrip(req)
+	}
+	for {
+		c.attempts++
+		c.sentAt = time.Now()
+		resp, err := t.base.RoundTrip(req)
+		if err == nil {
+			return resp, nil
+		}
+		if !c.counted || req.Context().Err() != nil || c.attempts >= t.p.maxAttempts {
+			return nil, err
+		}
+		dial := isDialError(err)
+		if !dial && isTimeout(err) {
+			return nil, err // the upstream may still be working on it: no duplicate
+		}
+		failed := c.upstream()
+		if dial {
+			c.pool.Balancer.SetHealthy(c.dec.Replica, false)
+		}
+		t.p.log.Warn("upstream failed before responding; retrying elsewhere", "model", c.pool.Model,
+			"replica", failed.Name, "marked_unhealthy", dial, "err", err)
+		t.p.m.countRetry(c.pool.Model, failed.Name)
+		if c.dec.Replica < 64 {
+			c.facts.Avoid |= 1 << uint(c.dec.Replica)
+		}
+		c.release()
+		d, aerr := c.pool.Balancer.Acquire(c.facts)
+		if aerr != nil {
+			return nil, errors.Join(aerr, err)
+		}
+		c.dec, c.held = d, true
+		req = c.retryRequest(req)
+	}
+}
+
+// retryRequest rebuilds the outgoing request for the call's current replica.
+func (c *call) retryRequest(prev *http.Request) *http.Request {
+	out := prev.Clone(prev.Context())
+	u := c.inURL
+	out.URL = &u
+	pr := &httputil.ProxyRequest{Out: out}
+	up := c.upstream()
+	pr.SetURL(up.URL)
+	setRank(out.Header, up.Rank)
+	out.Body = io.NopCloser(bytes.NewReader(c.body))
+	out.ContentLength = int64(len(c.body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
+	return out
+}
+
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	c := callFrom(resp.Request.Context())
+	if c == nil {
+		return nil
+	}
+	c.setHeaders(resp.Header)
+	c.status = resp.StatusCode
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	enc := resp.Header.Get("Content-Encoding")
+	resp.Body = &watchedBody{
+		rc: resp.Body, c: c, p: p, ctx: resp.Request.Context(),
+		sse: mt == "text/event-stream" && (enc == "" || enc == "identity"),
+	}
+	return nil
+}
+
+func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	c := callFrom(r.Context())
+	gone := r.Context().Err() != nil
+	status := StatusFor(err, gone)
+	api := apiOpenAI
+	if c != nil {
+		c.status, c.err, api = status, err, c.api
+		c.setHeaders(w.Header())
+	}
+	if gone {
+		return
+	}
+	name := ""
+	if c != nil {
+		name = c.upstream().Name
+	}
+	p.log.Warn("upstream request failed", "replica", name, "status", status, "err", err)
+	writeError(w, api, status, fmt.Sprintf("upstream %s: %v", name, err))
+}
+
+// watchedBody wraps an upstream response body: it times the first byte and, for an
+// SSE stream that breaks (a read error that is not the client leaving), ends the
+// client's stream with an error event instead of cutting it.
+type watchedBody struct {
+	rc    io.ReadCloser
+	c     *call
+	p     *Proxy
+	ctx   context.Context
+	sse   bool
+	tail  []byte // error event still to send
+	ended bool
+	last  [2]byte
+	n     int64
+}
+
+func (b *watchedBody) Read(buf []byte) (int, error) {
+	if b.tail != nil {
+		n := copy(buf, b.tail)
+		b.tail = b.tail[n:]
+		if len(b.tail) == 0 {
+			b.tail, b.ended = nil, true
+		}
+		return n, nil
+	}
+	if b.ended {
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(buf)
+	if n > 0 {
+		if !b.c.gotFirstByte {
+			b.c.gotFirstByte = true
+			b.p.m.observeTTFB(b.c.pool.Model, b.c.upstream().Name, time.Since(b.c.sentAt))
+		}
+		if n >= 2 {
+			b.last = [2]byte{buf[n-2], buf[n-1]}
+		} else {
+			b.last = [2]byte{b.last[1], buf[0]}
+		}
+		b.n += int64(n)
+	}
+	if err != nil && err != io.EOF && b.sse && b.ctx.Err() == nil {
+		b.c.streamBroken = err
+		up := b.c.upstream().Name
+		b.p.log.Warn("upstream stream broke", "replica", up, "bytes", b.n, "err", err)
+		ev := streamErrorEvent(b.c.api, fmt.Sprintf("upstream %s: stream ended early: %v", up, err))
+		switch {
+		case b.n == 0 || b.last == [2]byte{'\n', '\n'}:
+		case b.last[1] == '\n':
+			ev = append([]byte("\n"), ev...)
+		default:
+			ev = append([]byte("\n\n"), ev...) // finish the partial event first
+		}
+		b.tail = ev
+		return n, nil
+	}
+	return n, err
+}
+
+func (b *watchedBody) Close() error { return b.rc.Close() }
+
+// statusWriter records the status written, and lets http.ResponseController reach
+// the underlying writer's Flush.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
+	type model struct {
+		Model   string `json:"model"`
+		Healthy int    `json:"healthy_replicas"`
+		Total   int    `json:"replicas"`
+	}
+	out := struct {
+		Status string  `json:"status"`
+		Models []model `json:"models"`
+	}{Status: "ok"}
+	code := http.StatusOK
+	for _, pool := range p.order {
+		m := model{Model: pool.Model, Total: pool.Balancer.Len()}
+		for i := range m.Total {
+			if pool.Balancer.Healthy(i) {
+				m.Healthy++
+			}
+		}
+		if m.Healthy == 0 {
+			out.Status, code = "degraded", http.StatusServiceUnavailable
+		}
+		out.Models = append(out.Models, m)
+	}
+	writeJSON(w, code, out)
+}
+
+func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		p.fail(w, apiOpenAI, errMethod, false)
+		return
+	}
+	if p.wildcard != nil {
+		// Model names are whatever the servers serve: ask one.
+		pool := p.wildcard
+		for i := range pool.Upstreams {
+			if pool.Balancer.Healthy(i) {
+				c := &call{pool: pool, inURL: *r.URL, dec: Decision{Replica: i}}
+				p.forward(w, r, c)
+				return
+			}
+		}
+		p.fail(w, apiOpenAI, ErrNoReplica, false)
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, pool := range p.order {
+		out.Data = append(out.Data, model{ID: pool.Model, Object: "model", OwnedBy: "lm-warden"})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,500 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/vllmmetrics"
+)
+
+// probeTimeout bounds one /health or /metrics request (wall time).
+const probeTimeout = 5 * time.Second
+
+// Router is a configured router: the Proxy with one Balancer per model, the admin
+// API, its metrics, and the background loops (health checks and /metrics scrapes)
+// that Run drives.
+type Router struct {
+	cfg     Config
+	proxy   *Proxy
+	metrics *Metrics
+	targets []*target
+	client  *http.Client
+	clock   simclock.Clock
+	log     *slog.Logger
+	handler http.Handler
+}
+
+// target is one configured upstream URL: one replica, or the DP ranks behind it.
+type target struct {
+	pool     *Pool
+	url      *url.URL
+	replicas []int // Balancer indices; with ranks, replicas[k] is rank k
+	ranked   bool
+
+	mu      sync.Mutex
+	prefix  []prefixStats // by position in replicas
+	healthy bool
+}
+
+// prefixStats holds the prefix-cache counters of one replica as scraped: the first
+// scrape seen and the latest.
+type prefixStats struct {
+	have                     bool
+	queries0, hits0          float64
+	queries, hits            float64
+	queriesPrev, hitsPrev    float64
+	windowQueries, windowHit float64 // sum of reset-aware deltas since the first scrape
+}
+
+// New validates cfg (after WithDefaults) and builds a Router. Nothing runs until Run.
+func New(cfg Config) (*Router, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("router config: %w", err)
+	}
+	rt := &Router{
+		cfg:    cfg,
+		clock:  cfg.Clock,
+		log:    cfg.Logger,
+		client: &http.Client{Transport: NewTransport(cfg.DialTimeout, probeTimeout), Timeout: probeTimeout},
+	}
+	var pools []*Pool
+	for mi, m := range cfg.Models {
+		pool := &Pool{Model: m.Name}
+		var names []string
+		var targets []*target
+		for _, rc := range m.Replicas {
+			u, err := url.Parse(rc.URL)
+			if err != nil {
+				return nil, fmt.Errorf("model %q: replica %q: %w", m.Name, rc.URL, err)
+			}
+			t := &target{pool: pool, url: u, ranked: rc.DPRanks > 0, healthy: true}
+			if rc.DPRanks == 0 {
+				t.replicas = append(t.replicas, len(names))
+				names = append(names, rc.Name)
+				pool.Upstreams = append(pool.Upstreams, Upstream{Name: rc.Name, URL: u, Rank: -1})
+			}
+			for k := range rc.DPRanks {
+				name := rc.Name + "/rank" + strconv.Itoa(k)
+				t.replicas = append(t.replicas, len(names))
+				names = append(names, name)
+				pool.Upstreams = append(pool.Upstreams, Upstream{Name: name, URL: u, Rank: k})
+			}
+			t.prefix = make([]prefixStats, len(t.replicas))
+			targets = append(targets, t)
+		}
+		stale := DefaultStaleAfter
+		if cfg.ScrapeInterval > 0 {
+			stale = 3 * cfg.ScrapeInterval
+		}
+		b, err := NewBalancer(BalancerConfig{
+			Replicas:          names,
+			Affinity:          *m.Affinity,
+			MaxNumSeqs:        m.MaxNumSeqs,
+			OverflowThreshold: int(m.OverflowThreshold),
+			SessionTTL:        cfg.SessionTTL,
+			MaxSessions:       cfg.MaxSessions,
+			SnapshotInterval:  cfg.SnapshotInterval,
+			StaleAfter:        stale,
+			Seed:              cfg.Seed + uint64(mi),
+			Now:               cfg.Clock.Now,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("model %q: %w", m.Name, err)
+		}
+		pool.Balancer = b
+		pools = append(pools, pool)
+		rt.targets = append(rt.targets, targets...)
+	}
+	rt.metrics = NewMetrics(func() []*Pool { return pools })
+	p, err := NewProxy(ProxyConfig{
+		Pools:     pools,
+		Keys:      KeyConfig{Headers: cfg.SessionHeaders, UseOpenAIUser: cfg.UseOpenAIUser, SplitSubagents: cfg.SplitSubagents},
+		BodyLimit: cfg.BodyLimit,
+		Transport: NewTransport(cfg.DialTimeout, cfg.ResponseHeaderTimeout),
+		Metrics:   rt.metrics,
+		Logger:    cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rt.proxy = p
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", rt.metrics.Handler())
+	mux.Handle("/", p)
+	rt.handler = mux
+	return rt, nil
+}
+
+// NewFromURLs builds a Router for `warden route --replica ...` and the benchmark:
+// one pool matching any model, served by the replicas given as ParseReplicaSpec
+// strings, with affinity on (Sticky) or off (ShortestQueue). clock may be nil (wall
+// time); pass the simulator's scaled clock so snapshot and staleness intervals are
+// in simulated time. maxNumSeqs 0 means DefaultMaxNumSeqs (the auto threshold is a
+// quarter of it).
+func NewFromURLs(specs []string, affinity bool, maxNumSeqs int, clock simclock.Clock) (*Router, error) {
+	cfg, err := ConfigForURLs(specs, affinity)
+	if err != nil {
+		return nil, err
+	}
+	if maxNumSeqs > 0 {
+		cfg.Models[0].MaxNumSeqs = maxNumSeqs
+	}
+	if clock != nil {
+		cfg.Clock = clock
+	}
+	return New(cfg)
+}
+
+// Config returns the configuration in force (with defaults).
+func (rt *Router) Config() Config { return rt.cfg }
+
+// Handler is the main listener's handler: the proxied API, GET /v1/models,
+// GET /health and the router's GET /metrics.
+func (rt *Router) Handler() http.Handler { return rt.handler }
+
+// Proxy returns the router's proxy.
+func (rt *Router) Proxy() *Proxy { return rt.proxy }
+
+// Metrics returns the router's metrics.
+func (rt *Router) Metrics() *Metrics { return rt.metrics }
+
+// Pools returns the per-model pools in configuration order.
+func (rt *Router) Pools() []*Pool { return rt.proxy.Pools() }
+
+// pools selects the pools a model argument names: "" or "*" means all.
+func (rt *Router) poolsFor(model string) ([]*Pool, error) {
+	if model == "" || model == WildcardModel {
+		return rt.proxy.Pools(), nil
+	}
+	if p := rt.proxy.pools[model]; p != nil {
+		return []*Pool{p}, nil
+	}
+	return nil, fmt.Errorf("%w: %q", errUnknownModel, model)
+}
+
+// SetAffinity switches session affinity for model, or for every model when model
+// is "" or "*". It fails for a model that is not configured.
+func (rt *Router) SetAffinity(model string, on bool) error {
+	pools, err := rt.poolsFor(model)
+	if err != nil {
+		return fmt.Errorf("setting affinity: %w", err)
+	}
+	for _, p := range pools {
+		p.Balancer.SetAffinity(on)
+	}
+	rt.log.Info("affinity switched", "model", model, "enabled", on)
+	return nil
+}
+
+// SetOverflowThreshold sets the overflow threshold (0 = auto) for model, or for
+// every model when model is "" or "*".
+func (rt *Router) SetOverflowThreshold(model string, n int) error {
+	pools, err := rt.poolsFor(model)
+	if err != nil {
+		return fmt.Errorf("setting overflow threshold: %w", err)
+	}
+	for _, p := range pools {
+		p.Balancer.SetOverflowThreshold(n)
+	}
+	return nil
+}
+
+// ResetSessions forgets every session home of model ("" or "*": all models).
+func (rt *Router) ResetSessions(model string) error {
+	pools, err := rt.poolsFor(model)
+	if err != nil {
+		return fmt.Errorf("resetting sessions: %w", err)
+	}
+	for _, p := range pools {
+		p.Balancer.ResetSessions()
+	}
+	return nil
+}
+
+// Status is the router's state as GET /status reports it.
+type Status struct {
+	Models []ModelStatus `json:"models"`
+}
+
+// ModelStatus is one model's pool.
+type ModelStatus struct {
+	Model             string          `json:"model"`
+	Affinity          bool            `json:"affinity"`
+	OverflowThreshold int             `json:"overflow_threshold"`
+	ThresholdAuto     bool            `json:"overflow_threshold_auto"`
+	Sessions          int             `json:"sessions"`
+	Replicas          []ReplicaReport `json:"replicas"`
+}
+
+// ReplicaReport is ReplicaStatus plus what only the HTTP router knows.
+type ReplicaReport struct {
+	ReplicaStatus
+	URL  string `json:"url"`
+	Rank *int   `json:"dp_rank,omitempty"`
+	// PrefixHitRate is hits/queries of vLLM's prefix-cache counters since the
+	// router's first scrape of this replica (reset-aware); -1 before two scrapes
+	// or without queries. PrefixHitRateLifetime uses the counters' absolute values
+	// (since the server started).
+	PrefixHitRate         float64 `json:"prefix_hit_rate"`
+	PrefixHitRateLifetime float64 `json:"prefix_hit_rate_lifetime"`
+}
+
+// Status reports every model and replica.
+func (rt *Router) Status() Status {
+	var st Status
+	for _, pool := range rt.proxy.Pools() {
+		b := pool.Balancer
+		n, auto := b.OverflowThreshold()
+		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
+		for i, s := range b.Status() {
+			up := pool.Upstreams[i]
+			rep := ReplicaReport{ReplicaStatus: s, URL: up.URL.String(), PrefixHitRate: -1, PrefixHitRateLifetime: -1}
+			if up.Rank >= 0 {
+				k := up.Rank
+				rep.Rank = &k
+			}
+			rt.fillPrefix(pool, i, &rep)
+			ms.Replicas = append(ms.Replicas, rep)
+		}
+		st.Models = append(st.Models, ms)
+	}
+	return st
+}
+
+func (rt *Router) fillPrefix(pool *Pool, replica int, rep *ReplicaReport) {
+	for _, t := range rt.targets {
+		if t.pool != pool {
+			continue
+		}
+		for k, idx := range t.replicas {
+			if idx != replica {
+				continue
+			}
+			t.mu.Lock()
+			ps := t.prefix[k]
+			t.mu.Unlock()
+			if ps.have && ps.windowQueries > 0 {
+				rep.PrefixHitRate = ps.windowHit / ps.windowQueries
+			}
+			if ps.have && ps.queries > 0 {
+				rep.PrefixHitRateLifetime = ps.hits / ps.queries
+			}
+			return
+		}
+	}
+}
+
+// Run drives the background loops until ctx ends, then waits for them: per
+// upstream URL a /health check every HealthInterval (200 marks its replicas
+// healthy, anything else unhealthy) and a /metrics scrape every ScrapeInterval
+// (gauges into Balancer.ObserveEngine; prefix counters into Status). Intervals are
+// simulated time on the configured Clock. It returns ctx.Err().
+func (rt *Router) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, t := range rt.targets {
+		if rt.cfg.HealthInterval > 0 {
+			wg.Go(func() { rt.every(ctx, rt.cfg.HealthInterval, func() { rt.checkHealth(ctx, t) }) })
+		}
+		if rt.cfg.ScrapeInterval > 0 {
+			wg.Go(func() { rt.every(ctx, rt.cfg.ScrapeInterval, func() { rt.scrape(ctx, t) }) })
+		}
+	}
+	<-ctx.Done()
+	wg.Wait()
+	return ctx.Err()
+}
+
+// every calls f now and then once per interval of simulated time until ctx ends.
+func (rt *Router) every(ctx context.Context, interval time.Duration, f func()) {
+	next := rt.clock.Now()
+	for {
+		f()
+		next += interval
+		if now := rt.clock.Now(); next < now {
+			next = now // fell behind (slow probe): do not burst
+		}
+		if rt.clock.SleepUntil(ctx, next) != nil {
+			return
+		}
+	}
+}
+
+func (rt *Router) get(ctx context.Context, t *target, path string) (*http.Response, error) {
+	u := *t.url
+	u.Path = singleJoin(u.Path, path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	return rt.client.Do(req)
+}
+
+func singleJoin(a, b string) string {
+	switch {
+	case a == "" || a == "/":
+		return b
+	case a[len(a)-1] == '/':
+		return a + b[1:]
+	}
+	return a + b
+}
+
+func (rt *Router) checkHealth(ctx context.Context, t *target) {
+	ok := false
+	resp, err := rt.get(ctx, t, "/health")
+	if err == nil {
+		ok = resp.StatusCode == http.StatusOK
+		resp.Body.Close()
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	t.mu.Lock()
+	changed := t.healthy != ok
+	t.healthy = ok
+	t.mu.Unlock()
+	for _, i := range t.replicas {
+		t.pool.Balancer.SetHealthy(i, ok)
+	}
+	if changed {
+		lvl := slog.LevelInfo
+		if !ok {
+			lvl = slog.LevelWarn
+		}
+		rt.log.Log(ctx, lvl, "upstream health changed", "model", t.pool.Model, "url", t.url.String(), "healthy", ok, "err", err)
+	}
+}
+
+func (rt *Router) scrape(ctx context.Context, t *target) {
+	resp, err := rt.get(ctx, t, "/metrics")
+	if err != nil {
+		rt.log.Debug("scrape failed", "url", t.url.String(), "err", err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		rt.log.Debug("scrape failed", "url", t.url.String(), "status", resp.StatusCode)
+		return
+	}
+	snap, err := vllmmetrics.Parse(resp.Body)
+	if err != nil {
+		rt.log.Debug("scrape failed", "url", t.url.String(), "err", err)
+		return
+	}
+	rt.observe(t, snap, rt.clock.Now())
+}
+
+// observe feeds one parsed scrape of target t into its Balancer. With DP ranks,
+// engine label k belongs to rank k; without, all engines of the URL are one replica
+// (a DP server balancing internally): running and waiting add up, KV usage is the
+// mean, counters add up.
+func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duration) {
+	type agg struct {
+		n                    int
+		running, waiting, kv float64
+		queries, hits        float64
+		hasGauges, hasPrefix bool
+	}
+	per := make([]agg, len(t.replicas))
+	for _, e := range snap.Engines {
+		k := 0
+		if t.ranked {
+			r, err := strconv.Atoi(e.Engine)
+			if err != nil || r < 0 || r >= len(t.replicas) {
+				continue
+			}
+			k = r
+		}
+		a := &per[k]
+		a.n++
+		a.running += e.Running
+		a.waiting += e.Waiting
+		a.kv += e.KVUsage
+		a.hasGauges = a.hasGauges || e.Present[vllmmetrics.NumRequestsRunning]
+		if e.Present[vllmmetrics.PrefixCacheQueries] && e.Present[vllmmetrics.PrefixCacheHits] {
+			a.queries += e.PrefixQueries
+			a.hits += e.PrefixHits
+			a.hasPrefix = true
+		}
+	}
+	for k, a := range per {
+		if a.n == 0 {
+			continue
+		}
+		if a.hasGauges {
+			t.pool.Balancer.ObserveEngine(t.replicas[k], int(a.running), int(a.waiting), a.kv/float64(a.n), at)
+		}
+		if a.hasPrefix {
+			t.mu.Lock()
+			ps := &t.prefix[k]
+			if !ps.have {
+				*ps = prefixStats{have: true, queries0: a.queries, hits0: a.hits, queriesPrev: a.queries, hitsPrev: a.hits}
+			} else {
+				ps.windowQueries += vllmmetrics.CounterDelta(ps.queriesPrev, a.queries)
+				ps.windowHit += vllmmetrics.CounterDelta(ps.hitsPrev, a.hits)
+				ps.queriesPrev, ps.hitsPrev = a.queries, a.hits
+			}
+			ps.queries, ps.hits = a.queries, a.hits
+			t.mu.Unlock()
+		}
+	}
+}
+
+// ListenAndServe serves Handler on cfg.Listen and AdminHandler on cfg.AdminListen
+// (when not "-"), and runs the background loops, until ctx ends; then it shuts the
+// servers down, letting requests in flight finish for up to grace. The servers
+// have a read-header timeout only: no read, write or idle timeout may cut a live
+// stream.
+func (rt *Router) ListenAndServe(ctx context.Context, grace time.Duration) error {
+	srvs := []*http.Server{{Addr: rt.cfg.Listen, Handler: rt.Handler()}}
+	if rt.cfg.AdminListen != "-" {
+		srvs = append(srvs, &http.Server{Addr: rt.cfg.AdminListen, Handler: rt.AdminHandler()})
+	}
+	var lns []net.Listener
+	for _, s := range srvs {
+		s.ReadHeaderTimeout = 30 * time.Second
+		ln, err := net.Listen("tcp", s.Addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return fmt.Errorf("listening on %s: %w", s.Addr, err)
+		}
+		lns = append(lns, ln)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(srvs)+1)
+	var wg sync.WaitGroup
+	wg.Go(func() { rt.Run(ctx) })
+	for i, s := range srvs {
+		rt.log.Info("router listening", "addr", lns[i].Addr().String())
+		wg.Go(func() {
+			if err := s.Serve(lns[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serving %s: %w", s.Addr, err)
+				cancel()
+			}
+		})
+	}
+	<-ctx.Done()
+	sctx, scancel := context.WithTimeout(context.Background(), grace)
+	defer scancel()
+	for _, s := range srvs {
+		if s.Shutdown(sctx) != nil {
+			s.Close() // grace over: cut what is left
+		}
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}

@@ -1,0 +1,155 @@
+package router
+
+import "time"
+
+// DefaultSnapshotInterval is how often ShortestQueue refreshes its view of replica
+// load: vLLM's DP coordinator (vllm/v1/engine/coordinator.py) publishes engine load
+// snapshots to the API server about every 100 ms when they change (brief vllm.md).
+const DefaultSnapshotInterval = 100 * time.Millisecond
+
+// kvPenaltyFactor and kvPenaltyFrom are the constants of the KV-pressure term of
+// vLLM's DP balancer: waiting * 6 * max(0, kv_usage - 0.5) (see ShortestQueue).
+const (
+	kvPenaltyFactor = 6.0
+	kvPenaltyFrom   = 0.5
+)
+
+// ShortestQueue is the "affinity off" policy: it mimics the load balancer vLLM runs in
+// front of its own data-parallel ranks (vllm/v1/engine/core_client.py,
+// DPLBAsyncMPClient.get_core_engine_for_request, current main), so that "off" is the
+// behaviour a user gets from vLLM itself.
+//
+// The score of replica i is
+//
+//	score_i = max(inflight_i + sent_i, waiting_i + running_i)
+//	        + waiting_i * 6 * max(0, kv_i - 0.5)      (only when waiting_i > 0)
+//
+// where inflight_i (the router's in-flight count), waiting_i, running_i and kv_i come
+// from a snapshot taken at most once per Interval, and sent_i counts the requests
+// this policy sent to i since that snapshot (vLLM's optimistic +1 between stats
+// updates). Scraped gauges enter the snapshot only when fresh; stale ones count as
+// zero, so the score falls back to the router's own counts. The lowest score wins
+// (the first one met on a tie); the scan starts at a position that rotates by one
+// after every decision, so ties spread out and consecutive turns of one conversation
+// scatter over the replicas as they do behind vLLM.
+//
+// Snapshots are aligned to a grid of Interval: a snapshot "taken at" k*Interval holds
+// the state as it was at that instant. The Balancer calls Sync before every change of
+// state, so the state it sees at the first call after a grid point is exactly the
+// state at that point (state only changes at events). Working from such a snapshot,
+// not exact instant counts, matters: exact counts send a conversation's next turn to
+// the replica that just finished its previous one, which looks like affinity and
+// flatters "off" (brief vllm.md).
+//
+// The zero value is not usable; use NewShortestQueue.
+type ShortestQueue struct {
+	// Interval between snapshots (simulated time). Zero or less means every event
+	// sees an exact snapshot.
+	Interval time.Duration
+
+	epoch int64 // grid index of the current snapshot; -1 before the first
+	snap  []sqSnap
+	sent  []int
+	start int // scan start; rotates by one after every decision
+}
+
+type sqSnap struct {
+	inflight int
+	load     int // waiting + running (fresh scrape) or 0
+	waiting  int
+	kv       float64
+}
+
+// NewShortestQueue returns a ShortestQueue with the given snapshot interval
+// (0 means DefaultSnapshotInterval).
+func NewShortestQueue(interval time.Duration) *ShortestQueue {
+	if interval == 0 {
+		interval = DefaultSnapshotInterval
+	}
+	return &ShortestQueue{Interval: interval, epoch: -1}
+}
+
+// NeedsSync reports whether a new snapshot is due at now (a grid point has passed
+// since the last one, or there is none yet).
+func (q *ShortestQueue) NeedsSync(now time.Duration, n int) bool {
+	return q.epoch < 0 || len(q.snap) != n || q.Interval <= 0 || q.epochOf(now) != q.epoch
+}
+
+func (q *ShortestQueue) epochOf(now time.Duration) int64 {
+	if q.Interval <= 0 {
+		return int64(now)
+	}
+	return int64(now / q.Interval)
+}
+
+// Sync takes a new snapshot from reps when one is due at now, and resets the
+// per-replica sent counts. reps must describe the state as it has been since the
+// last change (the caller syncs before changing it).
+func (q *ShortestQueue) Sync(now time.Duration, reps []ReplicaState) {
+	if !q.NeedsSync(now, len(reps)) {
+		return
+	}
+	q.epoch = q.epochOf(now)
+	if len(q.snap) != len(reps) {
+		q.snap = make([]sqSnap, len(reps))
+		q.sent = make([]int, len(reps))
+		if q.start >= len(reps) {
+			q.start = 0
+		}
+	}
+	for i := range reps {
+		r := &reps[i]
+		s := sqSnap{inflight: r.InFlight}
+		if r.Fresh {
+			s.load = r.Waiting + r.Running
+			s.waiting = r.Waiting
+			s.kv = r.KVUsage
+		}
+		q.snap[i] = s
+		q.sent[i] = 0
+	}
+}
+
+// Score returns replica i's current score (see the type's doc). It is valid after
+// Sync.
+func (q *ShortestQueue) Score(i int) float64 {
+	s := q.snap[i]
+	score := float64(max(s.inflight+q.sent[i], s.load))
+	if s.waiting > 0 {
+		score += float64(s.waiting) * kvPenaltyFactor * max(0, s.kv-kvPenaltyFrom)
+	}
+	return score
+}
+
+// Pick chooses the healthy replica with the lowest score, counts one request sent to
+// it, and rotates the scan start. req is ignored: shortest-queue has no affinity.
+// Reason is ReasonBalanced.
+func (q *ShortestQueue) Pick(now time.Duration, _ Request, reps []ReplicaState) (Decision, error) {
+	q.Sync(now, reps)
+	n := len(reps)
+	if n == 0 {
+		return Decision{}, ErrNoReplica
+	}
+	best, bestScore := -1, 0.0
+	for k := 0; k < n; k++ {
+		i := q.start + k
+		if i >= n {
+			i -= n
+		}
+		if !reps[i].Healthy {
+			continue
+		}
+		if s := q.Score(i); best < 0 || s < bestScore {
+			best, bestScore = i, s
+		}
+	}
+	q.start++
+	if q.start >= n {
+		q.start = 0
+	}
+	if best < 0 {
+		return Decision{}, ErrNoReplica
+	}
+	q.sent[best]++
+	return Decision{Replica: best, Reason: ReasonBalanced}, nil
+}

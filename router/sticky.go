@@ -1,0 +1,154 @@
+package router
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Overflow defaults.
+const (
+	// DefaultMaxNumSeqs is vLLM's default --max-num-seqs for `vllm serve` on GPUs
+	// under 70 GiB (vllm/engine/arg_utils.py; brief vllm.md "Serve defaults"). The
+	// reference server ran 32: configure max_num_seqs per model to match the server.
+	DefaultMaxNumSeqs = 256
+	// DefaultOverflowDivisor gives the auto overflow threshold: a request leaves its
+	// home when the home has more than max_num_seqs / 4 requests in flight
+	// (brief workload.md, "The router's rule"; 8 at max_num_seqs 32).
+	DefaultOverflowDivisor = 4
+	// DefaultOverflowMargin: an overflowing request only moves to a replica with at
+	// least this many fewer requests in flight than its home, so two loaded
+	// replicas do not trade requests back and forth.
+	DefaultOverflowMargin = 2
+)
+
+// AutoOverflowThreshold returns the auto threshold for maxNumSeqs sequences per
+// replica: maxNumSeqs / DefaultOverflowDivisor, at least 1.
+func AutoOverflowThreshold(maxNumSeqs int) int {
+	if maxNumSeqs <= 0 {
+		maxNumSeqs = DefaultMaxNumSeqs
+	}
+	return max(1, maxNumSeqs/DefaultOverflowDivisor)
+}
+
+// Sticky is the session-affinity policy (brief workload.md, "The router's rule"):
+//
+//   - No session key: shortest-queue placement by NoKey (ReasonNoKey).
+//   - Home known and healthy, home in-flight <= Threshold: the home (ReasonSticky).
+//     Nothing else is weighed while the home is under the threshold, so load scorers
+//     cannot outvote affinity at low load (peers.md router case 4).
+//   - Home known and healthy but over the threshold (in-flight > Threshold): the
+//     least-loaded other replica if it has at least Margin fewer requests in flight
+//     than the home (ReasonOverflow), else the home (ReasonSticky). The home does
+//     not change on overflow: the conversation's prefix cache lives there, so the
+//     next turn goes back as soon as the home has room; moving the home for good
+//     would throw that cache away because of a momentary burst.
+//   - Home unhealthy (or no longer a replica): the least-loaded replica becomes the
+//     new home (ReasonRehome).
+//   - Unknown key (new or expired session): the least-loaded replica becomes the
+//     home (ReasonPlaced).
+//
+// "Least-loaded" compares healthy replicas by, in order:
+//
+//  1. InFlight, the router's own exact count (fewer wins);
+//  2. Waiting + KVUsage from scrapes (smaller wins): used only when every healthy
+//     candidate has a fresh scrape, so a missing or stale scrape never makes a
+//     replica look empty or full; waiting dominates, KV fill breaks ties within it;
+//  3. Active, the sessions homed there that were active within the table's window
+//     (fewer wins);
+//
+// and breaks remaining ties uniformly at random (Rand). Placement never looks at
+// which replica holds the most cache (peers.md router case 1).
+type Sticky struct {
+	Threshold int            // overflow threshold, in-flight requests; >= 0
+	Margin    int            // overflow margin, in-flight requests; see DefaultOverflowMargin
+	Rand      *rand.Rand     // tie-break randomness; required
+	NoKey     *ShortestQueue // placement of keyless requests; required
+}
+
+// Pick applies the rules above. It returns ErrNoReplica when no replica is healthy.
+func (s *Sticky) Pick(now time.Duration, req Request, reps []ReplicaState) (Decision, error) {
+	if req.Key == "" {
+		d, err := s.NoKey.Pick(now, req, reps)
+		d.Reason = ReasonNoKey
+		return d, err
+	}
+	h := req.Home
+	if h >= 0 && h < len(reps) && reps[h].Healthy {
+		if reps[h].InFlight <= s.Threshold {
+			return Decision{Replica: h, Reason: ReasonSticky}, nil
+		}
+		if m := s.LeastLoaded(reps, h); m >= 0 && reps[m].InFlight+s.Margin <= reps[h].InFlight {
+			return Decision{Replica: m, Reason: ReasonOverflow}, nil
+		}
+		return Decision{Replica: h, Reason: ReasonSticky}, nil
+	}
+	m := s.LeastLoaded(reps, -1)
+	if m < 0 {
+		return Decision{}, ErrNoReplica
+	}
+	if h >= 0 {
+		return Decision{Replica: m, Reason: ReasonRehome}, nil
+	}
+	return Decision{Replica: m, Reason: ReasonPlaced}, nil
+}
+
+// LeastLoaded returns the least-loaded healthy replica other than exclude (see the
+// type's doc), or -1 when there is none.
+func (s *Sticky) LeastLoaded(reps []ReplicaState, exclude int) int {
+	useScrape := true
+	for i := range reps {
+		if i != exclude && reps[i].Healthy && !reps[i].Fresh {
+			useScrape = false
+			break
+		}
+	}
+	best, ties := -1, 0
+	for i := range reps {
+		if i == exclude || !reps[i].Healthy {
+			continue
+		}
+		if best < 0 {
+			best, ties = i, 1
+			continue
+		}
+		switch c := compareLoad(&reps[i], &reps[best], useScrape); {
+		case c < 0:
+			best, ties = i, 1
+		case c == 0:
+			// Reservoir sampling: each of the k tied replicas ends up chosen with
+			// probability 1/k.
+			ties++
+			if s.Rand.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+// compareLoad orders two replicas by the placement tuple: -1 when a is less loaded.
+func compareLoad(a, b *ReplicaState, useScrape bool) int {
+	if a.InFlight != b.InFlight {
+		return cmpInt(a.InFlight, b.InFlight)
+	}
+	if useScrape {
+		la, lb := float64(a.Waiting)+a.KVUsage, float64(b.Waiting)+b.KVUsage
+		if la < lb {
+			return -1
+		}
+		if la > lb {
+			return 1
+		}
+	}
+	return cmpInt(a.Active, b.Active)
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
