@@ -58,3 +58,31 @@ func FuzzExtractKey(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadRequestBody checks the partial body reader against a full decode with
+// encoding/json into a map (exact member names, last duplicate wins).
+func FuzzReadRequestBody(f *testing.F) {
+	f.Add([]byte(`{"model":"m","metadata":{"user_id":"x"},"user":"u"}`))
+	f.Add([]byte(`{"messages":[{"content":"a \"quoted\" {model} \\"}],"model" : "m2" }`))
+	f.Add([]byte(`{"mod\u0065l":"escaped name","model":"last wins","model":"really"}`))
+	f.Add([]byte(`{"a":[1,{"b":[]}],"user":null,"metadata":{}}`))
+	f.Add([]byte(` {"model":"\\\\"} `))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := readRequestBody(body)
+		trimmed := bytes.TrimSpace(body)
+		var ref map[string]json.RawMessage
+		refErr := json.Unmarshal(trimmed, &ref)
+		isObject := len(trimmed) > 0 && trimmed[0] == '{' && refErr == nil
+		if (err == nil) != isObject {
+			t.Fatalf("readRequestBody err %v, reference err %v", err, refErr)
+		}
+		if err != nil {
+			return
+		}
+		for name, raw := range map[string]json.RawMessage{"model": got.Model, "metadata": got.Metadata, "user": got.User} {
+			if !bytes.Equal(raw, ref[name]) {
+				t.Fatalf("member %q: got %q, reference %q", name, raw, ref[name])
+			}
+		}
+	})
+}

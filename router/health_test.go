@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -100,5 +102,32 @@ func TestRunStopsWithContext(t *testing.T) {
 		}
 	case <-time.After(guard):
 		t.Fatal("Run did not stop")
+	}
+}
+
+func TestListenAndServeStopsWithContext(t *testing.T) {
+	up := newStub(t, "a")
+	cfg, err := ConfigForURLs([]string{up.srv.URL}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Clock = &fakeClock{}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.ListenAndServe(ctx, time.Second) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ListenAndServe: %v", err)
+		}
+	case <-time.After(guard):
+		t.Fatal("ListenAndServe did not stop")
 	}
 }

@@ -129,6 +129,10 @@ func Parse(r io.Reader) (*Snapshot, error) {
 			e = &Engine{Model: modelName, Engine: engine, Present: map[string]bool{}, PrefixUnit: "tokens"}
 			byEngine[engine] = e
 		}
+		if e.Model == "" {
+			// cache_config_info carries no model_name and may be read first.
+			e.Model = modelName
+		}
 		return e
 	}
 	type field struct {

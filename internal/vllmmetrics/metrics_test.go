@@ -151,3 +151,21 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// vllm:cache_config_info has an engine label but no model_name, and sorts first:
+// the engine's model must still come from the other series.
+func TestModelNameSurvivesCacheConfigInfoFirst(t *testing.T) {
+	body := `# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="2463",enable_prefix_caching="True"} 1
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="qwen3-4b"} 1
+`
+	s, err := Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := s.Engine("0")
+	if e == nil || e.Model != "qwen3-4b" || e.BlockSize != 16 || e.NumGPUBlocks != 2463 {
+		t.Fatalf("engine = %+v", e)
+	}
+}
