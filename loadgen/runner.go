@@ -169,9 +169,9 @@ func (rn *runner) setup(ctx context.Context) error {
 	if rn.clock == nil {
 		rn.clock = simclock.NewScaled(1)
 	}
-	rn.progress = cfg.Progress
-	if rn.progress == nil {
-		rn.progress = io.Discard
+	rn.progress = io.Discard
+	if cfg.Progress != nil {
+		rn.progress = &lockedWriter{w: cfg.Progress}
 	}
 	rn.http = cfg.HTTP
 	if rn.http == nil {
@@ -297,6 +297,18 @@ func ResolveModel(ctx context.Context, hc *http.Client, baseURL string) (string,
 		return "", fmt.Errorf("asking the served model: %s lists no model", url)
 	}
 	return body.Data[0].ID, nil
+}
+
+// lockedWriter serialises writes from the central and scraper goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // turnDone is what a turn goroutine hands back to the central goroutine.

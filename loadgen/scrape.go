@@ -41,11 +41,15 @@ var RequiredSeries = []string{
 	vllmmetrics.GenerationTokens,
 }
 
+// DefaultScrapeTimeout bounds (wall) one scrape of all replicas.
+const DefaultScrapeTimeout = 5 * time.Second
+
 // Scraper reads the /metrics of a set of replicas into SeriesSamples.
 type Scraper struct {
 	Replicas []ReplicaMetrics
-	HTTP     *http.Client // nil = http.DefaultClient
-	Clock    simclock.Clock
+	HTTP     *http.Client   // nil = http.DefaultClient
+	Clock    simclock.Clock // stamps the samples (simulated time)
+	Timeout  time.Duration  // wall, per scrape of all replicas; 0 = DefaultScrapeTimeout
 }
 
 // Scrape fetches each distinct URL once and returns one sample per replica it could
@@ -58,6 +62,12 @@ func (s *Scraper) Scrape(ctx context.Context, variant string) ([]SeriesSample, e
 	if client == nil {
 		client = http.DefaultClient
 	}
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = DefaultScrapeTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	type got struct {
 		snap *vllmmetrics.Snapshot
 		err  error

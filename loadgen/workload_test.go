@@ -156,6 +156,12 @@ func TestVocabularyHasVariedPseudoWords(t *testing.T) {
 	if len(lengths) < 8 {
 		t.Errorf("word lengths %v: not varied", lengths)
 	}
+	// Frequent (low-rank) words are short: the vocabulary is ordered shortest first.
+	for i := 1; i < len(w.vocab); i++ {
+		if len(w.vocab[i]) < len(w.vocab[i-1]) {
+			t.Fatalf("word %d (%q) is shorter than word %d (%q)", i, w.vocab[i], i-1, w.vocab[i-1])
+		}
+	}
 }
 
 func TestSessionKeyAndUserID(t *testing.T) {

@@ -83,7 +83,7 @@ func placeLegend(p *plot.Plot, curves []curve, entries, longest int, width, heig
 	font := p.Legend.TextStyle.Font.Size
 	rowH := font*1.2 + p.Legend.Padding
 	boxW := vg.Length(longest)*font*0.5 + p.Legend.ThumbnailWidth + vg.Points(10)
-	h := min(0.9, float64(vg.Length(entries)*rowH/dataH)+0.02)
+	h := min(0.9, float64(vg.Length(entries)*rowH/dataH)+0.05)
 	w := min(0.9, float64(boxW/dataW))
 	nx := func(x float64) float64 { return p.X.Scale.Normalize(p.X.Min, p.X.Max, x) }
 	ny := func(y float64) float64 { return p.Y.Scale.Normalize(p.Y.Min, p.Y.Max, y) }

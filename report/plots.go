@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -320,7 +321,7 @@ func ttfbFigure(m *loadgen.Manifest, sums []Summary) (*plot.Plot, error) {
 //	ttfb_cdf.png         TTFB distribution per stage, one panel per stage
 //	replica_requests.png per replica: turns placed (turn 0), stayed, moved in; a panel per variant
 //	replica_hits.png     per replica prefix-cache hit rate over each variant's run
-//	prompt_tokens_<variant>.png  prompt tokens/s over time, read from cache vs computed
+//	prompt_tokens_<variant>.png  prompt tokens/s over time, read from cache vs computed (PromptRates)
 //
 // Figures lacking data are still drawn (empty, titled) so the set is stable,
 // except prompt_tokens_<variant>.png, which needs series samples.
@@ -690,17 +691,24 @@ func replicaHitsFigure(run *Run) (*plot.Plot, error) {
 
 // PromptRate is one bin of prompt-token throughput summed over replicas, in tokens
 // per simulated second: Cached from delta(vllm:prefix_cache_hits_total), Computed
-// from delta(vllm:prompt_tokens_total) - delta(hits), floored at 0 (tokens the
-// engine did not report as cached count as computed).
+// from delta(vllm:prefix_cache_queries_total) - delta(hits), floored at 0.
+//
+// Queries rather than vllm:prompt_tokens_total: vLLM V1 counts prefix-cache
+// queries and hits together when a request is scheduled (v1/core/kv_cache_manager.py,
+// PrefixCacheStats), but prompt tokens only once its prefill is done
+// (v1/metrics/stats.py, IterationStats), so per-bin differences of the latter pair
+// would split one request's cached and computed parts across bins. Over a whole run
+// the two agree; a token the engine did not report as a hit counts as computed.
 type PromptRate struct {
 	Start, End       time.Duration
 	Cached, Computed float64
 }
 
 // PromptRates bins series into intervals of width bin (simulated time) from the
-// earliest sample: each replica's counter increase between consecutive samples
-// (reset-aware) is credited to the bin containing the later sample. Intervals with a
-// NaN counter are skipped.
+// earliest sample. Each replica's counter increase between consecutive samples
+// (reset-aware, vllmmetrics.CounterDelta) is spread evenly over the time between
+// them and credited to the bins in proportion to overlap. Intervals with a NaN
+// counter are skipped.
 func PromptRates(series []loadgen.SeriesSample, bin time.Duration) []PromptRate {
 	if len(series) == 0 || bin <= 0 {
 		return nil
@@ -714,29 +722,41 @@ func PromptRates(series []loadgen.SeriesSample, bin time.Duration) []PromptRate 
 		out[k].End = out[k].Start + bin
 	}
 	cached := make([]float64, n)
-	total := make([]float64, n)
+	queried := make([]float64, n)
+	credit := func(dst []float64, from, to time.Duration, amount float64) {
+		if to <= from {
+			k := min(n-1, int((to-t0)/bin))
+			dst[k] += amount
+			return
+		}
+		for k := int((from - t0) / bin); k < n && out[k].Start < to; k++ {
+			overlap := min(to, out[k].End) - max(from, out[k].Start)
+			if overlap > 0 {
+				dst[k] += amount * float64(overlap) / float64(to-from)
+			}
+		}
+	}
 	for _, rs := range groupSeries(series) {
 		for i := 1; i < len(rs.samples); i++ {
 			a, b := rs.samples[i-1], rs.samples[i]
 			dh := counterStep(a.PrefixHits, b.PrefixHits)
-			dp := counterStep(a.PromptTokens, b.PromptTokens)
-			if math.IsNaN(dh) || math.IsNaN(dp) {
+			dq := counterStep(a.PrefixQueries, b.PrefixQueries)
+			if math.IsNaN(dh) || math.IsNaN(dq) {
 				continue
 			}
-			k := int((b.T - t0) / bin)
-			cached[k] += dh
-			total[k] += dp
+			credit(cached, a.T, b.T, dh)
+			credit(queried, a.T, b.T, dq)
 		}
 	}
 	for k := range out {
 		sec := bin.Seconds()
 		out[k].Cached = cached[k] / sec
-		out[k].Computed = max(0, total[k]-cached[k]) / sec
+		out[k].Computed = max(0, queried[k]-cached[k]) / sec
 	}
 	return out
 }
 
-// counterStep is vllmmetrics.CounterDelta with NaN propagation made explicit.
+// counterStep is vllmmetrics.CounterDelta with NaN propagated.
 func counterStep(prev, cur float64) float64 {
 	if math.IsNaN(prev) || math.IsNaN(cur) {
 		return math.NaN()
@@ -744,11 +764,13 @@ func counterStep(prev, cur float64) float64 {
 	return vllmmetrics.CounterDelta(prev, cur)
 }
 
-// promptBin picks a bin width: about 120 bins over the variant, at least 1 s.
+// promptBin picks a bin width: about 45 bins over the variant, at least 5 s. The
+// counters step when requests finish, so narrower bins show mostly that
+// granularity, not the load.
 func promptBin(series []loadgen.SeriesSample) time.Duration {
 	t0 := slices.MinFunc(series, func(a, b loadgen.SeriesSample) int { return cmp.Compare(a.T, b.T) }).T
 	t1 := slices.MaxFunc(series, func(a, b loadgen.SeriesSample) int { return cmp.Compare(a.T, b.T) }).T
-	return max(time.Second, ((t1 - t0) / 120).Round(time.Second))
+	return max(5*time.Second, ((t1 - t0) / 45).Round(time.Second))
 }
 
 // promptTokensFigure draws stacked areas of prompt tokens/s read from the cache
@@ -775,7 +797,7 @@ func promptTokensFigure(v loadgen.Variant, series []loadgen.SeriesSample) (*plot
 		share = fmt.Sprintf("%.1f %%", 100*cachedSum/totalSum)
 	}
 	p := newPlot(fmt.Sprintf("Prompt tokens per second, %s (read from cache: %s of the run)", variantLabel(v), share),
-		"time since the first stage started (simulated min)", "prompt tokens/s (all replicas)")
+		"time since the first stage started (simulated min; ticks and dotted lines at stage starts)", "prompt tokens/s (all replicas)")
 	total, err := plotter.NewLine(totalPts)
 	if err != nil {
 		return nil, err
@@ -794,11 +816,13 @@ func promptTokensFigure(v loadgen.Variant, series []loadgen.SeriesSample) (*plot
 	p.Y.Min = 0
 	p.Y.Max = math.Max(1, maxY(totalPts))
 	placeLegend(p, []curve{{pts: totalPts, filled: true}}, 2, len("read from prefix cache"), figWidth, figHeight)
+	var ticks []plot.Tick
 	for i, st := range v.Stages {
+		x := (st.Start - t0).Minutes()
+		ticks = append(ticks, plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'f', -1, 64)})
 		if i == 0 {
 			continue
 		}
-		x := (st.Start - t0).Minutes()
 		l, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: math.Max(1, maxY(totalPts))}})
 		if err != nil {
 			return nil, err
@@ -806,6 +830,9 @@ func promptTokensFigure(v loadgen.Variant, series []loadgen.SeriesSample) (*plot
 		l.Color = color.Gray{Y: 96}
 		l.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
 		p.Add(l)
+	}
+	if len(ticks) > 1 {
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	}
 	return p, nil
 }

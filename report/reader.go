@@ -17,18 +17,16 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 )
 
-// File names inside a results directory (docs/DESIGN-NOTES.md, "Results directory").
+// File names inside a results directory (docs/DESIGN-NOTES.md, "Results directory"),
+// as loadgen writes them.
 const (
-	ManifestFile = "manifest.json" // loadgen.Manifest, written by loadgen/bench
-	TurnsFile    = "turns.jsonl"   // one loadgen.Result per line, written by loadgen/bench
-	SeriesFile   = "series.csv"    // one loadgen.SeriesSample per row, written by loadgen/bench
+	ManifestFile = loadgen.ManifestFile // loadgen.Manifest
+	TurnsFile    = loadgen.TurnsFile    // one loadgen.Result per line
+	SeriesFile   = loadgen.SeriesFile   // one loadgen.SeriesSample per row
 )
 
-// seriesHeader is the header of series.csv, in the order loadgen writes it.
-var seriesHeader = []string{
-	"variant", "t_s", "replica", "running", "waiting", "kv_usage",
-	"prefix_queries", "prefix_hits", "prompt_tokens", "generation_tokens", "preemptions",
-}
+// seriesHeader names the series.csv columns report needs (loadgen.SeriesHeader).
+var seriesHeader = loadgen.SeriesHeader
 
 // Run is the content of one results directory as report reads it.
 type Run struct {
@@ -107,8 +105,9 @@ func readTurns(r io.Reader) ([]loadgen.Result, error) {
 const maxSeriesSeconds = 9e9
 
 // readSeries decodes series.csv. Columns are found by header name, so extra columns
-// are ignored and order does not matter; a missing column is an error. An empty
-// numeric cell (a series the scrape did not find) reads as NaN, never as 0.
+// are ignored and order does not matter; a missing column is an error. A series the
+// scrape did not find reads as NaN, never as 0: loadgen writes "NaN", and an empty
+// cell is accepted too.
 func readSeries(r io.Reader) ([]loadgen.SeriesSample, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
