@@ -29,7 +29,7 @@ BENCH_FLAGS := $(if $(SCENARIO),--scenario $(SCENARIO)) \
 	$(if $(filter 1 true yes,$(VIRTUAL)),--virtual) \
 	$(if $(OUT),--out $(OUT)) $(ARGS)
 
-.PHONY: all build bench test unit smoke vet fmt-check clean
+.PHONY: all build bench test unit smoke regression baseline vet fmt-check clean
 
 all: build
 
@@ -41,7 +41,7 @@ bench: build
 
 # Everything CI runs: formatting, vet, unit + integration tests, and a short
 # end-to-end bench over real HTTP whose CSV is checked.
-test: fmt-check vet unit smoke
+test: fmt-check vet unit smoke regression
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -57,6 +57,21 @@ smoke: build
 	rm -rf results/ci-smoke
 	./$(BIN) bench --scenario scenarios/smoke.yaml --out results/ci-smoke --speed 20
 	./$(BIN) report results/ci-smoke --check
+
+# Regression gate: rerun the deterministic virtual-time reference benchmark and
+# compare it with the committed baseline; fails when output tokens/min drop more
+# than 5% or TTFB p95 rises more than 20% at any stage.
+BASELINE := results/baseline/virtual-reference
+GATES    := --fail-on output_tokens_per_min:-5% --fail-on ttfb_p95_s:+20%
+regression: build
+	rm -rf results/ci-virtual
+	./$(BIN) bench --virtual --out results/ci-virtual > /dev/null
+	./$(BIN) compare $(BASELINE) results/ci-virtual $(GATES)
+
+# Refresh the baseline after an intended change (commit the result).
+baseline: build
+	rm -rf $(BASELINE)
+	./$(BIN) bench --virtual --out $(BASELINE) --run-id baseline
 
 clean:
 	rm -rf bin results/ci-smoke

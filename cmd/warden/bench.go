@@ -111,5 +111,6 @@ Examples:
 	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "max_num_seqs of each engine (simulator) and for the router's auto overflow threshold")
 	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
 	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
+	f.StringVar(&o.RunID, "run-id", "", "run id recorded in the manifest (default: the UTC start time, 20060102-150405)")
 	return cmd
 }

@@ -238,6 +238,17 @@ func runHTTP(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
+	var servers []string
+	for _, r := range rcfgs {
+		servers = append(servers, r.URL)
+	}
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	if _, err := Preflight(ctx, progress, servers, o.Scenario); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
 	for i, r := range rcfgs {
 		name := r.Name
 		if name == "" {

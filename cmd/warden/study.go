@@ -1,0 +1,132 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lmwarden/warden/internal/study"
+	"github.com/lmwarden/warden/report"
+)
+
+func newStudyCmd() *cobra.Command {
+	var (
+		setups, arms []string
+		seeds        []uint
+		stages       []int
+		stageDur     string
+		out          string
+		scenarios    string
+		traceSeed    uint64
+		signals      bool
+		parallel     int
+		traceDir     string
+		list         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "study",
+		Short: "Compare routing policies in virtual time over several seeds (docs/routing.md)",
+		Long: `Runs every setup x arm x seed in virtual time (the benchmark's engines, sessions
+and router policies, no HTTP) and writes, into --out (default results/study):
+
+  study.csv      every metric per setup, arm and stage: mean, sd, min, max over seeds
+  study.md       the table per setup and the acceptance checks of the new policy
+  fig-*.png      one figure per setup and metric (TTFB p50, p95, output tokens/min,
+                 prefix hits %, replicas busy), mean with min-max bars
+  trace-*.png    per-replica traces of the --trace-seed run of every arm: live
+                 conversations (placements marked), working set, in flight,
+                 waiting, KV usage, preemptions
+  signals.md     what each placement input said at each placement vs the truth
+
+Arms: shortest-queue (vLLM's DP balancer, 100 ms snapshots), session-hash,
+sticky (the reference rule), working-set (the new policy), unlimited-cache (sticky
+on engines that never evict: the bound of the prefix hit rate); more with --list.
+
+  warden study                                  # reference + fleet, 5 arms, seeds 1,2,3
+  warden study --setups reference --arms sticky,working-set --seeds 1
+  warden study --trace results/20260101-120000  # draw the trace of a bench run`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if list {
+				fmt.Fprintf(cmd.OutOrStdout(), "setups: %s\narms: %s\n", strings.Join(study.SetupNames(), ", "), strings.Join(study.ArmNames(), ", "))
+				return nil
+			}
+			if traceDir != "" {
+				return drawTraces(traceDir)
+			}
+			o := study.Options{OutDir: out, TraceSeed: traceSeed, Signals: signals, Parallel: parallel, Progress: cmd.ErrOrStderr()}
+			for _, s := range setups {
+				su, err := study.LookupSetup(s, scenarios)
+				if err != nil {
+					return err
+				}
+				if len(stages) > 0 {
+					su.Scenario.Stages = stages
+				}
+				if stageDur != "" {
+					d, err := parseDuration(stageDur)
+					if err != nil {
+						return fmt.Errorf("--stage-duration: %w", err)
+					}
+					su.Scenario.StageDuration = d
+				}
+				o.Setups = append(o.Setups, su)
+			}
+			for _, a := range arms {
+				arm, err := study.LookupArm(a)
+				if err != nil {
+					return err
+				}
+				o.Arms = append(o.Arms, arm)
+			}
+			for _, s := range seeds {
+				if s == 0 {
+					return errors.New("--seeds: 0 is not a seed (0 means the scenario default)")
+				}
+				o.Seeds = append(o.Seeds, uint64(s))
+			}
+			runs, err := study.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if err := study.WriteTable(cmd.OutOrStdout(), runs); err != nil {
+				return err
+			}
+			if out != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "study: %s\n", out)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&setups, "setups", []string{study.SetupReference, study.SetupFleet}, "setups: "+strings.Join(study.SetupNames(), ", "))
+	f.StringSliceVar(&arms, "arms", study.StandardArms(), "arms (see --list)")
+	f.UintSliceVar(&seeds, "seeds", []uint{1, 2, 3}, "scenario seeds")
+	f.IntSliceVar(&stages, "stages", nil, "override every setup's stages, e.g. 16,32")
+	f.StringVar(&stageDur, "stage-duration", "", "override every setup's stage duration (simulated), e.g. 3m")
+	f.StringVar(&out, "out", "results/study", "output directory (\"\" writes nothing)")
+	f.StringVar(&scenarios, "scenarios", "scenarios", "directory of the scenario files")
+	f.Uint64Var(&traceSeed, "trace-seed", 1, "draw per-replica traces of this seed's runs (0: none)")
+	f.BoolVar(&signals, "signals", true, "score every placement input on the traced runs (signals.md)")
+	f.IntVar(&parallel, "parallel", 0, "runs at once (0: GOMAXPROCS)")
+	f.StringVar(&traceDir, "trace", "", "only draw trace-<variant>.png for every variant of an existing results directory")
+	f.BoolVar(&list, "list", false, "list setups and arms")
+	return cmd
+}
+
+// drawTraces draws the per-replica trace of every variant of a results directory
+// into it.
+func drawTraces(dir string) error {
+	run, err := report.Load(dir)
+	if err != nil {
+		return err
+	}
+	for _, v := range run.Manifest.Variants {
+		if err := study.DrawTrace(dir, run, v.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/report"
+)
+
+// agreementSpeed is the HTTP world's speed in the agreement test. Each request costs
+// the HTTP world a few milliseconds of wall time (client, router proxy, JSON and
+// tokenizer in the simulated server, SSE back), which the scaled clock turns into
+// speed x that much simulated time before the first token: about 4 ms x 4 = 16 ms,
+// 6-7% of the ~0.25 s median TTFB compared here, on a loaded 2-core machine (it was
+// 10-16% at speed 10).
+const agreementSpeed = 4
+
+// agreementScenario is the reference workload (prompt sizes, turns, output length)
+// cut to two one-minute stages of 4 and 8 sessions, affinity on, with a 1 s client
+// gap between turns. Affinity off is left out: its shortest-queue choices depend on
+// the instant each turn arrives relative to the balancer's 100 ms load snapshots, so
+// one choice made differently (a millisecond of HTTP time) sends the two worlds'
+// conversations down different replicas, and over a minute's 25-50 turns the hit
+// rates then differ by up to ~10 points by chance (docs/simulator.md).
+func agreementScenario() *loadgen.Scenario {
+	return &loadgen.Scenario{
+		Name:          "agreement",
+		Seed:          3,
+		Stages:        []int{4, 8},
+		StageDuration: time.Minute,
+		Variants:      []string{"on"},
+		// A client gap of its own, so neither world depends on how long the HTTP
+		// client takes to send the next turn (see TestVirtualAgreesWithHTTP).
+		ThinkTime: time.Second,
+	}
+}
+
+func runWorld(t *testing.T, virtual bool) []report.Summary {
+	t.Helper()
+	name := "http"
+	if virtual {
+		name = "virtual"
+	}
+	dir := filepath.Join(t.TempDir(), name)
+	if d := os.Getenv("WARDEN_AGREEMENT_DIR"); d != "" {
+		dir = filepath.Join(d, name)
+	}
+	start := time.Now()
+	_, err := Run(context.Background(), Options{
+		Scenario: agreementScenario(),
+		Virtual:  virtual,
+		Speed:    agreementSpeed,
+		OutDir:   dir,
+		RunID:    "agreement-" + name,
+	})
+	if err != nil {
+		t.Fatalf("%s world: %v", name, err)
+	}
+	run, err := report.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, err := report.Summarize(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s world: %.1f s wall", name, time.Since(start).Seconds())
+	return sums
+}
+
+// TestVirtualAgreesWithHTTP runs one short scenario with one seed in the virtual-time
+// world and in the HTTP world (simulated cluster and router on loopback), and checks
+// that per stage the prefix-cache hit rate agrees within 3 points and the median TTFB
+// within 15%. The virtual world has no network or client time and the HTTP world has
+// goroutine scheduling jitter (docs/simulator.md, "Virtual and HTTP worlds"); beyond
+// that they run the same engine, policy and sessions.
+func TestVirtualAgreesWithHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: runs the HTTP world for about 30 s of wall time")
+	}
+	v := runWorld(t, true)
+	h := runWorld(t, false)
+	if len(v) != len(h) || len(v) != 2 {
+		t.Fatalf("%d virtual and %d HTTP stage summaries, want 2 each", len(v), len(h))
+	}
+	for i := range v {
+		a, b := v[i], h[i]
+		t.Run(a.Variant+"/"+strconv.Itoa(a.Sessions), func(t *testing.T) {
+			t.Logf("virtual: turns %d, hits %.1f%%, TTFB p50 %.3f s p95 %.3f s, out tok/min %.0f; HTTP: turns %d, hits %.1f%%, TTFB p50 %.3f s p95 %.3f s, out tok/min %.0f",
+				a.TurnsOK, a.PrefixHitsPct, a.TTFBP50S, a.TTFBP95S, a.OutputTokensPerMin,
+				b.TurnsOK, b.PrefixHitsPct, b.TTFBP50S, b.TTFBP95S, b.OutputTokensPerMin)
+			if a.Variant != b.Variant || a.Sessions != b.Sessions {
+				t.Fatalf("stage mismatch: %s/%d vs %s/%d", a.Variant, a.Sessions, b.Variant, b.Sessions)
+			}
+			if a.TurnsOK == 0 || b.TurnsOK == 0 || a.TurnsFailed+b.TurnsFailed > 0 {
+				t.Fatalf("turns ok %d/%d, failed %d/%d", a.TurnsOK, b.TurnsOK, a.TurnsFailed, b.TurnsFailed)
+			}
+			if d := math.Abs(a.PrefixHitsPct - b.PrefixHitsPct); !(d <= 3) {
+				t.Errorf("prefix hits: virtual %.1f%%, HTTP %.1f%% (%.1f points apart, want <= 3)", a.PrefixHitsPct, b.PrefixHitsPct, d)
+			}
+			if r := math.Abs(a.TTFBP50S-b.TTFBP50S) / b.TTFBP50S; !(r <= 0.15) {
+				t.Errorf("TTFB p50: virtual %.3f s, HTTP %.3f s (%.0f%% apart, want <= 15%%)", a.TTFBP50S, b.TTFBP50S, 100*r)
+			}
+		})
+	}
+}

@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"testing"
+
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/report"
+)
+
+func virtualRun(t *testing.T, dir string, mutate func(*Options)) string {
+	t.Helper()
+	sc, err := loadgen.LoadScenario("../../scenarios/smoke.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Scenario: sc, Virtual: true, OutDir: dir, RunID: filepath.Base(dir)}
+	if mutate != nil {
+		mutate(&o)
+	}
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatalf("bench.Run: %v", err)
+	}
+	return dir
+}
+
+var gates = []string{"output_tokens_per_min:-5%", "ttfb_p95_s:+20%"}
+
+func gateOptions(t *testing.T) report.CompareOptions {
+	t.Helper()
+	var o report.CompareOptions
+	for _, g := range gates {
+		th, err := report.ParseThreshold(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.FailOn = append(o.FailOn, th)
+	}
+	return o
+}
+
+// Two virtual runs of one seed are identical, so the gate must pass; the same
+// sessions on half the replicas lose throughput, so the gate must fail.
+func TestRegressionGateCatchesWorseSetting(t *testing.T) {
+	base := virtualRun(t, filepath.Join(t.TempDir(), "base"), nil)
+	same := virtualRun(t, filepath.Join(t.TempDir(), "same"), nil)
+	if _, err := report.Compare(base, same, io.Discard, gateOptions(t)); err != nil {
+		t.Fatalf("same seed, same setting: Compare = %v, want nil", err)
+	}
+	worse := virtualRun(t, filepath.Join(t.TempDir(), "worse"), func(o *Options) { o.SimReplicas = 2 })
+	_, err := report.Compare(base, worse, io.Discard, gateOptions(t))
+	if !errors.Is(err, report.ErrThresholdExceeded) {
+		t.Fatalf("2 replicas vs 4: Compare = %v, want ErrThresholdExceeded", err)
+	}
+}
