@@ -25,7 +25,10 @@ type blockPool struct {
 	blocks     []kvBlock
 	head, tail int32 // free queue: head is evicted/allocated first (LRU order)
 	numFree    int
-	cached     map[uint64]int32 // block hash -> block id
+	cached     hashIndex // block hash -> block id
+	// evictions counts hashes dropped from the cache (a cached block reallocated, or
+	// a reset), so a memoised lookup knows whether its run may have broken.
+	evictions uint64
 }
 
 func newBlockPool(n int) *blockPool {
@@ -33,7 +36,7 @@ func newBlockPool(n int) *blockPool {
 		blocks: make([]kvBlock, n),
 		head:   noBlock,
 		tail:   noBlock,
-		cached: make(map[uint64]int32, n),
+		cached: newHashIndex(n),
 	}
 	for i := range p.blocks {
 		p.blocks[i].prev, p.blocks[i].next = noBlock, noBlock
@@ -86,10 +89,11 @@ func (p *blockPool) allocate(dst []int32, n int) []int32 {
 		p.remove(id)
 		b := &p.blocks[id]
 		if b.hash != 0 {
-			if p.cached[b.hash] == id {
-				delete(p.cached, b.hash)
-			}
+			// Invariant: a block whose hash is set is the one the index maps
+			// that hash to (cacheBlock never sets a second block's hash).
+			p.cached.del(b.hash)
 			b.hash = 0
+			p.evictions++
 		}
 		b.refCnt = 1
 		dst = append(dst, id)
@@ -132,13 +136,38 @@ func (p *blockPool) lookup(dst []int32, hashes []uint64, maxBlocks int) []int32 
 		maxBlocks = len(hashes)
 	}
 	for _, h := range hashes[:maxBlocks] {
-		id, ok := p.cached[h]
+		id, ok := p.cached.get(h)
 		if !ok {
 			break
 		}
 		dst = append(dst, id)
 	}
 	return dst
+}
+
+// lookupAgain redoes lookup for a request whose previous lookup returned prev (the
+// ids of its cached run at that time), and returns the same result as
+// lookup(prev[:0], hashes, maxBlocks) would, reusing prev's memory. A block whose
+// hash still equals hashes[k] is still the block the index maps hashes[k] to (the
+// invariant kept by allocate and cacheBlock), so the previous run is checked in
+// place by reading the blocks, without probing the index; if no hash was evicted
+// since (seen at evictions), it is still whole and is only extended. A waiting request
+// that cannot be admitted is looked up at every step, so this keeps a long queue
+// cheap.
+func (p *blockPool) lookupAgain(prev []int32, seen uint64, hashes []uint64, maxBlocks int) []int32 {
+	if maxBlocks > len(hashes) {
+		maxBlocks = len(hashes)
+	}
+	k := min(len(prev), maxBlocks)
+	if seen != p.evictions {
+		for i, id := range prev[:k] {
+			if p.blocks[id].hash != hashes[i] {
+				k = i
+				break
+			}
+		}
+	}
+	return p.lookup(prev[:k], hashes[k:], maxBlocks-k)
 }
 
 // cacheBlock registers a full block under its hash (BlockPool.cache_full_blocks).
@@ -150,11 +179,11 @@ func (p *blockPool) cacheBlock(id int32, h uint64) {
 	if b.hash != 0 {
 		return
 	}
-	if _, dup := p.cached[h]; dup {
+	if _, dup := p.cached.get(h); dup {
 		return
 	}
 	b.hash = h
-	p.cached[h] = id
+	p.cached.put(h, id)
 }
 
 // usage is vLLM's kv_cache_usage_perc: 1 - free/(num_gpu_blocks-1)
@@ -173,7 +202,8 @@ func (p *blockPool) reset() bool {
 	if p.numFree != len(p.blocks)-1 {
 		return false
 	}
-	clear(p.cached)
+	p.cached.clear()
+	p.evictions++
 	for i := range p.blocks {
 		p.blocks[i].hash = 0
 	}

@@ -63,15 +63,15 @@ func TestBlockPool(t *testing.T) {
 			p.cacheBlock(ids[0], 111)
 			p.freeReversed(ids)
 			// Reverse order: 7,6,...,1 so block 1 (hash 111) is at the tail.
-			if _, ok := p.cached[111]; !ok {
+			if _, ok := p.cached.get(111); !ok {
 				t.Fatal("freed block lost its hash")
 			}
 			p.allocate(nil, 6)
-			if _, ok := p.cached[111]; !ok {
+			if _, ok := p.cached.get(111); !ok {
 				t.Fatal("hash evicted before its block was popped")
 			}
 			p.allocate(nil, 1)
-			if _, ok := p.cached[111]; ok || p.blocks[1].hash != 0 {
+			if _, ok := p.cached.get(111); ok || p.blocks[1].hash != 0 {
 				t.Fatal("hash survived its block's reallocation")
 			}
 		}},
@@ -132,7 +132,7 @@ func TestBlockPool(t *testing.T) {
 			ids := p.allocate(nil, 2)
 			p.cacheBlock(ids[0], 10)
 			p.cacheBlock(ids[1], 10)
-			if p.cached[10] != ids[0] || p.blocks[ids[1]].hash != 0 {
+			if id, _ := p.cached.get(10); id != ids[0] || p.blocks[ids[1]].hash != 0 {
 				t.Fatalf("map %v", p.cached)
 			}
 		}},
@@ -143,7 +143,7 @@ func TestBlockPool(t *testing.T) {
 				t.Fatal("reset while in use")
 			}
 			p.freeReversed(ids)
-			if !p.reset() || len(p.cached) != 0 || p.blocks[ids[0]].hash != 0 {
+			if !p.reset() || p.cached.len() != 0 || p.blocks[ids[0]].hash != 0 {
 				t.Fatal("reset did not drop the cache")
 			}
 		}},

@@ -48,7 +48,25 @@
 // keeps preempted re-admissions out of the exported counters); the option
 // CountPrefixStatsPerAttempt reproduces older releases that counted every attempt.
 // When two running requests compute the same block at once, only the first copy is
-// registered under the hash (vLLM keeps both; a lookup returns one).
+// registered under the hash (vLLM keeps both; a lookup returns one). A waiting
+// request is looked up again at every step, as in vLLM; the engine memoises its last
+// hit run and re-checks it against the blocks' hashes (blockPool.lookupAgain), which
+// gives the same answer as a fresh lookup at a fraction of the cost.
+//
+// Sliding-window layers (Profile.SlidingWindow, SlidingLayers; Gemma 3): KV capacity
+// follows vLLM's hybrid KV cache manager (Profile.KVGroups): the global layers form
+// one full-attention group whose blocks are managed and prefix-cached as above, and
+// the local layers form sliding-window groups in which a request holds only the
+// blocks covering its window (Profile.SlidingBlocks); those blocks come from the same
+// pool, are freed as the window moves (SlidingWindowManager.remove_skipped_blocks)
+// and count in KV usage. Simplification: sliding-window blocks carry no prefix-cache
+// hash, and a hit on the global layers is taken as a hit on the local ones. vLLM
+// caches them per group and requires the window before the hit point to be cached
+// too (kv_cache_coordinator.py HybridKVCacheCoordinator.find_longest_cache_hit), so
+// when a conversation's window blocks were evicted but its global blocks survive,
+// vLLM recomputes the prompt and the simulator does not: its prefix hits are an upper
+// bound under memory pressure. Free-queue occupancy and eviction of the global
+// blocks are the same in both.
 //
 // Step time: physics, not fitting. A step takes StepOverhead + max(compute, memory),
 // compute = dense FLOPs (2 x params per token) + attention FLOPs
@@ -57,10 +75,11 @@
 // context over MemBandwidth x BandwidthEff. KV capacity comes from vLLM's memory
 // profiling arithmetic (Profile.NumGPUBlocks). MFU, bandwidth efficiency, step
 // overhead and the activation reserve are stated assumptions in profile.go; none is
-// fitted to a benchmark result. Not modelled: CPU-side detokenisation and HTTP
-// latency, CUDA graph batch-size padding, sliding-window attention (a Gemma 3
-// profile is treated as full attention), speculative decoding, LoRA, and the
-// asynchronous scheduling overlap of recent vLLM releases.
+// fitted to a benchmark result. A sliding-window layer attends and reads at most
+// SlidingWindow positions. Not modelled: CPU-side tokenisation, detokenisation and
+// HTTP latency, CUDA graph batch-size padding, speculative decoding, LoRA, and the
+// asynchronous scheduling overlap of recent vLLM releases. docs/simulator.md has the
+// whole model, its sources and its sensitivity to the uncertain parameters.
 //
 // # Cost
 //

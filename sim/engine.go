@@ -150,12 +150,20 @@ type request struct {
 	// (vLLM's num_cached_block per request in the KV cache coordinator).
 	numCachedBlocks int
 	cachedTokens    int // prefix hit at first admission; -1 before (num_cached_tokens)
-	seed            uint64
-	state           reqState
-	admitted        bool // first admission happened (stats recorded)
-	numPreemptions  int
-	scheduled       int // tokens scheduled in the running batch (0 if none)
-	inBatch         bool
+	// hitIDs is the result of the request's last prefix lookup and hitSeen the
+	// pool's eviction count then (blockPool.lookupAgain).
+	hitIDs  []int32
+	hitSeen uint64
+	// slide holds the sliding-window groups' blocks: for each block index in
+	// [slideLo, slideHi), one block per group (Engine.slideGroups).
+	slide            []int32
+	slideLo, slideHi int
+	seed             uint64
+	state            reqState
+	admitted         bool // first admission happened (stats recorded)
+	numPreemptions   int
+	scheduled        int // tokens scheduled in the running batch (0 if none)
+	inBatch          bool
 }
 
 // Engine is one simulated vLLM engine as a pure state machine: no goroutines, no
@@ -176,10 +184,12 @@ type Engine struct {
 	nextAt time.Duration
 	batch  []*request // requests scheduled in the running batch
 
-	events  []Event
-	hitBuf  []int32
-	stats   Stats
-	liveCtx int64
+	events []Event
+	// slideGroups is the number of sliding-window KV groups (Profile.KVGroups), 0
+	// for a full-attention model; window is the sliding window in tokens.
+	slideGroups, window int
+	stats               Stats
+	liveCtx             int64
 }
 
 // NewEngine builds an engine. It fails when the profile leaves no KV cache (fewer than
@@ -212,9 +222,27 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	// cache (kv_cache_utils.py check_enough_kv_cache_memory). An explicit setting gets
 	// the same error; the default is lowered to what fits, as vLLM's automatic
 	// max_model_len does, so every profile starts with defaults.
-	capacity := (cfg.NumGPUBlocks - 1) * cfg.BlockSize
+	_, fullGroups, slideGroups := cfg.Profile.KVGroups()
+	if slideGroups > 0 && fullGroups != 1 {
+		return nil, fmt.Errorf("building engine: profile %q: %d full-attention KV groups beside sliding-window ones are not modelled (one is)", cfg.Profile.Name, fullGroups)
+	}
+	// With sliding-window groups, one sequence also needs their blocks:
+	// cdiv(window-1+max_num_batched_tokens, block_size)+1 per group
+	// (kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes).
+	reserve := 0
+	if slideGroups > 0 {
+		reserve = slideGroups * ((cfg.Profile.SlidingWindow-1+cfg.MaxNumBatchedTokens+cfg.BlockSize-1)/cfg.BlockSize + 1)
+	}
+	capacity := (cfg.NumGPUBlocks - 1 - reserve) * cfg.BlockSize
+	if capacity < cfg.BlockSize {
+		return nil, fmt.Errorf("building engine: profile %q leaves no KV cache beyond the sliding-window reserve (%d blocks, %d reserved)", cfg.Profile.Name, cfg.NumGPUBlocks, reserve)
+	}
 	if cfg.MaxModelLen == 0 {
-		cfg.MaxModelLen = min(DefaultMaxModelLen, capacity)
+		def := DefaultMaxModelLen
+		if cfg.Profile.MaxModelLen > 0 {
+			def = cfg.Profile.MaxModelLen
+		}
+		cfg.MaxModelLen = min(def, capacity)
 	} else if cfg.MaxModelLen > capacity {
 		return nil, fmt.Errorf("building engine: max_model_len %d exceeds the KV cache's %d tokens", cfg.MaxModelLen, capacity)
 	}
@@ -222,6 +250,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		cfg:  cfg,
 		pool: newBlockPool(cfg.NumGPUBlocks),
 		reqs: make(map[string]*request),
+	}
+	if slideGroups > 0 {
+		e.slideGroups, e.window = slideGroups, cfg.Profile.SlidingWindow
 	}
 	e.running = make([]*request, 0, cfg.MaxNumSeqs)
 	e.batch = make([]*request, 0, cfg.MaxNumSeqs)
@@ -309,11 +340,23 @@ func (e *Engine) Abort(id string) {
 
 // release frees a request's blocks (reverse order) and forgets it.
 func (e *Engine) release(q *request) {
-	e.pool.freeReversed(q.blocks)
-	q.blocks = q.blocks[:0]
+	e.freeBlocks(q)
+	q.hitIDs = nil
 	q.state = stateDone
 	e.liveCtx -= int64(len(q.tokens))
 	delete(e.reqs, q.id)
+}
+
+// freeBlocks frees every block a request holds: its sliding-window groups' blocks
+// first, then its full-attention blocks, each list in reverse, as vLLM's coordinator
+// frees group by group (sliding-window groups come first for Gemma 3, whose layer 0
+// is a local layer) and each manager frees reversed(req_blocks).
+func (e *Engine) freeBlocks(q *request) {
+	e.pool.freeReversed(q.slide)
+	q.slide = q.slide[:0]
+	q.slideLo, q.slideHi = 0, 0
+	e.pool.freeReversed(q.blocks)
+	q.blocks = q.blocks[:0]
 }
 
 // Busy reports whether a batch is scheduled (the caller owes a Step at its NextAt).

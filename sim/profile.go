@@ -26,6 +26,15 @@ type Profile struct {
 	GPUMemoryUtil    float64 // vLLM gpu_memory_utilization
 	ActivationBytes  float64 // reserve for activations, CUDA graphs, etc.
 	DefaultModelName string  // served model name used by `warden sim` by default
+	// Sliding-window attention: SlidingLayers of the Layers attend only the last
+	// SlidingWindow positions (0, 0: every layer is full attention). KV capacity and
+	// step time follow vLLM's hybrid KV cache manager (see KVGroups).
+	SlidingWindow int
+	SlidingLayers int
+	// MaxModelLen is the max_model_len an engine gets by default (the model's
+	// context length, or what the server is assumed to set), lowered to what the KV
+	// cache holds; 0 means DefaultMaxModelLen.
+	MaxModelLen int
 }
 
 const gib = 1 << 30
@@ -96,19 +105,29 @@ var ProfileA4000Qwen3_4B = Profile{
 //
 // Model, from config.json of google/gemma-3-27b-it (text config): 62 layers, hidden
 // 5376, 32 query heads, 16 KV heads, head_dim 128, intermediate 21504, vocabulary
-// 262208, tied embeddings. Per layer q 5376x4096 + k,v 2x5376x2048 + o 4096x5376 +
+// 262208, tied embeddings, sliding_window 1024, sliding_window_pattern 6 (every sixth
+// layer is global, the others local: 10 global and 52 local layers), 131072-token
+// context. Per layer q 5376x4096 + k,v 2x5376x2048 + o 4096x5376 +
 // MLP 3x5376x21504 = 66.06M + 346.82M = 412.88M; x62 = 25.60B linear parameters;
 // + embedding 262208x5376 = 1.41B; text model 27.0B (the ~0.4B SigLIP vision tower is
 // not run for text and is counted in ActivationBytes as resident memory).
 // Weights read per pass: 25.60e9 x (0.5 + 2/128) bytes = 13.20 GB + 1.41e9 x 2 =
 // 2.82 GB = 16.02 GB, so BytesPerParam = 16.02e9 / 27.0e9 = 0.593.
-// KV per token (bf16): 2 x 62 x 16 x 128 x 2 = 507,904 bytes (496 KiB).
+// KV per token and layer (bf16): 2 x 16 x 128 x 2 = 8,192 bytes; over the 10 global
+// layers 81,920 bytes (80 KiB); over all 62 layers 507,904 bytes (496 KiB).
 //
-// Gemma 3 uses sliding-window attention (window 1024) on 52 of its 62 layers. This
-// model treats every layer as full attention, which is how vLLM allocates it with
-// --disable-hybrid-kv-cache-manager (and how V1 did before the hybrid allocator):
-// KV capacity here is therefore a lower bound of what a current vLLM gets, and
-// long-context attention cost is overstated.
+// KV cache: vLLM's hybrid KV cache manager (the default since vLLM 0.10; vllm/v1/core/
+// kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, kv_cache_coordinator.py,
+// single_type_kv_cache_manager.py SlidingWindowManager) groups the layers 10 to a
+// group: one full-attention group (the 10 global layers) and cdiv(52, 10) = 6
+// sliding-window groups (8 padding layers). One block id costs 16 tokens x 10 layers
+// x 8,192 B = 1,310,720 B in whichever group holds it. A request holds
+// cdiv(context, 16) blocks in the full-attention group and, in each sliding-window
+// group, only the blocks covering its last 1024 positions plus the tokens scheduled
+// this step: 65 blocks when decoding, up to 193 during a 2048-token prefill chunk,
+// so a decoding request costs 6 x 65 = 390 blocks (6,240 tokens' worth of global
+// KV) beside its context. See KVGroups and SlidingBlocks, and the package doc for
+// what is simplified (the sliding-window blocks' own prefix caching).
 //
 // GPU, from NVIDIA's GeForce RTX 5090 specifications: 32 GB GDDR7 (taken as 32 GiB),
 // 1792 GB/s; dense FP16/bf16 tensor with FP32 accumulate taken as 209.5 TFLOPS
@@ -123,10 +142,17 @@ var ProfileA4000Qwen3_4B = Profile{
 //   - ActivationBytes 2.7e9: ~1.75 GiB activations, CUDA graphs and non-torch
 //     memory for a 2048-token profiling batch of a 5376-hidden model with a 262k
 //     vocabulary, plus the 0.84 GB bf16 vision tower.
+//   - MaxModelLen 131072: the model's context (vLLM's default max_model_len),
+//     lowered by the engine to what one sequence can hold (about 130k tokens).
 //
 // Derived: available KV = 34.36e9 x 0.9 - 16.02e9 - 2.7e9 = 12.20e9 B;
-// / (507,904 x 16) = 1501 blocks = 24,016 tokens. Single-sequence decode at short
-// context: 4 ms + 16.02e9 / (1792e9 x 0.75) = 4 + 11.9 = 15.9 ms (~63 tokens/s).
+// / 1,310,720 B = 9,310 blocks = 148,960 tokens of global-layer context if nothing
+// ran; each running request takes 390-1158 of those blocks for its windows, so 2
+// decoding sequences of 58k tokens take 2 x (3,625 + 390) = 8,030 blocks, and a third
+// does not fit. (Treating all 62 layers as full attention, as vLLM does with
+// --disable-hybrid-kv-cache-manager, would give 12.20e9 / (507,904 x 16) = 1,501
+// blocks = 24,016 tokens.) Single-sequence decode at short context: 4 ms +
+// 16.02e9 / (1792e9 x 0.75) = 4 + 11.9 = 15.9 ms (~63 tokens/s).
 var ProfileRTX5090Gemma3_27B = Profile{
 	Name:             "rtx5090-27b",
 	ModelName:        "google/gemma-3-27b-it (w4a16)",
@@ -145,6 +171,9 @@ var ProfileRTX5090Gemma3_27B = Profile{
 	GPUMemoryUtil:    0.9,
 	ActivationBytes:  2.7e9,
 	DefaultModelName: "gemma-3-27b",
+	SlidingWindow:    1024,
+	SlidingLayers:    52,
+	MaxModelLen:      131072,
 }
 
 var builtinProfiles = []Profile{ProfileA4000Qwen3_4B, ProfileRTX5090Gemma3_27B}

@@ -12,7 +12,7 @@ package sim
 // newest running request (possibly itself); after any preemption nothing is admitted
 // this step. A waiting request that cannot get blocks stops admission for this step.
 func (e *Engine) schedule() stepCost {
-	var cost stepCost
+	cost := e.cfg.Profile.newCost()
 	budget := e.cfg.MaxNumBatchedTokens
 	preempted := false
 
@@ -52,14 +52,15 @@ func (e *Engine) schedule() stepCost {
 		// get_computed_blocks: longest cached run, capped at num_tokens-1 so that at
 		// least one token is computed (to produce logits).
 		bs := e.cfg.BlockSize
-		e.hitBuf = e.pool.lookup(e.hitBuf[:0], q.hashes, (len(q.tokens)-1)/bs)
-		hit := len(e.hitBuf) * bs
+		q.hitIDs = e.pool.lookupAgain(q.hitIDs, q.hitSeen, q.hashes, (len(q.tokens)-1)/bs)
+		q.hitSeen = e.pool.evictions
+		hit := len(q.hitIDs) * bs
 		if e.cfg.CountPrefixStatsPerAttempt {
 			e.stats.PrefixQueries += int64(len(q.tokens))
 			e.stats.PrefixHits += int64(hit)
 		}
 		n := min(len(q.tokens)-hit, budget)
-		if !e.allocateSlots(q, n, e.hitBuf) {
+		if !e.allocateSlots(q, n, q.hitIDs) {
 			break
 		}
 		e.waiting.popFront()
@@ -100,19 +101,49 @@ func (e *Engine) addToBatch(q *request, n int) {
 // count against it because touching them removes them from the queue
 // (get_num_blocks_to_allocate). On success it offers every newly full block, up to
 // the scheduled tokens, to the prefix cache (cache_blocks at schedule time).
+//
+// With sliding-window layers (Engine.slideGroups > 0) the request also holds, in
+// every sliding-window group, the blocks covering its window (Profile.SlidingBlocks):
+// blocks that fell out of the window are freed first, even if the allocation then
+// fails (SlidingWindowManager.remove_skipped_blocks runs at the top of
+// allocate_slots), and the blocks for the new tokens count against the free queue
+// with the rest. Those blocks carry no prefix-cache hash (see the package doc).
 func (e *Engine) allocateSlots(q *request, n int, hits []int32) bool {
 	bs := e.cfg.BlockSize
 	computed := q.computed + len(hits)*bs
 	need := (computed + n + bs - 1) / bs
 	newBlocks := need - len(q.blocks) - len(hits)
-	evictable := 0
-	for _, id := range hits {
-		if e.pool.blocks[id].refCnt == 0 {
-			evictable++
+	slideNew, slideHi := 0, 0
+	if g := e.slideGroups; g > 0 {
+		lo := max(0, computed-e.window+1) / bs
+		slideHi = (computed + n + bs - 1) / bs
+		if drop := min(lo, q.slideHi) - q.slideLo; drop > 0 {
+			e.pool.freeReversed(q.slide[:drop*g])
+			q.slide = q.slide[:copy(q.slide, q.slide[drop*g:])]
+			q.slideLo += drop
 		}
+		if q.slideHi <= lo { // nothing held in the window (new or preempted request)
+			q.slideLo, q.slideHi = lo, lo
+		}
+		slideNew = g * max(0, slideHi-q.slideHi)
 	}
-	if max(newBlocks, 0)+evictable > e.pool.numFree {
+	// Blocks taken off the free queue: the new ones plus the hits nobody else holds.
+	// Count the latter only when the bounds 0..len(hits) do not decide, and stop as
+	// soon as they exceed the free queue (a request that waits for blocks is tried
+	// at every step). The scan runs from the deepest hit, which is the likeliest to
+	// be idle: shallow blocks (the shared system prompt) are held by other requests.
+	take := max(newBlocks, 0) + slideNew
+	if take > e.pool.numFree {
 		return false
+	}
+	if take+len(hits) > e.pool.numFree {
+		for k := len(hits) - 1; k >= 0; k-- {
+			if e.pool.blocks[hits[k]].refCnt == 0 {
+				if take++; take > e.pool.numFree {
+					return false
+				}
+			}
+		}
 	}
 	if len(hits) > 0 {
 		e.pool.touch(hits)
@@ -121,6 +152,10 @@ func (e *Engine) allocateSlots(q *request, n int, hits []int32) bool {
 	}
 	if newBlocks > 0 {
 		q.blocks = e.pool.allocate(q.blocks, newBlocks)
+	}
+	if slideNew > 0 {
+		q.slide = e.pool.allocate(q.slide, slideNew)
+		q.slideHi = slideHi
 	}
 	full := min(computed+n, len(q.tokens)) / bs
 	for k := q.numCachedBlocks; k < full; k++ {
@@ -136,8 +171,7 @@ func (e *Engine) allocateSlots(q *request, n int, hits []int32) bool {
 // progress to zero while keeping the tokens it has emitted, and puts it at the front
 // of the waiting queue (Scheduler._preempt_request).
 func (e *Engine) preempt(q *request) {
-	e.pool.freeReversed(q.blocks)
-	q.blocks = q.blocks[:0]
+	e.freeBlocks(q)
 	q.numCachedBlocks = 0
 	q.computed = 0
 	q.numPreemptions++

@@ -565,6 +565,15 @@ func checkEngine(t *testing.T, e *Engine) {
 		for _, id := range q.blocks {
 			refs[id]++
 		}
+		for _, id := range q.slide {
+			refs[id]++
+		}
+		if len(q.slide) != e.slideGroups*(q.slideHi-q.slideLo) {
+			t.Fatalf("request %s holds %d sliding-window blocks for block range [%d, %d) in %d groups", q.id, len(q.slide), q.slideLo, q.slideHi, e.slideGroups)
+		}
+		if q.state == stateRunning && e.slideGroups > 0 && q.slideHi*e.cfg.BlockSize < q.computed {
+			t.Fatalf("request %s: sliding-window blocks end at block %d, before its %d computed tokens", q.id, q.slideHi, q.computed)
+		}
 		if q.state == stateRunning && len(q.blocks) < (q.computed+e.cfg.BlockSize-1)/e.cfg.BlockSize {
 			t.Fatalf("request %s has %d blocks for %d computed tokens", q.id, len(q.blocks), q.computed)
 		}
@@ -582,9 +591,18 @@ func checkEngine(t *testing.T, e *Engine) {
 	if free != e.pool.numFree {
 		t.Fatalf("numFree %d, counted %d", e.pool.numFree, free)
 	}
-	for h, id := range e.pool.cached {
+	e.pool.cached.all(func(h uint64, id int32) {
 		if e.pool.blocks[id].hash != h {
 			t.Fatalf("map %x -> %d whose hash is %x", h, id, e.pool.blocks[id].hash)
+		}
+	})
+	// The converse, which blockPool.lookupAgain relies on: a block whose hash is set
+	// is the block the index maps that hash to.
+	for id := 1; id < len(e.pool.blocks); id++ {
+		if h := e.pool.blocks[id].hash; h != 0 {
+			if got, ok := e.pool.cached.get(h); !ok || got != int32(id) {
+				t.Fatalf("block %d has hash %x, which the index maps to %d (%v)", id, h, got, ok)
+			}
 		}
 	}
 }

@@ -49,7 +49,7 @@ func TestProfilesPhysicallySane(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			blocks := p.NumGPUBlocks(DefaultBlockSize)
-			blockBytes := p.KVBytesPerToken() * DefaultBlockSize
+			blockBytes := p.BlockBytes(DefaultBlockSize)
 			budget := p.GPUMemoryBytes * p.GPUMemoryUtil
 			used := p.WeightBytes() + p.ActivationBytes + float64(blocks)*blockBytes
 			// The KV cache fills what is left, to within one block.
@@ -83,8 +83,8 @@ func TestProfilesPhysicallySane(t *testing.T) {
 			if p.MFU <= 0 || p.MFU > 1 || p.BandwidthEff <= 0 || p.BandwidthEff > 1 {
 				t.Errorf("efficiencies MFU %v bandwidth %v outside (0, 1]", p.MFU, p.BandwidthEff)
 			}
-			t.Logf("%s: KV %.0f B/token, num_gpu_blocks %d = %d tokens; decode 1 seq @10k %v (%.1f tok/s), 4 seqs @10k %v (%.1f tok/s); short-context decode %v; cold 10k prefill %v",
-				p.Name, p.KVBytesPerToken(), blocks, blocks*DefaultBlockSize, dec, 1/dec.Seconds(),
+			t.Logf("%s: block %.0f B, num_gpu_blocks %d = %d tokens of full-attention context; decode 1 seq @10k %v (%.1f tok/s), 4 seqs @10k %v (%.1f tok/s); short-context decode %v; cold 10k prefill %v",
+				p.Name, p.BlockBytes(DefaultBlockSize), blocks, blocks*DefaultBlockSize, dec, 1/dec.Seconds(),
 				dec4, 4/dec4.Seconds(), p.DecodeStepTime(1, 100), pre)
 		})
 	}

@@ -36,11 +36,16 @@ func agreementScenario() *loadgen.Scenario {
 		StageDuration: time.Minute,
 		Variants:      []string{"on"},
 		// A client gap of its own, so neither world depends on how long the HTTP
-		// client takes to send the next turn (see TestVirtualAgreesWithHTTP).
+		// client takes to send the next turn, and the virtual world does not start
+		// every turn exactly on a step boundary (zero think time does: its TTFB is
+		// then up to one decode step lower; docs/simulator.md).
 		ThinkTime: time.Second,
 	}
 }
 
+// runWorld runs the scenario in one world and summarises it. The results directory
+// is a temporary one, or <WARDEN_AGREEMENT_DIR>/{virtual,http} when that variable is
+// set (to compare the worlds turn by turn after a failure).
 func runWorld(t *testing.T, virtual bool) []report.Summary {
 	t.Helper()
 	name := "http"

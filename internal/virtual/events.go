@@ -14,6 +14,7 @@ const (
 	evPoll                     // the harness polls every engine's counters
 	evObserve                  // the router reads every engine's gauges
 	evEnd                      // the current variant ends
+	evTimeout                  // a turn's request_timeout expires
 )
 
 // event is one scheduled happening. Events at the same instant run in the order
@@ -22,9 +23,10 @@ type event struct {
 	at      time.Duration
 	seq     uint64
 	kind    eventKind
-	variant int // variant index the event belongs to
-	idx     int // stage index (evStage) or engine index (evStep)
-	turn    int // index into the pending-turn table (evSend)
+	variant int    // variant index the event belongs to
+	idx     int    // stage index (evStage) or engine index (evStep)
+	turn    int    // index into the pending-turn table (evSend)
+	req     string // engine request id (evTimeout)
 }
 
 type eventQueue []event

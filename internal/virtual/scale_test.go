@@ -76,10 +76,3 @@ func TestScaleSmall(t *testing.T) {
 	}
 	t.Logf("%d turns completed", turns)
 }
-
-func BenchmarkScaleTmp(b *testing.B) {
-	for b.Loop() {
-		turns := runScale(b, 64, 2000, 5*time.Minute)
-		b.ReportMetric(float64(turns), "turns/op")
-	}
-}

@@ -216,6 +216,8 @@ func (r *run) loopEvents(ctx context.Context) error {
 			if t+r.cfg.ObserveInterval < r.end {
 				r.sched.at(event{at: t + r.cfg.ObserveInterval, kind: evObserve, variant: r.variant})
 			}
+		case evTimeout:
+			r.timeout(ev.req, t)
 		case evEnd:
 			r.stageProgress(len(r.loop.Windows()) - 1)
 			r.stopVariant(t)
@@ -294,7 +296,8 @@ func (r *run) send(trs []loadgen.TurnRequest) {
 }
 
 // prompt renders the session's conversation to token ids, reusing what earlier
-// turns rendered. The result is a fresh slice the engine may keep.
+// turns rendered. The result is valid until the session's next prompt; Submit copies
+// it.
 func (r *run) prompt(s *loadgen.Session) []uint32 {
 	c := r.caches[s.ID]
 	if c == nil {
@@ -305,16 +308,17 @@ func (r *run) prompt(s *loadgen.Session) []uint32 {
 		m := s.Messages[c.msgs]
 		c.toks = sim.AppendMessage(c.toks, sim.ChatMessage{Role: m.Role, Content: m.Content})
 	}
-	p := make([]uint32, len(c.toks), len(c.toks)+8)
-	copy(p, c.toks)
-	return sim.AppendGenerationPrompt(p)
+	// The generation prompt goes into c.toks's spare capacity: Submit copies the
+	// prompt, and the next message appended to the cache overwrites it.
+	return sim.AppendGenerationPrompt(c.toks)
 }
 
 func (r *run) submit(tr loadgen.TurnRequest, t time.Duration) {
 	res := tr.NewResult()
 	res.Sent, res.Headers = t, t
 	r.loop.Sent(tr, t)
-	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key})
+	prompt := r.prompt(tr.Session)
+	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt)})
 	if err != nil {
 		res.Done, res.Status, res.Err = t, 503, err.Error()
 		r.finish(&res, t, tr.Session)
@@ -322,7 +326,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration) {
 	}
 	res.Replica = r.names[d.Replica]
 	id := strconv.Itoa(r.variant) + "/" + strconv.FormatInt(tr.Session.ID, 10) + "/" + strconv.Itoa(tr.Turn)
-	req := &sim.Request{ID: id, Prompt: r.prompt(tr.Session), MaxTokens: r.sc.MaxOutputTokens}
+	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: r.sc.MaxOutputTokens}
 	e := r.engines[d.Replica]
 	if err := e.Submit(req, t); err != nil {
 		r.bal.Release(d.Replica)
@@ -332,10 +336,27 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration) {
 	}
 	res.PromptTokens = len(req.Prompt)
 	r.flights[id] = &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens)}
+	r.sched.at(event{at: t + r.sc.RequestTimeout, kind: evTimeout, variant: r.variant, req: id})
 	if !r.busy[d.Replica] {
 		r.busy[d.Replica] = true
 		r.sched.at(event{at: t, kind: evStep, idx: d.Replica})
 	}
+}
+
+// timeout ends a turn still in flight at its request_timeout, as the HTTP client
+// does: the request is aborted on its engine and the turn fails (the loop then ends
+// its session and starts a replacement after the failure backoff).
+func (r *run) timeout(id string, t time.Duration) {
+	f := r.flights[id]
+	if f == nil {
+		return // finished in time
+	}
+	delete(r.flights, id)
+	r.engines[f.replica].Abort(id)
+	r.bal.Release(f.replica)
+	f.res.Done, f.res.Status = t, 200
+	f.res.Err = fmt.Sprintf("timeout: no complete response within %s (request_timeout)", r.sc.RequestTimeout)
+	r.finish(&f.res, t, f.tr.Session)
 }
 
 // step runs engine i's step at t and handles what it reports.

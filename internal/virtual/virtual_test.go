@@ -5,7 +5,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/sim"
@@ -114,4 +116,44 @@ func TestVirtualRunShape(t *testing.T) {
 	if cachedLater != later {
 		t.Errorf("affinity on: %d of %d later turns had more than half their prompt cached", cachedLater, later)
 	}
+}
+
+// A turn still in flight at its request_timeout fails as the HTTP client's would: it
+// is aborted on its engine, recorded with a timeout error, and its session is
+// replaced; turns that finish in time are unaffected.
+func TestRequestTimeout(t *testing.T) {
+	sc := smokeScenario(t)
+	// Cold first turns of 500 to 8000 words take about 0.2 to 3.5 s to prefill.
+	sc.FirstTurnTokens = 4000
+	sc.FirstTurnSpread = loadgen.TokenRange{Min: 500, Max: 8000}
+	sc.RequestTimeout = 2 * time.Second
+	dir := t.TempDir()
+	m := runOnce(t, sc, dir)
+	_, results, _, err := loadgen.ReadResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timedOut, ok := 0, 0
+	for _, r := range results {
+		switch {
+		case r.OK():
+			ok++
+		case strings.HasPrefix(r.Err, "timeout:"):
+			timedOut++
+			if r.Done-r.Sent != sc.RequestTimeout {
+				t.Errorf("timed-out turn: %+v", r)
+			}
+		case !r.OK():
+			t.Errorf("turn failed otherwise: %+v", r)
+		}
+	}
+	if timedOut == 0 || ok == 0 {
+		t.Fatalf("%d turns timed out and %d succeeded; want some of each", timedOut, ok)
+	}
+	for _, v := range m.Variants {
+		if err := v.Check(); err != nil {
+			t.Errorf("variant %s: %v", v.Name, err)
+		}
+	}
+	t.Logf("%d of %d turns timed out", timedOut, len(results))
 }
