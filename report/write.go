@@ -42,10 +42,11 @@ const (
 //	turns_ok, turns_failed      turns done in the window
 //	prompt_tokens_mean          mean server-counted prompt tokens of OK turns
 //	nominal_prompt_tokens_mean  mean generator (nominal) prompt tokens of the same turns
+//	complete                    true if the stage ran to its end (false: cut short by Ctrl-C)
 var CSVColumns = []string{
 	"variant", "sessions", "sessions_per_h", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
 	"replicas_busy", "prefix_hits_pct", "stayed_pct", "usage_cached_pct", "turns_ok", "turns_failed",
-	"prompt_tokens_mean", "nominal_prompt_tokens_mean",
+	"prompt_tokens_mean", "nominal_prompt_tokens_mean", "complete",
 }
 
 // writeFileAtomic writes data to path through a temporary file in the same
@@ -108,6 +109,7 @@ func ResultsCSV(sums []Summary) ([]byte, error) {
 			csvFloat(s.ReplicasBusy), csvFloat(s.PrefixHitsPct), csvFloat(s.StayedPct), csvFloat(s.UsageCachedPct),
 			strconv.Itoa(s.TurnsOK), strconv.Itoa(s.TurnsFailed),
 			csvFloat(s.PromptTokensMean), csvFloat(s.NominalPromptTokensMean),
+			strconv.FormatBool(s.Complete),
 		}
 		if err := w.Write(rec); err != nil {
 			return nil, fmt.Errorf("encoding results.csv: %w", err)
@@ -289,7 +291,14 @@ func referenceTable(variants []string, sums []Summary) (header []string, rows []
 		header = append(header, c.header)
 	}
 	for _, r := range stageRows(variants, sums) {
-		row := []string{strconv.Itoa(r.sessions)}
+		label := strconv.Itoa(r.sessions)
+		for _, s := range r.cells {
+			if s != nil && !s.Complete {
+				label += " (partial)" // cut short by Ctrl-C: the window ends at the stop
+				break
+			}
+		}
+		row := []string{label}
 		for _, c := range tableColumns {
 			parts := make([]string, len(r.cells))
 			for i, s := range r.cells {
