@@ -17,6 +17,7 @@ import (
 // (401 otherwise). Endpoints (model may contain slashes; "*" means every model):
 //
 //	GET  /status                              Status as JSON
+//	GET  /status/card                         the HTML status card (also on the main listener)
 //	GET  /admin/models/{model}/affinity       {"model":m,"enabled":bool} (a list for "*")
 //	PUT  /admin/models/{model}/affinity       body {"enabled":bool}
 //	GET  /admin/models/{model}/threshold      {"model":m,"threshold":n,"auto":bool}
@@ -30,6 +31,7 @@ func (rt *Router) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, rt.Status())
 	})
+	mux.Handle("GET "+CardPath, rt.CardHandler())
 	mux.HandleFunc("/admin/models/{rest...}", rt.serveAdminModel)
 	return rt.requireToken(mux)
 }

@@ -21,14 +21,19 @@ const (
 	ReasonRehome                 // home unhealthy (or gone); session moved for good
 	ReasonNoKey                  // no session key: shortest-queue placement
 	ReasonBalanced               // affinity off: vLLM-style shortest-queue
+	// ReasonMoved: home over threshold and the conversation moved for good to a
+	// clearly less loaded replica (WorkingSet), so it does not bounce back to a
+	// home whose copy of its cache is going stale.
+	ReasonMoved
 
-	numReasons = int(ReasonBalanced) + 1
+	numReasons = int(ReasonMoved) + 1
 )
 
 // Reasons lists every Reason in order, for metrics and status output.
-var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced}
+var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved}
 
-// String returns the header/metric value: sticky, placed, overflow, rehome, no-key, balanced.
+// String returns the header/metric value: sticky, placed, overflow, rehome, no-key,
+// balanced, moved.
 func (r Reason) String() string {
 	switch r {
 	case ReasonSticky:
@@ -43,6 +48,8 @@ func (r Reason) String() string {
 		return "no-key"
 	case ReasonBalanced:
 		return "balanced"
+	case ReasonMoved:
+		return "moved"
 	}
 	return "unknown"
 }
@@ -54,6 +61,23 @@ type Facts struct {
 	// not to choose for this request, e.g. one that just failed it before sending a
 	// byte. An avoided home is not re-homed: the request overflows instead.
 	Avoid uint64
+	// PromptTokens is the request's prompt size in tokens, 0 when unknown: exact
+	// in virtual mode; the proxy estimates it from the body (EstimatePromptTokens).
+	// The session table keeps the latest value per session as its context
+	// estimate (ReplicaState.LiveTokens).
+	PromptTokens int
+}
+
+// DecisionEvent is what BalancerConfig.OnDecision is told about one decision.
+// View is the state the policy saw (index = replica); it is only valid during the
+// call.
+type DecisionEvent struct {
+	Now      time.Duration
+	Facts    Facts
+	Home     int // the session's home before the decision, -1 none
+	Decision Decision
+	Policy   string
+	View     []ReplicaState
 }
 
 // Decision is the outcome of one routing decision.
@@ -72,8 +96,26 @@ const (
 // BalancerConfig configures one model's Balancer. Zero values mean the documented
 // defaults; all durations are simulated time, as read from Now.
 type BalancerConfig struct {
-	Replicas   []string // replica names, e.g. "r0" or "r0/rank1"; at least one
-	Affinity   bool     // session affinity on (Sticky) or off (ShortestQueue)
+	Replicas []string // replica names, e.g. "r0" or "r0/rank1"; at least one
+	Affinity bool     // session affinity on (Policy) or off (ShortestQueue)
+	// Policy used while affinity is on: one of PolicyNames ("" means
+	// DefaultAffinityPolicy). With affinity off the Balancer always uses
+	// ShortestQueue.
+	Policy string
+	// AffinityPolicy, when set, replaces Policy by this implementation
+	// (experiments and tests). It is called under the Balancer's lock.
+	AffinityPolicy Policy
+	// KVCapacityTokens: each replica's KV cache in tokens (num_gpu_blocks x
+	// block_size), for policies that compare working sets with the cache; 0 means
+	// unknown until ObserveCapacity.
+	KVCapacityTokens int64
+	// LiveWindow: fixed window of the live-conversation count; 0 means adaptive
+	// (see DefaultLiveWindow).
+	LiveWindow time.Duration
+	// OnDecision, when set, is called after every decision under the Balancer's
+	// lock (instrumentation); it must be fast and must not call the Balancer.
+	OnDecision func(DecisionEvent)
+
 	MaxNumSeqs int      // vLLM --max-num-seqs per replica, for the auto threshold; default DefaultMaxNumSeqs
 	// OverflowThreshold: a request leaves its home when the home's in-flight count
 	// exceeds it. 0 means auto: MaxNumSeqs / 4 (AutoOverflowThreshold).
@@ -112,6 +154,12 @@ type Balancer struct {
 	sessions *SessionTable
 	sq       *ShortestQueue
 	sticky   *Sticky
+	policy   Policy // affinity-on policy
+	polName  string
+	onDec    func(DecisionEvent)
+	margin   int
+	seed     uint64
+	kvCap    int64 // configured KV capacity per replica, tokens (0 unknown)
 }
 
 type replica struct {
@@ -123,6 +171,7 @@ type replica struct {
 	running, waiting int
 	kv               float64
 	observedAt       time.Duration
+	kvCapacity       int64
 
 	served [numReasons]uint64
 }
@@ -141,6 +190,9 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	}
 	if cfg.MaxNumSeqs < 0 {
 		errs = append(errs, fmt.Errorf("max num seqs: %d is negative", cfg.MaxNumSeqs))
+	}
+	if !ValidPolicy(cfg.Policy) && cfg.AffinityPolicy == nil {
+		errs = append(errs, fmt.Errorf("policy: %q is unknown (have %v)", cfg.Policy, PolicyNames()))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("building balancer: %w", err)
@@ -172,8 +224,16 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		NoKey:  b.sq,
 	}
 	b.sticky.Threshold = b.effectiveThreshold()
+	b.sessions.SetLiveWindow(cfg.LiveWindow)
+	b.onDec = cfg.OnDecision
+	b.margin, b.seed, b.kvCap = margin, cfg.Seed, cfg.KVCapacityTokens
+	if cfg.AffinityPolicy != nil {
+		b.policy, b.polName = cfg.AffinityPolicy, "custom"
+	} else {
+		b.setPolicy(cfg.Policy)
+	}
 	for _, name := range cfg.Replicas {
-		b.reps = append(b.reps, replica{name: name, healthy: true})
+		b.reps = append(b.reps, replica{name: name, healthy: true, kvCapacity: cfg.KVCapacityTokens})
 	}
 	b.view = make([]ReplicaState, len(b.reps))
 	b.sessions.grow(len(b.reps))
@@ -203,6 +263,9 @@ func (b *Balancer) fillView(now time.Duration, avoid uint64) {
 		}
 		v.Sessions = b.sessions.Homed(i)
 		v.Active = b.sessions.Active(i)
+		v.Live = b.sessions.Live(i)
+		v.LiveTokens = b.sessions.LiveTokens(i)
+		v.KVCapacityTokens = r.kvCapacity
 	}
 }
 
@@ -232,28 +295,36 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 		d   Decision
 		err error
 	)
+	home := -1
 	if b.affinity {
-		home := -1
 		var h uint64
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
 			home = b.sessions.lookup(now, h)
 		}
-		d, err = b.sticky.Pick(now, Request{Key: f.SessionKey, Home: home}, b.view)
-		if err == nil {
+		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: f.PromptTokens}, b.view)
+		if err == nil && f.SessionKey != "" {
 			switch {
-			case d.Reason == ReasonRehome && home < len(b.reps) && b.reps[home].healthy:
+			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.view[home].Healthy:
 				// The home is healthy but was avoided for this request only.
 				d.Reason = ReasonOverflow
-			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome:
+			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
 				b.sessions.set(now, h, d.Replica)
 			}
+			b.sessions.setTokens(h, f.PromptTokens)
 		}
 	} else {
-		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1}, b.view)
+		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1, PromptTokens: f.PromptTokens}, b.view)
 	}
 	if err != nil {
 		return Decision{}, err
+	}
+	if b.onDec != nil {
+		name := b.polName
+		if !b.affinity {
+			name = PolicyShortestQueue
+		}
+		b.onDec(DecisionEvent{Now: now, Facts: f, Home: home, Decision: d, Policy: name, View: b.view})
 	}
 	r := &b.reps[d.Replica]
 	r.inflight++
@@ -289,6 +360,54 @@ func (b *Balancer) ObserveEngine(i int, running, waiting int, kvUsage float64, a
 	}
 	b.sync(b.now())
 	r.observed, r.running, r.waiting, r.kv, r.observedAt = true, running, waiting, kvUsage, at
+}
+
+// ObserveCapacity records replica i's KV cache size in tokens (num_gpu_blocks x
+// block_size from vllm:cache_config_info); tokens <= 0 means unknown.
+func (b *Balancer) ObserveCapacity(i int, tokens int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.reps) {
+		return
+	}
+	b.reps[i].kvCapacity = max(0, tokens)
+}
+
+// setPolicy installs the named affinity-on policy (name valid; "" = default).
+func (b *Balancer) setPolicy(name string) {
+	if name == "" {
+		name = DefaultAffinityPolicy
+	}
+	b.polName = name
+	switch name {
+	case PolicySticky:
+		b.policy = b.sticky
+	case PolicyShortestQueue:
+		b.policy = b.sq
+	case PolicySessionHash:
+		b.policy = &SessionHash{NoKey: b.sq}
+	case PolicyWorkingSet:
+		b.policy = NewWorkingSet(b.sticky.Threshold, b.margin, b.seed, b.sq)
+	}
+}
+
+// SetPolicy switches the affinity-on policy at run time (one of PolicyNames; ""
+// means DefaultAffinityPolicy). Session homes are kept. Errors: unknown name.
+func (b *Balancer) SetPolicy(name string) error {
+	if !ValidPolicy(name) {
+		return fmt.Errorf("setting policy: %q is unknown (have %v)", name, PolicyNames())
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.setPolicy(name)
+	return nil
+}
+
+// Policy returns the name of the policy used while affinity is on.
+func (b *Balancer) Policy() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.polName
 }
 
 // SetHealthy marks replica i healthy or not. Sessions homed on an unhealthy replica
@@ -334,6 +453,9 @@ func (b *Balancer) SetOverflowThreshold(n int) {
 	defer b.mu.Unlock()
 	b.threshold = max(0, n)
 	b.sticky.Threshold = b.effectiveThreshold()
+	if ws, ok := b.policy.(*WorkingSet); ok {
+		ws.Threshold = b.sticky.Threshold
+	}
 }
 
 // OverflowThreshold returns the threshold in force and whether it is auto.
@@ -357,7 +479,7 @@ func (b *Balancer) AddReplica(name string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.sync(b.now())
-	b.reps = append(b.reps, replica{name: name, healthy: true})
+	b.reps = append(b.reps, replica{name: name, healthy: true, kvCapacity: b.kvCap})
 	b.view = append(b.view, ReplicaState{})
 	b.sessions.grow(len(b.reps))
 	return len(b.reps) - 1

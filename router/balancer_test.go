@@ -96,31 +96,31 @@ func TestStickyPick(t *testing.T) {
 		anyOf []int // when set, Replica may be any of these
 		errIs error
 	}{
-		{"home under threshold stays", Request{"k", 2}, with(idle(4), func(r []ReplicaState) { r[2].InFlight = 8 }), Decision{2, ReasonSticky}, nil, nil},
+		{"home under threshold stays", Request{Key: "k", Home: 2}, with(idle(4), func(r []ReplicaState) { r[2].InFlight = 8 }), Decision{2, ReasonSticky}, nil, nil},
 		// Home at 9 > 8, replica 1 has 0: clearly less loaded.
-		{"home over threshold overflows", Request{"k", 0}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 9 }), Decision{1, ReasonOverflow}, nil, nil},
+		{"home over threshold overflows", Request{Key: "k", Home: 0}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 9 }), Decision{1, ReasonOverflow}, nil, nil},
 		// Home at 9, the other at 8: within the margin of 2, so no ping-pong.
-		{"overflow needs a clear margin", Request{"k", 0}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 9; r[1].InFlight = 8 }), Decision{0, ReasonSticky}, nil, nil},
-		{"home unhealthy rehomes", Request{"k", 1}, with(idle(2), func(r []ReplicaState) { r[1].Healthy = false }), Decision{0, ReasonRehome}, nil, nil},
-		{"unknown key placed on fewest in flight", Request{"k", -1}, with(idle(3), func(r []ReplicaState) { r[0].InFlight = 2; r[1].InFlight = 1; r[2].InFlight = 3 }), Decision{1, ReasonPlaced}, nil, nil},
+		{"overflow needs a clear margin", Request{Key: "k", Home: 0}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 9; r[1].InFlight = 8 }), Decision{0, ReasonSticky}, nil, nil},
+		{"home unhealthy rehomes", Request{Key: "k", Home: 1}, with(idle(2), func(r []ReplicaState) { r[1].Healthy = false }), Decision{0, ReasonRehome}, nil, nil},
+		{"unknown key placed on fewest in flight", Request{Key: "k", Home: -1}, with(idle(3), func(r []ReplicaState) { r[0].InFlight = 2; r[1].InFlight = 1; r[2].InFlight = 3 }), Decision{1, ReasonPlaced}, nil, nil},
 		// Equal in-flight, all fresh: waiting + kv decides.
-		{"scraped load breaks in-flight ties", Request{"k", -1}, with(idle(3), func(r []ReplicaState) {
+		{"scraped load breaks in-flight ties", Request{Key: "k", Home: -1}, with(idle(3), func(r []ReplicaState) {
 			for i := range r {
 				r[i].Fresh = true
 			}
 			r[0].KVUsage, r[1].KVUsage, r[2].KVUsage = 0.9, 0.2, 0.5
 		}), Decision{1, ReasonPlaced}, nil, nil},
 		// One stale scrape: scraped gauges are ignored for all, active sessions decide.
-		{"stale scrape ignored", Request{"k", -1}, with(idle(3), func(r []ReplicaState) {
+		{"stale scrape ignored", Request{Key: "k", Home: -1}, with(idle(3), func(r []ReplicaState) {
 			r[0].Fresh, r[1].Fresh = true, true
 			r[1].KVUsage = 0.9
 			r[0].Active, r[1].Active, r[2].Active = 3, 1, 2
 		}), Decision{1, ReasonPlaced}, nil, nil},
 		// Case 1: the replica with the biggest cache is the busiest; never chosen.
-		{"placement ignores cache size", Request{"k", -1}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 4; r[0].Sessions = 40 }), Decision{1, ReasonPlaced}, nil, nil},
-		{"full tie is random among equals", Request{"k", -1}, idle(3), Decision{Reason: ReasonPlaced}, []int{0, 1, 2}, nil},
-		{"no key uses shortest queue", Request{"", -1}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 1 }), Decision{1, ReasonNoKey}, nil, nil},
-		{"nothing healthy", Request{"k", -1}, with(idle(2), func(r []ReplicaState) { r[0].Healthy = false; r[1].Healthy = false }), Decision{}, nil, ErrNoReplica},
+		{"placement ignores cache size", Request{Key: "k", Home: -1}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 4; r[0].Sessions = 40 }), Decision{1, ReasonPlaced}, nil, nil},
+		{"full tie is random among equals", Request{Key: "k", Home: -1}, idle(3), Decision{Reason: ReasonPlaced}, []int{0, 1, 2}, nil},
+		{"no key uses shortest queue", Request{Key: "", Home: -1}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 1 }), Decision{1, ReasonNoKey}, nil, nil},
+		{"nothing healthy", Request{Key: "k", Home: -1}, with(idle(2), func(r []ReplicaState) { r[0].Healthy = false; r[1].Healthy = false }), Decision{}, nil, ErrNoReplica},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,12 +25,27 @@ type ReplicaState struct {
 	// (idle at most the session TTL); Active those of them that sent a request
 	// within the table's active window.
 	Sessions, Active int
+	// Live is the number of sessions homed on the replica whose last request is
+	// within the session table's live window (derived from the observed gaps
+	// between a session's requests; SessionTable.LiveWindow), and LiveTokens the
+	// sum of their context estimates (the prompt tokens of each one's latest
+	// request, Facts.PromptTokens): the working set the replica's prefix cache is
+	// asked to hold. LiveTokens is 0 when no request carried a size.
+	Live       int
+	LiveTokens int64
+	// KVCapacityTokens is the replica's KV cache in tokens (num_gpu_blocks x
+	// block_size, vllm:cache_config_info), 0 when unknown.
+	KVCapacityTokens int64
 }
 
 // Request is what a Policy is told about the request being routed.
 type Request struct {
 	Key  string // session key; "" when the request carries none
 	Home int    // the session's home replica, or -1 when it has none (or Key is "")
+	// PromptTokens is the request's prompt size in tokens as the caller knows it
+	// (exact in virtual mode, estimated from the body size by the proxy); 0 when
+	// unknown.
+	PromptTokens int
 }
 
 // Policy decides which replica serves a request, from the request and a snapshot of
@@ -48,4 +63,40 @@ type Policy interface {
 var (
 	_ Policy = (*Sticky)(nil)
 	_ Policy = (*ShortestQueue)(nil)
+	_ Policy = (*SessionHash)(nil)
+	_ Policy = (*WorkingSet)(nil)
 )
+
+// Policy names, as BalancerConfig.Policy and the `policy:` YAML field take them.
+const (
+	// PolicySticky: Sticky, the reference router's rule (brief workload.md).
+	PolicySticky = "sticky"
+	// PolicyShortestQueue: ShortestQueue, vLLM's own DP balancer (no affinity).
+	PolicyShortestQueue = "shortest-queue"
+	// PolicySessionHash: SessionHash, hash of the session id mod replicas (the
+	// reference router's earlier placement).
+	PolicySessionHash = "session-hash"
+	// PolicyWorkingSet: WorkingSet, placement by in-flight then live working set,
+	// overflow that moves a conversation for good.
+	PolicyWorkingSet = "working-set"
+	// DefaultAffinityPolicy is the policy used with affinity on when none is named.
+	DefaultAffinityPolicy = PolicySticky
+)
+
+// PolicyNames lists the selectable policies.
+func PolicyNames() []string {
+	return []string{PolicyWorkingSet, PolicySticky, PolicySessionHash, PolicyShortestQueue}
+}
+
+// ValidPolicy reports whether name is a known policy name ("" is valid: default).
+func ValidPolicy(name string) bool {
+	if name == "" {
+		return true
+	}
+	for _, n := range PolicyNames() {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}

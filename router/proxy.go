@@ -58,6 +58,11 @@ type ProxyConfig struct {
 	MaxAttempts int               // default DefaultMaxAttempts
 	Metrics     *Metrics          // optional
 	Logger      *slog.Logger      // default slog.Default()
+	// OnRoute, when set, is called once per routed API request right after its
+	// replica is chosen (before forwarding), with the session key ("" when none),
+	// the body size in bytes and the decision. It runs on the request's goroutine
+	// and must be fast and non-blocking (the Router feeds its status card with it).
+	OnRoute func(pool *Pool, key string, bodyBytes int, d Decision)
 }
 
 // Proxy is the router's http.Handler for the API: it reads each request's model
@@ -96,6 +101,7 @@ type Proxy struct {
 	rp          *httputil.ReverseProxy
 	m           *Metrics
 	log         *slog.Logger
+	onRoute     func(pool *Pool, key string, bodyBytes int, d Decision)
 }
 
 // NewTransport returns the HTTP transport the proxy uses to reach upstreams:
@@ -126,6 +132,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		maxAttempts: cfg.MaxAttempts,
 		m:           cfg.Metrics,
 		log:         cfg.Logger,
+		onRoute:     cfg.OnRoute,
 	}
 	if p.limit <= 0 {
 		p.limit = DefaultBodyLimit
@@ -292,6 +299,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.dec, c.held = d, true
+	if p.onRoute != nil {
+		p.onRoute(pool, c.facts.SessionKey, len(body), d)
+	}
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {

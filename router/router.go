@@ -31,6 +31,7 @@ type Router struct {
 	clock   simclock.Clock
 	log     *slog.Logger
 	handler http.Handler
+	convs   map[*Pool]*convTracker // per model: active conversations' context (status_page.go)
 }
 
 // target is one configured upstream URL: one replica, or the DP ranks behind it.
@@ -43,6 +44,7 @@ type target struct {
 	mu      sync.Mutex
 	prefix  []prefixStats // by position in replicas
 	healthy bool
+	card    []rateWindow // recent scrape samples for the status card, by position in replicas
 }
 
 // prefixStats holds the prefix-cache counters of one replica as scraped: the first
@@ -66,6 +68,7 @@ func New(cfg Config) (*Router, error) {
 		clock:  cfg.Clock,
 		log:    cfg.Logger,
 		client: &http.Client{Transport: NewTransport(cfg.DialTimeout, probeTimeout), Timeout: probeTimeout},
+		convs:  map[*Pool]*convTracker{},
 	}
 	var pools []*Pool
 	for mi, m := range cfg.Models {
@@ -113,6 +116,7 @@ func New(cfg Config) (*Router, error) {
 		}
 		pool.Balancer = b
 		pools = append(pools, pool)
+		rt.convs[pool] = newConvTracker(DefaultActiveWindow, DefaultMaxTrackedConversations)
 		rt.targets = append(rt.targets, targets...)
 	}
 	rt.metrics = NewMetrics(func() []*Pool { return pools })
@@ -123,6 +127,7 @@ func New(cfg Config) (*Router, error) {
 		Transport: NewTransport(cfg.DialTimeout, cfg.ResponseHeaderTimeout),
 		Metrics:   rt.metrics,
 		Logger:    cfg.Logger,
+		OnRoute:   rt.noteRoute,
 	})
 	if err != nil {
 		return nil, err
@@ -130,6 +135,7 @@ func New(cfg Config) (*Router, error) {
 	rt.proxy = p
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", rt.metrics.Handler())
+	mux.Handle("GET "+CardPath, rt.CardHandler())
 	mux.Handle("/", p)
 	rt.handler = mux
 	return rt, nil
@@ -159,7 +165,8 @@ func NewFromURLs(specs []string, affinity bool, maxNumSeqs int, clock simclock.C
 func (rt *Router) Config() Config { return rt.cfg }
 
 // Handler is the main listener's handler: the proxied API, GET /v1/models,
-// GET /health and the router's GET /metrics.
+// GET /health, the router's GET /metrics and the HTML status card at GET
+// /status/card (CardPath; no secrets: replica names and load only).
 func (rt *Router) Handler() http.Handler { return rt.handler }
 
 // Proxy returns the router's proxy.
@@ -405,6 +412,7 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 		queries, hits        float64
 		hasGauges, hasPrefix bool
 	}
+	rt.recordCard(t, snap, at)
 	per := make([]agg, len(t.replicas))
 	for _, e := range snap.Engines {
 		k := 0

@@ -2,6 +2,7 @@ package router
 
 import (
 	"hash/maphash"
+	"slices"
 	"time"
 )
 
@@ -17,6 +18,24 @@ const (
 	// last request is at most this old. Active sessions are the third placement
 	// criterion (see Sticky).
 	DefaultActiveWindow = 5 * time.Minute
+
+	// Live-conversation window (see SessionTable.LiveWindow). A session is live on
+	// its home while its last request is at most LiveWindow old. With no fixed
+	// window configured, the window is LiveGapFactor x the 90th percentile of the
+	// recent gaps between consecutive requests of one session (the last
+	// liveGapSamples gaps), clamped to [MinLiveWindow, DefaultActiveWindow]; until
+	// minLiveGaps gaps are seen it is DefaultLiveWindow. A gap is a turn's
+	// duration plus the client's time between turns, so a conversation whose next
+	// request is later than twice the usual gap has most likely ended.
+	DefaultLiveWindow = time.Minute
+	MinLiveWindow     = 5 * time.Second
+	LiveGapFactor     = 2
+)
+
+const (
+	liveGapSamples = 128 // ring of recent inter-request gaps
+	minLiveGaps    = 16  // gaps needed before the window adapts
+	liveRecompute  = 16  // recompute the percentile every this many gaps
 )
 
 // SessionTable maps session keys to their home replica, with an idle TTL, an LRU size
@@ -48,6 +67,17 @@ type SessionTable struct {
 
 	homed  []int
 	active []int
+
+	// Live conversations: entries from head to liveTail are within the live
+	// window (see DefaultLiveWindow); live and liveTokens count them per replica.
+	liveTail   int32
+	liveFixed  time.Duration // > 0: fixed window; 0: adaptive
+	liveWin    time.Duration // window in force
+	live       []int
+	liveTokens []int64
+	gaps       []time.Duration // ring of recent inter-request gaps
+	gapNext    int
+	gapSeen    int
 }
 
 type sessEntry struct {
@@ -55,7 +85,9 @@ type sessEntry struct {
 	last       time.Duration
 	prev, next int32 // prev: more recent neighbour; next: less recent
 	home       int32
+	tokens     int32 // context estimate: prompt tokens of the last request (0 unknown)
 	active     bool
+	live       bool
 }
 
 // NewSessionTable returns an empty table. ttl 0 means DefaultSessionTTL, max 0
@@ -74,8 +106,70 @@ func NewSessionTable(now func() time.Duration, ttl time.Duration, max int, windo
 		now: now, ttl: ttl, max: max, window: window,
 		seed:  maphash.MakeSeed(),
 		index: make(map[uint64]int32),
-		free:  -1, head: -1, tail: -1, activeTail: -1,
+		free:  -1, head: -1, tail: -1, activeTail: -1, liveTail: -1,
+		liveWin: DefaultLiveWindow,
 	}
+}
+
+// SetLiveWindow fixes the live window to d; d <= 0 makes it adaptive (the
+// default; see DefaultLiveWindow).
+func (t *SessionTable) SetLiveWindow(d time.Duration) {
+	t.liveFixed = max(0, d)
+	if d > 0 {
+		t.liveWin = d
+	} else {
+		t.adaptLiveWindow()
+	}
+}
+
+// LiveWindow returns the live window in force.
+func (t *SessionTable) LiveWindow() time.Duration { return t.liveWin }
+
+// Live returns the number of sessions homed on replica i whose last request is
+// within the live window.
+func (t *SessionTable) Live(i int) int {
+	if i < 0 || i >= len(t.live) {
+		return 0
+	}
+	return t.live[i]
+}
+
+// LiveTokens returns the sum of the context estimates (SetTokens) of the live
+// sessions homed on replica i, in tokens.
+func (t *SessionTable) LiveTokens(i int) int64 {
+	if i < 0 || i >= len(t.liveTokens) {
+		return 0
+	}
+	return t.liveTokens[i]
+}
+
+// recordGap adds one inter-request gap of a session to the ring and, every
+// liveRecompute gaps, re-derives the adaptive live window.
+func (t *SessionTable) recordGap(g time.Duration) {
+	if len(t.gaps) < liveGapSamples {
+		t.gaps = append(t.gaps, g)
+	} else {
+		t.gaps[t.gapNext] = g
+	}
+	t.gapNext = (t.gapNext + 1) % liveGapSamples
+	t.gapSeen++
+	if t.gapSeen%liveRecompute == 0 {
+		t.adaptLiveWindow()
+	}
+}
+
+func (t *SessionTable) adaptLiveWindow() {
+	if t.liveFixed > 0 {
+		return
+	}
+	if len(t.gaps) < minLiveGaps {
+		t.liveWin = DefaultLiveWindow
+		return
+	}
+	s := slices.Clone(t.gaps)
+	slices.Sort(s)
+	p90 := s[(len(s)*9)/10]
+	t.liveWin = min(max(LiveGapFactor*p90, MinLiveWindow), DefaultActiveWindow)
 }
 
 func (t *SessionTable) hash(key string) uint64 { return maphash.String(t.seed, key) }
@@ -123,6 +217,11 @@ func (t *SessionTable) Reset() {
 	t.free, t.head, t.tail, t.activeTail = -1, -1, -1, -1
 	clear(t.homed)
 	clear(t.active)
+	t.liveTail = -1
+	clear(t.live)
+	clear(t.liveTokens)
+	t.gaps, t.gapNext, t.gapSeen = t.gaps[:0], 0, 0
+	t.adaptLiveWindow()
 }
 
 // grow makes room for per-replica counts of n replicas.
@@ -130,6 +229,8 @@ func (t *SessionTable) grow(n int) {
 	for len(t.homed) < n {
 		t.homed = append(t.homed, 0)
 		t.active = append(t.active, 0)
+		t.live = append(t.live, 0)
+		t.liveTokens = append(t.liveTokens, 0)
 	}
 }
 
@@ -145,6 +246,52 @@ func (t *SessionTable) expire(now time.Duration) {
 		t.active[e.home]--
 		t.activeTail = e.prev
 	}
+	t.expireLive(now)
+}
+
+// expireLive moves entries out of (or, after the window grew, back into) the
+// live window.
+func (t *SessionTable) expireLive(now time.Duration) {
+	for t.liveTail >= 0 && now-t.ents[t.liveTail].last > t.liveWin {
+		e := &t.ents[t.liveTail]
+		e.live = false
+		t.live[e.home]--
+		t.liveTokens[e.home] -= int64(e.tokens)
+		t.liveTail = e.prev
+	}
+	next := t.head
+	if t.liveTail >= 0 {
+		next = t.ents[t.liveTail].next
+	}
+	for next >= 0 && now-t.ents[next].last <= t.liveWin {
+		e := &t.ents[next]
+		e.live = true
+		t.live[e.home]++
+		t.liveTokens[e.home] += int64(e.tokens)
+		t.liveTail = next
+		next = e.next
+	}
+}
+
+// setTokens records the context estimate of the session with hash h (no-op for an
+// unknown hash or tokens <= 0).
+func (t *SessionTable) setTokens(h uint64, tokens int) {
+	idx, ok := t.index[h]
+	if !ok || tokens <= 0 {
+		return
+	}
+	e := &t.ents[idx]
+	tok := int32(min(tokens, 1<<31-1))
+	if e.live {
+		t.liveTokens[e.home] += int64(tok) - int64(e.tokens)
+	}
+	e.tokens = tok
+}
+
+// SetTokens records key's context estimate in tokens (the prompt size of its
+// latest request); it counts in LiveTokens of the session's home while live.
+func (t *SessionTable) SetTokens(key string, tokens int) {
+	t.setTokens(t.hash(key), tokens)
 }
 
 // lookup returns the home of hash h (touching it) or -1. The caller has expired.
@@ -153,6 +300,7 @@ func (t *SessionTable) lookup(now time.Duration, h uint64) int {
 	if !ok {
 		return -1
 	}
+	t.recordGap(now - t.ents[idx].last)
 	t.touch(idx, now)
 	return int(t.ents[idx].home)
 }
@@ -167,6 +315,12 @@ func (t *SessionTable) set(now time.Duration, h uint64, home int) {
 			if e.active {
 				t.active[old]--
 				t.active[home]++
+			}
+			if e.live {
+				t.live[old]--
+				t.live[home]++
+				t.liveTokens[old] -= int64(e.tokens)
+				t.liveTokens[home] += int64(e.tokens)
 			}
 			e.home = int32(home)
 		}
@@ -184,13 +338,17 @@ func (t *SessionTable) set(now time.Duration, h uint64, home int) {
 		t.ents = append(t.ents, sessEntry{})
 		idx = int32(len(t.ents) - 1)
 	}
-	t.ents[idx] = sessEntry{hash: h, last: now, prev: -1, next: -1, home: int32(home), active: true}
+	t.ents[idx] = sessEntry{hash: h, last: now, prev: -1, next: -1, home: int32(home), active: true, live: true}
 	t.pushFront(idx)
 	t.index[h] = idx
 	t.homed[home]++
 	t.active[home]++
+	t.live[home]++
 	if t.activeTail < 0 {
 		t.activeTail = idx
+	}
+	if t.liveTail < 0 {
+		t.liveTail = idx
 	}
 }
 
@@ -200,6 +358,9 @@ func (t *SessionTable) touch(idx int32, now time.Duration) {
 	if idx != t.head {
 		if idx == t.activeTail {
 			t.activeTail = e.prev // the next more recent entry, active too
+		}
+		if idx == t.liveTail {
+			t.liveTail = e.prev
 		}
 		t.unlink(idx)
 		t.pushFront(idx)
@@ -212,6 +373,14 @@ func (t *SessionTable) touch(idx int32, now time.Duration) {
 			t.activeTail = idx
 		}
 	}
+	if !e.live {
+		e.live = true
+		t.live[e.home]++
+		t.liveTokens[e.home] += int64(e.tokens)
+		if t.liveTail < 0 {
+			t.liveTail = idx
+		}
+	}
 }
 
 func (t *SessionTable) remove(idx int32) {
@@ -219,8 +388,15 @@ func (t *SessionTable) remove(idx int32) {
 	if idx == t.activeTail {
 		t.activeTail = e.prev
 	}
+	if idx == t.liveTail {
+		t.liveTail = e.prev
+	}
 	if e.active {
 		t.active[e.home]--
+	}
+	if e.live {
+		t.live[e.home]--
+		t.liveTokens[e.home] -= int64(e.tokens)
 	}
 	t.homed[e.home]--
 	delete(t.index, e.hash)

@@ -1,0 +1,106 @@
+package study
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"runtime"
+	"sync"
+)
+
+// Options configures a study: every setup x arm x seed.
+type Options struct {
+	Setups []Setup
+	Arms   []Arm
+	Seeds  []uint64
+	// OutDir receives the study's files (Write); "" writes nothing.
+	OutDir string
+	// TraceSeed, when non-zero, draws the per-replica trace of that seed's run of
+	// every setup and arm into OutDir/trace-<setup>-<arm>.png.
+	TraceSeed uint64
+	// Signals records every decision of the TraceSeed runs and writes the signals
+	// table (signals.md).
+	Signals bool
+	// Parallel runs at most this many runs at once (0: GOMAXPROCS). Runs are
+	// independent and deterministic, so the result does not depend on it.
+	Parallel int
+	Progress io.Writer // one line per run; nil = none
+}
+
+// Run executes the study and returns every run's result in setup, arm, seed order.
+// With OutDir set it writes the tables, figures and traces (Write). A failed run
+// fails the study; ctx cancellation stops it between runs.
+func Run(ctx context.Context, o Options) ([]*RunResult, error) {
+	if len(o.Setups) == 0 || len(o.Arms) == 0 || len(o.Seeds) == 0 {
+		return nil, errors.New("running study: need at least one setup, arm and seed")
+	}
+	type job struct {
+		i    int
+		s    Setup
+		a    Arm
+		seed uint64
+	}
+	var jobs []job
+	for _, s := range o.Setups {
+		for _, a := range o.Arms {
+			for _, seed := range o.Seeds {
+				jobs = append(jobs, job{len(jobs), s, a, seed})
+			}
+		}
+	}
+	par := o.Parallel
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	out := make([]*RunResult, len(jobs))
+	errs := make([]error, len(jobs))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		next int
+	)
+	for w := 0; w < par; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next >= len(jobs) || ctx.Err() != nil {
+					mu.Unlock()
+					return
+				}
+				j := jobs[next]
+				next++
+				mu.Unlock()
+				traced := o.TraceSeed != 0 && j.seed == o.TraceSeed
+				r, err := RunOne(ctx, j.s, j.a, j.seed, RunOptions{Trace: traced, Placements: traced && o.Signals})
+				out[j.i], errs[j.i] = r, err
+				if o.Progress != nil && err == nil {
+					mu.Lock()
+					fmt.Fprintf(o.Progress, "study %-10s %-28s seed %d  %.1fs\n", j.s.Name, j.a.Name, j.seed, r.Wall.Seconds())
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("running study: %w", ctx.Err())
+	}
+	if o.OutDir != "" {
+		if err := Write(o.OutDir, o, out); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// tracePath is the file a run's trace is drawn to.
+func tracePath(dir, setup, arm string) string {
+	return filepath.Join(dir, "trace-"+setup+"-"+arm+".png")
+}

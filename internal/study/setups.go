@@ -1,0 +1,65 @@
+package study
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/sim"
+)
+
+// Setup names (LookupSetup).
+const (
+	SetupReference = "reference"
+	SetupGap       = "reference-gap"
+	SetupFleet     = "fleet"
+)
+
+// GapThinkTime and the jitters of the reference-gap setup: the reference workload
+// with a client-side gap between turns and some spread in message sizes. The
+// reference client ran over the internet (brief workload.md) and the real
+// tokenizer counted 7.2-7.5k tokens for a nominal 6k message, so turns were
+// neither back to back nor identical; these values are assumptions that break the
+// lockstep of identical sessions, not measurements.
+const (
+	GapThinkTime    = 3 * time.Second
+	GapFirstJitter  = 1000
+	GapTurnJitter   = 100
+	gapScenarioName = "claude-code-reference-gap"
+)
+
+// SetupNames lists the known setups.
+func SetupNames() []string { return []string{SetupReference, SetupGap, SetupFleet} }
+
+// LookupSetup returns a named setup. scenarios is the directory holding the
+// scenario files (for the fleet setup, fleet-7x5090.yaml).
+//
+//   - reference: the built-in reference workload (loadgen.DefaultScenario) on 4
+//     replicas of a4000-qwen3-4b, max_num_seqs 32.
+//   - reference-gap: the same with GapThinkTime between turns and jittered sizes.
+//   - fleet: scenarios/fleet-7x5090.yaml on 7 replicas of rtx5090-27b.
+func LookupSetup(name, scenarios string) (Setup, error) {
+	switch name {
+	case SetupReference, SetupGap:
+		sc := loadgen.DefaultScenario()
+		if name == SetupGap {
+			sc.Name = gapScenarioName
+			sc.ThinkTime = GapThinkTime
+			sc.FirstTurnSpread = loadgen.TokenRange{Min: sc.FirstTurnTokens - GapFirstJitter, Max: sc.FirstTurnTokens + GapFirstJitter}
+			sc.TurnSpread = loadgen.TokenRange{Min: sc.TurnTokens - GapTurnJitter, Max: sc.TurnTokens + GapTurnJitter}
+		}
+		return Setup{Name: name, Scenario: sc, Replicas: 4, Profile: sim.ProfileA4000Qwen3_4B, MaxNumSeqs: 32}, nil
+	case SetupFleet:
+		sc, err := loadgen.LoadScenario(filepath.Join(scenarios, "fleet-7x5090.yaml"))
+		if err != nil {
+			return Setup{}, fmt.Errorf("looking up setup %q: %w", name, err)
+		}
+		return Setup{Name: name, Scenario: sc, Replicas: 7, Profile: sim.ProfileRTX5090Gemma3_27B, MaxNumSeqs: 32}, nil
+	}
+	names := SetupNames()
+	slices.Sort(names)
+	return Setup{}, fmt.Errorf("looking up setup %q: unknown (have %s)", name, strings.Join(names, ", "))
+}

@@ -1,0 +1,254 @@
+package study
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/lmwarden/warden/internal/virtual"
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/report"
+	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/sim"
+)
+
+// UnlimitedBlocks is the KV cache given to every engine of an unlimited-cache arm:
+// 2^19 blocks of 16 tokens = 8.4M tokens per replica, more than any scenario here
+// ever writes to one replica (the reference run writes about 1M tokens per
+// replica, the fleet scenario about 3M), so nothing is ever evicted.
+const UnlimitedBlocks = 1 << 19
+
+// Arm is one way of routing (or a reference) that the study measures.
+type Arm struct {
+	Name     string // label in tables and figures
+	Affinity bool   // false: the router's ShortestQueue (vLLM's balancer)
+	// Policy is the router policy used with affinity on (router.PolicyNames).
+	Policy string
+	// NewPolicy, when set, builds a custom policy per run (experiments); it
+	// overrides Policy. threshold is the overflow threshold in force.
+	NewPolicy func(seed uint64, threshold, margin int) router.Policy
+	// OverflowThreshold in in-flight requests; 0 = auto (max_num_seqs / 4).
+	OverflowThreshold int
+	// LiveWindow fixes the session table's live window (0: adaptive).
+	LiveWindow time.Duration
+	// UnlimitedCache gives every engine UnlimitedBlocks: the reference for the
+	// best prefix hit rate any placement could reach.
+	UnlimitedCache bool
+	// CountPerAttempt turns on sim.EngineConfig.CountPrefixStatsPerAttempt (the
+	// old vLLM double counting of prefix-cache stats).
+	CountPerAttempt bool
+	// sharedPrefix: the experiment's policy is told the shared system prompt's
+	// size (spill).
+	sharedPrefix bool
+	// Reference marks an arm that is not a candidate policy (the unlimited-cache
+	// bound): excluded from the acceptance comparison.
+	Reference bool
+}
+
+// Setup is a workload and the fleet it runs on.
+type Setup struct {
+	Name       string
+	Scenario   *loadgen.Scenario // variants are replaced per arm
+	Replicas   int
+	Profile    sim.Profile
+	MaxNumSeqs int // per engine; 0 = sim.DefaultMaxNumSeqs
+	// NumGPUBlocks overrides the profile's KV capacity (0: from the profile).
+	NumGPUBlocks int
+}
+
+// Stage is one stage of one run: the report's summary and the study's extras.
+type Stage struct {
+	report.Summary
+	// BoundHitsPct is the unlimited-cache bound of the prefix hit rate over the
+	// same OK turns as UsageCachedPct (see Bound).
+	BoundHitsPct float64 `json:"bound_hits_pct"`
+	// Means over the stage window of the ground-truth trace (Trace): live
+	// conversations and their working set summed over the fleet, the spread
+	// (max - min) of live conversations across replicas, and replicas with no
+	// live conversation.
+	LiveConversations float64 `json:"live_conversations"`
+	WorkingSetTokens  float64 `json:"working_set_tokens"`
+	LiveSpread        float64 `json:"live_spread"`
+	IdleReplicas      float64 `json:"idle_replicas"`
+	// Preemptions summed over replicas in the window (vllm:num_preemptions_total).
+	Preemptions float64 `json:"preemptions"`
+	// FleetKVTokens is the fleet's total KV cache in tokens, and FitRatio the
+	// working set over it: below 1 the live working sets fit the fleet's cache.
+	FleetKVTokens float64 `json:"fleet_kv_tokens"`
+	FitRatio      float64 `json:"fit_ratio"`
+	// Moves counts decisions by reason in the window (from the router's hook).
+	Decisions map[string]int `json:"decisions"`
+}
+
+// RunResult is one (setup, arm, seed) run reduced to its stages.
+type RunResult struct {
+	Setup  string
+	Arm    string
+	Seed   uint64
+	Stages []Stage
+	// Placements are the router's decisions with the view it had (only when
+	// RunOptions.Placements is set).
+	Placements []Placement
+	// Trace is the ground-truth trace of the run (only when RunOptions.Trace).
+	Trace *Trace
+	Wall  time.Duration
+}
+
+// RunOptions are per-run switches.
+type RunOptions struct {
+	Placements bool   // record every decision's view (signals.go)
+	Trace      bool   // keep the trace in the result
+	KeepDir    string // when set, the results directory is written there and kept
+}
+
+// variantFor returns the scenario variant name for an arm: "on" for affinity,
+// "off" otherwise (loadgen.AffinityOf).
+func variantFor(a Arm) string {
+	if a.Affinity {
+		return "on"
+	}
+	return "off"
+}
+
+// RunOne runs setup under arm with the scenario seed replaced by seed, in virtual
+// time, and reduces it. The variant starts with a cold cache.
+func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*RunResult, error) {
+	sc := *s.Scenario.WithDefaults()
+	sc.Seed = seed
+	sc.Variants = []string{variantFor(a)}
+	dir := o.KeepDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "warden-study-")
+		if err != nil {
+			return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, err)
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	out, err := loadgen.CreateResults(dir)
+	if err != nil {
+		return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, err)
+	}
+	maxSeqs := s.MaxNumSeqs
+	if maxSeqs == 0 {
+		maxSeqs = sim.DefaultMaxNumSeqs
+	}
+	ecfg := sim.EngineConfig{Profile: s.Profile, MaxNumSeqs: maxSeqs, NumGPUBlocks: s.NumGPUBlocks, CountPrefixStatsPerAttempt: a.CountPerAttempt}
+	if a.UnlimitedCache {
+		ecfg.NumGPUBlocks = UnlimitedBlocks
+	}
+	probe, err := sim.NewEngine(ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, err)
+	}
+	pc := probe.Config()
+	kvTokens := int64(pc.NumGPUBlocks-1) * int64(pc.BlockSize)
+	if a.UnlimitedCache {
+		// The study's KV capacity for placement and fit: the real one.
+		ecfg2 := ecfg
+		ecfg2.NumGPUBlocks = s.NumGPUBlocks
+		if p2, err := sim.NewEngine(ecfg2); err == nil {
+			kvTokens = int64(p2.Config().NumGPUBlocks-1) * int64(p2.Config().BlockSize)
+		}
+	}
+	var recs []Placement
+	bcfg := router.BalancerConfig{
+		MaxNumSeqs:        maxSeqs,
+		OverflowThreshold: a.OverflowThreshold,
+		Policy:            a.Policy,
+		KVCapacityTokens:  kvTokens,
+		LiveWindow:        a.LiveWindow,
+		Seed:              seed,
+	}
+	thr := a.OverflowThreshold
+	if thr == 0 {
+		thr = router.AutoOverflowThreshold(maxSeqs)
+	}
+	if a.NewPolicy != nil {
+		bcfg.AffinityPolicy = a.NewPolicy(seed, thr, router.DefaultOverflowMargin)
+		if sp, ok := bcfg.AffinityPolicy.(*spill); ok && a.sharedPrefix {
+			sp.shared = systemTokens(&sc)
+		}
+	}
+	decisions := map[decKey]int{}
+	bcfg.OnDecision = func(ev router.DecisionEvent) {
+		decisions[decKey{ev.Now, ev.Decision.Reason}]++
+		if o.Placements {
+			recs = append(recs, newPlacement(ev))
+		}
+	}
+	t0 := time.Now()
+	_, runErr := virtual.Run(ctx, virtual.Config{
+		Scenario: &sc,
+		Replicas: s.Replicas,
+		Engine:   ecfg,
+		Balancer: bcfg,
+		Out:      out,
+		RunID:    fmt.Sprintf("study-%s-%s-%d", s.Name, a.Name, seed),
+		Profile:  s.Profile.Name,
+		Policy:   a.Name,
+	})
+	if runErr != nil {
+		return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, runErr)
+	}
+	run, err := report.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, err)
+	}
+	sums, err := report.Summarize(run)
+	if err != nil {
+		return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, err)
+	}
+	if o.KeepDir != "" {
+		if err := report.Generate(dir, discard{}); err != nil {
+			return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, err)
+		}
+	}
+	rr := &RunResult{Setup: s.Name, Arm: a.Name, Seed: seed, Placements: recs, Wall: time.Since(t0)}
+	sysTokens := systemTokens(&sc)
+	v := sc.Variants[0]
+	tr := BuildTrace(run, v)
+	if tr == nil {
+		return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, errors.New("no trace: the run produced no turns"))
+	}
+	fleet := float64(kvTokens) * float64(s.Replicas)
+	for _, sum := range sums {
+		st := Stage{Summary: sum, FleetKVTokens: fleet, Decisions: map[string]int{}}
+		st.BoundHitsPct = Bound(run.Results, v, sum.WindowStart, sum.WindowEnd, sysTokens, pc.BlockSize)
+		tr.stageMeans(&st, sum.WindowStart, sum.WindowEnd)
+		if fleet > 0 {
+			st.FitRatio = st.WorkingSetTokens / fleet
+		}
+		for k, n := range decisions {
+			if k.at >= sum.WindowStart && k.at < sum.WindowEnd {
+				st.Decisions[k.reason.String()] += n
+			}
+		}
+		rr.Stages = append(rr.Stages, st)
+	}
+	if o.Trace {
+		rr.Trace = tr
+	}
+	return rr, nil
+}
+
+type decKey struct {
+	at     time.Duration
+	reason router.Reason
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// systemTokens is the rendered length in tokens of the scenario's shared system
+// prompt (the chat template's system message), 0 when there is none.
+func systemTokens(sc *loadgen.Scenario) int {
+	w := loadgen.NewWorkload(sc)
+	if s := w.SystemPrompt(); s != "" {
+		return len(sim.AppendMessage(nil, sim.ChatMessage{Role: "system", Content: s}))
+	}
+	return 0
+}

@@ -1,0 +1,220 @@
+package study
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/report"
+)
+
+// Trace is the ground truth of one variant of a run, per replica over time, at the
+// instants the harness polled the engines (series.csv, every second by default).
+// Everything is rebuilt from the results directory alone (turns.jsonl and
+// series.csv), so a trace can be drawn for any past run, virtual or HTTP.
+//
+// Definitions (a conversation is one session of the closed loop):
+//   - A conversation is live from its first request until its last turn is done
+//     (or the run ends); it is on the replica that served its latest request.
+//   - Its context is the prompt plus the output of its latest turn (the tokens the
+//     next turn re-sends as a prefix); the working set of a replica is the sum of
+//     the contexts of the conversations live on it.
+//   - In flight: requests sent and not done on the replica.
+//   - Running, waiting, KV usage and preemptions are the engine's gauges and
+//     counter as polled (preemptions counted from the variant's first poll).
+type Trace struct {
+	Variant  string
+	Replicas []string
+	Start    time.Duration // the variant's first poll
+	T        []float64     // seconds since Start, one per tick
+
+	// [replica][tick]
+	Live, WorkingSet, InFlight     [][]float64
+	Running, Waiting, KV, Preempts [][]float64
+
+	// Placements: each conversation's first request, with the live conversations
+	// per replica just before it.
+	Placements []TracePlacement
+}
+
+// TracePlacement is one conversation's placement as the trace sees it.
+type TracePlacement struct {
+	T       float64 // seconds since Trace.Start
+	Replica    int
+	Live       []int     // live conversations per replica just before the placement
+	WorkingSet []float64 // their contexts summed per replica, tokens
+}
+
+// BuildTrace builds the trace of variant from run, or nil when the variant has no
+// poll samples or no turns.
+func BuildTrace(run *report.Run, variant string) *Trace {
+	tr := &Trace{Variant: variant}
+	idx := map[string]int{}
+	for _, r := range run.Manifest.Replicas {
+		idx[r] = len(tr.Replicas)
+		tr.Replicas = append(tr.Replicas, r)
+	}
+	var ticks []time.Duration
+	for _, s := range run.Series {
+		if s.Variant != variant {
+			continue
+		}
+		if _, ok := idx[s.Replica]; !ok {
+			idx[s.Replica] = len(tr.Replicas)
+			tr.Replicas = append(tr.Replicas, s.Replica)
+		}
+		ticks = append(ticks, s.T)
+	}
+	slices.Sort(ticks)
+	ticks = slices.Compact(ticks)
+	if len(ticks) == 0 {
+		return nil
+	}
+	tr.Start = ticks[0]
+	n, m := len(tr.Replicas), len(ticks)
+	mk := func() [][]float64 {
+		out := make([][]float64, n)
+		for i := range out {
+			out[i] = make([]float64, m)
+		}
+		return out
+	}
+	tr.Live, tr.WorkingSet, tr.InFlight = mk(), mk(), mk()
+	tr.Running, tr.Waiting, tr.KV, tr.Preempts = mk(), mk(), mk(), mk()
+	tr.T = make([]float64, m)
+	for k, t := range ticks {
+		tr.T[k] = (t - tr.Start).Seconds()
+	}
+	tickOf := func(t time.Duration) int { // first tick at or after t
+		k, _ := slices.BinarySearch(ticks, t)
+		return k
+	}
+	first := make([]float64, n)
+	seen := make([]bool, n)
+	for _, s := range run.Series {
+		if s.Variant != variant {
+			continue
+		}
+		i, k := idx[s.Replica], tickOf(s.T)
+		tr.Running[i][k], tr.Waiting[i][k], tr.KV[i][k] = s.Running, s.Waiting, s.KVUsage
+		if !seen[i] {
+			first[i], seen[i] = s.Preemptions, true
+		}
+		tr.Preempts[i][k] = s.Preemptions - first[i]
+	}
+
+	// Sessions: their turns in order.
+	sess := map[int64][]*loadgen.Result{}
+	for j := range run.Results {
+		r := &run.Results[j]
+		if r.Variant == variant && r.Replica != "" {
+			sess[r.Session] = append(sess[r.Session], r)
+		}
+	}
+	end := ticks[m-1] + time.Nanosecond
+	// Difference arrays over ticks: add v on [a, b).
+	add := func(arr []float64, a, b time.Duration, v float64) {
+		ka, kb := tickOf(a), tickOf(b)
+		for k := ka; k < kb && k < m; k++ {
+			arr[k] += v
+		}
+	}
+	type start struct {
+		at      time.Duration
+		replica int
+	}
+	var starts []start
+	type span struct {
+		a, b    time.Duration
+		replica int
+		tokens  float64
+	}
+	var live []span
+	for _, turns := range sess {
+		slices.SortFunc(turns, func(a, b *loadgen.Result) int { return a.Turn - b.Turn })
+		for j, r := range turns {
+			i, ok := idx[r.Replica]
+			if !ok {
+				continue
+			}
+			done := r.Done
+			if done == 0 {
+				done = end
+			}
+			add(tr.InFlight[i], r.Sent, done, 1)
+			b := end
+			switch {
+			case j+1 < len(turns):
+				b = turns[j+1].Sent
+			case r.LastTurn || !r.OK():
+				b = done
+			}
+			add(tr.Live[i], r.Sent, b, 1)
+			add(tr.WorkingSet[i], r.Sent, b, float64(r.PromptTokens+r.OutputTokens))
+			live = append(live, span{r.Sent, b, i, float64(r.PromptTokens + r.OutputTokens)})
+			if r.Turn == 0 {
+				starts = append(starts, start{r.Sent, i})
+			}
+		}
+	}
+	slices.SortFunc(starts, func(a, b start) int { return int(a.at - b.at) })
+	for _, s := range starts {
+		p := TracePlacement{T: (s.at - tr.Start).Seconds(), Replica: s.replica, Live: make([]int, n), WorkingSet: make([]float64, n)}
+		for _, l := range live {
+			if l.a < s.at && s.at < l.b {
+				p.Live[l.replica]++
+				p.WorkingSet[l.replica] += l.tokens
+			}
+		}
+		tr.Placements = append(tr.Placements, p)
+	}
+	return tr
+}
+
+// stageMeans fills the trace means of st over ticks in [a, b).
+func (tr *Trace) stageMeans(st *Stage, a, b time.Duration) {
+	var nt, live, ws, spread, idle float64
+	for k, t := range tr.T {
+		at := tr.Start + time.Duration(t*float64(time.Second))
+		if at < a || at >= b {
+			continue
+		}
+		nt++
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for i := range tr.Replicas {
+			l := tr.Live[i][k]
+			live += l
+			ws += tr.WorkingSet[i][k]
+			lo, hi = min(lo, l), max(hi, l)
+			if l == 0 {
+				idle++
+			}
+		}
+		spread += hi - lo
+	}
+	var pre float64
+	for i := range tr.Replicas {
+		first := tr.Preempts[i][0]
+		last := first
+		for k, t := range tr.T {
+			at := tr.Start + time.Duration(t*float64(time.Second))
+			if at <= a {
+				first = tr.Preempts[i][k]
+			}
+			if at < b {
+				last = tr.Preempts[i][k]
+			}
+		}
+		pre += last - first
+	}
+	st.Preemptions = pre
+	if nt == 0 {
+		st.LiveConversations, st.WorkingSetTokens, st.LiveSpread, st.IdleReplicas = nan(), nan(), nan(), nan()
+		return
+	}
+	st.LiveConversations, st.WorkingSetTokens = live/nt, ws/nt
+	st.LiveSpread, st.IdleReplicas = spread/nt, idle/nt
+}
+
+func nan() float64 { return math.NaN() }

@@ -1,0 +1,360 @@
+package router
+
+import (
+	"hash/maphash"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lmwarden/warden/internal/vllmmetrics"
+)
+
+// Status card inputs: a short rolling window of scrape samples per replica (for
+// rates), and the current context of each active conversation (for the capacity
+// line). Both are fed by the router's hot paths (observe, the proxy's OnRoute) and
+// read only when the card is rendered.
+
+const (
+	// DefaultCardWindow is the span of simulated time the card's rates (prompt
+	// tokens per second, recent prefix hit rate) are computed over: 30 scrapes at
+	// the default 1 s scrape interval.
+	DefaultCardWindow = 30 * time.Second
+	// cardSamples bounds the samples kept per replica (a scrape interval under
+	// DefaultCardWindow/cardSamples only shortens the window).
+	cardSamples = 64
+	// CharsPerToken is the body bytes per token assumed when the card estimates a
+	// conversation's context from its request body and the fleet has not measured
+	// its own ratio yet (see MinMeasuredPromptTokens). About 4 characters per token
+	// is the usual figure for English text and code with BPE tokenizers; JSON
+	// escaping and field names make a request body somewhat longer than its
+	// prompt, so the estimate leans high.
+	CharsPerToken = 4
+	// MinMeasuredPromptTokens: the card measures bytes per token as the request
+	// body bytes the router sent to the replicas over the rate window divided by
+	// the prompt tokens they counted (vllm:prompt_tokens_total) over the same
+	// window, once that window holds at least this many prompt tokens.
+	MinMeasuredPromptTokens = 10_000
+	// DefaultMaxTrackedConversations bounds the card's conversation table (about
+	// 40 bytes each); beyond it new conversations are not tracked until idle ones
+	// are pruned.
+	DefaultMaxTrackedConversations = 1 << 20
+)
+
+// cardSample is one scrape of one replica, counters cumulative as scraped.
+type cardSample struct {
+	at            time.Duration
+	queries, hits float64 // prefix-cache counters, tokens (blocks scaled by block size)
+	computed      float64 // prompt_tokens_by_source{source=local_compute}
+	cached        float64 // ... local_cache_hit + external_kv_transfer
+	hasPrefix     bool
+	prefixTokens  bool // queries/hits are tokens (false: blocks of unknown size)
+	hasSource     bool
+	prompt        float64 // vllm:prompt_tokens_total
+	hasPrompt     bool
+	routedBytes   float64 // request body bytes the router sent to the replica, cumulative
+}
+
+// rateWindow is a ring of the latest scrape samples of one replica and the KV
+// capacity last reported.
+type rateWindow struct {
+	ring     [cardSamples]cardSample
+	n, next  int
+	kvTokens int64 // num_gpu_blocks x block_size summed over the replica's engines; 0 unknown
+}
+
+func (w *rateWindow) add(s cardSample) {
+	if w.n > 0 && s.at <= w.ring[(w.next+cardSamples-1)%cardSamples].at {
+		return // not newer than the last sample
+	}
+	w.ring[w.next] = s
+	w.next = (w.next + 1) % cardSamples
+	w.n = min(w.n+1, cardSamples)
+}
+
+// at returns the i-th sample, oldest first.
+func (w *rateWindow) at(i int) *cardSample {
+	return &w.ring[(w.next-w.n+i+2*cardSamples)%cardSamples]
+}
+
+// windowRates are the rates over a rateWindow's recent samples.
+type windowRates struct {
+	ok      bool    // at least two samples
+	seconds float64 // span actually covered, simulated seconds
+	// Reset-aware counter deltas over the span (vllmmetrics.CounterDelta).
+	dQueries, dHits, dComputed, dCached float64
+	hasPrefix, prefixTokens, hasSource  bool
+	dPrompt, dBytes                     float64 // prompt tokens counted, body bytes routed
+	hasPrompt                           bool
+}
+
+// rates sums the deltas between consecutive samples from the oldest one no older
+// than span before the latest (at least the one before the latest) to the latest.
+func (w *rateWindow) rates(span time.Duration) windowRates {
+	var r windowRates
+	if w.n < 2 {
+		return r
+	}
+	last := w.at(w.n - 1)
+	start := w.n - 2
+	for start > 0 && w.at(start-1).at >= last.at-span {
+		start--
+	}
+	r.ok = true
+	r.seconds = (last.at - w.at(start).at).Seconds()
+	r.hasPrefix, r.prefixTokens, r.hasSource, r.hasPrompt = true, true, true, true
+	for i := start + 1; i < w.n; i++ {
+		a, b := w.at(i-1), w.at(i)
+		if a.hasPrompt && b.hasPrompt {
+			r.dPrompt += vllmmetrics.CounterDelta(a.prompt, b.prompt)
+			r.dBytes += b.routedBytes - a.routedBytes
+		} else {
+			r.hasPrompt = false
+		}
+		if a.hasPrefix && b.hasPrefix {
+			r.dQueries += vllmmetrics.CounterDelta(a.queries, b.queries)
+			r.dHits += vllmmetrics.CounterDelta(a.hits, b.hits)
+			r.prefixTokens = r.prefixTokens && a.prefixTokens && b.prefixTokens
+		} else {
+			r.hasPrefix = false
+		}
+		if a.hasSource && b.hasSource {
+			r.dComputed += vllmmetrics.CounterDelta(a.computed, b.computed)
+			r.dCached += vllmmetrics.CounterDelta(a.cached, b.cached)
+		} else {
+			r.hasSource = false
+		}
+	}
+	return r
+}
+
+// promptRates returns prompt tokens per second read from the prefix cache and
+// computed: from vllm:prompt_tokens_by_source_total when every sample has it, else
+// from the prefix-cache counters (hits, and queries - hits). ok is false when
+// neither is available in tokens.
+func (r windowRates) promptRates() (cached, computed float64, source string, ok bool) {
+	if !r.ok || r.seconds <= 0 {
+		return 0, 0, "", false
+	}
+	switch {
+	case r.hasSource:
+		return r.dCached / r.seconds, r.dComputed / r.seconds, "prompt_tokens_by_source", true
+	case r.hasPrefix && r.prefixTokens:
+		return r.dHits / r.seconds, max(0, r.dQueries-r.dHits) / r.seconds, "prefix_cache counters", true
+	}
+	return 0, 0, "", false
+}
+
+// recordCard adds one parsed scrape of t to its card windows; engines map to
+// replicas as in observe (rank k = engine label k; otherwise all engines of the
+// URL add up, KV capacity included).
+func (rt *Router) recordCard(t *target, snap *vllmmetrics.Snapshot, at time.Duration) {
+	per := make([]cardSample, len(t.replicas))
+	kv := make([]int64, len(t.replicas))
+	seen := make([]bool, len(t.replicas))
+	for i := range per {
+		per[i] = cardSample{at: at, prefixTokens: true, hasPrefix: true, hasSource: true, hasPrompt: true}
+		if c := rt.convs[t.pool]; c != nil {
+			per[i].routedBytes = float64(c.routed(t.replicas[i]))
+		}
+	}
+	for _, e := range snap.Engines {
+		k := 0
+		if t.ranked {
+			r, err := strconv.Atoi(e.Engine)
+			if err != nil || r < 0 || r >= len(t.replicas) {
+				continue
+			}
+			k = r
+		}
+		s := &per[k]
+		seen[k] = true
+		if e.Present[vllmmetrics.PrefixCacheQueries] && e.Present[vllmmetrics.PrefixCacheHits] {
+			scale := 1.0
+			if e.PrefixUnit == "blocks" {
+				if e.BlockSize > 0 {
+					scale = float64(e.BlockSize)
+				} else {
+					s.prefixTokens = false
+				}
+			}
+			s.queries += e.PrefixQueries * scale
+			s.hits += e.PrefixHits * scale
+		} else {
+			s.hasPrefix = false
+		}
+		if e.Present[vllmmetrics.PromptTokens] {
+			s.prompt += e.PromptTokens
+		} else {
+			s.hasPrompt = false
+		}
+		if e.Present[vllmmetrics.PromptTokensBySrc] {
+			s.computed += e.PromptBySource["local_compute"]
+			s.cached += e.PromptBySource["local_cache_hit"] + e.PromptBySource["external_kv_transfer"]
+		} else {
+			s.hasSource = false
+		}
+		if e.BlockSize > 0 && e.NumGPUBlocks > 0 {
+			kv[k] += int64(e.BlockSize) * int64(e.NumGPUBlocks)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.card == nil {
+		t.card = make([]rateWindow, len(t.replicas))
+	}
+	for k := range per {
+		if !seen[k] {
+			continue
+		}
+		t.card[k].add(per[k])
+		t.card[k].kvTokens = kv[k]
+	}
+}
+
+// cardWindow returns a copy of pool replica i's window, or false when no scrape
+// of it was recorded.
+func (rt *Router) cardWindow(pool *Pool, i int) (rateWindow, bool) {
+	for _, t := range rt.targets {
+		if t.pool != pool {
+			continue
+		}
+		for k, idx := range t.replicas {
+			if idx != i {
+				continue
+			}
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if t.card == nil {
+				return rateWindow{}, false
+			}
+			return t.card[k], true
+		}
+	}
+	return rateWindow{}, false
+}
+
+// noteRoute is the Proxy's OnRoute hook: it counts the body bytes sent to the
+// replica and updates the routed conversation's context estimate.
+func (rt *Router) noteRoute(pool *Pool, key string, bodyBytes int, d Decision) {
+	if c := rt.convs[pool]; c != nil {
+		c.note(rt.clock.Now(), key, bodyBytes, d)
+	}
+}
+
+// convTracker keeps, per conversation (session key, hashed like the SessionTable),
+// the size of its current context in request-body bytes and the replica holding
+// it, and per replica the body bytes routed to it (keyless requests included). A
+// conversation is active while its last request is at most window old.
+//
+// The size is the largest request body of the conversation seen within the
+// window (the card turns bytes into tokens): Claude Code's side requests (titles, topic
+// checks) carry the session id with a short prompt and must not shrink it; after a
+// compaction the old size is kept for at most one window. The replica is the one
+// that served the conversation's last request other than an overflow (an overflow
+// is served elsewhere once; the conversation's cache stays at its home).
+type convTracker struct {
+	mu        sync.Mutex
+	seed      maphash.Seed
+	window    time.Duration
+	max       int
+	m         map[uint64]convEntry
+	lastPrune time.Duration
+	bytes     []int64 // body bytes routed, by replica
+}
+
+type convEntry struct {
+	last, maxAt time.Duration
+	bytes       int64
+	replica     int32
+}
+
+// convLoad is the conversations active on a replica (or a fleet) and the sum of
+// their context sizes in request-body bytes.
+type convLoad struct {
+	Conversations int
+	ContextBytes  int64
+}
+
+func newConvTracker(window time.Duration, max int) *convTracker {
+	return &convTracker{seed: maphash.MakeSeed(), window: window, max: max, m: map[uint64]convEntry{}}
+}
+
+func (c *convTracker) note(now time.Duration, key string, bodyBytes int, d Decision) {
+	var h uint64
+	if key != "" {
+		h = maphash.String(c.seed, key)
+	}
+	size := int64(bodyBytes)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d.Replica >= 0 {
+		for len(c.bytes) <= d.Replica {
+			c.bytes = append(c.bytes, 0)
+		}
+		c.bytes[d.Replica] += size
+	}
+	if key == "" {
+		return
+	}
+	if now-c.lastPrune >= c.window/8 {
+		c.prune(now)
+	}
+	e, ok := c.m[h]
+	if !ok {
+		if len(c.m) >= c.max {
+			return
+		}
+		e = convEntry{replica: int32(d.Replica)}
+	}
+	if ok && now-e.last > c.window {
+		e = convEntry{replica: e.replica} // idle past the window: a fresh start
+	}
+	if d.Reason != ReasonOverflow || !ok {
+		e.replica = int32(d.Replica)
+	}
+	if size >= e.bytes || now-e.maxAt > c.window {
+		e.bytes, e.maxAt = size, now
+	}
+	e.last = now
+	c.m[h] = e
+}
+
+// prune drops conversations idle longer than the window; caller holds mu.
+func (c *convTracker) prune(now time.Duration) {
+	for h, e := range c.m {
+		if now-e.last > c.window {
+			delete(c.m, h)
+		}
+	}
+	c.lastPrune = now
+}
+
+// load returns the active conversations per replica (n replicas) and in total.
+func (c *convTracker) load(now time.Duration, n int) ([]convLoad, convLoad) {
+	per := make([]convLoad, n)
+	var total convLoad
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.m {
+		if now-e.last > c.window {
+			continue
+		}
+		total.Conversations++
+		total.ContextBytes += e.bytes
+		if int(e.replica) < n {
+			per[e.replica].Conversations++
+			per[e.replica].ContextBytes += e.bytes
+		}
+	}
+	return per, total
+}
+
+// routed returns the body bytes routed to replica i so far.
+func (c *convTracker) routed(i int) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i < 0 || i >= len(c.bytes) {
+		return 0
+	}
+	return c.bytes[i]
+}

@@ -1,0 +1,413 @@
+package router
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CardPath is where the HTML status card is served, on the main listener (Handler)
+// and on the admin listener (AdminHandler, behind the admin token when one is
+// set). It shows replica names and load only: no URLs, session keys or tokens.
+const CardPath = "/status/card"
+
+// DefaultCardRefresh is how often the card page reloads itself (wall time).
+const DefaultCardRefresh = 2 * time.Second
+
+// Card is what the status card shows: per model, a row per replica and a fleet
+// line with the capacity check. Rates are per second of simulated time (wall
+// time against real servers).
+type Card struct {
+	Generated time.Time // wall time the card was built
+	WindowS   float64   // rate window, simulated seconds (DefaultCardWindow)
+	Models    []CardModel
+}
+
+// CardModel is one model's pool on the card.
+type CardModel struct {
+	Model             string
+	Affinity          bool
+	OverflowThreshold int
+	ThresholdAuto     bool
+	SessionsHomed     int // sessions in the session table
+	Replicas          []CardReplica
+	Fleet             CardReplica // sums over the replicas (KVUsage: mean; hit rates: pooled)
+	Capacity          CardCapacity
+}
+
+// CardReplica is one replica's row. Unknown values are negative (-1).
+type CardReplica struct {
+	Name        string
+	Healthy     bool
+	ScrapeFresh bool
+	ScrapeAgeS  float64 // -1 before the first scrape
+
+	// Requests the Balancer routed here, by decision reason (ReplicaStatus.ServedBy).
+	Requests uint64
+	Sticky   uint64 // to the session's home
+	Placed   uint64 // first request of a new conversation homed here
+	Overflow uint64 // arrived by overflow from a busy home
+	// Other is every other decision (rehome, no-key, balanced, and any reason a
+	// policy adds), itemized in OtherBy.
+	Other   uint64
+	OtherBy string // e.g. "rehome 2, no-key 5"; "" when Other is 0
+
+	SessionsHomed int // session-table homes (affinity on)
+	InFlight      int // router's own count
+	Running       int // vllm:num_requests_running as last scraped
+	Waiting       int // vllm:num_requests_waiting
+	KVUsage       float64
+
+	// HitRate is the prefix-cache hit rate over the rate window; HitRateSince since
+	// the router's first scrape (ReplicaReport.PrefixHitRate). -1 when unknown.
+	HitRate, HitRateSince float64
+	// Prompt tokens per second over the rate window: read from the prefix cache
+	// and computed (see windowRates.promptRates). -1 when unknown.
+	CachedPerS, ComputedPerS float64
+	RateSource               string // "prompt_tokens_by_source" or "prefix_cache counters"
+
+	// Conversations active here (last non-overflow request served here within
+	// DefaultActiveWindow) and the sum of their context estimates, tokens: each
+	// conversation's largest recent request body over CardCapacity.BytesPerToken.
+	Conversations int
+	ContextTokens int64
+	// KVTokens is the KV cache capacity, num_gpu_blocks x block_size from
+	// vllm:cache_config_info; 0 when not reported.
+	KVTokens int64
+}
+
+// CardCapacity compares the active conversations' contexts with the fleet's KV
+// cache: when Demand exceeds Capacity, the conversations cannot all keep their
+// prefix cached and hit rates fall.
+type CardCapacity struct {
+	Conversations int   // active conversations (keyed requests within DefaultActiveWindow)
+	Demand        int64 // sum of their current context estimates, tokens
+	Capacity      int64 // sum of KVTokens over the replicas reporting it
+	Reporting     int   // replicas that reported their KV capacity
+	Replicas      int
+	Over          bool // Demand > Capacity (and Capacity known)
+	// BytesPerToken turned the conversations' body bytes into tokens: measured over
+	// the rate window (Measured, see MinMeasuredPromptTokens) or CharsPerToken.
+	BytesPerToken float64
+	Measured      bool
+}
+
+// Ratio is Demand / Capacity, or -1 when the capacity is unknown.
+func (c CardCapacity) Ratio() float64 {
+	if c.Capacity <= 0 {
+		return -1
+	}
+	return float64(c.Demand) / float64(c.Capacity)
+}
+
+// Card builds the card from the router's state now.
+func (rt *Router) Card() Card {
+	now := rt.clock.Now()
+	card := Card{Generated: time.Now(), WindowS: DefaultCardWindow.Seconds()}
+	st := rt.Status()
+	pools := rt.Pools()
+	for mi, ms := range st.Models {
+		pool := pools[mi]
+		cm := CardModel{
+			Model: ms.Model, Affinity: ms.Affinity, OverflowThreshold: ms.OverflowThreshold,
+			ThresholdAuto: ms.ThresholdAuto, SessionsHomed: ms.Sessions,
+		}
+		var per []convLoad
+		var total convLoad
+		if c := rt.convs[pool]; c != nil {
+			per, total = c.load(now, len(ms.Replicas))
+		}
+		fleet := CardReplica{Name: "fleet", Healthy: true, ScrapeFresh: true, ScrapeAgeS: -1}
+		var fr windowRates
+		fr.ok, fr.hasPrefix, fr.prefixTokens, fr.hasSource = true, true, true, true
+		var sinceQ, sinceH float64
+		var dBytes, dPrompt float64
+		ratesKnown := 0
+		for i, rep := range ms.Replicas {
+			cr := CardReplica{
+				Name: rep.Name, Healthy: rep.Healthy, ScrapeFresh: rep.ScrapeFresh, ScrapeAgeS: rep.ScrapeAgeS,
+				Requests: rep.ServedTotal,
+				Sticky:   rep.ServedBy[ReasonSticky.String()], Placed: rep.ServedBy[ReasonPlaced.String()],
+				Overflow:      rep.ServedBy[ReasonOverflow.String()],
+				SessionsHomed: rep.Sessions, InFlight: rep.InFlight,
+				Running: rep.Running, Waiting: rep.Waiting, KVUsage: rep.KVUsage,
+				HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
+			}
+			cr.Other, cr.OtherBy = otherReasons(rep.ServedBy)
+			if rep.ScrapeAgeS < 0 {
+				cr.Running, cr.Waiting, cr.KVUsage = -1, -1, -1
+			}
+			if w, ok := rt.cardWindow(pool, i); ok {
+				cr.KVTokens = w.kvTokens
+				r := w.rates(DefaultCardWindow)
+				if r.ok && r.hasPrefix && r.dQueries > 0 {
+					cr.HitRate = r.dHits / r.dQueries
+				}
+				if c, p, src, ok := r.promptRates(); ok {
+					cr.CachedPerS, cr.ComputedPerS, cr.RateSource = c, p, src
+					fleet.CachedPerS += c
+					fleet.ComputedPerS += p
+					ratesKnown++
+				}
+				if r.ok && r.hasPrompt {
+					dBytes += r.dBytes
+					dPrompt += r.dPrompt
+				}
+				fr.dQueries += r.dQueries
+				fr.dHits += r.dHits
+				fr.hasPrefix = fr.hasPrefix && r.ok && r.hasPrefix
+			} else {
+				fr.hasPrefix = false
+			}
+			if rep.PrefixHitRate >= 0 {
+				// Status gives ratios only: the fleet's since-start rate is their mean.
+				sinceQ++
+				sinceH += rep.PrefixHitRate
+			}
+			fleet.Healthy = fleet.Healthy && cr.Healthy
+			fleet.ScrapeFresh = fleet.ScrapeFresh && cr.ScrapeFresh
+			fleet.Requests += cr.Requests
+			fleet.Sticky += cr.Sticky
+			fleet.Placed += cr.Placed
+			fleet.Overflow += cr.Overflow
+			fleet.Other += cr.Other
+			fleet.SessionsHomed += cr.SessionsHomed
+			fleet.InFlight += cr.InFlight
+			fleet.Running += max(cr.Running, 0)
+			fleet.Waiting += max(cr.Waiting, 0)
+			fleet.KVUsage += max(cr.KVUsage, 0)
+			fleet.KVTokens += cr.KVTokens
+			if cr.KVTokens > 0 {
+				cm.Capacity.Reporting++
+			}
+			cm.Replicas = append(cm.Replicas, cr)
+		}
+		bpt, measured := float64(CharsPerToken), false
+		if dPrompt >= MinMeasuredPromptTokens && dBytes > 0 {
+			bpt, measured = dBytes/dPrompt, true
+		}
+		toTokens := func(b int64) int64 { return int64(float64(b) / bpt) }
+		for i := range cm.Replicas {
+			if i < len(per) {
+				cm.Replicas[i].Conversations = per[i].Conversations
+				cm.Replicas[i].ContextTokens = toTokens(per[i].ContextBytes)
+			}
+		}
+		n := len(cm.Replicas)
+		if n > 0 {
+			fleet.KVUsage /= float64(n)
+		}
+		fleet.HitRate, fleet.HitRateSince = -1, -1
+		if fr.hasPrefix && fr.dQueries > 0 {
+			fleet.HitRate = fr.dHits / fr.dQueries
+		}
+		if sinceQ > 0 {
+			fleet.HitRateSince = sinceH / sinceQ
+		}
+		if ratesKnown == 0 {
+			fleet.CachedPerS, fleet.ComputedPerS = -1, -1
+		}
+		fleet.Conversations, fleet.ContextTokens = total.Conversations, toTokens(total.ContextBytes)
+		cm.Fleet = fleet
+		cm.Capacity.Conversations = total.Conversations
+		cm.Capacity.Demand = fleet.ContextTokens
+		cm.Capacity.BytesPerToken, cm.Capacity.Measured = bpt, measured
+		cm.Capacity.Capacity = fleet.KVTokens
+		cm.Capacity.Replicas = n
+		cm.Capacity.Over = cm.Capacity.Capacity > 0 && cm.Capacity.Demand > cm.Capacity.Capacity
+		card.Models = append(card.Models, cm)
+	}
+	return card
+}
+
+// otherReasons sums the decisions that have no column of their own and lists
+// them in Reasons order (then any unknown reason by name).
+func otherReasons(by map[string]uint64) (uint64, string) {
+	own := map[string]bool{ReasonSticky.String(): true, ReasonPlaced.String(): true, ReasonOverflow.String(): true}
+	var sum uint64
+	var parts []string
+	seen := map[string]bool{}
+	add := func(name string) {
+		if own[name] || seen[name] || by[name] == 0 {
+			return
+		}
+		seen[name] = true
+		sum += by[name]
+		parts = append(parts, name+" "+fmtCount(by[name]))
+	}
+	for _, r := range Reasons {
+		add(r.String())
+	}
+	names := make([]string, 0, len(by))
+	for name := range by {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		add(name)
+	}
+	return sum, strings.Join(parts, ", ")
+}
+
+// CardHandler serves the card as HTML. The page reloads itself every
+// DefaultCardRefresh; ?refresh=N sets N seconds (0: never).
+func (rt *Router) CardHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refresh := int(DefaultCardRefresh / time.Second)
+		if v := r.URL.Query().Get("refresh"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 3600 {
+				http.Error(w, "refresh: want 0..3600 seconds", http.StatusBadRequest)
+				return
+			}
+			refresh = n
+		}
+		var buf bytes.Buffer
+		if err := RenderCard(&buf, rt.Card(), refresh); err != nil {
+			http.Error(w, "rendering status card: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+		w.Write(buf.Bytes())
+	})
+}
+
+//go:embed status_page.html
+var cardFS embed.FS
+
+var cardTmpl = template.Must(template.New("status_page.html").Funcs(template.FuncMap{
+	"num":   fmtCount,
+	"tok":   fmtTokens,
+	"rate":  fmtRate,
+	"pct":   fmtPct,
+	"share": fmtShare,
+	"bar":   barWidth,
+	"age":   fmtAge,
+	"gauge": fmtGauge,
+	"clock": func(t time.Time) string { return t.Format("15:04:05") },
+	"addf":  func(a, b float64) float64 { return a + b },
+	"frac": func(a, b float64) float64 {
+		if a < 0 || b < 0 || a+b <= 0 {
+			return 0
+		}
+		return a / (a + b)
+	},
+}).ParseFS(cardFS, "status_page.html"))
+
+// RenderCard writes c as a self-contained HTML page (no external assets) that
+// reloads itself every refreshS seconds (0: never).
+func RenderCard(w interface{ Write([]byte) (int, error) }, c Card, refreshS int) error {
+	return cardTmpl.Execute(w, struct {
+		Card
+		Refresh int
+	}{c, refreshS})
+}
+
+// fmtCount writes n with thousands separators: 12,345.
+func fmtCount(v any) string {
+	var n int64
+	switch x := v.(type) {
+	case int:
+		n = int64(x)
+	case int64:
+		n = x
+	case uint64:
+		n = int64(min(x, math.MaxInt64))
+	default:
+		return fmt.Sprint(v)
+	}
+	if n < 0 {
+		return "–"
+	}
+	s := strconv.FormatInt(n, 10)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// fmtTokens writes a token count compactly: 950, 12.3k, 4.56M.
+func fmtTokens(n int64) string {
+	switch {
+	case n < 0:
+		return "–"
+	case n < 10_000:
+		return fmtCount(n)
+	case n < 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatFloat(float64(n)/1e6, 'f', 2, 64) + "M"
+}
+
+// fmtRate writes a per-second rate: "–" when unknown.
+func fmtRate(v float64) string {
+	switch {
+	case v < 0:
+		return "–"
+	case v == 0:
+		return "0"
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case v < 10_000:
+		return fmtCount(int64(math.Round(v)))
+	}
+	return strconv.FormatFloat(v/1e3, 'f', 1, 64) + "k"
+}
+
+// fmtPct writes a fraction as a percentage: "–" when negative (unknown).
+func fmtPct(v float64) string {
+	if v < 0 || math.IsNaN(v) {
+		return "–"
+	}
+	return strconv.FormatFloat(100*v, 'f', 1, 64) + "%"
+}
+
+// fmtShare writes a/(a+b) as a percentage, "–" when unknown or both are zero.
+func fmtShare(a, b float64) string {
+	if a < 0 || b < 0 || a+b <= 0 {
+		return "–"
+	}
+	return fmtPct(a / (a + b))
+}
+
+// barWidth turns a fraction into a CSS width percentage 0..100.
+func barWidth(v float64) string {
+	if v < 0 || math.IsNaN(v) {
+		v = 0
+	}
+	return strconv.FormatFloat(100*min(v, 1), 'f', 1, 64)
+}
+
+// fmtGauge writes a scraped gauge count, "–" before the first scrape.
+func fmtGauge(n int) string {
+	if n < 0 {
+		return "–"
+	}
+	return strconv.Itoa(n)
+}
+
+// fmtAge writes a scrape age in seconds.
+func fmtAge(s float64) string {
+	if s < 0 {
+		return "never"
+	}
+	if s < 10 {
+		return strconv.FormatFloat(s, 'f', 1, 64) + " s"
+	}
+	return strconv.FormatFloat(s, 'f', 0, 64) + " s"
+}

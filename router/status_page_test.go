@@ -1,0 +1,516 @@
+package router
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/internal/vllmmetrics"
+)
+
+func sampleCard() Card {
+	return Card{
+		Generated: time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC),
+		WindowS:   30,
+		Models: []CardModel{{
+			Model: "<qwen>", Affinity: true, OverflowThreshold: 8, ThresholdAuto: true, SessionsHomed: 3,
+			Replicas: []CardReplica{
+				{Name: "r0", Healthy: true, ScrapeFresh: true, ScrapeAgeS: 0.4, Requests: 12345, Sticky: 12000, Placed: 300, Overflow: 38, Other: 7, OtherBy: "rehome 2, no-key 5",
+					SessionsHomed: 2, InFlight: 3, Running: 3, Waiting: 1, KVUsage: 0.42, HitRate: 0.9, HitRateSince: 0.85,
+					CachedPerS: 9000, ComputedPerS: 1000, RateSource: "prompt_tokens_by_source", Conversations: 2, ContextTokens: 150_000, KVTokens: 100_000},
+				{Name: "r1", Healthy: false, ScrapeAgeS: -1, Running: -1, Waiting: -1, KVUsage: -1, HitRate: -1, HitRateSince: -1,
+					CachedPerS: -1, ComputedPerS: -1},
+			},
+			Fleet: CardReplica{Name: "fleet", Requests: 12345, HitRate: 0.9, HitRateSince: 0.85, CachedPerS: 9000, ComputedPerS: 1000,
+				Conversations: 2, ContextTokens: 150_000, KVTokens: 100_000, KVUsage: 0.21},
+			Capacity: CardCapacity{Conversations: 2, Demand: 150_000, Capacity: 100_000, Reporting: 1, Replicas: 2, Over: true,
+				BytesPerToken: 3.62, Measured: true},
+		}},
+	}
+}
+
+func TestRenderCard(t *testing.T) {
+	tests := []struct {
+		name    string
+		card    func() Card
+		refresh int
+		want    []string
+		notWant []string
+	}{
+		{
+			name: "over capacity", card: sampleCard, refresh: 2,
+			want: []string{
+				`<meta http-equiv="refresh" content="2">`,
+				"&lt;qwen&gt;", // model name escaped
+				">r0<", ">r1<small>down</small>",
+				"12,345", "12,000", ">38<", // requests, sticky, overflow
+				`title="rehome 2, no-key 5">7<`,
+				"150.0k", "100.0k", // context estimate, KV capacity
+				"42.0%",          // KV usage
+				"90.0%", "85.0%", // hit rates
+				"9,000", "1,000", // cached, computed per s
+				"(150.0%)", "contexts exceed the fleet", "1 of 2 replicas reporting",
+				"updated 15:04:05", "affinity on", "overflow above 8 in flight (auto)",
+				"3.6 bytes/token (measured",
+			},
+			notWant: []string{"<qwen>", "<script", "http://", "https://"},
+		},
+		{
+			name: "capacity unknown, no refresh", refresh: 0,
+			card: func() Card {
+				c := sampleCard()
+				m := &c.Models[0]
+				m.Model, m.Affinity = "*", false
+				m.Capacity = CardCapacity{Conversations: 1, Demand: 900, Replicas: 2, BytesPerToken: 4}
+				m.Fleet.KVTokens = 0
+				m.Replicas[0].KVTokens = 0
+				return c
+			},
+			want:    []string{"any model", "affinity off", "fleet KV cache unknown", ">900<"},
+			notWant: []string{"http-equiv", "contexts exceed the fleet", "refreshes every"},
+		},
+		{
+			name: "under capacity", refresh: 5,
+			card: func() Card {
+				c := sampleCard()
+				c.Models[0].Capacity = CardCapacity{Conversations: 2, Demand: 50_000, Capacity: 100_000, Reporting: 2, Replicas: 2, BytesPerToken: 4}
+				return c
+			},
+			want:    []string{"50.0k", "(50.0%)", `content="5"`, "4.0 bytes/token (assumed)"},
+			notWant: []string{"contexts exceed the fleet", "replicas reporting"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := RenderCard(&buf, tc.card(), tc.refresh); err != nil {
+				t.Fatal(err)
+			}
+			html := buf.String()
+			for _, w := range tc.want {
+				if !strings.Contains(html, w) {
+					t.Errorf("card lacks %q", w)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(html, w) {
+					t.Errorf("card contains %q", w)
+				}
+			}
+			// One body row per replica.
+			if got := strings.Count(html, `<span class="dot`); got != len(tc.card().Models[0].Replicas) {
+				t.Errorf("%d replica rows, want %d", got, len(tc.card().Models[0].Replicas))
+			}
+		})
+	}
+}
+
+func TestOtherReasons(t *testing.T) {
+	tests := []struct {
+		by   map[string]uint64
+		sum  uint64
+		list string
+	}{
+		{map[string]uint64{"sticky": 9, "placed": 1, "overflow": 3}, 0, ""},
+		{map[string]uint64{"sticky": 9, "no-key": 5, "rehome": 2, "balanced": 0}, 7, "rehome 2, no-key 5"},
+		{map[string]uint64{"zeta": 1, "alpha": 1000, "balanced": 4}, 1005, "balanced 4, alpha 1,000, zeta 1"},
+	}
+	for _, tc := range tests {
+		if sum, list := otherReasons(tc.by); sum != tc.sum || list != tc.list {
+			t.Errorf("otherReasons(%v) = %d, %q; want %d, %q", tc.by, sum, list, tc.sum, tc.list)
+		}
+	}
+}
+
+func TestFormatters(t *testing.T) {
+	tests := []struct {
+		got, want string
+	}{
+		{fmtCount(0), "0"}, {fmtCount(999), "999"}, {fmtCount(1000), "1,000"}, {fmtCount(int64(1234567)), "1,234,567"},
+		{fmtCount(uint64(42)), "42"}, {fmtCount(-1), "–"},
+		{fmtTokens(9999), "9,999"}, {fmtTokens(12_345), "12.3k"}, {fmtTokens(4_560_000), "4.56M"}, {fmtTokens(-1), "–"},
+		{fmtRate(-1), "–"}, {fmtRate(0), "0"}, {fmtRate(2.345), "2.3"}, {fmtRate(1234.4), "1,234"}, {fmtRate(12_345), "12.3k"},
+		{fmtPct(-1), "–"}, {fmtPct(0.125), "12.5%"},
+		{fmtShare(3, 1), "75.0%"}, {fmtShare(0, 0), "–"}, {fmtShare(-1, 2), "–"},
+		{barWidth(1.7), "100.0"}, {barWidth(-1), "0.0"},
+		{fmtAge(-1), "never"}, {fmtAge(0.25), "0.2 s"}, {fmtAge(42), "42 s"},
+	}
+	for i, tc := range tests {
+		if tc.got != tc.want {
+			t.Errorf("case %d: got %q, want %q", i, tc.got, tc.want)
+		}
+	}
+}
+
+func TestRateWindow(t *testing.T) {
+	s := func(at time.Duration, q, h, comp, cached float64, src bool) cardSample {
+		return cardSample{at: at, queries: q, hits: h, computed: comp, cached: cached, hasPrefix: true, prefixTokens: true, hasSource: src}
+	}
+	tests := []struct {
+		name                   string
+		samples                []cardSample
+		span                   time.Duration
+		ok                     bool
+		cached, computed, hits float64 // per second; hits = hit rate
+		source                 string
+	}{
+		{name: "one sample", samples: []cardSample{s(0, 10, 5, 5, 5, true)}, span: time.Minute},
+		{
+			name:    "by source over the window",
+			samples: []cardSample{s(0, 0, 0, 0, 0, true), s(10*time.Second, 1000, 900, 100, 900, true), s(20*time.Second, 2000, 1800, 200, 1800, true)},
+			span:    time.Minute, ok: true, cached: 90, computed: 10, hits: 0.9, source: "prompt_tokens_by_source",
+		},
+		{
+			name:    "prefix counters when by-source is missing",
+			samples: []cardSample{s(0, 0, 0, 0, 0, false), s(10*time.Second, 1000, 250, 0, 0, false)},
+			span:    time.Minute, ok: true, cached: 25, computed: 75, hits: 0.25, source: "prefix_cache counters",
+		},
+		{
+			name: "older samples outside the span are left out",
+			samples: []cardSample{s(0, 0, 0, 0, 0, true), s(100*time.Second, 10_000, 0, 10_000, 0, true),
+				s(110*time.Second, 11_000, 1000, 10_000, 1000, true)},
+			span: 30 * time.Second, ok: true, cached: 100, computed: 0, hits: 1, source: "prompt_tokens_by_source",
+		},
+		{
+			name:    "a counter reset counts what came after it",
+			samples: []cardSample{s(0, 5000, 4000, 1000, 4000, true), s(10*time.Second, 100, 50, 50, 50, true)},
+			span:    time.Minute, ok: true, cached: 5, computed: 5, hits: 0.5, source: "prompt_tokens_by_source",
+		},
+		{
+			name:    "a sample not newer than the last is dropped",
+			samples: []cardSample{s(10*time.Second, 0, 0, 0, 0, true), s(10*time.Second, 500, 500, 0, 500, true)},
+			span:    time.Minute,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var w rateWindow
+			for _, x := range tc.samples {
+				w.add(x)
+			}
+			r := w.rates(tc.span)
+			cached, computed, src, ok := r.promptRates()
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			if !ok {
+				return
+			}
+			if cached != tc.cached || computed != tc.computed || src != tc.source {
+				t.Errorf("rates = %g cached, %g computed (%s); want %g, %g (%s)", cached, computed, src, tc.cached, tc.computed, tc.source)
+			}
+			if hr := r.dHits / r.dQueries; hr != tc.hits {
+				t.Errorf("hit rate %g, want %g", hr, tc.hits)
+			}
+		})
+	}
+}
+
+func TestRateWindowRingWraps(t *testing.T) {
+	var w rateWindow
+	for i := range 3 * cardSamples {
+		at := time.Duration(i) * time.Second
+		w.add(cardSample{at: at, queries: float64(10 * i), hits: float64(4 * i), hasPrefix: true, prefixTokens: true})
+	}
+	if w.n != cardSamples {
+		t.Fatalf("n = %d, want %d", w.n, cardSamples)
+	}
+	if first, last := w.at(0).at, w.at(w.n-1).at; last-first != (cardSamples-1)*time.Second {
+		t.Fatalf("window spans %v..%v", first, last)
+	}
+	r := w.rates(10 * time.Second)
+	cached, computed, _, ok := r.promptRates()
+	if !ok || r.seconds != 10 || cached != 4 || computed != 6 {
+		t.Errorf("rates over 10 s: ok=%v seconds=%g cached=%g computed=%g; want 10 s, 4, 6", ok, r.seconds, cached, computed)
+	}
+}
+
+func TestConvTracker(t *testing.T) {
+	const win = 5 * time.Minute
+	type step struct {
+		at      time.Duration
+		key     string
+		bytes   int
+		replica int
+		reason  Reason
+	}
+	tests := []struct {
+		name    string
+		steps   []step
+		at      time.Duration
+		perRep  []convLoad
+		total   convLoad
+		maxConv int
+	}{
+		{
+			name:   "latest larger body wins; side requests do not shrink it",
+			steps:  []step{{0, "a", 4000, 0, ReasonPlaced}, {time.Second, "a", 8000, 0, ReasonSticky}, {2 * time.Second, "a", 400, 0, ReasonSticky}},
+			at:     3 * time.Second,
+			perRep: []convLoad{{1, 8000}, {0, 0}}, total: convLoad{1, 8000},
+		},
+		{
+			name:   "overflow does not move the conversation",
+			steps:  []step{{0, "a", 4000, 1, ReasonPlaced}, {time.Second, "a", 4400, 0, ReasonOverflow}},
+			at:     time.Second,
+			perRep: []convLoad{{0, 0}, {1, 4400}}, total: convLoad{1, 4400},
+		},
+		{
+			name:   "keyless requests are not conversations",
+			steps:  []step{{0, "", 4000, 1, ReasonNoKey}, {time.Second, "a", 400, 0, ReasonPlaced}},
+			at:     time.Second,
+			perRep: []convLoad{{1, 400}, {0, 0}}, total: convLoad{1, 400},
+		},
+		{
+			name:   "rehome moves it",
+			steps:  []step{{0, "a", 4000, 1, ReasonPlaced}, {time.Second, "a", 4000, 0, ReasonRehome}},
+			at:     time.Second,
+			perRep: []convLoad{{1, 4000}, {0, 0}}, total: convLoad{1, 4000},
+		},
+		{
+			name:   "idle conversations are not active; a stale maximum is replaced",
+			steps:  []step{{0, "a", 40_000, 0, ReasonPlaced}, {0, "b", 4000, 1, ReasonPlaced}, {6 * time.Minute, "a", 400, 0, ReasonSticky}},
+			at:     6 * time.Minute,
+			perRep: []convLoad{{1, 400}, {0, 0}}, total: convLoad{1, 400},
+		},
+		{
+			name:    "table bound",
+			steps:   []step{{0, "a", 4000, 0, ReasonPlaced}, {0, "b", 4000, 1, ReasonPlaced}},
+			at:      time.Second,
+			maxConv: 1,
+			perRep:  []convLoad{{1, 4000}, {0, 0}}, total: convLoad{1, 4000},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			max := tc.maxConv
+			if max == 0 {
+				max = 100
+			}
+			c := newConvTracker(win, max)
+			for _, s := range tc.steps {
+				c.note(s.at, s.key, s.bytes, Decision{Replica: s.replica, Reason: s.reason})
+			}
+			per, total := c.load(tc.at, 2)
+			if fmt.Sprint(per) != fmt.Sprint(tc.perRep) || total != tc.total {
+				t.Errorf("load = %v, %v; want %v, %v", per, total, tc.perRep, tc.total)
+			}
+			// Every routed byte is counted on its replica, tracked or not.
+			var want [2]int64
+			for _, s := range tc.steps {
+				want[s.replica] += int64(s.bytes)
+			}
+			if got := [2]int64{c.routed(0), c.routed(1)}; got != want {
+				t.Errorf("routed bytes %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// engineVals are one engine's series for metricsText.
+type engineVals struct {
+	engine                             string
+	running, waiting                   int
+	kv, queries, hits, computed, hits2 float64
+	blocks, blockSize                  int
+	prompt                             float64 // vllm:prompt_tokens_total; negative: absent
+}
+
+// metricsText is a vLLM /metrics body with one sample per engine in each family.
+func metricsText(es ...engineVals) string {
+	var b strings.Builder
+	fam := func(name, typ string, val func(e engineVals) (string, string)) {
+		fmt.Fprintf(&b, "# TYPE %s %s\n", name, typ)
+		for _, e := range es {
+			labels, v := val(e)
+			fmt.Fprintf(&b, "%s{engine=%q,model_name=\"m\"%s} %s\n", name, e.engine, labels, v)
+		}
+	}
+	g := func(x float64) string { return fmt.Sprint(x) }
+	fam(vllmmetrics.NumRequestsRunning, "gauge", func(e engineVals) (string, string) { return "", g(float64(e.running)) })
+	fam(vllmmetrics.NumRequestsWaiting, "gauge", func(e engineVals) (string, string) { return "", g(float64(e.waiting)) })
+	fam(vllmmetrics.KVCacheUsagePerc, "gauge", func(e engineVals) (string, string) { return "", g(e.kv) })
+	fam(vllmmetrics.PrefixCacheQueries, "counter", func(e engineVals) (string, string) { return "", g(e.queries) })
+	fam(vllmmetrics.PrefixCacheHits, "counter", func(e engineVals) (string, string) { return "", g(e.hits) })
+	if es[0].prompt >= 0 {
+		fam(vllmmetrics.PromptTokens, "counter", func(e engineVals) (string, string) { return "", g(e.prompt) })
+	}
+	fmt.Fprintf(&b, "# TYPE %s counter\n", vllmmetrics.PromptTokensBySrc)
+	for _, e := range es {
+		fmt.Fprintf(&b, "%s{engine=%q,model_name=\"m\",source=\"local_compute\"} %g\n", vllmmetrics.PromptTokensBySrc, e.engine, e.computed)
+		fmt.Fprintf(&b, "%s{engine=%q,model_name=\"m\",source=\"local_cache_hit\"} %g\n", vllmmetrics.PromptTokensBySrc, e.engine, e.hits2)
+	}
+	fmt.Fprintf(&b, "# TYPE %s gauge\n", vllmmetrics.CacheConfigInfo)
+	for _, e := range es {
+		fmt.Fprintf(&b, "%s{block_size=\"%d\",engine=%q,num_gpu_blocks=\"%d\"} 1\n", vllmmetrics.CacheConfigInfo, e.blockSize, e.engine, e.blocks)
+	}
+	return b.String()
+}
+
+func observeText(t *testing.T, rt *Router, tg *target, text string) {
+	t.Helper()
+	snap, err := vllmmetrics.Parse(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.observe(tg, snap, rt.clock.Now())
+}
+
+// TestRouterCard feeds scrapes and routed requests into a Router and checks the
+// card built from them, and that both listeners serve it.
+func TestRouterCard(t *testing.T) {
+	clk := &fakeClock{}
+	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Models: []ModelConfig{{Name: "m", MaxNumSeqs: 32, Replicas: []ReplicaConfig{
+			{URL: "http://127.0.0.1:1"}, {URL: "http://127.0.0.1:2", DPRanks: 2}}}}}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := rt.Pools()[0]
+	// r0 alone; r1/rank0 and r1/rank1 behind one URL.
+	observeText(t, rt, rt.targets[0], metricsText(engineVals{"0", 2, 0, 0.5, 1000, 800, 200, 800, 100, 16, -1}))
+	observeText(t, rt, rt.targets[1], metricsText(engineVals{"0", 1, 1, 0.25, 0, 0, 0, 0, 100, 16, -1},
+		engineVals{"1", 0, 0, 0, 0, 0, 0, 0, 100, 16, -1}))
+	clk.Advance(10 * time.Second)
+	observeText(t, rt, rt.targets[0], metricsText(engineVals{"0", 2, 0, 0.5, 2000, 1700, 300, 1700, 100, 16, -1}))
+	for i, key := range []string{"a", "b", "c"} {
+		d, err := pool.Balancer.Acquire(Facts{SessionKey: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.noteRoute(pool, key, 4000*(i+1), d)
+		pool.Balancer.Release(d.Replica)
+	}
+	rt.noteRoute(pool, "", 1<<20, Decision{}) // keyless: not a conversation
+
+	card := rt.Card()
+	if len(card.Models) != 1 || len(card.Models[0].Replicas) != 3 {
+		t.Fatalf("card: %+v", card)
+	}
+	m := card.Models[0]
+	r0 := m.Replicas[0]
+	if r0.Name != "r0" || r0.Running != 2 || r0.KVUsage != 0.5 || r0.KVTokens != 1600 {
+		t.Errorf("r0 = %+v", r0)
+	}
+	if r0.CachedPerS != 90 || r0.ComputedPerS != 10 || r0.HitRate != 0.9 || r0.RateSource != "prompt_tokens_by_source" {
+		t.Errorf("r0 rates: cached %g computed %g hit %g (%s); want 90, 10, 0.9", r0.CachedPerS, r0.ComputedPerS, r0.HitRate, r0.RateSource)
+	}
+	if r1 := m.Replicas[1]; r1.Name != "r1/rank0" || r1.Running != 1 || r1.Waiting != 1 || r1.KVTokens != 1600 || r1.CachedPerS != -1 {
+		t.Errorf("r1/rank0 = %+v (one scrape: rates unknown)", r1)
+	}
+	if m.Fleet.Requests != 3 || m.Fleet.Placed != 3 {
+		t.Errorf("fleet requests %d placed %d, want 3, 3", m.Fleet.Requests, m.Fleet.Placed)
+	}
+	// Conversations: 1000 + 2000 + 3000 tokens over three replicas' 4800 tokens of KV.
+	want := CardCapacity{Conversations: 3, Demand: 6000, Capacity: 4800, Reporting: 3, Replicas: 3, Over: true, BytesPerToken: CharsPerToken}
+	if m.Capacity != want {
+		t.Errorf("capacity = %+v, want %+v", m.Capacity, want)
+	}
+	var conv int
+	for _, r := range m.Replicas {
+		conv += r.Conversations
+	}
+	if conv != 3 {
+		t.Errorf("%d conversations over the rows, want 3", conv)
+	}
+
+	for name, h := range map[string]http.Handler{"main": rt.Handler(), "admin": rt.AdminHandler()} {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", CardPath+"?refresh=0", nil))
+			if rec.Code != http.StatusOK || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
+				t.Fatalf("status %d, type %q", rec.Code, rec.Header().Get("Content-Type"))
+			}
+			body := rec.Body.String()
+			for _, w := range []string{"r1/rank1", "contexts exceed the fleet", "127.0.0.1"} {
+				if has := strings.Contains(body, w); has != (w != "127.0.0.1") {
+					t.Errorf("contains %q = %v", w, has)
+				}
+			}
+			rec = httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", CardPath+"?refresh=x", nil))
+			if rec.Code != http.StatusBadRequest {
+				t.Errorf("bad refresh: status %d, want 400", rec.Code)
+			}
+		})
+	}
+}
+
+// TestCardMeasuredBytesPerToken: once the replicas have counted enough prompt
+// tokens in the window, the card converts body bytes with the measured ratio.
+func TestCardMeasuredBytesPerToken(t *testing.T) {
+	clk := &fakeClock{}
+	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Models: []ModelConfig{{Name: "m", Replicas: []ReplicaConfig{{URL: "http://127.0.0.1:1"}}}}}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := rt.Pools()[0]
+	scrape := func(prompt float64) {
+		observeText(t, rt, rt.targets[0], metricsText(engineVals{"0", 0, 0, 0, 0, 0, 0, 0, 1000, 16, prompt}))
+	}
+	scrape(0)
+	clk.Advance(time.Second)
+	// 30,000 bytes routed while the engine counted 10,000 prompt tokens: 3 bytes/token.
+	rt.noteRoute(pool, "a", 12_000, Decision{Replica: 0, Reason: ReasonPlaced})
+	rt.noteRoute(pool, "", 18_000, Decision{Replica: 0, Reason: ReasonNoKey})
+	scrape(10_000)
+	c := rt.Card().Models[0].Capacity
+	if !c.Measured || c.BytesPerToken != 3 || c.Demand != 4000 || c.Capacity != 16_000 || c.Over {
+		t.Errorf("capacity = %+v; want measured 3 bytes/token, demand 4000, capacity 16000", c)
+	}
+	// Too few prompt tokens in the window: the assumed ratio.
+	clk.Advance(time.Minute)
+	scrape(10_500)
+	if c := rt.Card().Models[0].Capacity; c.Measured || c.BytesPerToken != CharsPerToken || c.Demand != 3000 {
+		t.Errorf("capacity = %+v; want the assumed %d bytes/token, demand 3000", c, CharsPerToken)
+	}
+}
+
+// BenchmarkNoteRoute: the per-request cost the card adds to the proxy (OnRoute):
+// one conversation update among 10,000 active ones.
+func BenchmarkNoteRoute(b *testing.B) {
+	c := newConvTracker(DefaultActiveWindow, DefaultMaxTrackedConversations)
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+		c.note(0, keys[i], 50_000, Decision{Replica: i % 8, Reason: ReasonPlaced})
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		c.note(time.Millisecond, keys[i%len(keys)], 60_000, Decision{Replica: i % 8, Reason: ReasonSticky})
+		i++
+	}
+}
+
+// BenchmarkRenderCard: building and rendering the card of an 8-replica router
+// with 1,000 active conversations.
+func BenchmarkRenderCard(b *testing.B) {
+	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: &fakeClock{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Models: []ModelConfig{{Name: "m", Replicas: []ReplicaConfig{{URL: "http://127.0.0.1:1", DPRanks: 8}}}}}
+	rt, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := rt.Pools()[0]
+	for i := range 1000 {
+		rt.noteRoute(pool, fmt.Sprint("s", i), 40_000, Decision{Replica: i % 8, Reason: ReasonPlaced})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := RenderCard(io.Discard, rt.Card(), 2); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
