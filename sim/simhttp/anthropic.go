@@ -138,13 +138,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		s.streamMessages(w, r, sub, id)
 		return
 	}
-	var out []uint32
-	var cached int
-	err := sub.follow(r.Context(), func(u update) error {
-		out = append(out, u.tokens...)
-		cached = u.cachedTokens
-		return nil
-	})
+	out, cached, err := sub.collect(r.Context())
 	completion := len(out)
 	text := sim.Detokenize(out)
 	if err != nil {

@@ -143,13 +143,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.streamChat(w, r, sub, req.StreamOptions, id, created)
 		return
 	}
-	var out []uint32
-	var cached int
-	err := sub.follow(r.Context(), func(u update) error {
-		out = append(out, u.tokens...)
-		cached = u.cachedTokens
-		return nil
-	})
+	out, cached, err := sub.collect(r.Context())
 	completion := len(out)
 	text := sim.Detokenize(out)
 	if err != nil {
@@ -267,13 +261,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 	continuous := includeUsage && req.StreamOptions.ContinuousUsageStats
 	completion, cached := 0, 0
 	if !req.Stream {
-		var out []uint32
-		err := sub.follow(r.Context(), func(u update) error {
-			out = append(out, u.tokens...)
-			cached = u.cachedTokens
-			return nil
-		})
-		completion = len(out)
+		out, c, err := sub.collect(r.Context())
+		completion, cached = len(out), c
 		text := sim.Detokenize(out)
 		if err != nil {
 			if r.Context().Err() == nil {

@@ -248,6 +248,17 @@ func (sub *submission) done() { sub.release() }
 // follow calls onUpdate with each batch of the request's progress until it finishes,
 // fails, or ctx ends (the client went away), in which case the request is aborted.
 // onUpdate returning an error (a failed write) also aborts.
+// collect follows the request to its end (non-streaming responses) and returns
+// every output token and the prefix-cache hit counted at admission.
+func (sub *submission) collect(ctx context.Context) (out []uint32, cached int, err error) {
+	err = sub.follow(ctx, func(u update) error {
+		out = append(out, u.tokens...)
+		cached = u.cachedTokens
+		return nil
+	})
+	return out, cached, err
+}
+
 func (sub *submission) follow(ctx context.Context, onUpdate func(u update) error) error {
 	var buf []uint32
 	for {
