@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -75,20 +77,14 @@ Examples:
 			if err := sc.Validate(); err != nil {
 				return err
 			}
-			if o.Virtual && (len(o.Replicas) > 0 || o.RouterURL != "") {
-				return errors.New("--virtual runs the embedded engines in virtual time; it cannot be combined with --replicas or --router")
-			}
-			if o.Speed < 0 {
-				return fmt.Errorf("--speed %g: must be positive", o.Speed)
-			}
-			if _, err := sim.LookupProfile(o.Profile); err != nil {
-				return fmt.Errorf("--profile: %w", err)
+			if err := checkBenchFlags(cmd, &o); err != nil {
+				return err
 			}
 			o.Scenario = sc
 			o.Progress = cmd.ErrOrStderr()
 			o.Report = cmd.OutOrStdout()
 			dir, err := bench.Run(cmd.Context(), o)
-			if dir != "" {
+			if _, statErr := os.Stat(filepath.Join(dir, "manifest.json")); dir != "" && statErr == nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "results: %s\n", dir)
 			}
 			return err
@@ -113,4 +109,41 @@ Examples:
 	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
 	f.StringVar(&o.RunID, "run-id", "", "run id recorded in the manifest (default: the UTC start time, 20060102-150405)")
 	return cmd
+}
+
+// checkBenchFlags rejects out-of-range values instead of silently replacing them
+// with defaults, and flags that have no effect in the chosen mode.
+func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
+	f := cmd.Flags()
+	var errs []error
+	if f.Changed("speed") && o.Speed <= 0 {
+		errs = append(errs, fmt.Errorf("--speed %g: must be a positive number of simulated seconds per wall second", o.Speed))
+	}
+	if f.Changed("sim-replicas") && o.SimReplicas <= 0 {
+		errs = append(errs, fmt.Errorf("--sim-replicas %d: must be at least 1", o.SimReplicas))
+	}
+	if f.Changed("max-num-seqs") && o.MaxNumSeqs <= 0 {
+		errs = append(errs, fmt.Errorf("--max-num-seqs %d: must be at least 1", o.MaxNumSeqs))
+	}
+	if o.OverflowThreshold < 0 {
+		errs = append(errs, fmt.Errorf("--overflow-threshold %d: must be 0 (auto) or positive", o.OverflowThreshold))
+	}
+	if f.Changed("dp-ranks") {
+		switch {
+		case o.DPRanks <= 0:
+			errs = append(errs, fmt.Errorf("--dp-ranks %d: must be at least 1", o.DPRanks))
+		case len(o.Replicas) != 1:
+			errs = append(errs, fmt.Errorf("--dp-ranks needs exactly one --replicas URL (got %d)", len(o.Replicas)))
+		}
+	}
+	if (f.Changed("admin-url") || f.Changed("admin-token")) && o.RouterURL == "" {
+		errs = append(errs, errors.New("--admin-url and --admin-token go with --router"))
+	}
+	if o.Virtual && (len(o.Replicas) > 0 || o.RouterURL != "") {
+		errs = append(errs, errors.New("--virtual runs the embedded engines in virtual time; it cannot be combined with --replicas or --router"))
+	}
+	if _, err := sim.LookupProfile(o.Profile); err != nil {
+		errs = append(errs, fmt.Errorf("--profile: %w", err))
+	}
+	return errors.Join(errs...)
 }

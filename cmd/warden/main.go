@@ -38,22 +38,28 @@ func main() {
 	}
 }
 
-// signalContext is cancelled by the first SIGINT/SIGTERM (commands drain and write
-// what is complete); a second signal exits at once.
+// signalContext is cancelled by the first SIGINT or SIGTERM (commands drain and
+// write what is complete); a second SIGINT (Ctrl-C) exits at once. SIGTERM never
+// forces an exit: tools such as timeout(1) may deliver it twice, and the run must
+// still keep what it completed.
 func signalContext() (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		n := 0
-		for range ch {
-			n++
-			if n == 1 {
-				fmt.Fprintln(os.Stderr, "warden: interrupted; finishing what is complete (press Ctrl-C again to exit now)")
-				cancel()
-				continue
+		interrupts, cancelled := 0, false
+		for sig := range ch {
+			if sig == os.Interrupt {
+				interrupts++
 			}
-			os.Exit(130)
+			if interrupts >= 2 {
+				os.Exit(130)
+			}
+			if !cancelled {
+				cancelled = true
+				fmt.Fprintln(os.Stderr, "warden: stopping; finishing what is complete (press Ctrl-C again to exit now)")
+				cancel()
+			}
 		}
 	}()
 	return ctx, func() { signal.Stop(ch); cancel() }

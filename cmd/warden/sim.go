@@ -32,6 +32,9 @@ Example:
   warden sim --replicas 1 --data-parallel-size 4    # one server, four DP ranks`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("replicas") && cfg.Replicas <= 0 {
+				return fmt.Errorf("--replicas %d: must be at least 1", cfg.Replicas)
+			}
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("invalid flags: %w", err)
 			}

@@ -20,10 +20,12 @@ func newStudyCmd() *cobra.Command {
 		out          string
 		scenarios    string
 		traceSeed    uint64
+		traceArms    []string
 		signals      bool
 		parallel     int
 		traceDir     string
 		list         bool
+		noFigures    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "study",
@@ -35,16 +37,20 @@ and router policies, no HTTP) and writes, into --out (default results/study):
   study.md       the table per setup and the acceptance checks of the new policy
   fig-*.png      one figure per setup and metric (TTFB p50, p95, output tokens/min,
                  prefix hits %, replicas busy), mean with min-max bars
-  trace-*.png    per-replica traces of the --trace-seed run of every arm: live
+  trace-*.png    per-replica traces of the --trace-seed run of --trace-arms: live
                  conversations (placements marked), working set, in flight,
                  waiting, KV usage, preemptions
+  hits-over-time-*.png  prefix hit rate over time of the traced runs
   signals.md     what each placement input said at each placement vs the truth
 
 Arms: shortest-queue (vLLM's DP balancer, 100 ms snapshots), session-hash,
-sticky (the reference rule), working-set (the new policy), unlimited-cache (sticky
-on engines that never evict: the bound of the prefix hit rate); more with --list.
+sticky (the reference rule), working-set (the new policy, the default with
+affinity on), unlimited-cache (working-set on engines that never evict: the bound
+of the prefix hit rate); more with --list. Setups: reference (the reference
+workload on 4 x a4000-qwen3-4b), reference-gap (the same with 3 s between turns
+and jittered sizes), fleet (scenarios/fleet-7x5090.yaml on 7 x rtx5090-27b).
 
-  warden study                                  # reference + fleet, 5 arms, seeds 1,2,3
+  warden study                                  # 3 setups, 5 arms, seeds 1,2,3
   warden study --setups reference --arms sticky,working-set --seeds 1
   warden study --trace results/20260101-120000  # draw the trace of a bench run`,
 		Args: cobra.NoArgs,
@@ -56,7 +62,7 @@ on engines that never evict: the bound of the prefix hit rate); more with --list
 			if traceDir != "" {
 				return drawTraces(traceDir)
 			}
-			o := study.Options{OutDir: out, TraceSeed: traceSeed, Signals: signals, Parallel: parallel, Progress: cmd.ErrOrStderr()}
+			o := study.Options{OutDir: out, TraceSeed: traceSeed, TraceArms: traceArms, Signals: signals, NoFigures: noFigures, Parallel: parallel, Progress: cmd.ErrOrStderr()}
 			for _, s := range setups {
 				su, err := study.LookupSetup(s, scenarios)
 				if err != nil {
@@ -101,7 +107,7 @@ on engines that never evict: the bound of the prefix hit rate); more with --list
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&setups, "setups", []string{study.SetupReference, study.SetupFleet}, "setups: "+strings.Join(study.SetupNames(), ", "))
+	f.StringSliceVar(&setups, "setups", []string{study.SetupReference, study.SetupGap, study.SetupFleet}, "setups: "+strings.Join(study.SetupNames(), ", "))
 	f.StringSliceVar(&arms, "arms", study.StandardArms(), "arms (see --list)")
 	f.UintSliceVar(&seeds, "seeds", []uint{1, 2, 3}, "scenario seeds")
 	f.IntSliceVar(&stages, "stages", nil, "override every setup's stages, e.g. 16,32")
@@ -109,10 +115,12 @@ on engines that never evict: the bound of the prefix hit rate); more with --list
 	f.StringVar(&out, "out", "results/study", "output directory (\"\" writes nothing)")
 	f.StringVar(&scenarios, "scenarios", "scenarios", "directory of the scenario files")
 	f.Uint64Var(&traceSeed, "trace-seed", 1, "draw per-replica traces of this seed's runs (0: none)")
+	f.StringSliceVar(&traceArms, "trace-arms", []string{study.ArmSticky, study.ArmWorkingSet}, "arms whose traces are drawn (and whose placements are scored)")
 	f.BoolVar(&signals, "signals", true, "score every placement input on the traced runs (signals.md)")
 	f.IntVar(&parallel, "parallel", 0, "runs at once (0: GOMAXPROCS)")
 	f.StringVar(&traceDir, "trace", "", "only draw trace-<variant>.png for every variant of an existing results directory")
 	f.BoolVar(&list, "list", false, "list setups and arms")
+	f.BoolVar(&noFigures, "no-figures", false, "skip the per-metric figures (studies with many arms)")
 	return cmd
 }
 

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// A virtual smoke run passes `report --check`; the same run with one turn dropped
+// from the accounting (peers.md case 14: sessions that vanish) must exit 3.
+func TestReportCheckFailsWhenTurnsVanish(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	if _, err := run(t, "bench", "--virtual", "--scenario", "../../scenarios/smoke.yaml", "--out", dir); err != nil {
+		t.Fatalf("bench --virtual: %v", err)
+	}
+	if out, err := run(t, "report", dir, "--check"); err != nil {
+		t.Fatalf("report --check on a good run: %v\n%s", err, out)
+	}
+	path := filepath.Join(dir, "manifest.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	stage := m["variants"].([]any)[0].(map[string]any)["stages"].([]any)[0].(map[string]any)
+	stage["turns_started"] = stage["turns_started"].(float64) + 1 // one turn started and never accounted for
+	b, _ = json.Marshal(m)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run(t, "report", dir, "--check")
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 3 {
+		t.Fatalf("report --check with a vanished turn: err = %v, want exit code 3", err)
+	}
+	if !strings.Contains(err.Error(), "accounting") {
+		t.Errorf("error does not say what is wrong: %v", err)
+	}
+}
+
+// Out-of-range values are refused with a message naming the flag, never replaced
+// by defaults.
+func TestBenchRejectsOutOfRangeFlags(t *testing.T) {
+	cases := [][]string{
+		{"--speed", "0"},
+		{"--sim-replicas", "0"},
+		{"--max-num-seqs", "-1"},
+		{"--dp-ranks", "4"},
+		{"--profile", "nope"},
+		{"--virtual", "--replicas", "http://127.0.0.1:9"},
+	}
+	for _, c := range cases {
+		_, err := run(t, append([]string{"bench"}, c...)...)
+		if err == nil || !strings.Contains(err.Error(), c[0]) {
+			t.Errorf("bench %v: err = %v, want an error naming the flag", c, err)
+		}
+	}
+}
