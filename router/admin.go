@@ -22,6 +22,8 @@ import (
 //	PUT  /admin/models/{model}/affinity       body {"enabled":bool}
 //	GET  /admin/models/{model}/threshold      {"model":m,"threshold":n,"auto":bool}
 //	PUT  /admin/models/{model}/threshold      body {"threshold":n} or {"threshold":"auto"}
+//	GET  /admin/models/{model}/policy         {"model":m,"policy":name} (affinity-on policy)
+//	PUT  /admin/models/{model}/policy         body {"policy":name}, one of PolicyNames
 //	POST /admin/models/{model}/reset-sessions forget every session home
 //
 // Errors are JSON {"error":"..."} with 400 (bad body), 404 (unknown model or
@@ -117,13 +119,32 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rt.writeThreshold(w, pools, all)
+	case what == "policy" && r.Method == http.MethodGet:
+		rt.writePolicy(w, pools, all)
+	case what == "policy" && r.Method == http.MethodPut:
+		var body struct {
+			Policy *string `json:"policy"`
+		}
+		if err := decodeStrict(r.Body, &body); err != nil || body.Policy == nil {
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"policy": %q}: %v`, strings.Join(PolicyNames(), "|"), err))
+			return
+		}
+		if !ValidPolicy(*body.Policy) {
+			adminError(w, http.StatusBadRequest, fmt.Errorf("policy %q is unknown (have %s)", *body.Policy, strings.Join(PolicyNames(), ", ")))
+			return
+		}
+		if err := rt.SetPolicy(model, *body.Policy); err != nil {
+			adminError(w, http.StatusNotFound, err)
+			return
+		}
+		rt.writePolicy(w, pools, all)
 	case what == "reset-sessions" && r.Method == http.MethodPost:
 		if err := rt.ResetSessions(model); err != nil {
 			adminError(w, http.StatusNotFound, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"reset": model})
-	case what == "affinity" || what == "threshold" || what == "reset-sessions":
+	case what == "affinity" || what == "threshold" || what == "policy" || what == "reset-sessions":
 		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))
 	default:
 		adminError(w, http.StatusNotFound, fmt.Errorf("%w: %s", errNotFound, r.URL.Path))
@@ -134,6 +155,23 @@ func (rt *Router) writeAffinity(w http.ResponseWriter, pools []*Pool, all bool) 
 	var out []affinityView
 	for _, p := range pools {
 		out = append(out, affinityView{p.Model, p.Balancer.Affinity()})
+	}
+	if all {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	writeJSON(w, http.StatusOK, out[0])
+}
+
+type policyView struct {
+	Model  string `json:"model"`
+	Policy string `json:"policy"`
+}
+
+func (rt *Router) writePolicy(w http.ResponseWriter, pools []*Pool, all bool) {
+	var out []policyView
+	for _, p := range pools {
+		out = append(out, policyView{p.Model, p.Balancer.Policy()})
 	}
 	if all {
 		writeJSON(w, http.StatusOK, out)

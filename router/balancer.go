@@ -116,7 +116,7 @@ type BalancerConfig struct {
 	// lock (instrumentation); it must be fast and must not call the Balancer.
 	OnDecision func(DecisionEvent)
 
-	MaxNumSeqs int      // vLLM --max-num-seqs per replica, for the auto threshold; default DefaultMaxNumSeqs
+	MaxNumSeqs int // vLLM --max-num-seqs per replica, for the auto threshold; default DefaultMaxNumSeqs
 	// OverflowThreshold: a request leaves its home when the home's in-flight count
 	// exceeds it. 0 means auto: MaxNumSeqs / 4 (AutoOverflowThreshold).
 	OverflowThreshold int
@@ -280,10 +280,12 @@ func (b *Balancer) sync(now time.Duration) {
 // Acquire decides where a request goes and, atomically with the decision, counts it
 // in flight on that replica. The caller must call Release(d.Replica) exactly once
 // when the request ends (stream end, error or client disconnect). With affinity on
-// the decision follows Sticky (and a placed or re-homed session gets its home in the
+// the decision follows the configured policy (BalancerConfig.Policy, default
+// WorkingSet), and a placed, re-homed or moved session gets its home in the
 // session table in the same critical section, so concurrent first requests of one
-// session land on one replica); with affinity off it follows ShortestQueue and the
-// session table is left alone. It returns ErrNoReplica when no replica is healthy.
+// session land on one replica; f.PromptTokens becomes the session's context
+// estimate. With affinity off it follows ShortestQueue and the session table is
+// left alone. It returns ErrNoReplica when no replica is healthy.
 func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

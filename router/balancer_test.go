@@ -325,7 +325,9 @@ func TestConcurrentFirstRequestsOfOneSessionLandTogether(t *testing.T) {
 func TestStaysHomeWhileHealthyAndUnderThreshold(t *testing.T) {
 	// Peers case 4: soft affinity must not be outvoted at low load. Make the home
 	// look worse on every secondary signal; it still wins up to the threshold.
-	b, clk := newTestBalancer(t, 3, true, nil) // threshold auto = 32/4 = 8
+	// Sticky: a one-off overflow keeps the home (WorkingSet moves it, see
+	// TestWorkingSetMovesOnOverflow).
+	b, clk := newTestBalancer(t, 3, true, func(c *BalancerConfig) { c.Policy = PolicySticky }) // threshold auto = 32/4 = 8
 	home := mustAcquire(t, b, "s").Replica
 	for i := range 3 {
 		kv := 0.0

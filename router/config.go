@@ -95,6 +95,9 @@ type ModelConfig struct {
 	OverflowThreshold Threshold `yaml:"overflow_threshold"`
 	// MaxNumSeqs: the servers' --max-num-seqs; default DefaultMaxNumSeqs.
 	MaxNumSeqs int `yaml:"max_num_seqs"`
+	// Policy used while affinity is on: "working-set" (default), "sticky",
+	// "session-hash" or "shortest-queue" (PolicyNames; docs/routing.md).
+	Policy string `yaml:"policy"`
 }
 
 // ReplicaConfig is one upstream URL: one replica, or DPRanks replicas (DP ranks
@@ -258,6 +261,9 @@ func (c Config) Validate() error {
 		}
 		if m.OverflowThreshold < 0 {
 			bad(p+".overflow_threshold", "%d is negative", m.OverflowThreshold)
+		}
+		if !ValidPolicy(m.Policy) {
+			bad(p+".policy", "%q is unknown (have %s)", m.Policy, strings.Join(PolicyNames(), ", "))
 		}
 		if len(m.Replicas) == 0 {
 			bad(p+".replicas", "at least one replica is required")

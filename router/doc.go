@@ -10,12 +10,17 @@
 //     engine gauges with their age, health, and the SessionTable of session homes.
 //     Acquire/Release are the whole contract; no I/O, time from an injected clock.
 //     internal/virtual drives it directly.
-//   - Policy (policy.go): Pick(now, request, replica states) -> Decision. Sticky
-//     (affinity on, sticky.go) implements the product's rule; ShortestQueue
+//   - Policy (policy.go): Pick(now, request, replica states) -> Decision, selected
+//     per model (`policy:`). WorkingSet (workingset.go, the default with affinity
+//     on) places by the router's exact in-flight count then the live working set
+//     and moves a conversation only for good; Sticky (sticky.go) is the reference
+//     rule; SessionHash (sessionhash.go) the hash placement; ShortestQueue
 //     (affinity off, shortestqueue.go) mimics vLLM's own DP balancer, including its
 //     ~100 ms stale snapshots and rotating scan start, so "off" is what vLLM does.
+//     docs/routing.md measures them.
 //   - SessionTable (sessions.go): key hash -> home replica, idle TTL, LRU bound,
-//     counts of homed and active sessions per replica; O(1), no allocation on a hit.
+//     counts of homed, active and live sessions per replica and the live sessions'
+//     context tokens; O(1) amortized, no allocation on a hit.
 //   - ExtractKey (keys.go): model and session key from headers and a partly decoded
 //     JSON body (X-Claude-Code-Session-Id, metadata.user_id, X-Session-ID, ...).
 //   - Proxy (proxy.go): http.Handler on httputil.ReverseProxy: body limit, key

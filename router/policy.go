@@ -80,7 +80,7 @@ const (
 	// overflow that moves a conversation for good.
 	PolicyWorkingSet = "working-set"
 	// DefaultAffinityPolicy is the policy used with affinity on when none is named.
-	DefaultAffinityPolicy = PolicySticky
+	DefaultAffinityPolicy = PolicyWorkingSet
 )
 
 // PolicyNames lists the selectable policies.

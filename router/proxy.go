@@ -289,7 +289,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, api, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
 		return
 	}
-	c := &call{pool: pool, api: api, facts: Facts{SessionKey: info.SessionKey}, body: body, inURL: *r.URL, counted: true}
+	c := &call{pool: pool, api: api, facts: Facts{SessionKey: info.SessionKey, PromptTokens: EstimatePromptTokens(len(body))}, body: body, inURL: *r.URL, counted: true}
 	t0 := time.Now()
 	d, err := pool.Balancer.Acquire(c.facts)
 	p.m.observeDecision(time.Since(t0))

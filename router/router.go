@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,6 +105,7 @@ func New(cfg Config) (*Router, error) {
 			Affinity:          *m.Affinity,
 			MaxNumSeqs:        m.MaxNumSeqs,
 			OverflowThreshold: int(m.OverflowThreshold),
+			Policy:            m.Policy,
 			SessionTTL:        cfg.SessionTTL,
 			MaxSessions:       cfg.MaxSessions,
 			SnapshotInterval:  cfg.SnapshotInterval,
@@ -216,6 +218,24 @@ func (rt *Router) SetOverflowThreshold(model string, n int) error {
 	return nil
 }
 
+// SetPolicy switches the affinity-on policy (PolicyNames; "" = default) of model,
+// or of every model when model is "" or "*".
+func (rt *Router) SetPolicy(model, name string) error {
+	if !ValidPolicy(name) {
+		return fmt.Errorf("setting policy: %q is unknown (have %s)", name, strings.Join(PolicyNames(), ", "))
+	}
+	pools, err := rt.poolsFor(model)
+	if err != nil {
+		return fmt.Errorf("setting policy: %w", err)
+	}
+	for _, p := range pools {
+		if err := p.Balancer.SetPolicy(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ResetSessions forgets every session home of model ("" or "*": all models).
 func (rt *Router) ResetSessions(model string) error {
 	pools, err := rt.poolsFor(model)
@@ -237,6 +257,7 @@ type Status struct {
 type ModelStatus struct {
 	Model             string          `json:"model"`
 	Affinity          bool            `json:"affinity"`
+	Policy            string          `json:"policy"` // affinity-on policy (PolicyNames)
 	OverflowThreshold int             `json:"overflow_threshold"`
 	ThresholdAuto     bool            `json:"overflow_threshold_auto"`
 	Sessions          int             `json:"sessions"`
@@ -262,7 +283,7 @@ func (rt *Router) Status() Status {
 	for _, pool := range rt.proxy.Pools() {
 		b := pool.Balancer
 		n, auto := b.OverflowThreshold()
-		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
+		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
 		for i, s := range b.Status() {
 			up := pool.Upstreams[i]
 			rep := ReplicaReport{ReplicaStatus: s, URL: up.URL.String(), PrefixHitRate: -1, PrefixHitRateLifetime: -1}
@@ -411,6 +432,7 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 		running, waiting, kv float64
 		queries, hits        float64
 		hasGauges, hasPrefix bool
+		kvTokens             int64 // (num_gpu_blocks - 1) x block_size, summed
 	}
 	rt.recordCard(t, snap, at)
 	per := make([]agg, len(t.replicas))
@@ -429,6 +451,9 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 		a.waiting += e.Waiting
 		a.kv += e.KVUsage
 		a.hasGauges = a.hasGauges || e.Present[vllmmetrics.NumRequestsRunning]
+		if e.NumGPUBlocks > 1 && e.BlockSize > 0 {
+			a.kvTokens += int64(e.NumGPUBlocks-1) * int64(e.BlockSize)
+		}
 		if e.Present[vllmmetrics.PrefixCacheQueries] && e.Present[vllmmetrics.PrefixCacheHits] {
 			a.queries += e.PrefixQueries
 			a.hits += e.PrefixHits
@@ -441,6 +466,9 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 		}
 		if a.hasGauges {
 			t.pool.Balancer.ObserveEngine(t.replicas[k], int(a.running), int(a.waiting), a.kv/float64(a.n), at)
+		}
+		if a.kvTokens > 0 {
+			t.pool.Balancer.ObserveCapacity(t.replicas[k], a.kvTokens)
 		}
 		if a.hasPrefix {
 			t.mu.Lock()

@@ -135,7 +135,8 @@ func (rt *Router) Card() Card {
 				Name: rep.Name, Healthy: rep.Healthy, ScrapeFresh: rep.ScrapeFresh, ScrapeAgeS: rep.ScrapeAgeS,
 				Requests: rep.ServedTotal,
 				Sticky:   rep.ServedBy[ReasonSticky.String()], Placed: rep.ServedBy[ReasonPlaced.String()],
-				Overflow:      rep.ServedBy[ReasonOverflow.String()],
+				// Arrived by overflow: served away from home once, or moved here for good.
+				Overflow:      rep.ServedBy[ReasonOverflow.String()] + rep.ServedBy[ReasonMoved.String()],
 				SessionsHomed: rep.Sessions, InFlight: rep.InFlight,
 				Running: rep.Running, Waiting: rep.Waiting, KVUsage: rep.KVUsage,
 				HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
@@ -230,7 +231,7 @@ func (rt *Router) Card() Card {
 // otherReasons sums the decisions that have no column of their own and lists
 // them in Reasons order (then any unknown reason by name).
 func otherReasons(by map[string]uint64) (uint64, string) {
-	own := map[string]bool{ReasonSticky.String(): true, ReasonPlaced.String(): true, ReasonOverflow.String(): true}
+	own := map[string]bool{ReasonSticky.String(): true, ReasonPlaced.String(): true, ReasonOverflow.String(): true, ReasonMoved.String(): true}
 	var sum uint64
 	var parts []string
 	seen := map[string]bool{}

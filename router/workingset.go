@@ -5,6 +5,17 @@ import (
 	"time"
 )
 
+// BytesPerTokenEstimate is the body bytes the proxy counts per prompt token when it
+// estimates a request's size: about 4 characters per token of English text (the
+// usual rule of thumb for BPE tokenizers); JSON syntax and escaping make a body a
+// little larger, so the estimate errs high, equally on every replica. Only
+// comparisons between replicas use it.
+const BytesPerTokenEstimate = 4
+
+// EstimatePromptTokens estimates a request's prompt size in tokens from its body
+// size in bytes (Facts.PromptTokens in the HTTP proxy).
+func EstimatePromptTokens(bodyBytes int) int { return bodyBytes / BytesPerTokenEstimate }
+
 // LoadKey is one criterion a placement compares replicas by (smaller wins). A
 // placement rule is an ordered list of keys compared lexicographically, with
 // remaining ties broken uniformly at random, so a decision can be explained key by
@@ -59,8 +70,9 @@ func (k LoadKey) String() string {
 
 // DefaultWorkingSetKeys is WorkingSet's placement rule: fewest requests in flight
 // (exact, the router's own count), then the smallest live working set in tokens,
-// then the fewest live conversations.
-var DefaultWorkingSetKeys = []LoadKey{KeyInFlight, KeyLiveTokens, KeyLive}
+// then the fewest live conversations, and last the scraped queue (the only sign
+// of load the router did not send itself, e.g. other clients of the same server).
+var DefaultWorkingSetKeys = []LoadKey{KeyInFlight, KeyLiveTokens, KeyLive, KeyScraped}
 
 // WorkingSet is the session-affinity policy that places by what a replica's prefix
 // cache must hold. It differs from Sticky in three ways, each measured in
@@ -84,19 +96,24 @@ var DefaultWorkingSetKeys = []LoadKey{KeyInFlight, KeyLiveTokens, KeyLive}
 //
 // The zero value is not usable; use NewWorkingSet or fill every field.
 type WorkingSet struct {
-	Threshold int        // overflow threshold, in-flight requests (> Threshold overflows)
-	Margin    int        // least in-flight difference for an overflow to move
-	Move      bool       // an overflow re-homes the conversation (ReasonMoved)
-	Keys      []LoadKey  // placement rule; nil means DefaultWorkingSetKeys
-	Rand      *rand.Rand // tie-break randomness; required
-	NoKey     *ShortestQueue
+	Threshold int  // overflow threshold, in-flight requests (> Threshold overflows)
+	Margin    int  // least in-flight difference for an overflow to move
+	Move      bool // an overflow re-homes the conversation (ReasonMoved)
+	// FitMove moves a conversation whose home holds more live context than its KV
+	// cache to a replica with room for it (see fitTarget; on in NewWorkingSet).
+	FitMove bool
+	Keys    []LoadKey  // placement rule; nil means DefaultWorkingSetKeys
+	Rand    *rand.Rand // tie-break randomness; required
+	NoKey   *ShortestQueue
+
+	scratch []ReplicaState
 }
 
 // NewWorkingSet returns the policy with the given threshold and margin, Move on,
 // DefaultWorkingSetKeys, and tie-break randomness seeded by seed.
 func NewWorkingSet(threshold, margin int, seed uint64, noKey *ShortestQueue) *WorkingSet {
 	return &WorkingSet{
-		Threshold: threshold, Margin: margin, Move: true,
+		Threshold: threshold, Margin: margin, Move: true, FitMove: true,
 		Rand:  rand.New(rand.NewPCG(seed, 0x3053_e7)),
 		NoKey: noKey,
 	}
@@ -112,6 +129,11 @@ func (w *WorkingSet) Pick(now time.Duration, req Request, reps []ReplicaState) (
 	h := req.Home
 	if h >= 0 && h < len(reps) && reps[h].Healthy {
 		if reps[h].InFlight <= w.Threshold {
+			if w.FitMove {
+				if m := w.fitTarget(reps, h, req.PromptTokens); m >= 0 {
+					return Decision{Replica: m, Reason: ReasonMoved}, nil
+				}
+			}
 			return Decision{Replica: h, Reason: ReasonSticky}, nil
 		}
 		if m := w.LeastLoaded(reps, h, req.PromptTokens); m >= 0 && reps[m].InFlight+w.Margin <= reps[h].InFlight {
@@ -130,6 +152,43 @@ func (w *WorkingSet) Pick(now time.Duration, req Request, reps []ReplicaState) (
 		return Decision{Replica: m, Reason: ReasonRehome}, nil
 	}
 	return Decision{Replica: m, Reason: ReasonPlaced}, nil
+}
+
+// fitTarget returns where a conversation of prompt tokens should move because its
+// home h holds more live context than its KV cache while another replica has room
+// for it, or -1 to stay. The home must be over its cache (LiveTokens >
+// KVCapacityTokens: its conversations evict each other, so this one's prefix is
+// being lost anyway). A target must be healthy, have room for the conversation
+// (LiveTokens + prompt <= KVCapacityTokens), no more requests in flight than the
+// home, and either be empty (no live conversation) or the home must be over its
+// cache by more than this conversation (even without it the others would not
+// fit). That margin keeps the estimate's noise (a shared system prompt counted
+// once per conversation, a conversation that just ended still counted live) from
+// trading conversations between two replicas that are both about full. Among
+// targets the least loaded by Keys wins. After the move the target still fits, so
+// the conversation does not move again unless its new home overfills later: no
+// back and forth.
+func (w *WorkingSet) fitTarget(reps []ReplicaState, h, prompt int) int {
+	home := &reps[h]
+	if prompt <= 0 || home.KVCapacityTokens <= 0 || home.LiveTokens <= home.KVCapacityTokens {
+		return -1
+	}
+	wellOver := home.LiveTokens > home.KVCapacityTokens+int64(prompt)
+	w.scratch = append(w.scratch[:0], reps...)
+	any := false
+	for i := range w.scratch {
+		r := &w.scratch[i]
+		fits := r.KVCapacityTokens > 0 && r.LiveTokens+int64(prompt) <= r.KVCapacityTokens
+		if i == h || !r.Healthy || !fits || r.InFlight > home.InFlight || !(wellOver || r.Live == 0) {
+			r.Healthy = false
+			continue
+		}
+		any = true
+	}
+	if !any {
+		return -1
+	}
+	return w.LeastLoaded(w.scratch, h, prompt)
 }
 
 // LeastLoaded returns the healthy replica other than exclude that is smallest by

@@ -151,7 +151,7 @@ func runVirtual(ctx context.Context, o Options) error {
 		Progress: o.Progress,
 		RunID:    o.RunID,
 		Profile:  o.Profile,
-		Policy:   "sticky",
+		Policy:   router.DefaultAffinityPolicy,
 		Versions: versions(),
 	})
 	return err
@@ -196,7 +196,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	clock := simclock.NewScaled(1)
 	rc := loadgen.RunConfig{
 		Scenario: o.Scenario, Clock: clock, ResultsDir: o.OutDir, Progress: o.Progress,
-		RunID: o.RunID, Versions: versions(), Policy: "sticky",
+		RunID: o.RunID, Versions: versions(), Policy: router.DefaultAffinityPolicy,
 	}
 	var specs []string
 	switch {

@@ -15,6 +15,13 @@
 //   - what each placement input said at each placement, against the truth
 //     (signals.go).
 //
-// It owns no policy (those live in package router) and no engine or workload: it
-// only configures and reads them. Results are small files: CSV, Markdown, PNG.
+// Setups (setups.go) are named workloads on named fleets; arms (arms.go) are the
+// router's policies, variants that change one placement input at a time (the
+// reproduction), and overload experiments that were measured and not adopted
+// (experiments.go). Acceptance (acceptance.go) checks the new policy against the
+// better baseline per stage within the seeds' noise.
+//
+// It owns no production policy (those live in package router) and no engine or
+// workload: it only configures and reads them. Results are small files: CSV,
+// Markdown, PNG.
 package study

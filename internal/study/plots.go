@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -255,4 +256,40 @@ func DrawTrace(dir string, run *report.Run, variant string) error {
 		return fmt.Errorf("drawing trace of %s variant %q: %w", dir, variant, err)
 	}
 	return writeFile(filepath.Join(dir, "trace-"+variant+".png"), b)
+}
+
+// hitsOverTimeFigure draws the fleet prefix hit rate per bin over the run for
+// every traced arm of one setup.
+func hitsOverTimeFigure(setup string, runs []*RunResult, arms []string, bin time.Duration) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s: prefix hits %% per %s (server counters, fleet)", setup, bin)
+	p.X.Label.Text = "simulated time (s)"
+	p.Y.Label.Text = "prefix hits %"
+	p.Y.Min, p.Y.Max = 0, 105
+	p.Legend.Top = true
+	for ai, arm := range arms {
+		for _, r := range runs {
+			if r.Setup != setup || r.Arm != arm || r.Trace == nil {
+				continue
+			}
+			x, y := r.Trace.HitRate(bin)
+			if len(x) == 0 {
+				continue
+			}
+			pts := make(plotter.XYs, len(x))
+			for k := range x {
+				pts[k] = plotter.XY{X: x[k], Y: y[k]}
+			}
+			l, err := plotter.NewLine(pts)
+			if err != nil {
+				return nil, err
+			}
+			l.Color = palette[ai%len(palette)]
+			l.Width = vg.Points(1.5)
+			p.Add(l)
+			p.Legend.Add(arm, l)
+		}
+	}
+	p.Add(plotter.NewGrid())
+	return p, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -20,9 +21,13 @@ type Options struct {
 	// TraceSeed, when non-zero, draws the per-replica trace of that seed's run of
 	// every setup and arm into OutDir/trace-<setup>-<arm>.png.
 	TraceSeed uint64
+	// TraceArms limits the traces to these arms (nil: every arm).
+	TraceArms []string
 	// Signals records every decision of the TraceSeed runs and writes the signals
 	// table (signals.md).
 	Signals bool
+	// NoFigures skips the per-metric figures (for studies with many arms).
+	NoFigures bool
 	// Parallel runs at most this many runs at once (0: GOMAXPROCS). Runs are
 	// independent and deterministic, so the result does not depend on it.
 	Parallel int
@@ -74,7 +79,7 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 				j := jobs[next]
 				next++
 				mu.Unlock()
-				traced := o.TraceSeed != 0 && j.seed == o.TraceSeed
+				traced := o.TraceSeed != 0 && j.seed == o.TraceSeed && (o.TraceArms == nil || slices.Contains(o.TraceArms, j.a.Name))
 				r, err := RunOne(ctx, j.s, j.a, j.seed, RunOptions{Trace: traced, Placements: traced && o.Signals})
 				out[j.i], errs[j.i] = r, err
 				if o.Progress != nil && err == nil {

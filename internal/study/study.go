@@ -27,8 +27,8 @@ type Arm struct {
 	// Policy is the router policy used with affinity on (router.PolicyNames).
 	Policy string
 	// NewPolicy, when set, builds a custom policy per run (experiments); it
-	// overrides Policy. threshold is the overflow threshold in force.
-	NewPolicy func(seed uint64, threshold, margin int) router.Policy
+	// overrides Policy.
+	NewPolicy func(env PolicyEnv) router.Policy
 	// OverflowThreshold in in-flight requests; 0 = auto (max_num_seqs / 4).
 	OverflowThreshold int
 	// LiveWindow fixes the session table's live window (0: adaptive).
@@ -39,12 +39,20 @@ type Arm struct {
 	// CountPerAttempt turns on sim.EngineConfig.CountPrefixStatsPerAttempt (the
 	// old vLLM double counting of prefix-cache stats).
 	CountPerAttempt bool
-	// sharedPrefix: the experiment's policy is told the shared system prompt's
-	// size (spill).
-	sharedPrefix bool
 	// Reference marks an arm that is not a candidate policy (the unlimited-cache
 	// bound): excluded from the acceptance comparison.
 	Reference bool
+}
+
+// PolicyEnv is what a custom policy is built from.
+type PolicyEnv struct {
+	Seed      uint64
+	Threshold int // overflow threshold in force, in-flight requests
+	Margin    int // overflow margin
+	// SharedPrefixTokens is the rendered length of the scenario's shared system
+	// prompt: knowledge a router does not have from sizes alone, given to
+	// experiments that ask what it would be worth.
+	SharedPrefixTokens int
 }
 
 // Setup is a workload and the fleet it runs on.
@@ -167,10 +175,7 @@ func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*Ru
 		thr = router.AutoOverflowThreshold(maxSeqs)
 	}
 	if a.NewPolicy != nil {
-		bcfg.AffinityPolicy = a.NewPolicy(seed, thr, router.DefaultOverflowMargin)
-		if sp, ok := bcfg.AffinityPolicy.(*spill); ok && a.sharedPrefix {
-			sp.shared = systemTokens(&sc)
-		}
+		bcfg.AffinityPolicy = a.NewPolicy(PolicyEnv{Seed: seed, Threshold: thr, Margin: router.DefaultOverflowMargin, SharedPrefixTokens: systemTokens(&sc)})
 	}
 	decisions := map[decKey]int{}
 	bcfg.OnDecision = func(ev router.DecisionEvent) {

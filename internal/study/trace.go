@@ -32,6 +32,9 @@ type Trace struct {
 	// [replica][tick]
 	Live, WorkingSet, InFlight     [][]float64
 	Running, Waiting, KV, Preempts [][]float64
+	// Cumulative prefix-cache counters as polled (vllm:prefix_cache_queries_total,
+	// _hits_total), from the variant's first poll.
+	PrefixQueries, PrefixHits [][]float64
 
 	// Placements: each conversation's first request, with the live conversations
 	// per replica just before it.
@@ -40,7 +43,7 @@ type Trace struct {
 
 // TracePlacement is one conversation's placement as the trace sees it.
 type TracePlacement struct {
-	T       float64 // seconds since Trace.Start
+	T          float64 // seconds since Trace.Start
 	Replica    int
 	Live       []int     // live conversations per replica just before the placement
 	WorkingSet []float64 // their contexts summed per replica, tokens
@@ -82,6 +85,7 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 	}
 	tr.Live, tr.WorkingSet, tr.InFlight = mk(), mk(), mk()
 	tr.Running, tr.Waiting, tr.KV, tr.Preempts = mk(), mk(), mk(), mk()
+	tr.PrefixQueries, tr.PrefixHits = mk(), mk()
 	tr.T = make([]float64, m)
 	for k, t := range ticks {
 		tr.T[k] = (t - tr.Start).Seconds()
@@ -91,6 +95,7 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 		return k
 	}
 	first := make([]float64, n)
+	firstQ, firstH := make([]float64, n), make([]float64, n)
 	seen := make([]bool, n)
 	for _, s := range run.Series {
 		if s.Variant != variant {
@@ -99,9 +104,10 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 		i, k := idx[s.Replica], tickOf(s.T)
 		tr.Running[i][k], tr.Waiting[i][k], tr.KV[i][k] = s.Running, s.Waiting, s.KVUsage
 		if !seen[i] {
-			first[i], seen[i] = s.Preemptions, true
+			first[i], firstQ[i], firstH[i], seen[i] = s.Preemptions, s.PrefixQueries, s.PrefixHits, true
 		}
 		tr.Preempts[i][k] = s.Preemptions - first[i]
+		tr.PrefixQueries[i][k], tr.PrefixHits[i][k] = s.PrefixQueries-firstQ[i], s.PrefixHits-firstH[i]
 	}
 
 	// Sessions: their turns in order.
@@ -218,3 +224,28 @@ func (tr *Trace) stageMeans(st *Stage, a, b time.Duration) {
 }
 
 func nan() float64 { return math.NaN() }
+
+// HitRate returns the fleet's prefix hit rate in percent over consecutive bins of
+// the given length: (delta hits) / (delta queries) summed over replicas, the
+// counters' own definition; x is the bin's end in seconds since Start. Bins with
+// no queries are left out.
+func (tr *Trace) HitRate(bin time.Duration) (x, pct []float64) {
+	step := bin.Seconds()
+	lastQ, lastH, lastT := 0.0, 0.0, 0.0
+	for k, t := range tr.T {
+		if t-lastT < step && k != len(tr.T)-1 {
+			continue
+		}
+		var q, h float64
+		for i := range tr.Replicas {
+			q += tr.PrefixQueries[i][k]
+			h += tr.PrefixHits[i][k]
+		}
+		if q > lastQ {
+			x = append(x, t)
+			pct = append(pct, 100*(h-lastH)/(q-lastQ))
+		}
+		lastQ, lastH, lastT = q, h, t
+	}
+	return x, pct
+}

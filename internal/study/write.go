@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/tw"
@@ -55,6 +56,9 @@ func Write(dir string, o Options, runs []*RunResult) error {
 		arms = append(arms, a.Name)
 	}
 	for _, s := range o.Setups {
+		if o.NoFigures {
+			break
+		}
 		for _, key := range FigureMetrics {
 			m, _ := MetricByKey(key)
 			p, err := metricFigure(s.Name, m, rows, arms)
@@ -64,6 +68,22 @@ func Write(dir string, o Options, runs []*RunResult) error {
 			if err := savePlot(p, filepath.Join(dir, "fig-"+s.Name+"-"+key+".png")); err != nil {
 				return err
 			}
+		}
+	}
+	for _, s := range o.Setups {
+		if o.TraceSeed == 0 {
+			break
+		}
+		bin := time.Minute
+		if s.Scenario.StageDuration < 5*time.Minute {
+			bin = 15 * time.Second
+		}
+		p, err := hitsOverTimeFigure(s.Name, runs, arms, bin)
+		if err != nil {
+			return fmt.Errorf("writing study: %w", err)
+		}
+		if err := savePlot(p, filepath.Join(dir, "hits-over-time-"+s.Name+".png")); err != nil {
+			return err
 		}
 	}
 	var sig bytes.Buffer
@@ -205,7 +225,12 @@ func writeMarkdown(b *bytes.Buffer, o Options, rows []Row) {
 		}
 		b.WriteString("\n")
 		for _, key := range FigureMetrics {
-			fmt.Fprintf(b, "![%s](fig-%s-%s.png)\n", key, s.Name, key)
+			if !o.NoFigures {
+				fmt.Fprintf(b, "![%s](fig-%s-%s.png)\n", key, s.Name, key)
+			}
+		}
+		if o.TraceSeed != 0 {
+			fmt.Fprintf(b, "![hits over time](hits-over-time-%s.png)\n", s.Name)
 		}
 		b.WriteString("\n")
 		if checks := Acceptance(rows, s.Name, ArmWorkingSet, []string{ArmShortestQueue, ArmSticky}, s.Replicas); len(checks) > 0 {

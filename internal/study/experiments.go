@@ -1,0 +1,165 @@
+package study
+
+import (
+	"hash/fnv"
+	"time"
+
+	"github.com/lmwarden/warden/router"
+)
+
+// Overload experiments: two ways of giving up affinity for a turn whose prefix is
+// probably gone already, so that it is balanced the way vLLM's own balancer does
+// (which wins at 32 sessions on the reference workload). Both were measured and
+// not adopted (docs/routing.md, "What did not work").
+
+// spillArm: router.WorkingSet, except that a request whose home's live working
+// set exceeds factor x its KV cache is placed by vLLM's shortest-queue rule for
+// this turn (move: and re-homed there). unique counts the shared system prompt
+// once per replica instead of once per conversation (knowledge from the
+// scenario, PolicyEnv.SharedPrefixTokens).
+func spillArm(name string, factor float64, unique, move bool) func() Arm {
+	return func() Arm {
+		return Arm{Name: name, Affinity: true,
+			NewPolicy: func(env PolicyEnv) router.Policy {
+				s := &spill{factor: factor, move: move,
+					ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0)),
+					sq: router.NewShortestQueue(0)}
+				if unique {
+					s.shared = env.SharedPrefixTokens
+				}
+				return s
+			}}
+	}
+}
+
+type spill struct {
+	factor float64
+	move   bool
+	shared int
+	ws     *router.WorkingSet
+	sq     *router.ShortestQueue
+}
+
+func (s *spill) Pick(now time.Duration, req router.Request, reps []router.ReplicaState) (router.Decision, error) {
+	s.sq.Sync(now, reps)
+	h := req.Home
+	if h >= 0 && h < len(reps) && reps[h].Healthy && reps[h].KVCapacityTokens > 0 {
+		ws := reps[h].LiveTokens - int64(max(0, reps[h].Live-1)*s.shared)
+		if float64(ws) > s.factor*float64(reps[h].KVCapacityTokens) {
+			d, err := s.sq.Pick(now, req, reps)
+			switch {
+			case err != nil:
+			case d.Replica == h:
+				d.Reason = router.ReasonSticky
+			case s.move:
+				d.Reason = router.ReasonMoved
+			default:
+				d.Reason = router.ReasonOverflow
+			}
+			return d, err
+		}
+	}
+	return s.ws.Pick(now, req, reps)
+}
+
+// lruModelArm: router.WorkingSet plus a router-side LRU model of every replica's
+// prefix cache at conversation granularity. A conversation whose predicted stack
+// distance on its home (the contexts of the conversations sent there since its
+// own last request, plus its own) exceeds fit x the KV cache is taken as evicted:
+// its turn is placed by vLLM's shortest-queue score and the conversation re-homed.
+func lruModelArm(name string, fit float64) func() Arm {
+	return func() Arm {
+		return Arm{Name: name, Affinity: true,
+			NewPolicy: func(env PolicyEnv) router.Policy {
+				return &lruModel{fit: fit, ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0)), sq: router.NewShortestQueue(0)}
+			}}
+	}
+}
+
+type lruModel struct {
+	fit float64
+	ws  *router.WorkingSet
+	sq  *router.ShortestQueue
+	lru [][]lruEnt // per replica, most recent first
+}
+
+type lruEnt struct {
+	key    uint64
+	tokens int
+}
+
+func keyHash(k string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(k))
+	return h.Sum64()
+}
+
+// dist returns the predicted LRU stack distance of key on replica i in tokens
+// (its own context included), or -1 when the replica has not seen it.
+func (c *lruModel) dist(i int, key uint64) int {
+	sum := 0
+	for _, e := range c.lru[i] {
+		sum += e.tokens
+		if e.key == key {
+			return sum
+		}
+	}
+	return -1
+}
+
+// touch moves key to the front of replica i's list, dropping entries beyond 4x
+// the cache (evicted in any model).
+func (c *lruModel) touch(i int, key uint64, tokens int, capTokens int64) {
+	l := c.lru[i]
+	j := 0
+	for j < len(l) && l[j].key != key {
+		j++
+	}
+	if j == len(l) {
+		l = append(l, lruEnt{})
+	}
+	copy(l[1:j+1], l[:j])
+	l[0] = lruEnt{key, tokens}
+	sum := 0
+	for k, e := range l {
+		sum += e.tokens
+		if capTokens > 0 && float64(sum) > 4*float64(capTokens) {
+			l = l[:k+1]
+			break
+		}
+	}
+	c.lru[i] = l
+}
+
+func (c *lruModel) Pick(now time.Duration, req router.Request, reps []router.ReplicaState) (router.Decision, error) {
+	c.sq.Sync(now, reps)
+	for len(c.lru) < len(reps) {
+		c.lru = append(c.lru, nil)
+	}
+	k := keyHash(req.Key)
+	h := req.Home
+	cold := false
+	if req.Key != "" && h >= 0 && h < len(reps) && reps[h].Healthy && reps[h].KVCapacityTokens > 0 {
+		d := c.dist(h, k)
+		cold = d < 0 || float64(d) > c.fit*float64(reps[h].KVCapacityTokens)
+	}
+	var (
+		d   router.Decision
+		err error
+	)
+	if cold {
+		d, err = c.sq.Pick(now, req, reps)
+		if err == nil {
+			d.Reason = router.ReasonMoved
+			if d.Replica == h {
+				d.Reason = router.ReasonSticky
+			}
+		}
+	} else {
+		d, err = c.ws.Pick(now, req, reps)
+	}
+	if err == nil && req.Key != "" {
+		c.touch(d.Replica, k, req.PromptTokens, reps[d.Replica].KVCapacityTokens)
+	}
+	return d, err
+}
