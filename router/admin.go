@@ -91,7 +91,10 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 			Enabled *bool `json:"enabled"`
 		}
 		if err := decodeStrict(r.Body, &body); err != nil || body.Enabled == nil {
-			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"enabled": true|false}: %v`, err))
+			if err == nil {
+				err = errors.New(`"enabled" is missing`)
+			}
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"enabled": true|false}: %w`, err))
 			return
 		}
 		if err := rt.SetAffinity(model, *body.Enabled); err != nil {

@@ -188,6 +188,11 @@ func (rt *Router) poolsFor(model string) ([]*Pool, error) {
 	if p := rt.proxy.pools[model]; p != nil {
 		return []*Pool{p}, nil
 	}
+	// A "*" pool serves every model no other entry names (the --replica setup), so
+	// the admin API finds it under the served model's own name too.
+	if p := rt.proxy.pools[WildcardModel]; p != nil {
+		return []*Pool{p}, nil
+	}
 	return nil, fmt.Errorf("%w: %q", errUnknownModel, model)
 }
 

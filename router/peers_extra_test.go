@@ -1,0 +1,82 @@
+package router
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Peers case 2, "release exactly once": two streams in flight on one replica; when
+// the first ends the count is exactly 1 (a double release would show 0, which the
+// floor at zero would otherwise hide), and 0 after the second.
+func TestReleaseExactlyOncePerRequest(t *testing.T) {
+	up := newStub(t, "a")
+	gates := map[string]chan struct{}{"s1": make(chan struct{}), "s2": make(chan struct{})}
+	up.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-gates[r.Header.Get("X-Session-ID")]
+		io.WriteString(w, "data: [DONE]\n\n")
+	})
+	f := newFront(t, true, nil, up)
+	open := func(key string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody("m")))
+		req.Header.Set("X-Session-ID", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	r1, r2 := open("s1"), open("s2")
+	if got := f.totalInFlight(); got != 2 {
+		t.Fatalf("in flight with two open streams = %d, want 2", got)
+	}
+	close(gates["s1"])
+	io.ReadAll(r1.Body)
+	r1.Body.Close()
+	f.waitDone(t)
+	if got := f.totalInFlight(); got != 1 {
+		t.Fatalf("in flight after the first stream ended = %d, want exactly 1", got)
+	}
+	close(gates["s2"])
+	io.ReadAll(r2.Body)
+	r2.Body.Close()
+	f.waitDone(t)
+	if got := f.totalInFlight(); got != 0 {
+		t.Fatalf("in flight after both ended = %d, want 0", got)
+	}
+}
+
+// Peers case 7, "retry only if nothing was streamed yet": with a second healthy
+// replica available, a stream that breaks after its first byte reached the client
+// ends with an error event and is NOT sent again to the other replica.
+func TestNoRetryAfterBytesReachedClient(t *testing.T) {
+	a, b := newStub(t, "a"), newStub(t, "b")
+	breaker := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	}
+	a.setHandler(breaker)
+	b.setHandler(breaker)
+	f := newFront(t, true, nil, a, b)
+	resp, body := f.post(t, "/v1/chat/completions", map[string]string{"X-Session-ID": "k"}, `{"model":"m","stream":true}`)
+	if resp.StatusCode != 200 || !strings.Contains(body, `data: {"error":{`) {
+		t.Fatalf("status %d body %q: want the partial stream closed by an error event", resp.StatusCode, body)
+	}
+	n := len(a.requests("/v1/chat/completions")) + len(b.requests("/v1/chat/completions"))
+	if n != 1 {
+		t.Fatalf("upstream requests = %d, want 1: a stream that already sent bytes must not be retried", n)
+	}
+}
