@@ -11,6 +11,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/bench"
 	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -106,6 +107,7 @@ Examples:
 	f.Float64Var(&o.Speed, "speed", bench.DefaultSpeed, "simulator speed: simulated seconds per wall second (HTTP mode)")
 	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "max_num_seqs of each engine (simulator) and for the router's auto overflow threshold")
 	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
+	f.StringVar(&o.Policy, "policy", router.DefaultAffinityPolicy, "router policy while affinity is on: "+strings.Join(router.PolicyNames(), ", ")+" (docs/routing.md)")
 	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
 	f.StringVar(&o.RunID, "run-id", "", "run id recorded in the manifest (default: the UTC start time, 20060102-150405)")
 	return cmd
@@ -144,6 +146,9 @@ func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
 	}
 	if _, err := sim.LookupProfile(o.Profile); err != nil {
 		errs = append(errs, fmt.Errorf("--profile: %w", err))
+	}
+	if !router.ValidPolicy(o.Policy) {
+		errs = append(errs, fmt.Errorf("--policy %q: unknown (have %s)", o.Policy, strings.Join(router.PolicyNames(), ", ")))
 	}
 	return errors.Join(errs...)
 }

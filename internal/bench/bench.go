@@ -75,6 +75,9 @@ type Options struct {
 	MaxNumSeqs  int // per engine; default sim.DefaultMaxNumSeqs
 	// OverflowThreshold of the router; 0 = auto (max_num_seqs/4).
 	OverflowThreshold int
+	// Policy the router uses while affinity is on (router.PolicyNames); "" means
+	// router.DefaultAffinityPolicy. Ignored with an external router (RouterURL).
+	Policy string
 
 	OutDir   string    // default results/<run-id>
 	RunID    string    // default UTC time
@@ -109,6 +112,12 @@ func Run(ctx context.Context, o Options) (string, error) {
 	}
 	if o.Speed <= 0 {
 		o.Speed = DefaultSpeed
+	}
+	if o.Policy == "" {
+		o.Policy = router.DefaultAffinityPolicy
+	}
+	if !router.ValidPolicy(o.Policy) {
+		return "", fmt.Errorf("bench: policy %q is unknown (have %s)", o.Policy, strings.Join(router.PolicyNames(), ", "))
 	}
 	var err error
 	switch {
@@ -146,12 +155,12 @@ func runVirtual(ctx context.Context, o Options) error {
 		Scenario: o.Scenario,
 		Replicas: o.SimReplicas,
 		Engine:   sim.EngineConfig{Profile: prof, MaxNumSeqs: o.MaxNumSeqs},
-		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold},
+		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy},
 		Out:      out,
 		Progress: o.Progress,
 		RunID:    o.RunID,
 		Profile:  o.Profile,
-		Policy:   router.DefaultAffinityPolicy,
+		Policy:   o.Policy,
 		Versions: versions(),
 	})
 	return err
@@ -196,7 +205,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	clock := simclock.NewScaled(1)
 	rc := loadgen.RunConfig{
 		Scenario: o.Scenario, Clock: clock, ResultsDir: o.OutDir, Progress: o.Progress,
-		RunID: o.RunID, Versions: versions(), Policy: router.DefaultAffinityPolicy,
+		RunID: o.RunID, Versions: versions(), Policy: o.Policy,
 	}
 	var specs []string
 	switch {
@@ -275,6 +284,7 @@ func runHTTP(ctx context.Context, o Options) error {
 		for i := range rcfg.Models {
 			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
 			rcfg.Models[i].OverflowThreshold = router.Threshold(o.OverflowThreshold)
+			rcfg.Models[i].Policy = o.Policy
 		}
 		rt, err := router.New(rcfg)
 		if err != nil {

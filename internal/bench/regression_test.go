@@ -42,17 +42,24 @@ func gateOptions(t *testing.T) report.CompareOptions {
 	return o
 }
 
-// Two virtual runs of one seed are identical, so the gate must pass; the same
-// sessions on half the replicas lose throughput, so the gate must fail.
+// Two virtual runs of one seed are identical, so the gate must pass. A deliberately
+// worse router setting (affinity "on" served by vLLM-style shortest-queue instead
+// of working-set) and a smaller fleet (half the replicas) must both fail it.
 func TestRegressionGateCatchesWorseSetting(t *testing.T) {
 	base := virtualRun(t, filepath.Join(t.TempDir(), "base"), nil)
 	same := virtualRun(t, filepath.Join(t.TempDir(), "same"), nil)
 	if _, err := report.Compare(base, same, io.Discard, gateOptions(t)); err != nil {
 		t.Fatalf("same seed, same setting: Compare = %v, want nil", err)
 	}
-	worse := virtualRun(t, filepath.Join(t.TempDir(), "worse"), func(o *Options) { o.SimReplicas = 2 })
-	_, err := report.Compare(base, worse, io.Discard, gateOptions(t))
-	if !errors.Is(err, report.ErrThresholdExceeded) {
-		t.Fatalf("2 replicas vs 4: Compare = %v, want ErrThresholdExceeded", err)
+	worse := map[string]func(*Options){
+		"policy shortest-queue": func(o *Options) { o.Policy = "shortest-queue" },
+		"2 replicas":            func(o *Options) { o.SimReplicas = 2 },
+	}
+	for name, mutate := range worse {
+		dir := virtualRun(t, filepath.Join(t.TempDir(), "worse"), mutate)
+		_, err := report.Compare(base, dir, io.Discard, gateOptions(t))
+		if !errors.Is(err, report.ErrThresholdExceeded) {
+			t.Errorf("%s: Compare = %v, want ErrThresholdExceeded", name, err)
+		}
 	}
 }
