@@ -76,7 +76,9 @@ cache, and measures with numbers what that routing does.
   warden route    run the session-affinity router in front of vLLM replicas
   warden bench    run the closed-loop Claude Code-style benchmark (affinity off vs on)
   warden report   make results.csv, summary.md and PNG figures from a results directory
-  warden compare  compare two runs; non-zero exit when a threshold is crossed`,
+  warden compare  compare two runs; non-zero exit when a threshold is crossed
+  warden study    compare routing policies over seeds in virtual time (docs/routing.md)
+  warden version  print the version`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -102,7 +102,7 @@ Either a YAML config (--config, see docs/router.md) or replicas on the command l
 	f.StringVar(&adminAddr, "admin-listen", router.DefaultAdminListen, "admin API listen address (keep it on loopback)")
 	f.StringVar(&adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
 	f.IntVar(&threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4)")
-	f.IntVar(&maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs (for the auto threshold)")
+	f.IntVar(&maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32)")
 	return cmd
 }
 

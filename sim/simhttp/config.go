@@ -151,7 +151,7 @@ func (c Config) Validate() error {
 		profile = DefaultProfile
 	}
 	if _, err := sim.LookupProfile(profile); err != nil {
-		errs = append(errs, fmt.Errorf("looking up profile %q: %w", profile, err))
+		errs = append(errs, fmt.Errorf("profile: %w", err))
 	}
 	if c.Clock != nil && (math.IsNaN(c.Clock.Speed) || c.Clock.Speed < 0) {
 		errs = append(errs, fmt.Errorf("clock speed must be positive: got %v", c.Clock.Speed))
