@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -242,6 +243,9 @@ func sampleRow(s SeriesSample) []string {
 
 // ReadResults reads a results directory written by ResultsWriter (or by the virtual
 // world in the same format): the manifest, every turn, and every series sample.
+// manifest.json and turns.jsonl must exist; a missing series.csv gives nil samples
+// (callers show the series columns as n/a, never 0). Errors name the file and, for
+// turns.jsonl and series.csv, the line.
 func ReadResults(dir string) (*Manifest, []Result, []SeriesSample, error) {
 	mb, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if err != nil {
@@ -251,89 +255,131 @@ func ReadResults(dir string) (*Manifest, []Result, []SeriesSample, error) {
 	if err := json.Unmarshal(mb, &m); err != nil {
 		return nil, nil, nil, fmt.Errorf("reading results: decoding %s: %w", ManifestFile, err)
 	}
-	turns, err := readTurns(filepath.Join(dir, TurnsFile))
+	f, err := os.Open(filepath.Join(dir, TurnsFile))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("reading results: %w", err)
 	}
-	series, err := readSeries(filepath.Join(dir, SeriesFile))
+	turns, err := ReadTurns(f)
+	f.Close()
 	if err != nil {
+		return nil, nil, nil, fmt.Errorf("reading results: decoding %s: %w", TurnsFile, err)
+	}
+	var series []SeriesSample
+	f, err = os.Open(filepath.Join(dir, SeriesFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
 		return nil, nil, nil, fmt.Errorf("reading results: %w", err)
+	default:
+		series, err = ReadSeries(f)
+		f.Close()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("reading results: decoding %s: %w", SeriesFile, err)
+		}
 	}
 	return &m, turns, series, nil
 }
 
-func readTurns(path string) ([]Result, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
+// ReadTurns decodes turns.jsonl (one Result per line). Blank lines are skipped.
+func ReadTurns(r io.Reader) ([]Result, error) {
 	var out []Result
-	dec := json.NewDecoder(bufio.NewReaderSize(f, 64<<10))
-	for n := 1; ; n++ {
-		var r Result
-		if err := dec.Decode(&r); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			return nil, fmt.Errorf("decoding %s record %d: %w", TurnsFile, n, err)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	line := 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
 		}
-		out = append(out, r)
+		var res Result
+		if err := json.Unmarshal([]byte(text), &res); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		out = append(out, res)
 	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("line %d: %w", line+1, err)
+	}
+	return out, nil
 }
 
-func readSeries(path string) ([]SeriesSample, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// maxSeriesSeconds bounds t_s so that it converts to a time.Duration (about 292
+// years) without overflow.
+const maxSeriesSeconds = 9e9
+
+// ReadSeries decodes series.csv. Columns are found by header name, so extra columns
+// are ignored and order does not matter; a missing column is an error. A series the
+// scrape did not find reads as NaN, never as 0: loadgen writes "NaN", and an empty
+// cell is accepted too.
+func ReadSeries(r io.Reader) ([]SeriesSample, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	header, err := cr.Read()
+	if err == io.EOF {
+		return nil, fmt.Errorf("empty file: no header")
 	}
-	defer f.Close()
-	cr := csv.NewReader(bufio.NewReader(f))
-	cr.FieldsPerRecord = len(SeriesHeader)
-	cr.ReuseRecord = true
-	head, err := cr.Read()
 	if err != nil {
-		return nil, fmt.Errorf("reading %s header: %w", SeriesFile, err)
+		return nil, fmt.Errorf("header: %w", err)
 	}
-	for i, h := range SeriesHeader {
-		if head[i] != h {
-			return nil, fmt.Errorf("%s header column %d is %q, want %q", SeriesFile, i+1, head[i], h)
+	col := make(map[string]int, len(header))
+	for i, h := range header {
+		col[strings.TrimSpace(h)] = i
+	}
+	for _, h := range SeriesHeader {
+		if _, ok := col[h]; !ok {
+			return nil, fmt.Errorf("header: missing column %q", h)
 		}
 	}
 	var out []SeriesSample
+	line := 1
 	for {
 		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
+		if err == io.EOF {
 			return out, nil
 		}
+		line++
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", SeriesFile, err)
+			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
-		line, _ := cr.FieldPos(0)
-		var vals [9]float64
-		for i := range vals {
-			col := i + 1
-			if i >= 1 {
-				col = i + 2 // skip replica
-			}
-			v, err := strconv.ParseFloat(rec[col], 64)
-			if err != nil {
-				return nil, fmt.Errorf("%s line %d column %s: %w", SeriesFile, line, SeriesHeader[col], err)
-			}
-			vals[i] = v
+		if len(rec) < len(header) {
+			return nil, fmt.Errorf("line %d: %d fields, header has %d", line, len(rec), len(header))
 		}
-		out = append(out, SeriesSample{
-			Variant:          rec[0],
-			T:                time.Duration(math.Round(vals[0] * 1e9)),
-			Replica:          rec[2],
-			Running:          vals[1],
-			Waiting:          vals[2],
-			KVUsage:          vals[3],
-			PrefixQueries:    vals[4],
-			PrefixHits:       vals[5],
-			PromptTokens:     vals[6],
-			GenerationTokens: vals[7],
-			Preemptions:      vals[8],
-		})
+		var perr error
+		num := func(name string) float64 {
+			s := strings.TrimSpace(rec[col[name]])
+			if s == "" {
+				return math.NaN()
+			}
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil && perr == nil {
+				perr = fmt.Errorf("line %d: column %s: %w", line, name, err)
+			}
+			return v
+		}
+		ts := num("t_s")
+		s := SeriesSample{
+			Variant:          rec[col["variant"]],
+			Replica:          rec[col["replica"]],
+			Running:          num("running"),
+			Waiting:          num("waiting"),
+			KVUsage:          num("kv_usage"),
+			PrefixQueries:    num("prefix_queries"),
+			PrefixHits:       num("prefix_hits"),
+			PromptTokens:     num("prompt_tokens"),
+			GenerationTokens: num("generation_tokens"),
+			Preemptions:      num("preemptions"),
+		}
+		if perr != nil {
+			return nil, perr
+		}
+		if math.IsNaN(ts) {
+			return nil, fmt.Errorf("line %d: column t_s: empty", line)
+		}
+		if math.IsInf(ts, 0) || math.Abs(ts) > maxSeriesSeconds {
+			return nil, fmt.Errorf("line %d: column t_s: %v out of range", line, ts)
+		}
+		s.T = time.Duration(math.Round(ts * float64(time.Second)))
+		out = append(out, s)
 	}
 }

@@ -62,7 +62,7 @@ func encodeSeries(t testing.TB, series []loadgen.SeriesSample) []byte {
 		}
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
-	_ = w.Write(seriesHeader)
+	_ = w.Write(loadgen.SeriesHeader)
 	for _, s := range series {
 		_ = w.Write([]string{s.Variant, f(s.T.Seconds()), s.Replica,
 			f(s.Running), f(s.Waiting), f(s.KVUsage), f(s.PrefixQueries), f(s.PrefixHits),

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"github.com/lmwarden/warden/loadgen"
 	"math"
 	"os"
 	"path/filepath"
@@ -27,12 +28,12 @@ func TestReadSeries(t *testing.T) {
 			},
 		},
 		{name: "missing column", in: "variant,t_s,replica\noff,1,r0\n", wantErr: `missing column "running"`},
-		{name: "bad number", in: strings.Join(seriesHeader, ",") + "\noff,1,r0,x,0,0,0,0,0,0,0\n", wantErr: "line 2: column running"},
-		{name: "empty time", in: strings.Join(seriesHeader, ",") + "\noff,,r0,1,0,0,0,0,0,0,0\n", wantErr: "line 2: column t_s"},
+		{name: "bad number", in: strings.Join(loadgen.SeriesHeader, ",") + "\noff,1,r0,x,0,0,0,0,0,0,0\n", wantErr: "line 2: column running"},
+		{name: "empty time", in: strings.Join(loadgen.SeriesHeader, ",") + "\noff,,r0,1,0,0,0,0,0,0,0\n", wantErr: "line 2: column t_s"},
 		{name: "empty file", in: "", wantErr: "no header"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := readSeries(strings.NewReader(tc.in))
+			got, err := loadgen.ReadSeries(strings.NewReader(tc.in))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -51,24 +52,24 @@ func TestReadSeries(t *testing.T) {
 }
 
 func TestReadTurns(t *testing.T) {
-	got, err := readTurns(strings.NewReader(`{"variant":"on","session":3,"turn":1,"done_ns":5000000000,"status":200}` + "\n\n"))
+	got, err := loadgen.ReadTurns(strings.NewReader(`{"variant":"on","session":3,"turn":1,"done_ns":5000000000,"status":200}` + "\n\n"))
 	if err != nil || len(got) != 1 || got[0].Session != 3 || got[0].Done != 5*time.Second {
 		t.Fatalf("got %+v, %v", got, err)
 	}
-	if _, err := readTurns(strings.NewReader("{}\n{bad\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+	if _, err := loadgen.ReadTurns(strings.NewReader("{}\n{bad\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("error %v, want one naming line 2", err)
 	}
 }
 
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "reading manifest") {
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), ManifestFile) {
 		t.Errorf("empty dir: error %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, ManifestFile), []byte(`{"run_id":"x"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "reading turns") {
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), TurnsFile) {
 		t.Errorf("no turns: error %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, TurnsFile), nil, 0o644); err != nil {
@@ -84,16 +85,16 @@ func TestLoadErrors(t *testing.T) {
 func sameFloat(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
 
 func FuzzReadSeries(f *testing.F) {
-	f.Add(strings.Join(seriesHeader, ",") + "\noff,1,r0,1,0,0.5,10,5,10,3,0\n")
-	f.Add(strings.Join(seriesHeader, ",") + "\noff,1e308,r0,NaN,,,-1,+Inf,0,0,0\n")
+	f.Add(strings.Join(loadgen.SeriesHeader, ",") + "\noff,1,r0,1,0,0.5,10,5,10,3,0\n")
+	f.Add(strings.Join(loadgen.SeriesHeader, ",") + "\noff,1e308,r0,NaN,,,-1,+Inf,0,0,0\n")
 	f.Add("variant\n\"unterminated\n")
 	f.Fuzz(func(t *testing.T, in string) {
-		samples, err := readSeries(strings.NewReader(in))
+		samples, err := loadgen.ReadSeries(strings.NewReader(in))
 		if err != nil || len(samples) == 0 {
 			return
 		}
 		// Property: what was read writes back and reads again to the same samples.
-		again, err := readSeries(strings.NewReader(string(encodeSeries(t, samples))))
+		again, err := loadgen.ReadSeries(strings.NewReader(string(encodeSeries(t, samples))))
 		if err != nil {
 			t.Fatalf("re-reading what was read: %v", err)
 		}
@@ -114,7 +115,7 @@ func FuzzReadTurns(f *testing.F) {
 	f.Add(`{"variant":"on","session":1,"turn":0,"status":200}` + "\n")
 	f.Add("{\n")
 	f.Fuzz(func(t *testing.T, in string) {
-		got, err := readTurns(strings.NewReader(in))
+		got, err := loadgen.ReadTurns(strings.NewReader(in))
 		if err != nil {
 			return
 		}
