@@ -95,53 +95,12 @@ func (s *Sticky) Pick(now time.Duration, req Request, reps []ReplicaState) (Deci
 // LeastLoaded returns the least-loaded healthy replica other than exclude (see the
 // type's doc), or -1 when there is none.
 func (s *Sticky) LeastLoaded(reps []ReplicaState, exclude int) int {
-	useScrape := true
-	for i := range reps {
-		if i != exclude && reps[i].Healthy && !reps[i].Fresh {
-			useScrape = false
-			break
-		}
-	}
-	best, ties := -1, 0
-	for i := range reps {
-		if i == exclude || !reps[i].Healthy {
-			continue
-		}
-		if best < 0 {
-			best, ties = i, 1
-			continue
-		}
-		switch c := compareLoad(&reps[i], &reps[best], useScrape); {
-		case c < 0:
-			best, ties = i, 1
-		case c == 0:
-			// Reservoir sampling: each of the k tied replicas ends up chosen with
-			// probability 1/k.
-			ties++
-			if s.Rand.IntN(ties) == 0 {
-				best = i
-			}
-		}
-	}
-	return best
+	return leastBy(reps, exclude, 0, stickyKeys, s.Rand)
 }
 
-// compareLoad orders two replicas by the placement tuple: -1 when a is less loaded.
-func compareLoad(a, b *ReplicaState, useScrape bool) int {
-	if a.InFlight != b.InFlight {
-		return cmpInt(a.InFlight, b.InFlight)
-	}
-	if useScrape {
-		la, lb := float64(a.Waiting)+a.KVUsage, float64(b.Waiting)+b.KVUsage
-		if la < lb {
-			return -1
-		}
-		if la > lb {
-			return 1
-		}
-	}
-	return cmpInt(a.Active, b.Active)
-}
+// stickyKeys is Sticky's placement tuple: router in-flight, then scraped waiting +
+// KV usage (only when every candidate's scrape is fresh), then active sessions.
+var stickyKeys = []LoadKey{KeyInFlight, KeyScraped, KeyActive}
 
 func cmpInt(a, b int) int {
 	switch {
