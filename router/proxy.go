@@ -279,6 +279,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, api, err, r.Context().Err() != nil)
 		return
 	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		p.fail(w, api, fmt.Errorf("%w: the body is empty", ErrBadBody), false)
+		return
+	}
 	info, err := ExtractKey(r.Header, body, p.keys)
 	if err != nil {
 		p.fail(w, api, err, false)
@@ -286,7 +290,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	pool := p.Pool(info.Model)
 	if pool == nil {
-		p.fail(w, api, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
+		p.failModel(w, api, info.Model, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
 		return
 	}
 	c := &call{pool: pool, api: api, facts: Facts{SessionKey: info.SessionKey, PromptTokens: EstimatePromptTokens(len(body))}, body: body, inURL: *r.URL, counted: true}
@@ -294,8 +298,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d, err := pool.Balancer.Acquire(c.facts)
 	p.m.observeDecision(time.Since(t0))
 	if err != nil {
-		p.fail(w, api, fmt.Errorf("model %q: %w", pool.Model, err), false)
-		p.m.countResponse(pool.Model, StatusFor(err, false))
+		p.failModel(w, api, pool.Model, fmt.Errorf("model %q: %w", pool.Model, err), false)
 		return
 	}
 	c.dec, c.held = d, true
@@ -338,8 +341,16 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	p.rp.ServeHTTP(w, r2)
 }
 
+// fail answers a request the router itself refuses, in the API's error shape, and
+// counts it in warden_responses_total under the model it asked for ("" when not
+// known yet).
 func (p *Proxy) fail(w http.ResponseWriter, api apiKind, err error, clientGone bool) {
+	p.failModel(w, api, "", err, clientGone)
+}
+
+func (p *Proxy) failModel(w http.ResponseWriter, api apiKind, model string, err error, clientGone bool) {
 	status := StatusFor(err, clientGone)
+	p.m.countResponse(model, status)
 	if status == StatusClientClosed {
 		return
 	}

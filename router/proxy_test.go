@@ -300,6 +300,8 @@ func TestBadJSONGets400NotCrash(t *testing.T) {
 		{"/v1/messages?beta=true", `[1,2]`},
 		{"/v1/messages", `null`},
 		{"/v1/completions", "\xff\xfe"},
+		{"/v1/chat/completions", ""}, // empty body: nothing to route by
+		{"/v1/messages", " \n "},     // white space only
 	}
 	for _, tc := range tests {
 		t.Run(tc.path+" "+tc.body, func(t *testing.T) {
@@ -778,6 +780,7 @@ func TestRouterMetricsCountRequests(t *testing.T) {
 	f := newFront(t, true, nil, newStub(t, "a"))
 	f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: "s"}, `{"model":"m"}`)
 	f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: "s"}, `{"model":"m"}`)
+	f.post(t, "/v1/messages", nil, `not json`) // refused by the router itself: counted too
 	rec := httptest.NewRecorder()
 	f.rt.Metrics().Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
@@ -785,6 +788,7 @@ func TestRouterMetricsCountRequests(t *testing.T) {
 		`warden_requests_total{decision="placed",model="*",replica="a"} 1`,
 		`warden_requests_total{decision="sticky",model="*",replica="a"} 1`,
 		`warden_responses_total{code="200",model="*"} 2`,
+		`warden_responses_total{code="400",model=""} 1`,
 		`warden_sessions{model="*",replica="a"} 1`,
 		`warden_replica_healthy{model="*",replica="a"} 1`,
 		`warden_decision_seconds_count 2`,
