@@ -136,6 +136,9 @@ func serveRouter(ctx context.Context, rt *router.Router, cfg router.Config) erro
 	go func() { errc <- api.Serve(ln) }()
 	go func() { errc <- admin.Serve(aln) }()
 	slog.Info("router listening", "api", ln.Addr().String(), "admin", aln.Addr().String())
+	if cfg.AdminToken == "" {
+		slog.Warn("the admin API has no bearer token: anyone who can reach it can switch affinity and thresholds; set --admin-token or admin_token", "admin", aln.Addr().String())
+	}
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
