@@ -98,14 +98,8 @@ func stopReason(finish string) string {
 // app-wide RequestValidationError handler; errors raised while serving (unknown model,
 // too long) use the Anthropic body, as vLLM's translate_error_response does.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	body, e := readBody(w, r)
-	if e != nil {
-		writeOpenAIError(w, e)
-		return
-	}
-	req, e := decodeMessages(body)
-	if e != nil {
-		writeOpenAIError(w, e)
+	req, ok := readRequest(w, r, decodeMessages)
+	if !ok {
 		return
 	}
 	if req.MaxTokens == nil {
@@ -225,14 +219,8 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, sub *sub
 // {"original_input_tokens": n}}, n being the rendered prompt's length including the
 // generation prompt (vLLM renders the converted chat request, serving.py count_tokens).
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	body, e := readBody(w, r)
-	if e != nil {
-		writeOpenAIError(w, e)
-		return
-	}
-	req, e := decodeMessages(body)
-	if e != nil {
-		writeOpenAIError(w, e)
+	req, ok := readRequest(w, r, decodeMessages)
+	if !ok {
 		return
 	}
 	msgs, e := req.chatMessages()

@@ -111,14 +111,8 @@ func streamErrorEvent(err error) []byte {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	body, e := readBody(w, r)
-	if e != nil {
-		writeOpenAIError(w, e)
-		return
-	}
-	req, e := decodeChat(body)
-	if e != nil {
-		writeOpenAIError(w, e)
+	req, ok := readRequest(w, r, decodeChat)
+	if !ok {
 		return
 	}
 	if e := s.checkModel(req.Model); e != nil {
@@ -230,14 +224,8 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sub *submiss
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
-	body, e := readBody(w, r)
-	if e != nil {
-		writeOpenAIError(w, e)
-		return
-	}
-	req, e := decodeCompletion(body)
-	if e != nil {
-		writeOpenAIError(w, e)
+	req, ok := readRequest(w, r, decodeCompletion)
+	if !ok {
 		return
 	}
 	if e := s.checkModel(req.Model); e != nil {

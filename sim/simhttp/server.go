@@ -134,6 +134,22 @@ func (s *Server) nextID() string {
 
 // readBody checks the media type and reads a JSON body, as vLLM's validate_json_request
 // (vllm/entrypoints/serve/utils/api_utils.py) and FastAPI do.
+// readRequest reads the body and decodes it with decode. Errors of both steps are
+// request validation errors, which vLLM answers with its OpenAI error body on every
+// route (the app-wide RequestValidationError handler).
+func readRequest[T any](w http.ResponseWriter, r *http.Request, decode func([]byte) (T, *apiError)) (T, bool) {
+	body, e := readBody(w, r)
+	if e == nil {
+		var req T
+		if req, e = decode(body); e == nil {
+			return req, true
+		}
+	}
+	writeOpenAIError(w, e)
+	var zero T
+	return zero, false
+}
+
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt != "application/json" {
