@@ -154,16 +154,22 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (rt *Router) writeAffinity(w http.ResponseWriter, pools []*Pool, all bool) {
-	var out []affinityView
+// writePerModel answers a GET on a per-model setting: one view for a named model,
+// a list for "*" (all).
+func writePerModel[V any](w http.ResponseWriter, pools []*Pool, all bool, view func(*Pool) V) {
+	out := make([]V, 0, len(pools))
 	for _, p := range pools {
-		out = append(out, affinityView{p.Model, p.Balancer.Affinity()})
+		out = append(out, view(p))
 	}
-	if all {
+	if all || len(out) == 0 {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
 	writeJSON(w, http.StatusOK, out[0])
+}
+
+func (rt *Router) writeAffinity(w http.ResponseWriter, pools []*Pool, all bool) {
+	writePerModel(w, pools, all, func(p *Pool) affinityView { return affinityView{p.Model, p.Balancer.Affinity()} })
 }
 
 type policyView struct {
@@ -172,28 +178,14 @@ type policyView struct {
 }
 
 func (rt *Router) writePolicy(w http.ResponseWriter, pools []*Pool, all bool) {
-	var out []policyView
-	for _, p := range pools {
-		out = append(out, policyView{p.Model, p.Balancer.Policy()})
-	}
-	if all {
-		writeJSON(w, http.StatusOK, out)
-		return
-	}
-	writeJSON(w, http.StatusOK, out[0])
+	writePerModel(w, pools, all, func(p *Pool) policyView { return policyView{p.Model, p.Balancer.Policy()} })
 }
 
 func (rt *Router) writeThreshold(w http.ResponseWriter, pools []*Pool, all bool) {
-	var out []thresholdView
-	for _, p := range pools {
+	writePerModel(w, pools, all, func(p *Pool) thresholdView {
 		n, auto := p.Balancer.OverflowThreshold()
-		out = append(out, thresholdView{p.Model, n, auto})
-	}
-	if all {
-		writeJSON(w, http.StatusOK, out)
-		return
-	}
-	writeJSON(w, http.StatusOK, out[0])
+		return thresholdView{p.Model, n, auto}
+	})
 }
 
 // decodeStrict decodes one JSON object with no unknown fields, at most 64 KiB.
