@@ -11,6 +11,13 @@ import (
 // ErrNoReplica: no healthy replica can take the request (the proxy answers 503).
 var ErrNoReplica = errors.New("no healthy replica")
 
+// ErrHold: the policy holds a new conversation at the router instead of placing it
+// now (router-side admission, WorkingSet.AdmitHold): no replica has room for its
+// context yet, the fleet as a whole does, and one is expected to free soon. The
+// caller asks again later (Facts.HeldFor says for how long it has held the request
+// so far); the request is not counted anywhere meanwhile.
+var ErrHold = errors.New("held for admission")
+
 // Reason says why a replica was chosen. It is sent in the X-Warden-Decision header.
 type Reason uint8
 
@@ -66,6 +73,9 @@ type Facts struct {
 	// The session table keeps the latest value per session as its context
 	// estimate (ReplicaState.LiveTokens).
 	PromptTokens int
+	// HeldFor is how long the caller has held this request after ErrHold answers
+	// (0 on the first attempt).
+	HeldFor time.Duration
 }
 
 // DecisionEvent is what BalancerConfig.OnDecision is told about one decision.
@@ -304,7 +314,7 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 			h = b.sessions.hash(f.SessionKey)
 			home = b.sessions.lookup(now, h)
 		}
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: f.PromptTokens}, b.view)
+		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: f.PromptTokens, HeldFor: f.HeldFor}, b.view)
 		if err == nil && f.SessionKey != "" {
 			switch {
 			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.view[home].Healthy:

@@ -46,6 +46,9 @@ type Request struct {
 	// (exact in virtual mode, estimated from the body size by the proxy); 0 when
 	// unknown.
 	PromptTokens int
+	// HeldFor is how long the request has been held at the router so far after
+	// ErrHold answers (0 on the first attempt).
+	HeldFor time.Duration
 }
 
 // Policy decides which replica serves a request, from the request and a snapshot of

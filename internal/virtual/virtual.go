@@ -59,19 +59,22 @@ type tokCache struct {
 }
 
 type run struct {
-	cfg      Config
-	sc       *loadgen.Scenario
-	sched    scheduler
-	engines  []*sim.Engine
-	busy     []bool
-	names    []string
-	bal      *router.Balancer
-	w        *loadgen.Workload
-	system   []uint32
-	caches   map[int64]*tokCache // by session ID, within the current variant
-	flights  map[string]*flight
-	pending  map[int]loadgen.TurnRequest
-	nextTurn int
+	cfg     Config
+	sc      *loadgen.Scenario
+	sched   scheduler
+	engines []*sim.Engine
+	busy    []bool
+	names   []string
+	bal     *router.Balancer
+	w       *loadgen.Workload
+	system  []uint32
+	caches  map[int64]*tokCache // by session ID, within the current variant
+	flights map[string]*flight
+	pending map[int]loadgen.TurnRequest
+	// heldSince: for a pending turn the router held (router.ErrHold), when it was
+	// first sent.
+	heldSince map[int]time.Duration
+	nextTurn  int
 
 	variant int
 	loop    *loadgen.Loop
@@ -82,6 +85,10 @@ type run struct {
 	stageOK []int
 	stageKO []int
 }
+
+// HoldRetry is how often a turn the router holds (router.ErrHold) asks again, in
+// simulated time.
+const HoldRetry = 500 * time.Millisecond
 
 // Run runs every variant of the scenario in virtual time and returns the manifest.
 // Results and series go to cfg.Out (closed by Run with the manifest). On ctx
@@ -106,12 +113,13 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		cfg.PollInterval = loadgen.DefaultScrapeInterval
 	}
 	r := &run{
-		cfg:     cfg,
-		sc:      sc,
-		caches:  map[int64]*tokCache{},
-		flights: map[string]*flight{},
-		pending: map[int]loadgen.TurnRequest{},
-		wall:    time.Now(),
+		cfg:       cfg,
+		sc:        sc,
+		caches:    map[int64]*tokCache{},
+		flights:   map[string]*flight{},
+		pending:   map[int]loadgen.TurnRequest{},
+		heldSince: map[int]time.Duration{},
+		wall:      time.Now(),
 	}
 	ecfg := cfg.Engine
 	ecfg.EmitTokens = true
@@ -202,7 +210,13 @@ func (r *run) loopEvents(ctx context.Context) error {
 		case evSend:
 			tr := r.pending[ev.turn]
 			delete(r.pending, ev.turn)
-			r.submit(tr, t)
+			since, held := r.heldSince[ev.turn]
+			if held {
+				delete(r.heldSince, ev.turn)
+			} else {
+				since = t
+			}
+			r.submit(tr, t, since)
 		case evPoll:
 			r.poll(t)
 			if t+r.cfg.PollInterval <= r.end {
@@ -284,6 +298,7 @@ func (r *run) stopVariant(t time.Duration) {
 	r.m.Variants = append(r.m.Variants, r.loop.Variant())
 	r.loop = nil
 	r.pending = map[int]loadgen.TurnRequest{}
+	r.heldSince = map[int]time.Duration{}
 }
 
 func (r *run) send(trs []loadgen.TurnRequest) {
@@ -313,12 +328,22 @@ func (r *run) prompt(s *loadgen.Session) []uint32 {
 	return sim.AppendGenerationPrompt(c.toks)
 }
 
-func (r *run) submit(tr loadgen.TurnRequest, t time.Duration) {
+// submit routes a turn at t; since is when it was first sent (earlier than t when
+// the router held it: router.ErrHold, retried every HoldRetry).
+func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
 	res := tr.NewResult()
-	res.Sent, res.Headers = t, t
-	r.loop.Sent(tr, t)
+	res.Sent, res.Headers = since, t
+	r.loop.Sent(tr, since)
 	prompt := r.prompt(tr.Session)
-	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt)})
+	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - since})
+	if errors.Is(err, router.ErrHold) {
+		id := r.nextTurn
+		r.nextTurn++
+		r.pending[id] = tr
+		r.heldSince[id] = since
+		r.sched.at(event{at: t + HoldRetry, kind: evSend, variant: r.variant, turn: id})
+		return
+	}
 	if err != nil {
 		res.Done, res.Status, res.Err = t, 503, err.Error()
 		r.finish(&res, t, tr.Session)
@@ -336,7 +361,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration) {
 	}
 	res.PromptTokens = len(req.Prompt)
 	r.flights[id] = &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens)}
-	r.sched.at(event{at: t + r.sc.RequestTimeout, kind: evTimeout, variant: r.variant, req: id})
+	r.sched.at(event{at: since + r.sc.RequestTimeout, kind: evTimeout, variant: r.variant, req: id})
 	if !r.busy[d.Replica] {
 		r.busy[d.Replica] = true
 		r.sched.at(event{at: t, kind: evStep, idx: d.Replica})
