@@ -200,3 +200,56 @@ func init() {
 	armTable["admit-30s"] = admitArm("admit-30s", 30*time.Second)
 	armTable["admit-120s"] = admitArm("admit-120s", 2*time.Minute)
 }
+
+// bandScore: every turn (no affinity) to the replica with the lowest vLLM score
+// among those with at most band more requests in flight than the least loaded
+// (the router's exact counts), ties at random.
+type bandScore struct {
+	band int
+	rng  *rand.Rand
+}
+
+func (b bandScore) Pick(_ time.Duration, _ router.Request, reps []router.ReplicaState) (router.Decision, error) {
+	least := -1
+	for i := range reps {
+		if reps[i].Healthy && (least < 0 || reps[i].InFlight < least) {
+			least = reps[i].InFlight
+		}
+	}
+	if least < 0 {
+		return router.Decision{}, router.ErrNoReplica
+	}
+	best, bs, ties := -1, 0.0, 0
+	for i := range reps {
+		r := &reps[i]
+		if !r.Healthy || r.InFlight > least+b.band {
+			continue
+		}
+		sc := vllmScore(r)
+		switch {
+		case best < 0 || sc < bs:
+			best, bs, ties = i, sc, 1
+		case sc == bs:
+			ties++
+			if b.rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return router.Decision{Replica: best, Reason: router.ReasonPlaced}, nil
+}
+
+func bandArm(name string, band int) func() Arm {
+	return func() Arm {
+		return Arm{Name: name, Affinity: true,
+			NewPolicy: func(env PolicyEnv) router.Policy {
+				return bandScore{band: band, rng: rand.New(rand.NewPCG(env.Seed, 5))}
+			}}
+	}
+}
+
+func init() {
+	armTable["diag-band-0"] = bandArm("diag-band-0", 0)
+	armTable["diag-band-1"] = bandArm("diag-band-1", 1)
+	armTable["diag-band-2"] = bandArm("diag-band-2", 2)
+}
