@@ -39,6 +39,21 @@ func TestKVGroups(t *testing.T) {
 	if got := p.NumGPUBlocks(16); got != 9310 {
 		t.Errorf("Gemma num_gpu_blocks %d, want 9310", got)
 	}
+	// With kv_cache_dtype fp8 a block costs half: 655,360 B, and the same memory
+	// holds floor(12.20e9 / 655,360) = 18,621 blocks.
+	fp8 := ProfileRTX5090Gemma3_27BFP8KV
+	if got := fp8.BlockBytes(16); got != 655360 {
+		t.Errorf("Gemma fp8 KV block bytes %v, want 655360", got)
+	}
+	if got := fp8.NumGPUBlocks(16); got != 18621 {
+		t.Errorf("Gemma fp8 KV num_gpu_blocks %d, want 18621", got)
+	}
+	// Decode reads half the KV bytes per step: at a long context the fp8 step is
+	// shorter, the weights' share being the same.
+	long := []SeqWork{{Start: 60000, New: 1}, {Start: 60000, New: 1}}
+	if a, b := p.StepTime(long), fp8.StepTime(long); !(b < a) {
+		t.Errorf("decode step at 60k context: fp8 KV %v, bf16 %v; want fp8 faster", b, a)
+	}
 	// The full-attention profile keeps its numbers: 2463 blocks of 144 KiB x 16.
 	if got := ProfileA4000Qwen3_4B.NumGPUBlocks(16); got != 2463 {
 		t.Errorf("Qwen num_gpu_blocks %d, want 2463", got)

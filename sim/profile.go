@@ -31,6 +31,9 @@ type Profile struct {
 	// step time follow vLLM's hybrid KV cache manager (see KVGroups).
 	SlidingWindow int
 	SlidingLayers int
+	// KVDtypeBytes is the size of one cached K or V element in bytes: 0 means
+	// KVBytesPerElem (bf16, vLLM's kv_cache_dtype "auto"); 1 for "fp8".
+	KVDtypeBytes float64
 	// MaxModelLen is the max_model_len an engine gets by default (the model's
 	// context length, or what the server is assumed to set), lowered to what the KV
 	// cache holds; 0 means DefaultMaxModelLen.
@@ -176,9 +179,31 @@ var ProfileRTX5090Gemma3_27B = Profile{
 	MaxModelLen:      131072,
 }
 
-var builtinProfiles = []Profile{ProfileA4000Qwen3_4B, ProfileRTX5090Gemma3_27B}
+// ProfileRTX5090Gemma3_27BFP8KV is ProfileRTX5090Gemma3_27B served with
+// `--kv-cache-dtype fp8` (vLLM stores K and V as fp8 e4m3 with per-tensor scales;
+// vllm/config/cache.py CacheDType): 1 byte per element instead of 2, so the same
+// 12.20e9 bytes hold 18,621 blocks = 297,936 tokens of global-layer context, and
+// decode reads half the KV bytes per step. Everything else is unchanged.
+//
+// Why a second profile: the brief's 7-GPU anecdote (workload.md) saw 81 % of
+// prompt tokens served from cache right after a restart with 26 sessions of about
+// 58k tokens, which needs the fleet to hold about 26 x 58k = 1.5M tokens; the bf16
+// profile's 7 x 148,960 = 1.04M cannot, under any placement. The anecdote does not
+// say which KV dtype, quantization or context sizes it had, so this is a
+// plausible deployment, not a measured one; docs/routing.md reports the fleet
+// scenario on both profiles.
+var ProfileRTX5090Gemma3_27BFP8KV = func() Profile {
+	p := ProfileRTX5090Gemma3_27B
+	p.Name = "rtx5090-27b-fp8kv"
+	p.ModelName = "google/gemma-3-27b-it (w4a16, fp8 KV cache)"
+	p.KVDtypeBytes = 1
+	return p
+}()
 
-// LookupProfile returns a built-in profile by name ("a4000-qwen3-4b", "rtx5090-27b").
+var builtinProfiles = []Profile{ProfileA4000Qwen3_4B, ProfileRTX5090Gemma3_27B, ProfileRTX5090Gemma3_27BFP8KV}
+
+// LookupProfile returns a built-in profile by name ("a4000-qwen3-4b", "rtx5090-27b",
+// "rtx5090-27b-fp8kv").
 // Errors: unknown name.
 func LookupProfile(name string) (Profile, error) {
 	for _, p := range builtinProfiles {

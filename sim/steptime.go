@@ -7,8 +7,18 @@ import (
 
 // KVBytesPerElem is the size of one cached K or V element: vLLM's kv_cache_dtype
 // "auto" stores the KV cache in the model's activation dtype, bf16 (2 bytes), also for
-// weight-only quantized models.
+// weight-only quantized models. A profile overrides it with Profile.KVDtypeBytes
+// (1 for kv_cache_dtype "fp8").
 const KVBytesPerElem = 2
+
+// kvElemBytes is the profile's KV element size: KVDtypeBytes, or KVBytesPerElem
+// when it is 0.
+func (p Profile) kvElemBytes() float64 {
+	if p.KVDtypeBytes > 0 {
+		return p.KVDtypeBytes
+	}
+	return KVBytesPerElem
+}
 
 // SeqWork is one request's share of a step: New tokens scheduled, the first at
 // position Start (Start tokens of its context are already in the KV cache). A decode
@@ -22,9 +32,10 @@ type SeqWork struct {
 func (p Profile) WeightBytes() float64 { return p.Params * p.BytesPerParam }
 
 // KVBytesPerTokenLayer is the KV cache bytes of one token in one layer:
-// 2 (K and V) x KVHeads x HeadDim x KVBytesPerElem.
+// 2 (K and V) x KVHeads x HeadDim x the KV element size (KVBytesPerElem, or
+// Profile.KVDtypeBytes).
 func (p Profile) KVBytesPerTokenLayer() float64 {
-	return 2 * float64(p.KVHeads) * float64(p.HeadDim) * KVBytesPerElem
+	return 2 * float64(p.KVHeads) * float64(p.HeadDim) * p.kvElemBytes()
 }
 
 // KVBytesPerToken is the KV cache bytes of one token over all layers, as if every

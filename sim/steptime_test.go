@@ -97,6 +97,7 @@ func TestLookupProfile(t *testing.T) {
 	}{
 		{"a4000-qwen3-4b", "qwen3-4b-dp4", false},
 		{"rtx5090-27b", "gemma-3-27b", false},
+		{"rtx5090-27b-fp8kv", "gemma-3-27b", false},
 		{"h100", "", true},
 	}
 	for _, tc := range tests {

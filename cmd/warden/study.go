@@ -48,9 +48,10 @@ sticky (the reference rule), working-set (the new policy, the default with
 affinity on), unlimited-cache (working-set on engines that never evict: the bound
 of the prefix hit rate); more with --list. Setups: reference (the reference
 workload on 4 x a4000-qwen3-4b), reference-gap (the same with 3 s between turns
-and jittered sizes), fleet (scenarios/fleet-7x5090.yaml on 7 x rtx5090-27b).
+and jittered sizes), fleet (scenarios/fleet-7x5090.yaml on 7 x rtx5090-27b),
+fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 
-  warden study                                  # 3 setups, 5 arms, seeds 1,2,3
+  warden study                                  # 4 setups, 5 arms, seeds 1,2,3
   warden study --setups reference --arms sticky,working-set --seeds 1
   warden study --trace results/20260101-120000  # draw the trace of a bench run`,
 		Args: cobra.NoArgs,
@@ -107,7 +108,7 @@ and jittered sizes), fleet (scenarios/fleet-7x5090.yaml on 7 x rtx5090-27b).
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&setups, "setups", []string{study.SetupReference, study.SetupGap, study.SetupFleet}, "setups: "+strings.Join(study.SetupNames(), ", "))
+	f.StringSliceVar(&setups, "setups", []string{study.SetupReference, study.SetupGap, study.SetupFleet, study.SetupFleetFP8}, "setups: "+strings.Join(study.SetupNames(), ", "))
 	f.StringSliceVar(&arms, "arms", study.StandardArms(), "arms (see --list)")
 	f.UintSliceVar(&seeds, "seeds", []uint{1, 2, 3}, "scenario seeds")
 	f.IntSliceVar(&stages, "stages", nil, "override every setup's stages, e.g. 16,32")
@@ -115,7 +116,7 @@ and jittered sizes), fleet (scenarios/fleet-7x5090.yaml on 7 x rtx5090-27b).
 	f.StringVar(&out, "out", "results/study", "output directory (\"\" writes nothing)")
 	f.StringVar(&scenarios, "scenarios", "scenarios", "directory of the scenario files")
 	f.Uint64Var(&traceSeed, "trace-seed", 1, "draw per-replica traces of this seed's runs (0: none)")
-	f.StringSliceVar(&traceArms, "trace-arms", []string{study.ArmSticky, study.ArmWorkingSet}, "arms whose traces are drawn (and whose placements are scored)")
+	f.StringSliceVar(&traceArms, "trace-arms", []string{study.ArmSessionHash, study.ArmSticky, study.ArmWorkingSet}, "arms whose traces are drawn (and whose placements are scored)")
 	f.BoolVar(&signals, "signals", true, "score every placement input on the traced runs (signals.md)")
 	f.IntVar(&parallel, "parallel", 0, "runs at once (0: GOMAXPROCS)")
 	f.StringVar(&traceDir, "trace", "", "only draw trace-<variant>.png for every variant of an existing results directory")

@@ -16,6 +16,7 @@ const (
 	SetupReference = "reference"
 	SetupGap       = "reference-gap"
 	SetupFleet     = "fleet"
+	SetupFleetFP8  = "fleet-fp8kv"
 )
 
 // GapThinkTime and the jitters of the reference-gap setup: the reference workload
@@ -32,7 +33,7 @@ const (
 )
 
 // SetupNames lists the known setups.
-func SetupNames() []string { return []string{SetupReference, SetupGap, SetupFleet} }
+func SetupNames() []string { return []string{SetupReference, SetupGap, SetupFleet, SetupFleetFP8} }
 
 // LookupSetup returns a named setup. scenarios is the directory holding the
 // scenario files (for the fleet setup, fleet-7x5090.yaml).
@@ -41,6 +42,9 @@ func SetupNames() []string { return []string{SetupReference, SetupGap, SetupFlee
 //     replicas of a4000-qwen3-4b, max_num_seqs 32.
 //   - reference-gap: the same with GapThinkTime between turns and jittered sizes.
 //   - fleet: scenarios/fleet-7x5090.yaml on 7 replicas of rtx5090-27b.
+//   - fleet-fp8kv: the same on rtx5090-27b-fp8kv (fp8 KV cache: twice the
+//     tokens), a fleet that can hold the 26 conversations when they are spread
+//     evenly (sim.ProfileRTX5090Gemma3_27BFP8KV says why it exists).
 func LookupSetup(name, scenarios string) (Setup, error) {
 	switch name {
 	case SetupReference, SetupGap:
@@ -52,12 +56,16 @@ func LookupSetup(name, scenarios string) (Setup, error) {
 			sc.TurnSpread = loadgen.TokenRange{Min: sc.TurnTokens - GapTurnJitter, Max: sc.TurnTokens + GapTurnJitter}
 		}
 		return Setup{Name: name, Scenario: sc, Replicas: 4, Profile: sim.ProfileA4000Qwen3_4B, MaxNumSeqs: 32}, nil
-	case SetupFleet:
+	case SetupFleet, SetupFleetFP8:
 		sc, err := loadgen.LoadScenario(filepath.Join(scenarios, "fleet-7x5090.yaml"))
 		if err != nil {
 			return Setup{}, fmt.Errorf("looking up setup %q: %w", name, err)
 		}
-		return Setup{Name: name, Scenario: sc, Replicas: 7, Profile: sim.ProfileRTX5090Gemma3_27B, MaxNumSeqs: 32}, nil
+		prof := sim.ProfileRTX5090Gemma3_27B
+		if name == SetupFleetFP8 {
+			prof = sim.ProfileRTX5090Gemma3_27BFP8KV
+		}
+		return Setup{Name: name, Scenario: sc, Replicas: 7, Profile: prof, MaxNumSeqs: 32}, nil
 	}
 	names := SetupNames()
 	slices.Sort(names)
