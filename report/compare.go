@@ -1,11 +1,11 @@
 package report
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,8 +96,10 @@ func (t Threshold) String() string {
 
 // check returns whether d violates t and why. A change that cannot be computed
 // (n/a on either side, or a relative change from 0) is a violation: a gate must not
-// pass on missing data.
-func (t Threshold) check(d Delta) (bool, string) {
+// pass on missing data. A change past the limit that the stage's own noise
+// covers (d.Noise == WithinNoise) is not, unless strict: the same code run twice
+// moves that much. A change with no noise estimate is judged on the limit alone.
+func (t Threshold) check(d Delta, strict bool) (bool, string) {
 	change, unit := d.Diff, ""
 	if t.Relative {
 		change, unit = d.RelPct, "%"
@@ -106,6 +108,9 @@ func (t Threshold) check(d Delta) (bool, string) {
 		return true, "change cannot be computed (n/a)"
 	}
 	if float64(t.Direction)*change > t.Limit {
+		if d.Noise == WithinNoise && !strict {
+			return false, ""
+		}
 		return true, fmt.Sprintf("change %+.4g%s beyond limit %s", change, unit, t)
 	}
 	return false, ""
@@ -114,6 +119,10 @@ func (t Threshold) check(d Delta) (bool, string) {
 // CompareOptions tunes Compare.
 type CompareOptions struct {
 	FailOn []Threshold // gates; any violation makes Compare return ErrThresholdExceeded
+	// StrictGates makes a gate fire on a change past its limit even when the
+	// change is within the stage's noise (95 % interval from sub-windows; see
+	// Delta). By default such a change passes.
+	StrictGates bool
 	// AllowScenarioMismatch compares runs whose manifests name different scenarios
 	// (by default Compare refuses with ErrScenarioMismatch).
 	AllowScenarioMismatch bool
@@ -199,7 +208,7 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 					if t.Metric != name || (t.Variant != "" && t.Variant != v.Name) {
 						continue
 					}
-					if bad, why := t.check(d); bad {
+					if bad, why := t.check(d, opts.StrictGates); bad {
 						c.Violations = append(c.Violations, Violation{Threshold: t, Variant: v.Name, Sessions: sa.Sessions, Delta: d, Reason: why})
 					}
 				}
@@ -227,8 +236,11 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	return c, nil
 }
 
-// scenarioDiff names the scenario fields that differ, "" when equal (two nil
-// scenarios are equal).
+// scenarioDiff names the scenario fields that differ, with both values, "" when
+// equal (two nil scenarios are equal). Fields are named as in the manifest's JSON
+// and printed as Go formats them (durations as "3m0s"). An empty model on one side
+// matches any model: it means "the server's model", which an HTTP run records
+// once resolved and a virtual run leaves empty.
 func scenarioDiff(a, b *loadgen.Scenario) string {
 	if a == nil || b == nil {
 		if a == b {
@@ -236,31 +248,26 @@ func scenarioDiff(a, b *loadgen.Scenario) string {
 		}
 		return "one manifest has no scenario"
 	}
-	var ma, mb map[string]any
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
-	if errA != nil || errB != nil {
-		return "scenario cannot be encoded"
+	ca, cb := *a, *b
+	if ca.Model == "" || cb.Model == "" {
+		ca.Model, cb.Model = "", ""
 	}
-	_ = json.Unmarshal(ja, &ma)
-	_ = json.Unmarshal(jb, &mb)
+	va, vb := reflect.ValueOf(ca), reflect.ValueOf(cb)
 	var diff []string
-	for k, va := range ma {
-		vb, ok := mb[k]
-		if !ok {
-			diff = append(diff, k)
+	for i := range va.NumField() {
+		f := va.Type().Field(i)
+		if !f.IsExported() {
 			continue
 		}
-		ea, _ := json.Marshal(va)
-		eb, _ := json.Marshal(vb)
-		if string(ea) != string(eb) {
-			diff = append(diff, fmt.Sprintf("%s (%s vs %s)", k, ea, eb))
+		x, y := va.Field(i).Interface(), vb.Field(i).Interface()
+		if reflect.DeepEqual(x, y) {
+			continue
 		}
-	}
-	for k := range mb {
-		if _, ok := ma[k]; !ok {
-			diff = append(diff, k)
+		name := f.Name
+		if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag != "" && tag != "-" {
+			name = tag
 		}
+		diff = append(diff, fmt.Sprintf("%s (%v vs %v)", name, x, y))
 	}
 	slices.Sort(diff)
 	return strings.Join(diff, ", ")

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -142,5 +143,54 @@ func TestCompareScenarioMismatch(t *testing.T) {
 	}
 	if _, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{AllowScenarioMismatch: true}); err != nil {
 		t.Errorf("with AllowScenarioMismatch: %v", err)
+	}
+
+	// An empty model (a virtual run: "the server's model") matches a resolved one;
+	// durations are named in Go's format.
+	m, r, s = syntheticRun()
+	m.Scenario.Model = ""
+	writeRunDir(t, dirA, m, r, s)
+	m.Scenario.Model = "qwen3-4b-dp4"
+	m.Scenario.StageDuration *= 2
+	writeRunDir(t, dirB, m, r, s)
+	_, err = Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{})
+	if err == nil || strings.Contains(err.Error(), "model") {
+		t.Errorf("empty vs resolved model: error %v, want only the stage duration named", err)
+	}
+	if want := (m.Scenario.StageDuration / 2).String() + " vs " + m.Scenario.StageDuration.String(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v does not show durations as %q", err, want)
+	}
+}
+
+// A gate fires on a change past its limit only when the change is beyond the
+// stage's noise or the noise is unknown; with strict gates, noise is ignored. A
+// change that cannot be computed always fires.
+func TestThresholdCheckRespectsNoise(t *testing.T) {
+	gate, err := ParseThreshold("output_tokens_per_min:-5%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop := func(noise Noise) Delta {
+		return Delta{Metric: "output_tokens_per_min", Base: 1000, Value: 900, Diff: -100, RelPct: -10, Noise: noise}
+	}
+	tests := []struct {
+		name   string
+		d      Delta
+		strict bool
+		want   bool
+	}{
+		{"past the limit, beyond noise", drop(BeyondNoise), false, true},
+		{"past the limit, within noise", drop(WithinNoise), false, false},
+		{"past the limit, within noise, strict", drop(WithinNoise), true, true},
+		{"past the limit, noise unknown", drop(NoiseUnknown), false, true},
+		{"inside the limit", Delta{Base: 1000, Value: 980, Diff: -20, RelPct: -2, Noise: BeyondNoise}, false, false},
+		{"cannot be computed", Delta{Base: 0, Value: 5, Diff: 5, RelPct: math.NaN(), Noise: WithinNoise}, false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, why := gate.check(tc.d, tc.strict); got != tc.want {
+				t.Errorf("check = %v (%q), want %v", got, why, tc.want)
+			}
+		})
 	}
 }

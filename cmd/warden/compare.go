@@ -12,6 +12,7 @@ func newCompareCmd() *cobra.Command {
 	var (
 		failOn   []string
 		mismatch bool
+		strict   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "compare RUN_A RUN_B",
@@ -25,6 +26,10 @@ which direction is a regression:
   output_tokens_per_min:-5%    fail if output tokens/min drop more than 5%
   ttfb_p95_s:+20%              fail if TTFB p95 rises more than 20%
   on/prefix_hits_pct:-3        fail if variant "on" loses more than 3 points of hits
+A change past a limit that is within the stage's noise (the 95 % interval from
+1-minute sub-windows, marked "within noise" in the table) does not fail the gate
+unless --strict-gates; a change with no noise estimate (stages under 2 minutes) is
+judged on the limit alone.
 Exit codes: 0 ok, 4 a threshold crossed, 1 any other error.
 
 Example:
@@ -32,7 +37,7 @@ Example:
       --fail-on output_tokens_per_min:-5% --fail-on ttfb_p95_s:+20%`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := report.CompareOptions{AllowScenarioMismatch: mismatch}
+			opts := report.CompareOptions{AllowScenarioMismatch: mismatch, StrictGates: strict}
 			for _, s := range failOn {
 				t, err := report.ParseThreshold(s)
 				if err != nil {
@@ -49,5 +54,6 @@ Example:
 	}
 	cmd.Flags().StringArrayVar(&failOn, "fail-on", nil, "regression gate, repeatable (see above)")
 	cmd.Flags().BoolVar(&mismatch, "allow-scenario-mismatch", false, "compare runs of different scenarios anyway")
+	cmd.Flags().BoolVar(&strict, "strict-gates", false, "fail on a change past a limit even when it is within the run's noise")
 	return cmd
 }

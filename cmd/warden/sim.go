@@ -35,6 +35,9 @@ Example:
 			if cmd.Flags().Changed("replicas") && cfg.Replicas <= 0 {
 				return fmt.Errorf("--replicas %d: must be at least 1", cfg.Replicas)
 			}
+			if !cmd.Flags().Changed("served-model-name") {
+				cfg.Model = "" // the profile's own name (Config fills it from --profile)
+			}
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("invalid flags: %w", err)
 			}
@@ -58,7 +61,7 @@ Example:
 	f.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "number of servers, each on its own port")
 	f.IntVar(&cfg.DataParallelSize, "data-parallel-size", cfg.DataParallelSize, "engines (DP ranks) per server, behind vLLM's internal balancer")
 	f.StringVar(&cfg.Profile, "profile", cfg.Profile, "GPU/model profile: "+strings.Join(sim.ProfileNames(), ", "))
-	f.StringVar(&cfg.Model, "served-model-name", cfg.Model, "served model name (default: the profile's)")
+	f.StringVar(&cfg.Model, "served-model-name", "", "served model name (default: the profile's, e.g. "+cfg.Model+" for "+cfg.Profile+")")
 	f.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "max running sequences per engine")
 	f.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", cfg.MaxNumBatchedTokens, "token budget per step per engine")
 	f.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt + output tokens per request")
