@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -13,7 +14,10 @@ import (
 // floor at zero would otherwise hide), and 0 after the second.
 func TestReleaseExactlyOncePerRequest(t *testing.T) {
 	up := newStub(t, "a")
-	gates := map[string]chan struct{}{"s1": make(chan struct{}), "s2": make(chan struct{})}
+	f := newFront(t, true, nil, up)
+	g1, open1 := testGate(t)
+	g2, open2 := testGate(t)
+	gates := map[string]chan struct{}{"s1": g1, "s2": g2}
 	up.setHandler(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(200)
@@ -22,7 +26,6 @@ func TestReleaseExactlyOncePerRequest(t *testing.T) {
 		<-gates[r.Header.Get("X-Session-ID")]
 		io.WriteString(w, "data: [DONE]\n\n")
 	})
-	f := newFront(t, true, nil, up)
 	open := func(key string) *http.Response {
 		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody("m")))
 		req.Header.Set("X-Session-ID", key)
@@ -39,14 +42,14 @@ func TestReleaseExactlyOncePerRequest(t *testing.T) {
 	if got := f.totalInFlight(); got != 2 {
 		t.Fatalf("in flight with two open streams = %d, want 2", got)
 	}
-	close(gates["s1"])
+	open1()
 	io.ReadAll(r1.Body)
 	r1.Body.Close()
 	f.waitDone(t)
 	if got := f.totalInFlight(); got != 1 {
 		t.Fatalf("in flight after the first stream ended = %d, want exactly 1", got)
 	}
-	close(gates["s2"])
+	open2()
 	io.ReadAll(r2.Body)
 	r2.Body.Close()
 	f.waitDone(t)
@@ -79,4 +82,17 @@ func TestNoRetryAfterBytesReachedClient(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("upstream requests = %d, want 1: a stream that already sent bytes must not be retried", n)
 	}
+}
+
+// testGate returns a channel a stub handler waits on and the function that opens
+// it (idempotent). The gate is also opened when the test ends, before the stub's
+// server is closed, so a test that fails while a handler waits fails instead of
+// hanging in httptest.Server.Close.
+func testGate(t *testing.T) (chan struct{}, func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(open)
+	return ch, open
 }

@@ -376,7 +376,8 @@ func TestWrongMethodAndUnknownPath(t *testing.T) {
 // not when the headers arrive.
 func TestReleaseInFlightAtStreamEndNotHeaders(t *testing.T) {
 	up := newStub(t, "a")
-	cont := make(chan struct{})
+	f := newFront(t, true, nil, up)
+	cont, openCont := testGate(t)
 	up.setHandler(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(200)
@@ -385,7 +386,6 @@ func TestReleaseInFlightAtStreamEndNotHeaders(t *testing.T) {
 		<-cont
 		io.WriteString(w, "data: [DONE]\n\n")
 	})
-	f := newFront(t, true, nil, up)
 	resp, err := http.Post(f.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("m")))
 	if err != nil {
 		t.Fatal(err)
@@ -397,7 +397,7 @@ func TestReleaseInFlightAtStreamEndNotHeaders(t *testing.T) {
 	if got := f.totalInFlight(); got != 1 {
 		t.Fatalf("in flight after headers and first event = %d, want 1", got)
 	}
-	close(cont)
+	openCont()
 	io.ReadAll(br)
 	resp.Body.Close()
 	f.waitDone(t)
@@ -442,13 +442,14 @@ func TestEveryProxiedPathCountsInFlight(t *testing.T) {
 	for _, path := range ProxiedPaths {
 		t.Run(path, func(t *testing.T) {
 			up := newStub(t, "a")
-			entered, cont := make(chan struct{}), make(chan struct{})
+			entered := make(chan struct{})
+			f := newFront(t, true, nil, up)
+			cont, openCont := testGate(t)
 			up.setHandler(func(w http.ResponseWriter, r *http.Request) {
 				close(entered)
 				<-cont
 				writeJSON(w, 200, map[string]string{"ok": "yes"})
 			})
-			f := newFront(t, true, nil, up)
 			errc := make(chan error, 1)
 			go func() {
 				resp, err := http.Post(f.srv.URL+path, "application/json", strings.NewReader(`{"model":"m"}`))
@@ -462,7 +463,7 @@ func TestEveryProxiedPathCountsInFlight(t *testing.T) {
 			if got := f.totalInFlight(); got != 1 {
 				t.Fatalf("%s: in flight %d while upstream works, want 1", path, got)
 			}
-			close(cont)
+			openCont()
 			if err := <-errc; err != nil {
 				t.Fatal(err)
 			}
@@ -484,7 +485,8 @@ func TestSSEPassesEventByEvent(t *testing.T) {
 	for _, api := range []string{"/v1/chat/completions", "/v1/messages?beta=true"} {
 		t.Run(api, func(t *testing.T) {
 			up := newStub(t, "a")
-			cont := make(chan struct{})
+			f := newFront(t, true, nil, up)
+			cont, openCont := testGate(t)
 			up.setHandler(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				io.WriteString(w, "event: ping\ndata: {\"n\":1}\n\n")
@@ -492,7 +494,6 @@ func TestSSEPassesEventByEvent(t *testing.T) {
 				<-cont
 				io.WriteString(w, "event: ping\ndata: {\"n\":2}\n\n")
 			})
-			f := newFront(t, true, nil, up)
 			resp, err := http.Post(f.srv.URL+api, "application/json", strings.NewReader(`{"model":"m","stream":true}`))
 			if err != nil {
 				t.Fatal(err)
@@ -522,7 +523,7 @@ func TestSSEPassesEventByEvent(t *testing.T) {
 			case <-time.After(guard):
 				t.Fatal("first event held back until the upstream continued: the proxy buffers")
 			}
-			close(cont)
+			openCont()
 			rest, _ := io.ReadAll(br)
 			if string(rest) != "event: ping\ndata: {\"n\":2}\n\n" {
 				t.Fatalf("rest %q", rest)
