@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -499,5 +500,40 @@ func TestStatusCountsServedByReason(t *testing.T) {
 	}
 	if st.Sessions != 1 || st.Active != 1 {
 		t.Fatalf("sessions %+v", st)
+	}
+}
+
+// Peers case 5, the "stale = saturated" half: a replica whose scrape went stale
+// while a fresh one reports load must not be treated as saturated. With equal
+// router counts, vLLM's balancer (affinity off) sends the request to the stale
+// replica, whose gauges count as 0, not to the fresh one with requests waiting.
+// Placement with affinity on ignores scraped gauges unless every candidate's are
+// fresh, so the two replicas tie and the stale one must win some of the
+// (seeded) random tie-breaks.
+func TestStaleReplicaIsNotTreatedAsSaturated(t *testing.T) {
+	for _, affinity := range []bool{false, true} {
+		t.Run(map[bool]string{false: "off", true: "on"}[affinity], func(t *testing.T) {
+			const trials = 16
+			onStale := 0
+			for trial := range trials {
+				b, clk := newTestBalancer(t, 2, affinity, func(c *BalancerConfig) {
+					c.StaleAfter = 3 * time.Second
+					c.Seed = uint64(trial + 1)
+				})
+				b.ObserveEngine(0, 4, 4, 0.95, 0) // replica 0's last scrape ...
+				clk.Advance(10 * time.Second)     // ... is 10 s old
+				b.ObserveEngine(1, 3, 2, 0.9, clk.Now())
+				clk.Advance(200 * time.Millisecond) // past vLLM's snapshot interval
+				if mustAcquire(t, b, "new-"+strconv.Itoa(trial)).Replica == 0 {
+					onStale++
+				}
+			}
+			if !affinity && onStale != trials {
+				t.Errorf("off: %d of %d requests went to the stale replica, want all (its gauges count as 0)", onStale, trials)
+			}
+			if affinity && onStale == 0 {
+				t.Errorf("on: no new conversation of %d went to the stale replica: it is treated as loaded", trials)
+			}
+		})
 	}
 }
