@@ -280,8 +280,16 @@ var tableColumns = []tableColumn{
 }
 
 // noiseMark is appended to a cell whose base -> candidate difference is within
-// noise.
-const noiseMark = " *"
+// noise; unknownNoiseMark to a cell of a metric that normally has a noise
+// estimate (output tokens/min, TTFB) when this stage has none (under two
+// sub-windows), so an unmarked difference there is not read as significant.
+const (
+	noiseMark        = " *"
+	unknownNoiseMark = " ?"
+)
+
+// noiseMetrics are the metrics with per-sub-window noise estimates (Delta).
+var noiseMetrics = map[string]bool{MetricOutputTokensPerMin: true, MetricTTFBP50S: true, MetricTTFBP95S: true}
 
 // referenceTable returns the header and rows of the reference-style table: one row
 // per stage, each cell "base -> candidate".
@@ -310,8 +318,11 @@ func referenceTable(variants []string, sums []Summary) (header []string, rows []
 			}
 			cell := strings.Join(parts, " -> ")
 			if len(r.cells) == 2 && r.cells[0] != nil && r.cells[1] != nil {
-				if d, _ := NewDelta(c.metric, r.cells[0], r.cells[1]); d.Noise == WithinNoise {
+				switch d, _ := NewDelta(c.metric, r.cells[0], r.cells[1]); {
+				case d.Noise == WithinNoise:
 					cell += noiseMark
+				case d.Noise == NoiseUnknown && noiseMetrics[c.metric]:
+					cell += unknownNoiseMark
 				}
 			}
 			row = append(row, cell)
@@ -405,7 +416,8 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	b.WriteString("\n")
 	if len(pair) == 2 {
 		fmt.Fprintf(&b, "`*` within noise: the 95 %% interval of the %s -> %s difference contains 0 "+
-			"(normal approximation from %s sub-windows; only out tok/min and TTFB have one). ", pair[0], pair[1], SubWindow)
+			"(normal approximation from %s sub-windows; only out tok/min and TTFB have one); "+
+			"`?` no noise estimate (stage shorter than two sub-windows): the difference may be noise. ", pair[0], pair[1], SubWindow)
 	}
 	b.WriteString("`n/a`: could not be computed (see notes); never read as 0. " +
 		"Prefix hits: vLLM counter deltas over the window, all replicas. " +
@@ -476,7 +488,7 @@ func WriteTable(w io.Writer, m *loadgen.Manifest, sums []Summary) error {
 		return fmt.Errorf("printing table: %w", err)
 	}
 	if len(pair) == 2 {
-		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0)\n"); err != nil {
+		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0); ? no noise estimate (stage under two sub-windows)\n"); err != nil {
 			return fmt.Errorf("printing table: %w", err)
 		}
 	}

@@ -162,3 +162,46 @@ func TestWriteFileAtomic(t *testing.T) {
 		t.Error("no error writing into a missing directory")
 	}
 }
+
+// A stage too short for sub-windows has no noise estimate: its TTFB and output
+// tokens/min cells are marked "?" (not left unmarked, which reads as significant),
+// columns that never have an estimate stay unmarked, and a known within-noise
+// change keeps "*".
+func TestReferenceTableMarksUnknownNoise(t *testing.T) {
+	nan := math.NaN()
+	short := func(variant string, tok, p50 float64) Summary {
+		return Summary{Variant: variant, Stage: 0, Sessions: 4, OutputTokensPerMin: tok, TTFBP50S: p50, TTFBP95S: 2 * p50,
+			OutputTokensPerMinStdErr: nan, TTFBP50StdErrS: nan, TTFBP95StdErrS: nan, PrefixHitsPct: 50}
+	}
+	known := func(variant string, tok float64) Summary {
+		s := short(variant, tok, 1)
+		s.Stage, s.Sessions = 1, 8
+		s.OutputTokensPerMinStdErr, s.TTFBP50StdErrS, s.TTFBP95StdErrS = 100, 0.5, 0.5
+		return s
+	}
+	sums := []Summary{short("off", 1000, 0.19), short("on", 1200, 0.05), known("off", 1000), known("on", 1010)}
+	header, rows := referenceTable([]string{"off", "on"}, sums)
+	col := func(name string) int {
+		for i, h := range header {
+			if h == name {
+				return i
+			}
+		}
+		t.Fatalf("no column %q in %v", name, header)
+		return -1
+	}
+	if len(rows) != 2 {
+		t.Fatalf("rows = %v", rows)
+	}
+	for _, c := range []string{"out tok/min", "TTFB p50 (s)"} {
+		if got := rows[0][col(c)]; !strings.HasSuffix(got, unknownNoiseMark) {
+			t.Errorf("short stage, %s = %q: want the %q mark", c, got, unknownNoiseMark)
+		}
+		if got := rows[1][col(c)]; !strings.HasSuffix(got, noiseMark) {
+			t.Errorf("stage with noise, %s = %q: want the %q mark", c, got, noiseMark)
+		}
+	}
+	if got := rows[0][col("prefix hits %")]; strings.HasSuffix(got, unknownNoiseMark) || strings.HasSuffix(got, noiseMark) {
+		t.Errorf("prefix hits %q: a column without noise estimates is not marked", got)
+	}
+}
