@@ -37,7 +37,7 @@ the overflow threshold (auto: max_num_seqs/4). With affinity off it balances lik
 vLLM's data-parallel balancer (shortest queue).
 
 Every response carries X-Warden-Replica (who served it) and X-Warden-Decision
-(sticky, placed, overflow, rehome, no-key, balanced). /metrics has the router's
+(sticky, placed, overflow, moved, rehome, no-key, balanced). /metrics has the router's
 Prometheus metrics. The admin API (loopback by default) switches affinity and the
 threshold per model at run time:
   curl -X PUT -H 'Authorization: Bearer TOKEN' -d '{"enabled":false}' \
