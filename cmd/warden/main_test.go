@@ -54,6 +54,26 @@ func TestReportCheckFailsWhenTurnsVanish(t *testing.T) {
 	if !strings.Contains(err.Error(), "accounting") {
 		t.Errorf("error does not say what is wrong: %v", err)
 	}
+
+	// A turn record the manifest does not count (the loop never saw it finish,
+	// while the writer recorded it): the two counts must disagree.
+	dir2 := filepath.Join(t.TempDir(), "run2")
+	if _, err := run(t, "bench", "--virtual", "--scenario", "../../scenarios/smoke.yaml", "--out", dir2); err != nil {
+		t.Fatalf("bench --virtual: %v", err)
+	}
+	turns := filepath.Join(dir2, "turns.jsonl")
+	tb, err := os.ReadFile(turns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := bytes.Cut(tb, []byte("\n"))
+	if err := os.WriteFile(turns, append(tb, append(first, '\n')...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run(t, "report", dir2, "--check")
+	if !errors.As(err, &ee) || ee.code != 3 || !strings.Contains(err.Error(), "turn records") {
+		t.Fatalf("report --check with an extra turn record: err = %v, want exit code 3 naming the turn records", err)
+	}
 }
 
 // Out-of-range values are refused with a message naming the flag, never replaced

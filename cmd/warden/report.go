@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/report"
 )
 
@@ -69,6 +70,24 @@ func checkRun(dir string) error {
 	}
 	if len(m.Variants) == 0 {
 		errs = append(errs, errors.New("no variant ran"))
+	}
+	// The manifest's windows and turns.jsonl are written by different code paths
+	// (the closed loop's accounting, the results writer): every turn the loop
+	// counts as completed or failed has exactly one record, and no record exists
+	// for a turn the loop never saw finish.
+	records := map[string]int{}
+	for i := range run.Results {
+		records[run.Results[i].Variant]++
+	}
+	for _, v := range m.Variants {
+		finished := 0
+		for _, w := range v.Stages {
+			finished += w.Completed + w.Failed
+		}
+		if got := records[v.Name]; got != finished {
+			errs = append(errs, fmt.Errorf("variant %q: %w: %d turn records in %s, but the manifest counts %d completed + failed",
+				v.Name, loadgen.ErrAccounting, got, loadgen.TurnsFile, finished))
+		}
 	}
 	if len(sums) != want {
 		errs = append(errs, fmt.Errorf("%d stage rows, want %d", len(sums), want))
