@@ -131,11 +131,13 @@ func writeError(w http.ResponseWriter, api apiKind, status int, msg string) {
 }
 
 // streamErrorEvent is the SSE event that ends a client's stream when the upstream
-// stream broke: OpenAI "data: {"error":...}" (vLLM sends errors in a 200 stream
-// this way), Anthropic "event: error".
+// stream broke: OpenAI "data: {"error":...}" followed by "data: [DONE]", as vLLM
+// ends a 200 stream that failed (vllm/entrypoints/openai/serving_chat.py
+// chat_completion_stream_generator: the error chunk, then the final [DONE]);
+// Anthropic "event: error", after which the Messages API sends nothing.
 func streamErrorEvent(api apiKind, msg string) []byte {
 	if api == apiAnthropic {
 		return fmt.Appendf(nil, "event: error\ndata: %s\n\n", errorBody(api, http.StatusBadGateway, msg))
 	}
-	return fmt.Appendf(nil, "data: %s\n\n", errorBody(api, http.StatusBadGateway, msg))
+	return fmt.Appendf(nil, "data: %s\n\ndata: [DONE]\n\n", errorBody(api, http.StatusBadGateway, msg))
 }

@@ -331,7 +331,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d, err := pool.Balancer.Acquire(c.facts)
 	p.m.observeDecision(time.Since(t0))
 	if err != nil {
-		p.failModel(w, api, pool.Model, fmt.Errorf("model %q: %w", pool.Model, err), false)
+		name := pool.Model
+		if name == WildcardModel {
+			name = info.Model // the pool serves any model: name the one asked for
+		}
+		p.failModel(w, api, pool.Model, fmt.Errorf("model %q: %w", name, err), false)
 		return
 	}
 	c.dec, c.held = d, true

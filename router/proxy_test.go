@@ -560,8 +560,12 @@ func TestBrokenUpstreamStreamEndsWithErrorEvent(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
-			if !strings.HasPrefix(body, tc.wantPrefix) || !strings.HasSuffix(body, "}\n\n") {
-				t.Fatalf("body %q, want prefix %q and a complete error event", body, tc.wantPrefix)
+			end := "}\n\n" // Anthropic: the error event is the last
+			if strings.HasPrefix(tc.path, "/v1/chat") {
+				end = "}\n\ndata: [DONE]\n\n" // OpenAI: then [DONE], as vLLM ends a failed stream
+			}
+			if !strings.HasPrefix(body, tc.wantPrefix) || !strings.HasSuffix(body, end) {
+				t.Fatalf("body %q, want prefix %q and a complete error event ending %q", body, tc.wantPrefix, end)
 			}
 			if f.totalInFlight() != 0 {
 				t.Fatal("broken stream left a request in flight")
