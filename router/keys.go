@@ -131,6 +131,18 @@ func scanJSON(b []byte, visit func(name, value []byte)) bool {
 		valStart int         // where its value starts
 	)
 	i := skipSpace(b, 0)
+	// member reads an object member's name and colon at b[i], leaving i at its
+	// value; for a top-level member it notes the name and where the value starts.
+	member := func() bool {
+		ns := i
+		if i = validMemberName(b, i); i < 0 {
+			return false
+		}
+		if visit != nil && len(stack) == 1 {
+			name, valStart = memberName(b, ns), i
+		}
+		return true
+	}
 	for {
 		// A value starts at b[i].
 		if i >= len(b) {
@@ -149,14 +161,8 @@ func scanJSON(b []byte, visit func(name, value []byte)) bool {
 				i++
 				break
 			}
-			if open == '{' {
-				ns := i
-				if i = validMemberName(b, i); i < 0 {
-					return false
-				}
-				if visit != nil && len(stack) == 1 {
-					name, valStart = memberName(b, ns), i
-				}
+			if open == '{' && !member() {
+				return false
 			}
 			continue
 		case '"':
@@ -196,14 +202,8 @@ func scanJSON(b []byte, visit func(name, value []byte)) bool {
 				return false
 			}
 			i = skipSpace(b, i+1)
-			if open == '{' {
-				ns := i
-				if i = validMemberName(b, i); i < 0 {
-					return false
-				}
-				if visit != nil && len(stack) == 1 {
-					name, valStart = memberName(b, ns), i
-				}
+			if open == '{' && !member() {
+				return false
 			}
 			break
 		}
