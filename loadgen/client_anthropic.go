@@ -106,6 +106,11 @@ type anthropicEvent struct {
 	Error json.RawMessage `json:"error"`
 }
 
+// anthropicIgnored are the SSE event names whose data the parser does not need
+// (Anthropic streaming docs: ping, and the block start/stop around each content
+// block; a content_block_start's text is always empty).
+var anthropicIgnored = map[string]bool{"ping": true, "content_block_start": true, "content_block_stop": true}
+
 // parseAnthropicStream reads a Messages API SSE body into r and returns the reply
 // text (the text_delta texts). The event type is the SSE event name, or the JSON
 // "type" when the name is absent. Content-carrying events are content_block_delta
@@ -139,14 +144,21 @@ func parseAnthropicStream(body io.Reader, clock simclock.Clock, r *Result) strin
 			st.usageOut, st.hasOut = *u.OutputTokens, true
 		}
 	}
+	var dec eventDecoder
+	var e anthropicEvent // reused by every event of the stream (zeroed below)
 	err := readEvents(body, clock, func(ev sse.Event, now time.Duration) bool {
 		st.event(now)
 		data := strings.TrimSpace(ev.Data)
-		var e anthropicEvent
+		if anthropicIgnored[ev.Type] && json.Valid(eventBytes(data)) {
+			// Named events that carry nothing the harness records: only checked
+			// to be JSON (a malformed one still fails the turn below).
+			return false
+		}
+		e = anthropicEvent{}
 		if data != "" {
-			if err := json.Unmarshal([]byte(data), &e); err != nil {
+			if err := dec.decode(data, &e); err != nil {
 				if ev.Type == "error" {
-					st.failed = "stream error event: " + errorText([]byte(data))
+					st.failed = "stream error event: " + errorText(eventBytes(data))
 				} else {
 					st.failed = fmt.Sprintf("decoding stream event %q: %v", ev.Type, err)
 				}
@@ -159,7 +171,7 @@ func parseAnthropicStream(body io.Reader, clock simclock.Clock, r *Result) strin
 		}
 		switch typ {
 		case "error":
-			msg := errorText([]byte(data))
+			msg := errorText(eventBytes(data))
 			if len(e.Error) > 0 && string(e.Error) != "null" {
 				msg = errorText(e.Error)
 			}

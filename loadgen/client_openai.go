@@ -72,15 +72,17 @@ func (c *OpenAIClient) Do(ctx context.Context, tr TurnRequest, clock simclock.Cl
 	return r, reply
 }
 
-// openAIChunk is the part of a chat.completion.chunk the harness reads.
+// openAIChunk is the part of a chat.completion.chunk the harness reads. The delta's
+// texts are plain strings, not pointers: a JSON null and "" both mean "no token",
+// and a pointer would cost an allocation per event.
 type openAIChunk struct {
 	Object  string `json:"object"`
 	Message string `json:"message"` // on {"object":"error",...}
 	Choices []struct {
 		Delta struct {
-			Content          *string `json:"content"`
-			ReasoningContent *string `json:"reasoning_content"`
-			Reasoning        *string `json:"reasoning"`
+			Content          string `json:"content"`
+			ReasoningContent string `json:"reasoning_content"`
+			Reasoning        string `json:"reasoning"`
 			ToolCalls        []struct {
 				Function struct {
 					Name      string `json:"name"`
@@ -99,6 +101,16 @@ type openAIChunk struct {
 	Error json.RawMessage `json:"error"`
 }
 
+// reset zeroes c for the next event but keeps the Choices array: encoding/json
+// decodes a JSON array's elements into a slice's spare capacity without zeroing
+// them, so the elements are cleared here first (a field absent from the next event
+// must not keep this one's value). One allocation per event less.
+func (c *openAIChunk) reset() {
+	choices := c.Choices[:cap(c.Choices)]
+	clear(choices)
+	*c = openAIChunk{Choices: choices[:0]}
+}
+
 // parseOpenAIStream reads a chat-completions SSE body into r (FirstEvent,
 // FirstToken, LastToken, Done, token counts, Err) and returns the reply text.
 // Content-carrying deltas are non-empty content, reasoning_content / reasoning, or a
@@ -107,6 +119,8 @@ type openAIChunk struct {
 // event carrying it (vLLM's continuous_usage_stats repeats it on every chunk).
 func parseOpenAIStream(body io.Reader, clock simclock.Clock, r *Result) string {
 	st := &streamState{r: r}
+	var ch openAIChunk // reused by every event of the stream (reset below)
+	var dec eventDecoder
 	err := readEvents(body, clock, func(ev sse.Event, now time.Duration) bool {
 		st.event(now)
 		data := strings.TrimSpace(ev.Data)
@@ -118,11 +132,11 @@ func parseOpenAIStream(body io.Reader, clock simclock.Clock, r *Result) string {
 			return false
 		}
 		if ev.Type == "error" {
-			st.failed = "stream error event: " + errorText([]byte(data))
+			st.failed = "stream error event: " + errorText(eventBytes(data))
 			return true
 		}
-		var ch openAIChunk
-		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+		ch.reset()
+		if err := dec.decode(data, &ch); err != nil {
 			st.failed = fmt.Sprintf("decoding stream event: %v", err)
 			return true
 		}
@@ -136,11 +150,11 @@ func parseOpenAIStream(body io.Reader, clock simclock.Clock, r *Result) string {
 		}
 		for _, c := range ch.Choices {
 			d := c.Delta
-			if d.Content != nil && *d.Content != "" {
-				st.token(now, *d.Content)
+			if d.Content != "" {
+				st.token(now, d.Content)
 				continue
 			}
-			if (d.ReasoningContent != nil && *d.ReasoningContent != "") || (d.Reasoning != nil && *d.Reasoning != "") {
+			if d.ReasoningContent != "" || d.Reasoning != "" {
 				st.token(now, "")
 				continue
 			}

@@ -45,7 +45,13 @@
 // first SSE event of any kind; FirstToken the first event carrying non-empty
 // content, reasoning or tool-call text (never the role-only first chunk: peers.md
 // case 10); LastToken the last such event; Done the end of the stream, an error or
-// cancellation. TTFB = FirstToken - Sent. Token counts come from the server's
+// cancellation. TTFB = FirstToken - Sent. An event's instant is when its last bytes
+// were read from the response body (the return of the Read that delivered them),
+// taken before the event is split out and decoded, so parsing costs do not delay
+// it; events that arrived in one Read share its instant (so FirstToken may equal
+// FirstEvent when the role-only chunk and the first content came together).
+// After the terminator the client reads the response to its end (at most 4 KiB,
+// 100 ms) so that net/http keeps the connection for the session's next turn. Token counts come from the server's
 // usage; usage-only, finish-only and [DONE] events carry no tokens (case 11). An
 // error event inside an HTTP 200 stream, a stream cut before its terminator
 // ([DONE] / message_stop), a non-200 status and a timeout are failed turns (case 12).

@@ -2,9 +2,12 @@ package loadgen
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // checkStreamResult asserts what must hold for any stream, however malformed.
@@ -21,8 +24,21 @@ func checkStreamResult(t *testing.T, r Result) {
 	}
 }
 
+// presence keeps only whether each stream instant was set: instants are the
+// instants the bytes were read (arrivalReader), so they depend on how the body was
+// split into reads, and nothing else may.
+func presence(r Result) Result {
+	for _, t := range []*time.Duration{&r.FirstEvent, &r.FirstToken, &r.LastToken, &r.Done} {
+		if *t != 0 {
+			*t = 1
+		}
+	}
+	return r
+}
+
 // fuzzStream checks a parser on arbitrary bytes: no panic, sane instants, and the same
-// outcome whether the body arrives whole or one byte per read.
+// outcome (apart from the instants' values) whether the body arrives whole or one
+// byte per read.
 func fuzzStream(t *testing.T, body []byte, parseFn func(b *bytes.Reader, split bool) (Result, string)) {
 	// go-sse rescans a partial event on every read (bufio.Scanner), so one-byte reads
 	// cost O(n^2) in the event size; real reads carry whole events. Bound the input
@@ -33,7 +49,8 @@ func fuzzStream(t *testing.T, body []byte, parseFn func(b *bytes.Reader, split b
 	whole, wr := parseFn(bytes.NewReader(body), false)
 	split, sr := parseFn(bytes.NewReader(body), true)
 	checkStreamResult(t, whole)
-	if !reflect.DeepEqual(whole, split) || wr != sr {
+	checkStreamResult(t, split)
+	if !reflect.DeepEqual(presence(whole), presence(split)) || wr != sr {
 		t.Fatalf("outcome depends on read sizes:\nwhole %+v %q\nsplit %+v %q", whole, wr, split, sr)
 	}
 	if whole.Err == "" && whole.FirstEvent == 0 {
@@ -99,6 +116,51 @@ func FuzzParseScenario(f *testing.F) {
 			w := NewWorkload(sc)
 			if _, ok := w.Session(0).NextTurn(0); !ok {
 				t.Fatal("no first turn")
+			}
+		}
+	})
+}
+
+// eventDecoder must decode a sequence of events exactly as json.Unmarshal decodes
+// each alone: same success, same error text, same value (an absent or empty
+// choices array may be empty instead of nil after reset), nothing carried over
+// from one event to the next.
+func FuzzEventDecoder(f *testing.F) {
+	f.Add([]byte(roleChunk + "\n" + content("a") + "\n" + finishChunk + "\n" + usageChunk))
+	f.Add([]byte(`{"choices":[{"delta":{"content":"x"}},{"delta":{"reasoning":"y"}}]}` + "\n" + `{"choices":[{"delta":{}}]}` + "\n" + `{"object":"error","message":"m"}`))
+	f.Add([]byte(`{"a":1} x` + "\n" + `{"choices":[]}` + "\n" + `123` + "\n" + `{"choices":[{"delta":{"content":"z"}}]}`))
+	f.Add([]byte(`{"type":"message_start","message":{"usage":{"input_tokens":3}}}` + "\n" + `{"type":"content_block_delta","delta":{"type":"text_delta","text":"hi"}}` + "\n" + `{"choices":[{"delta":{"content":"a"}` + "\n" + `{"type":"message_stop"}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var ochunk openAIChunk
+		var oaDec, anDec eventDecoder
+		for line := range bytes.SplitSeq(in, []byte("\n")) {
+			data := string(bytes.TrimSpace(line))
+			if data == "" {
+				continue
+			}
+			ochunk.reset()
+			gotErr := oaDec.decode(data, &ochunk)
+			var want openAIChunk
+			wantErr := json.Unmarshal([]byte(data), &want)
+			if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Fatalf("openai %q: error %v, json.Unmarshal %v", data, gotErr, wantErr)
+			}
+			got := ochunk
+			if len(got.Choices) == 0 && len(want.Choices) == 0 {
+				got.Choices, want.Choices = nil, nil
+			}
+			if wantErr == nil && !reflect.DeepEqual(got, want) {
+				t.Fatalf("openai %q:\ngot  %+v\nwant %+v", data, got, want)
+			}
+
+			var agot, awant anthropicEvent
+			gotErr = anDec.decode(data, &agot)
+			wantErr = json.Unmarshal([]byte(data), &awant)
+			if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Fatalf("anthropic %q: error %v, json.Unmarshal %v", data, gotErr, wantErr)
+			}
+			if wantErr == nil && !reflect.DeepEqual(agot, awant) {
+				t.Fatalf("anthropic %q:\ngot  %+v\nwant %+v", data, agot, awant)
 			}
 		}
 	})

@@ -7,6 +7,8 @@ import (
 // Result is the record of one turn (one request) as the harness saw it. All instants
 // are simulated time since the run's clock origin (see Manifest); against a real
 // server simulated time is wall time. A failed turn is data: Status and Err say why.
+// FirstEvent, FirstToken and LastToken are when the event's last bytes were read
+// (package doc, "Time stamps and the first token").
 //
 // Stage attribution (the rule report applies): a turn belongs to the stage window
 // that contains its Done instant; turns that completed during a window's warm-up are

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -290,7 +293,9 @@ func TestTimeoutIsFailedTurnWithReason(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 	sc := testScenario()
-	sc.RequestTimeout = 20 * time.Millisecond
+	// Long enough for the headers to arrive first on a loaded machine (at 20 ms
+	// the timeout sometimes hit before them: status 0).
+	sc.RequestTimeout = 300 * time.Millisecond
 	c := NewClient(sc, srv.URL, srv.Client(), nil)
 	tr, _ := NewWorkload(sc).Session(0).NextTurn(0)
 	r, _ := c.Do(context.Background(), tr, newStepClock())
@@ -440,5 +445,240 @@ func TestErrorTextShapes(t *testing.T) {
 		if got := errorText([]byte(in)); got != want {
 			t.Errorf("errorText(%s) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// manualClock is a fake clock that stays where it was set: Now does not advance.
+type manualClock struct{ t time.Duration }
+
+func (c *manualClock) Now() time.Duration                                    { return c.t }
+func (c *manualClock) SleepUntil(ctx context.Context, t time.Duration) error { return ctx.Err() }
+
+// scriptedReader returns one chunk per Read, first setting the clock to Read i's
+// instant, (i+1) seconds: a body whose bytes arrive at known instants.
+type scriptedReader struct {
+	chunks []string
+	clock  *manualClock
+	i      int
+}
+
+func (s *scriptedReader) Read(p []byte) (int, error) {
+	if s.i == len(s.chunks) {
+		return 0, io.EOF
+	}
+	s.clock.t = time.Duration(s.i+1) * time.Second
+	n := copy(p, s.chunks[s.i])
+	s.chunks[s.i] = s.chunks[s.i][n:]
+	if s.chunks[s.i] == "" {
+		s.i++
+	}
+	return n, nil
+}
+
+// The stream instants are when the event's last bytes were read, not when its
+// first bytes came, and not after it was parsed: an event split over two reads
+// takes the second read's instant; events delivered by one read share it.
+func TestEventInstantIsWhenItsBytesWereRead(t *testing.T) {
+	split := func(s string, at int) []string { return []string{s[:at], s[at:]} }
+	tests := []struct {
+		name   string
+		api    string
+		chunks []string
+		// instants in seconds (read index + 1)
+		firstEvent, firstToken, lastToken, done time.Duration
+		reply                                   string
+	}{
+		{
+			name: "openai",
+			api:  APIOpenAIChat,
+			chunks: append(append([]string{sseOpenAI(roleChunk)}, // read 1
+				split(sseOpenAI(content("a")), 20)...), // reads 2 and 3: "a" completes at 3
+				sseOpenAI(content(" b"), content(" c")),       // read 4: two tokens at once
+				sseOpenAI(finishChunk, usageChunk, "[DONE]")), // read 5
+			firstEvent: 1, firstToken: 3, lastToken: 4, done: 5, reply: "a b c",
+		},
+		{
+			name: "anthropic",
+			api:  APIAnthropicMessages,
+			chunks: append([]string{
+				// read 1: message_start, content_block_start and ping
+				sseNamed("message_start", `{"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":1}}}`,
+					"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+					"ping", `{"type":"ping"}`)},
+				append(split(sseNamed("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}`), 30), // reads 2, 3
+					sseNamed("content_block_stop", `{"type":"content_block_stop","index":0}`,
+						"message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}`,
+						"message_stop", `{"type":"message_stop"}`))...), // read 4
+			firstEvent: 1, firstToken: 3, lastToken: 3, done: 4, reply: "hi",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &manualClock{}
+			body := &scriptedReader{chunks: slices.Clone(tt.chunks), clock: clk}
+			r := TurnRequest{}.NewResult()
+			var reply string
+			if tt.api == APIAnthropicMessages {
+				reply = parseAnthropicStream(body, clk, &r)
+			} else {
+				reply = parseOpenAIStream(body, clk, &r)
+			}
+			if r.Err != "" || reply != tt.reply {
+				t.Fatalf("Err %q reply %q, want no error and %q", r.Err, reply, tt.reply)
+			}
+			got := []time.Duration{r.FirstEvent, r.FirstToken, r.LastToken, r.Done}
+			want := []time.Duration{tt.firstEvent * time.Second, tt.firstToken * time.Second, tt.lastToken * time.Second, tt.done * time.Second}
+			if !slices.Equal(got, want) {
+				t.Errorf("first event, first token, last token, done = %v, want %v", got, want)
+			}
+		})
+	}
+	// With a clock that advances on every call, a body read in one piece still
+	// gives every event the same instant: no instant is taken per parsed event.
+	clk := newStepClock()
+	r := TurnRequest{}.NewResult()
+	parseOpenAIStream(strings.NewReader(sseOpenAI(roleChunk, content("a"), content(" b"), usageChunk, "[DONE]")), clk, &r)
+	if r.Err != "" || r.FirstEvent == 0 || r.FirstToken != r.FirstEvent || r.LastToken != r.FirstEvent || r.Done <= r.LastToken {
+		t.Errorf("one read: Err %q first event %v first token %v last token %v done %v, want the first three equal and done later",
+			r.Err, r.FirstEvent, r.FirstToken, r.LastToken, r.Done)
+	}
+}
+
+// countingServer streams body on every request, flushed (so chunked, as a real
+// stream is) in pieces of a few bytes, and counts the connections it accepted.
+func countingServer(t *testing.T, body string) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for rest := body; rest != ""; {
+			n := min(len(rest), 64)
+			io.WriteString(w, rest[:n])
+			w.(http.Flusher).Flush()
+			rest = rest[n:]
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &conns
+}
+
+// A session's turns reuse one keep-alive connection: the client reads the stream
+// to its end after the terminator instead of closing it early (which makes
+// net/http drop the connection and dial anew for every turn).
+func TestTurnsReuseTheConnection(t *testing.T) {
+	// The server ends each response right after the terminator; a loaded machine
+	// may delay that, so the drain may wait as long as it takes here.
+	defer func(d time.Duration) { drainWait = d }(drainWait)
+	drainWait = time.Hour
+	for _, api := range []string{APIOpenAIChat, APIAnthropicMessages} {
+		t.Run(api, func(t *testing.T) {
+			body := sseOpenAI(roleChunk, content("ok"), finishChunk, usageChunk, "[DONE]")
+			if api == APIAnthropicMessages {
+				body = readFixture(t, "anthropic-stream.txt")
+			}
+			srv, conns := countingServer(t, body)
+			sc := testScenario()
+			sc.API = api
+			c := NewClient(sc, srv.URL, &http.Client{Transport: &http.Transport{}}, nil)
+			s := NewWorkload(sc).Session(0)
+			for i := range 3 {
+				tr, _ := s.NextTurn(0)
+				r, reply := c.Do(context.Background(), tr, newStepClock())
+				if !r.OK() {
+					t.Fatalf("turn %d failed: %s", i, r.Err)
+				}
+				s.AddReply(reply)
+			}
+			if n := conns.Load(); n != 1 {
+				t.Errorf("3 sequential turns opened %d connections, want 1", n)
+			}
+		})
+	}
+}
+
+// eofBody is a response body that records whether it was read to EOF before
+// Close: net/http returns a connection to the pool only in that case.
+type eofBody struct {
+	r                io.Reader
+	sawEOF, eofFirst bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		b.sawEOF = true
+	}
+	return n, err
+}
+
+func (b *eofBody) Close() error { b.eofFirst = b.sawEOF; return nil }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The client reads what follows the terminator (here the rest of the body, as the
+// chunked encoding's last chunk would be) before closing the body.
+func TestBodyReadToEOFAfterTerminator(t *testing.T) {
+	for _, api := range []string{APIOpenAIChat, APIAnthropicMessages} {
+		t.Run(api, func(t *testing.T) {
+			body := sseOpenAI(roleChunk, content("ok"), usageChunk, "[DONE]")
+			if api == APIAnthropicMessages {
+				body = readFixture(t, "anthropic-stream.txt")
+			}
+			var got *eofBody
+			hc := &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+				got = &eofBody{r: strings.NewReader(body + ": trailing comment after the terminator\n\n")}
+				return &http.Response{StatusCode: 200, Header: http.Header{}, Body: got}, nil
+			})}
+			sc := testScenario()
+			sc.API = api
+			tr, _ := NewWorkload(sc).Session(0).NextTurn(0)
+			r, _ := NewClient(sc, "http://stub", hc, nil).Do(context.Background(), tr, newStepClock())
+			if !r.OK() {
+				t.Fatalf("turn failed: %s", r.Err)
+			}
+			if !got.eofFirst {
+				t.Error("body closed before it was read to EOF: the connection cannot be reused")
+			}
+		})
+	}
+}
+
+// A server that keeps the response open after [DONE] does not hold the turn: the
+// drain gives up (drainWait) and the connection is dropped; the turn's record is
+// what the stream showed up to the terminator.
+func TestDrainAfterTerminatorIsBounded(t *testing.T) {
+	gone := make(chan struct{})
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, sseOpenAI(roleChunk, content("ok"), usageChunk, "[DONE]"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			close(gone)
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	sc := testScenario()
+	tr, _ := NewWorkload(sc).Session(0).NextTurn(0)
+	r, reply := NewClient(sc, srv.URL, srv.Client(), nil).Do(context.Background(), tr, newStepClock())
+	if !r.OK() || reply != "ok" || r.OutputTokens != 3 {
+		t.Fatalf("ok %v Err %q reply %q out %d", r.OK(), r.Err, reply, r.OutputTokens)
+	}
+	select { // hang guard only: the drain gives up after drainWait
+	case <-gone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server never saw the client give up the open response")
 	}
 }
