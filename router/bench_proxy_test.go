@@ -25,12 +25,7 @@ func BenchmarkProxyStream(b *testing.B) {
 		io.WriteString(w, "data: [DONE]\n\n")
 	}))
 	defer up.Close()
-	rt, err := NewFromURLs([]string{up.URL}, true, 32, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rt.cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(rt.Handler())
+	srv := quietRouterServer(b, up.URL)
 	defer srv.Close()
 	body := chatBody("m")
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
@@ -63,12 +58,7 @@ func BenchmarkProxyFirstEvent(b *testing.B) {
 		io.WriteString(w, event)
 	}))
 	defer up.Close()
-	rt, err := NewFromURLs([]string{up.URL}, true, 32, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rt.cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(rt.Handler())
+	srv := quietRouterServer(b, up.URL)
 	defer srv.Close()
 	cc := loadFixture(b, "claude-code-2.1.328-turn2.json")
 	bodies := []struct {
@@ -115,4 +105,16 @@ func BenchmarkMetricsPerRequest(b *testing.B) {
 		m.countRequest("qwen3-4b", "r0", ReasonSticky)
 		m.countResponse("qwen3-4b", http.StatusOK)
 	}
+}
+
+// quietRouterServer serves a router (affinity on, max_num_seqs 32, logging
+// discarded) in front of the one upstream at url.
+func quietRouterServer(b *testing.B, url string) *httptest.Server {
+	b.Helper()
+	rt, err := NewFromURLs([]string{url}, true, 32, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt.cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return httptest.NewServer(rt.Handler())
 }
