@@ -682,3 +682,18 @@ func TestDrainAfterTerminatorIsBounded(t *testing.T) {
 		t.Fatal("the server never saw the client give up the open response")
 	}
 }
+
+// Peers case 10's last step: TTFB runs from the request being sent to the first
+// token, not to the first event of any kind (a role-only chunk or headers-only
+// event arrive earlier) and not from when the turn was intended.
+func TestTTFBIsSentToFirstToken(t *testing.T) {
+	r := Result{Intended: 1 * time.Second, Sent: 2 * time.Second, Headers: 3 * time.Second,
+		FirstEvent: 4 * time.Second, FirstToken: 7 * time.Second, Status: 200}
+	if got := r.TTFB(); got != 5*time.Second {
+		t.Errorf("TTFB = %v, want FirstToken - Sent = 5s", got)
+	}
+	r.FirstToken = 0 // no token produced
+	if got := r.TTFB(); got != 0 {
+		t.Errorf("TTFB without a token = %v, want 0", got)
+	}
+}
