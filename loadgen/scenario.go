@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -283,10 +285,12 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		if !errors.As(err, &te) {
 			return nil, fmt.Errorf("%sdecoding YAML: %w", prefix, err)
 		}
+		lines := keyLines(data)
 		for _, e := range te.Errors {
-			errs = append(errs, errors.New(prefixLine(source, tidyYAMLError(e))))
+			errs = append(errs, errors.New(prefixLine(source, nameField(tidyYAMLError(e), lines))))
 		}
 	}
+	errs = append(errs, fractionalInts(data, source)...)
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		errs = append(errs, fmt.Errorf("%sonly one YAML document is allowed", prefix))
@@ -294,6 +298,13 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 	sc := f.scenario()
 	sc.source = source
 	sc.lines = keyLines(data)
+	// An empty list would silently mean the default (WithDefaults): say so.
+	if _, ok := sc.lines["stages"]; ok && len(f.Stages) == 0 {
+		errs = append(errs, fmt.Errorf("%sstages: empty list (omit the field for the default ramp %v)", sc.where("stages"), DefaultStages()))
+	}
+	if _, ok := sc.lines["variants"]; ok && len(f.Variants) == 0 {
+		errs = append(errs, fmt.Errorf("%svariants: empty list (omit the field for the default off, on)", sc.where("variants")))
+	}
 	if err := sc.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -323,6 +334,47 @@ func tidyYAMLError(msg string) string {
 		msg += ` (durations are Go duration strings such as "3m" or "500ms")`
 	}
 	return msg
+}
+
+// nameField inserts the top-level field a yaml.v3 "line N: ..." message is about
+// ("line N: field: ..."), when one key starts on that line and the message does
+// not name it already.
+func nameField(msg string, lines map[string]int) string {
+	rest, ok := strings.CutPrefix(msg, "line ")
+	if !ok {
+		return msg
+	}
+	n, tail, ok := strings.Cut(rest, ": ")
+	if !ok {
+		return msg
+	}
+	for k, l := range lines {
+		if strconv.Itoa(l) == n && !strings.Contains(tail, k) {
+			return "line " + n + ": " + k + ": " + tail
+		}
+	}
+	return msg
+}
+
+// intFields are the scenario's integer fields that yaml.v3 would fill from a
+// fractional number by truncating it (1.5 -> 1).
+var intFields = []string{"seed", "turns", "max_output_tokens"}
+
+// fractionalInts reports an integer field written as a fractional number.
+func fractionalInts(data []byte, source string) []error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil
+	}
+	m := doc.Content[0]
+	var errs []error
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if slices.Contains(intFields, k.Value) && v.Kind == yaml.ScalarNode && v.Tag == "!!float" {
+			errs = append(errs, errors.New(prefixLine(source, fmt.Sprintf("line %d: %s: %s is not an integer", v.Line, k.Value, v.Value))))
+		}
+	}
+	return errs
 }
 
 // keyLines maps each top-level key of a YAML mapping to its line (1-based).

@@ -134,6 +134,12 @@ func TestLoadScenarioStrict(t *testing.T) {
 		{"min above max", "turn_tokens: {min: 9, max: 3}\n", []string{"turn_tokens: min 9 is greater than max 3"}},
 		// A decoding problem and a validation problem are reported together.
 		{"decode and validate", "stagez: 1\napi: grpc\n", []string{"x.yaml:1: field stagez", "x.yaml:2: api:"}},
+		// A type error names its field; a fractional integer is not truncated; an
+		// empty list is not read as "the default".
+		{"wrong type names the field", "name: x\nturns: three\n", []string{"x.yaml:2: turns: cannot unmarshal"}},
+		{"fractional integer", "max_output_tokens: 1.5\n", []string{"x.yaml:1: max_output_tokens: 1.5 is not an integer"}},
+		{"empty stages", "name: x\nstages: []\n", []string{"x.yaml:2: stages: empty list"}},
+		{"empty variants", "variants: []\n", []string{"x.yaml:1: variants: empty list"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
