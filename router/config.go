@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -140,10 +141,26 @@ func ParseConfig(r io.Reader) (Config, error) {
 	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			// yaml.v3 names Go types ("field x not found in type router.Config");
+			// a user wrote YAML keys, so drop the Go type names.
+			msgs := make([]string, len(te.Errors))
+			for i, e := range te.Errors {
+				msgs[i] = goTypeSuffix.ReplaceAllString(e, "")
+				if strings.Contains(e, "time.Duration") {
+					msgs[i] += ` (durations are Go duration strings such as "5s" or "1h")`
+				}
+			}
+			return Config{}, fmt.Errorf("decoding router config: %s", strings.Join(msgs, "; "))
+		}
 		return Config{}, fmt.Errorf("decoding router config: %w", err)
 	}
 	return cfg, nil
 }
+
+// goTypeSuffix matches yaml.v3's " in type pkg.Type" tail of a field error.
+var goTypeSuffix = regexp.MustCompile(` in type [A-Za-z0-9_.\[\]*]+`)
 
 // LoadConfig reads and decodes the YAML file at path (see ParseConfig).
 func LoadConfig(path string) (Config, error) {

@@ -74,6 +74,19 @@ func TestParseConfigRejectsUnknownFields(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "overflow_threshold") {
 		t.Fatalf("err = %v", err)
 	}
+	// Every decoding problem at once, with its line, without Go type names.
+	_, err = ParseConfig(strings.NewReader("sesion_ttl: 1h\nscrape_interval: 5\n"))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"line 1: field sesion_ttl not found", "line 2:", "Go duration strings"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "router.Config") {
+		t.Errorf("error %q names a Go type", err)
+	}
 }
 
 func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
