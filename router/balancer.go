@@ -314,7 +314,8 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 			h = b.sessions.hash(f.SessionKey)
 			home = b.sessions.lookup(now, h)
 		}
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: f.PromptTokens, HeldFor: f.HeldFor}, b.view)
+		lost := home >= 0 && b.sessions.cacheLost(h)
+		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: f.PromptTokens, HeldFor: f.HeldFor, CacheLost: lost}, b.view)
 		if err == nil && f.SessionKey != "" {
 			switch {
 			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.view[home].Healthy:
@@ -354,6 +355,24 @@ func (b *Balancer) Release(i int) {
 	}
 	b.sync(b.now())
 	b.reps[i].inflight--
+}
+
+// ObserveCache records how much of a finished request's prompt replica i read from
+// its prefix cache: promptTokens in total and cachedTokens of them, exact counts
+// from the response's usage (OpenAI prompt_tokens_details.cached_tokens, Anthropic
+// cache_read_input_tokens; sim.Event in virtual mode). It feeds Request.CacheLost
+// for the session's next request. Ignored without a session key, with affinity
+// off, for a request served away from the session's home, or for promptTokens <= 0.
+func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens int) {
+	if sessionKey == "" || promptTokens <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.affinity {
+		return
+	}
+	b.sessions.observeCache(b.sessions.hash(sessionKey), i, promptTokens, cachedTokens)
 }
 
 // ObserveEngine records scraped engine load for replica i (from /metrics, or read

@@ -49,6 +49,11 @@ type Request struct {
 	// HeldFor is how long the request has been held at the router so far after
 	// ErrHold answers (0 on the first attempt).
 	HeldFor time.Duration
+	// CacheLost says the session's latest request served at its home read less
+	// than half of its previous request's prompt from the prefix cache
+	// (Balancer.ObserveCache): its context did not survive on the home between
+	// turns. False when the home has not reported usage twice.
+	CacheLost bool
 }
 
 // Policy decides which replica serves a request, from the request and a snapshot of

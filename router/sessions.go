@@ -86,8 +86,14 @@ type sessEntry struct {
 	prev, next int32 // prev: more recent neighbour; next: less recent
 	home       int32
 	tokens     int32 // context estimate: prompt tokens of the last request (0 unknown)
-	active     bool
-	live       bool
+	// served is the exact prompt size in tokens of the session's latest request
+	// served at its home, from that request's usage (observeCache); 0 unknown.
+	served int32
+	active bool
+	live   bool
+	// lost: the latest request served at home read less than half of served's
+	// previous value from the prefix cache (observeCache).
+	lost bool
 }
 
 // NewSessionTable returns an empty table. ttl 0 means DefaultSessionTTL, max 0
@@ -288,6 +294,36 @@ func (t *SessionTable) setTokens(h uint64, tokens int) {
 	e.tokens = tok
 }
 
+// observeCache records the prefix-cache outcome of a finished request of the
+// session with hash h that was served on replica: prompt tokens in total, cached of
+// them read from the cache (usage: cached_tokens, cache_read_input_tokens). Only a
+// request served at the session's home counts. The session is marked lost when
+// cached is less than half of the prompt of its previous request served at home:
+// the replica kept less than half of what the conversation had sent it before, so
+// its context was evicted between the two turns (what still hits is a prefix other
+// conversations share). The first observation only records the size. No-op for
+// an unknown hash or prompt <= 0.
+func (t *SessionTable) observeCache(h uint64, replica, prompt, cached int) {
+	idx, ok := t.index[h]
+	if !ok || prompt <= 0 {
+		return
+	}
+	e := &t.ents[idx]
+	if int(e.home) != replica {
+		return
+	}
+	if e.served > 0 {
+		e.lost = int64(cached)*2 < int64(e.served)
+	}
+	e.served = int32(min(prompt, 1<<31-1))
+}
+
+// cacheLost reports whether the session with hash h is marked lost (observeCache).
+func (t *SessionTable) cacheLost(h uint64) bool {
+	idx, ok := t.index[h]
+	return ok && t.ents[idx].lost
+}
+
 // SetTokens records key's context estimate in tokens (the prompt size of its
 // latest request); it counts in LiveTokens of the session's home while live.
 func (t *SessionTable) SetTokens(key string, tokens int) {
@@ -323,6 +359,9 @@ func (t *SessionTable) set(now time.Duration, h uint64, home int) {
 				t.liveTokens[home] += int64(e.tokens)
 			}
 			e.home = int32(home)
+			// The new home has served nothing yet; lost stays until a request
+			// served there reads its previous context from the cache.
+			e.served = 0
 		}
 		t.touch(idx, now)
 		return

@@ -191,6 +191,22 @@ func (w *WorkingSet) fitTarget(reps []ReplicaState, h, prompt int) int {
 	return w.LeastLoaded(w.scratch, h, prompt)
 }
 
+// VLLMScore is the load score vLLM's DP balancer gives a replica
+// (vllm/v1/engine/core_client.py, DPLBAsyncMPClient.get_core_engine_for_request;
+// see ShortestQueue), on the state a policy sees:
+//
+//	max(InFlight, Waiting + Running) + Waiting x 6 x max(0, KVUsage - 0.5)
+//
+// with Waiting, Running and KVUsage zero unless the scrape is fresh. Smaller is
+// less loaded; the unit is requests.
+func VLLMScore(r *ReplicaState) float64 {
+	s := float64(max(r.InFlight, r.Waiting+r.Running))
+	if r.Waiting > 0 {
+		s += float64(r.Waiting) * kvPenaltyFactor * max(0, r.KVUsage-kvPenaltyFrom)
+	}
+	return s
+}
+
 // LeastLoaded returns the healthy replica other than exclude that is smallest by
 // Keys (ties at random), or -1 when there is none. prompt is the new request's
 // prompt size in tokens (for KeyFits).

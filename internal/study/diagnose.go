@@ -79,16 +79,8 @@ func init() {
 	armTable["diag-random"] = randomArm("diag-random")
 }
 
-// vllmScore is vLLM's DP balancer score of a replica on exact state (see
-// router.ShortestQueue): max(in flight, waiting + running) plus the KV penalty
-// waiting x 6 x max(0, kv - 0.5) when requests wait.
-func vllmScore(r *router.ReplicaState) float64 {
-	s := float64(max(r.InFlight, r.Waiting+r.Running))
-	if r.Waiting > 0 {
-		s += float64(r.Waiting) * 6 * max(0, r.KVUsage-0.5)
-	}
-	return s
-}
+// vllmScore is vLLM's DP balancer score of a replica (router.VLLMScore).
+func vllmScore(r *router.ReplicaState) float64 { return router.VLLMScore(r) }
 
 // scoreOverflow: WorkingSet, except that a request whose home scores at least
 // margin more than the best replica by vLLM's score goes to that replica (and,
@@ -248,7 +240,57 @@ func bandArm(name string, band int) func() Arm {
 	}
 }
 
+// lostRebalance: WorkingSet, except that a request whose conversation's context
+// did not survive at its home (router.Request.CacheLost, fed back from the
+// previous turn's usage by Balancer.ObserveCache) is placed like vLLM's balancer
+// would, by vLLM's score over the healthy replicas (ties at random), and the
+// conversation is re-homed where it goes: with its prefix gone there is nothing
+// left to keep at the home. The conversation stays marked lost until a turn
+// served at its (new) home reads its previous context from the cache.
+type lostRebalance struct {
+	rng *rand.Rand
+	ws  *router.WorkingSet
+}
+
+func (l *lostRebalance) Pick(now time.Duration, req router.Request, reps []router.ReplicaState) (router.Decision, error) {
+	h := req.Home
+	if req.Key == "" || !req.CacheLost || h < 0 || h >= len(reps) || !reps[h].Healthy {
+		return l.ws.Pick(now, req, reps)
+	}
+	best, bs, ties := -1, 0.0, 0
+	for i := range reps {
+		if !reps[i].Healthy {
+			continue
+		}
+		sc := vllmScore(&reps[i])
+		switch {
+		case best < 0 || sc < bs:
+			best, bs, ties = i, sc, 1
+		case sc == bs:
+			ties++
+			if l.rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	if best == h {
+		return router.Decision{Replica: h, Reason: router.ReasonSticky}, nil
+	}
+	return router.Decision{Replica: best, Reason: router.ReasonMoved}, nil
+}
+
+func lostRebalanceArm(name string) func() Arm {
+	return func() Arm {
+		return Arm{Name: name, Affinity: true,
+			NewPolicy: func(env PolicyEnv) router.Policy {
+				return &lostRebalance{rng: rand.New(rand.NewPCG(env.Seed, 11)),
+					ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0))}
+			}}
+	}
+}
+
 func init() {
+	armTable["lost-rebalance"] = lostRebalanceArm("lost-rebalance")
 	armTable["diag-band-0"] = bandArm("diag-band-0", 0)
 	armTable["diag-band-1"] = bandArm("diag-band-1", 1)
 	armTable["diag-band-2"] = bandArm("diag-band-2", 2)

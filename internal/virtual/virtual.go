@@ -404,6 +404,7 @@ func (r *run) step(i int, t time.Duration) {
 			f.res.Done, f.res.Status = t, 200
 			f.res.PromptTokens, f.res.CachedTokens, f.res.OutputTokens = ev.PromptTokens, ev.CachedTokens, ev.OutputTokens
 			delete(r.flights, ev.ReqID)
+			r.bal.ObserveCache(f.tr.Session.Key, f.replica, ev.PromptTokens, ev.CachedTokens)
 			r.bal.Release(f.replica)
 			f.tr.Session.AddReply(sim.Detokenize(f.out))
 			r.finish(&f.res, t, f.tr.Session)
