@@ -151,6 +151,10 @@ type Comparison struct {
 	Stages     []StageComparison
 	Violations []Violation
 	Notes      []string // variants or stages present in only one run
+	// GateChecks counts the (gate, stage) pairs checked against opts.FailOn;
+	// GatesWithinNoise those of them past their limit that passed because the
+	// change was within the stage's noise (never with StrictGates).
+	GateChecks, GatesWithinNoise int
 }
 
 // Compare reads two results directories (run A as base, run B as candidate),
@@ -208,8 +212,11 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 					if t.Metric != name || (t.Variant != "" && t.Variant != v.Name) {
 						continue
 					}
+					c.GateChecks++
 					if bad, why := t.check(d, opts.StrictGates); bad {
 						c.Violations = append(c.Violations, Violation{Threshold: t, Variant: v.Name, Sessions: sa.Sessions, Delta: d, Reason: why})
+					} else if bad, _ := t.check(d, true); bad {
+						c.GatesWithinNoise++
 					}
 				}
 			}
@@ -229,6 +236,15 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 
 	if err := c.print(w); err != nil {
 		return c, err
+	}
+	if len(opts.FailOn) > 0 && len(c.Violations) == 0 {
+		msg := fmt.Sprintf("gates: %d check(s) of %d gate(s), all passed", c.GateChecks, len(opts.FailOn))
+		if c.GatesWithinNoise > 0 {
+			msg += fmt.Sprintf(" (%d past a limit but within the stage's noise; --strict-gates fails them)", c.GatesWithinNoise)
+		}
+		if _, err := fmt.Fprintln(w, msg); err != nil {
+			return c, fmt.Errorf("printing comparison: %w", err)
+		}
 	}
 	if len(c.Violations) > 0 {
 		return c, fmt.Errorf("comparing runs %s and %s: %w: %d violation(s)", a, b, ErrThresholdExceeded, len(c.Violations))
@@ -283,6 +299,22 @@ func formatFor(metric string) func(float64) string {
 	return fmtPrec(2)
 }
 
+// diffFormatFor returns the display format of a difference (B - A, the 95 %
+// interval) of a metric: whole numbers grouped by thousands for the counts and
+// rates shown that way, one decimal more than the metric's own for the others,
+// so a change smaller than the table's last digit still shows.
+func diffFormatFor(metric string) func(float64) string {
+	for _, c := range tableColumns {
+		if c.metric == metric {
+			if c.prec < 0 {
+				return fmtThousands
+			}
+			return fmtPrec(c.prec + 1)
+		}
+	}
+	return fmtPrec(3)
+}
+
 // print writes one table per variant (rows: stage x metric) and the violations.
 func (c *Comparison) print(w io.Writer) error {
 	pf := func(format string, args ...any) error {
@@ -311,15 +343,8 @@ func (c *Comparison) print(w io.Writer) error {
 				continue
 			}
 			for _, d := range s.Deltas {
-				f := formatFor(d.Metric)
-				diff := "n/a"
-				if !math.IsNaN(d.Diff) {
-					diff = strconv.FormatFloat(d.Diff, 'f', 3, 64)
-				}
-				ci := "n/a"
-				if !math.IsNaN(d.CIHalf) {
-					ci = strconv.FormatFloat(d.CIHalf, 'f', 3, 64)
-				}
+				f, df := formatFor(d.Metric), diffFormatFor(d.Metric)
+				diff, ci := df(d.Diff), df(d.CIHalf)
 				rel := "n/a"
 				if !math.IsNaN(d.RelPct) {
 					rel = fmt.Sprintf("%+.1f", d.RelPct)

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -76,13 +77,14 @@ func TestCompare(t *testing.T) {
 		name       string
 		failOn     []string
 		violations int
+		checks     int // gate checks counted (Comparison.GateChecks)
 	}{
-		{"no gates", nil, 0},
-		{"loose gate passes", []string{"output_tokens_per_min:-15%"}, 0},
-		{"tight gate fails every stage of both variants", []string{"output_tokens_per_min:-5%"}, 6},
-		{"variant filter", []string{"on/output_tokens_per_min:-5%"}, 3},
-		{"rise gate ignores a drop", []string{"output_tokens_per_min:+5%"}, 0},
-		{"unknown variant cannot pass", []string{"nope/output_tokens_per_min:-5%"}, 1},
+		{"no gates", nil, 0, 0},
+		{"loose gate passes", []string{"output_tokens_per_min:-15%"}, 0, 6},
+		{"tight gate fails every stage of both variants", []string{"output_tokens_per_min:-5%"}, 6, 6},
+		{"variant filter", []string{"on/output_tokens_per_min:-5%"}, 3, 3},
+		{"rise gate ignores a drop", []string{"output_tokens_per_min:+5%"}, 0, 6},
+		{"unknown variant cannot pass", []string{"nope/output_tokens_per_min:-5%"}, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var opts CompareOptions
@@ -105,6 +107,13 @@ func TestCompare(t *testing.T) {
 			}
 			if tc.violations > 0 && !strings.Contains(out.String(), "FAIL ") {
 				t.Errorf("output does not show the failure:\n%s", out.String())
+			}
+			if c.GateChecks != tc.checks {
+				t.Errorf("%d gate checks, want %d", c.GateChecks, tc.checks)
+			}
+			passed := strings.Contains(out.String(), fmt.Sprintf("gates: %d check(s) of %d gate(s), all passed", tc.checks, len(tc.failOn)))
+			if want := len(tc.failOn) > 0 && tc.violations == 0; passed != want {
+				t.Errorf("\"all passed\" line shown: %v, want %v:\n%s", passed, want, out.String())
 			}
 		})
 	}

@@ -264,19 +264,20 @@ type tableColumn struct {
 	header string
 	metric string
 	format func(float64) string
+	prec   int // decimals of format; -1: fmtThousands
 }
 
 // tableColumns follow brief/workload.md "Columns the report must have", plus the
 // usage-based hit rate as a cross-check of the counter-based one.
 var tableColumns = []tableColumn{
-	{"sessions/h", MetricSessionsPerH, fmtThousands},
-	{"out tok/min", MetricOutputTokensPerMin, fmtThousands},
-	{"TTFB p50 (s)", MetricTTFBP50S, fmtPrec(2)},
-	{"TTFB p95 (s)", MetricTTFBP95S, fmtPrec(2)},
-	{"replicas busy", MetricReplicasBusy, fmtPrec(2)},
-	{"prefix hits %", MetricPrefixHitsPct, fmtPrec(1)},
-	{"stayed %", MetricStayedPct, fmtPrec(1)},
-	{"usage cached %", MetricUsageCachedPct, fmtPrec(1)},
+	{"sessions/h", MetricSessionsPerH, fmtThousands, -1},
+	{"out tok/min", MetricOutputTokensPerMin, fmtThousands, -1},
+	{"TTFB p50 (s)", MetricTTFBP50S, fmtPrec(2), 2},
+	{"TTFB p95 (s)", MetricTTFBP95S, fmtPrec(2), 2},
+	{"replicas busy", MetricReplicasBusy, fmtPrec(2), 2},
+	{"prefix hits %", MetricPrefixHitsPct, fmtPrec(1), 1},
+	{"stayed %", MetricStayedPct, fmtPrec(1), 1},
+	{"usage cached %", MetricUsageCachedPct, fmtPrec(1), 1},
 }
 
 // noiseMark is appended to a cell whose base -> candidate difference is within
