@@ -321,10 +321,12 @@ type turnDone struct {
 
 // variantStats are the live figures of the progress lines.
 type variantStats struct {
-	ok, failed, sessionsDone int
-	outstanding              int // turns dispatched and not yet back (waiting or in flight)
-	stageOK, stageFailed     []int
-	ttfb                     []*hdrhistogram.Histogram // per stage, microseconds
+	ok, failed  int
+	outstanding int // turns dispatched and not yet back (waiting or in flight)
+	// Per stage (index of StageWindow): turns ok and failed, sessions whose last
+	// turn ended in the stage (summary.md's "sessions done").
+	stageOK, stageFailed, stageSessionsDone []int
+	ttfb                                    []*hdrhistogram.Histogram // per stage, microseconds
 }
 
 func (rn *runner) prepareVariant(ctx context.Context, name string, affinity bool) error {
@@ -433,8 +435,9 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*Variant, error)
 	windows := loop.Windows()
 	lastEnd := windows[len(windows)-1].End
 	st := &variantStats{
-		stageOK:     make([]int, len(windows)),
-		stageFailed: make([]int, len(windows)),
+		stageOK:           make([]int, len(windows)),
+		stageFailed:       make([]int, len(windows)),
+		stageSessionsDone: make([]int, len(windows)),
 	}
 	for range windows {
 		st.ttfb = append(st.ttfb, hdrhistogram.New(1, 3_600_000_000, 3))
@@ -484,7 +487,7 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*Variant, error)
 			st.ok++
 			st.stageOK[k]++
 			if d.r.LastTurn {
-				st.sessionsDone++
+				st.stageSessionsDone[k]++
 			}
 			if ttfb := d.r.TTFB(); ttfb > 0 {
 				_ = st.ttfb[k].RecordValue(ttfb.Microseconds())
@@ -618,6 +621,7 @@ func splitJoined(err error) []error {
 
 // progressLine prints one status line: variant, stage, elapsed simulated time,
 // sessions, turns ok/failed/in flight, sessions completed, and the stage's TTFB p50.
+// Turns, sessions done and TTFB count the stage only, as summary.md does.
 func (rn *runner) progressLine(loop *Loop, st *variantStats, stage int, windows []StageWindow, what string) {
 	if rn.progress == io.Discard || stage >= len(windows) {
 		return
@@ -637,5 +641,5 @@ func (rn *runner) progressLine(loop *Loop, st *variantStats, stage int, windows 
 	fmt.Fprintf(rn.progress, "[%s] stage %d/%d (%d sessions)%s  t=%s/%s  sessions %d  turns ok %d failed %d outstanding %d  sessions done %d  TTFB p50 %s\n",
 		loop.Name(), stage+1, len(windows), w.Sessions, what,
 		el.Round(time.Second), (w.End - w.Start).Round(time.Second),
-		loop.Active(), st.stageOK[stage], st.stageFailed[stage], st.outstanding, st.sessionsDone, p50)
+		loop.Active(), st.stageOK[stage], st.stageFailed[stage], st.outstanding, st.stageSessionsDone[stage], p50)
 }

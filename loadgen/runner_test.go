@@ -341,6 +341,28 @@ func TestRunAgainstStubServer(t *testing.T) {
 			if !strings.Contains(progress.String(), "[off] stage 2/2 (4 sessions) done") {
 				t.Errorf("progress lacks the stage line:\n%s", progress.String())
 			}
+			// A stage's "done" line counts that stage's turns and finished
+			// sessions only (as summary.md does), not the variant's so far.
+			for _, v := range rm.Variants {
+				for i, w := range v.Stages {
+					done := 0
+					for _, r := range byVariant[v.Name] {
+						if r.LastTurn && r.Done >= w.Start && r.Done < w.End {
+							done++
+						}
+					}
+					want := fmt.Sprintf("[%s] stage %d/%d (%d sessions) done  t=", v.Name, i+1, len(v.Stages), w.Sessions)
+					line := ""
+					for _, l := range strings.Split(progress.String(), "\n") {
+						if strings.HasPrefix(l, want) {
+							line = l
+						}
+					}
+					if !strings.Contains(line, fmt.Sprintf("turns ok %d failed 0", w.Completed)) || !strings.Contains(line, fmt.Sprintf("sessions done %d ", done)) {
+						t.Errorf("variant %s stage %d: progress %q, want turns ok %d and sessions done %d", v.Name, i, line, w.Completed, done)
+					}
+				}
+			}
 		})
 	}
 }
