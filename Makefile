@@ -29,7 +29,7 @@ BENCH_FLAGS := $(if $(SCENARIO),--scenario $(SCENARIO)) \
 	$(if $(filter 1 true yes,$(VIRTUAL)),--virtual) \
 	$(if $(OUT),--out $(OUT)) $(ARGS)
 
-.PHONY: all build bench test unit smoke regression baseline vet fmt-check clean
+.PHONY: all build bench test unit smoke regression baseline vet fmt-check clean agreement-off
 
 all: build
 
@@ -42,6 +42,11 @@ bench: build
 # Everything CI runs: formatting, vet, unit + integration tests, and a short
 # end-to-end bench over real HTTP whose CSV is checked.
 test: fmt-check vet unit smoke regression
+
+# Not in `make test` (about 6 minutes of wall time): the "off" variant's
+# HTTP/virtual agreement over 12-minute stages (docs/simulator.md, "Agreement").
+agreement-off:
+	WARDEN_AGREEMENT_OFF=1 $(GO) test -count=1 -timeout 20m -run TestVirtualAgreesWithHTTPOffLongStages -v ./internal/bench/
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

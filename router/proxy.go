@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -85,7 +86,10 @@ type ProxyConfig struct {
 // marks the replica unhealthy (passive health check) and the request is retried on
 // another replica; another transport error before the response headers (e.g. a
 // reset) is retried elsewhere without marking; nothing is retried once the client
-// got a byte. A stream that breaks after it started ends with an error event in
+// got a byte. A replica that stops answering with connections open (a hung or
+// stopped process) is caught by the health check, which calls AbortSilent: its
+// silent requests are retried elsewhere when no response had arrived, or ended
+// with the stream error event when one had. A stream that breaks after it started ends with an error event in
 // the API's own shape. Status codes come from StatusFor. The proxy sets no read or
 // idle timeout of its own, so nothing cuts a live stream.
 //
@@ -103,7 +107,20 @@ type Proxy struct {
 	m           *Metrics
 	log         *slog.Logger
 	onRoute     func(pool *Pool, key string, bodyBytes int, d Decision)
+
+	liveMu sync.Mutex
+	live   map[liveKey]map[*call]struct{} // requests in flight per replica (AbortSilent)
 }
+
+// liveKey names one replica of one pool.
+type liveKey struct {
+	pool    *Pool
+	replica int
+}
+
+// ErrReplicaDown is the cause with which AbortSilent ends a request: its replica
+// failed its health check and had sent nothing for the request in a while.
+var ErrReplicaDown = errors.New("replica marked down by its health check and silent")
 
 // NewTransport returns the HTTP transport the proxy uses to reach upstreams:
 // keep-alive connections (idle ones closed after 4 s, under uvicorn's default 5 s
@@ -237,6 +254,65 @@ func (p *Proxy) Pool(model string) *Pool {
 	return nil
 }
 
+// track registers c's current attempt (replica c.dec.Replica) with the cancel
+// function of the attempt's context, for AbortSilent.
+func (p *Proxy) track(c *call, cancel context.CancelCauseFunc) {
+	c.last.Store(time.Now().UnixNano())
+	k := liveKey{c.pool, c.dec.Replica}
+	p.liveMu.Lock()
+	if p.live == nil {
+		p.live = map[liveKey]map[*call]struct{}{}
+	}
+	set := p.live[k]
+	if set == nil {
+		set = map[*call]struct{}{}
+		p.live[k] = set
+	}
+	set[c] = struct{}{}
+	c.cancel, c.tracked, c.isTracked = cancel, k, true
+	p.liveMu.Unlock()
+}
+
+// untrack removes c from the registry and cancels its attempt context (a no-op
+// once the response was read to the end); safe to call more than once.
+func (p *Proxy) untrack(c *call) {
+	p.liveMu.Lock()
+	if !c.isTracked {
+		p.liveMu.Unlock()
+		return
+	}
+	delete(p.live[c.tracked], c)
+	c.isTracked = false
+	cancel := c.cancel
+	p.liveMu.Unlock()
+	cancel(nil)
+}
+
+// AbortSilent ends the requests in flight on the given replicas of pool that
+// have received nothing from their upstream for at least silentFor (wall time;
+// counted from the request's send, then from each response read), with the cause
+// ErrReplicaDown, and returns how many it ended. A request whose response had not
+// started is retried on another replica (nothing reached the client yet; the
+// replica is avoided for it); one whose SSE response had started ends with the
+// API's stream error event; a started non-streaming response is cut. The Router
+// calls it when a replica fails its health check, with silentFor = the probe's
+// own timeout, so a replica that answers slowly but streams is left alone.
+func (p *Proxy) AbortSilent(pool *Pool, replicas []int, silentFor time.Duration) int {
+	cutoff := time.Now().Add(-silentFor).UnixNano()
+	n := 0
+	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	for _, i := range replicas {
+		for c := range p.live[liveKey{pool, i}] {
+			if c.last.Load() <= cutoff {
+				c.cancel(ErrReplicaDown)
+				n++
+			}
+		}
+	}
+	return n
+}
+
 type callKey struct{}
 
 // call is the state of one proxied request, shared by the handler, the transport
@@ -254,6 +330,13 @@ type call struct {
 	attempts     int
 	sentAt       time.Time
 	gotFirstByte bool
+	// last is when the current attempt last heard from its upstream (UnixNano:
+	// the send, then every response read); cancel ends the attempt's context.
+	// cancel, tracked and isTracked are guarded by Proxy.liveMu.
+	last         atomic.Int64
+	cancel       context.CancelCauseFunc
+	tracked      liveKey
+	isTracked    bool
 	status       int
 	err          error
 	streamBroken error
@@ -346,6 +429,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
 		c.release()
+		p.untrack(c)
 		v := recover()
 		status := c.status
 		switch {
@@ -443,21 +527,30 @@ type retryTransport struct {
 
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := callFrom(req.Context())
-	if c == nil {
+	if c == nil || !c.counted {
 		return t.base.RoundTrip(req)
 	}
+	parent := req.Context()
 	for {
 		c.attempts++
 		c.sentAt = time.Now()
+		actx, cancel := context.WithCancelCause(parent)
+		req = req.WithContext(actx)
+		t.p.track(c, cancel)
 		resp, err := t.base.RoundTrip(req)
 		if err == nil {
 			return resp, nil
 		}
-		if !c.counted || req.Context().Err() != nil || c.attempts >= t.p.maxAttempts {
+		down := errors.Is(context.Cause(actx), ErrReplicaDown)
+		t.p.untrack(c)
+		if down {
+			err = fmt.Errorf("%w: %w", ErrReplicaDown, err)
+		}
+		if parent.Err() != nil || c.attempts >= t.p.maxAttempts {
 			return nil, err
 		}
 		dial := isDialError(err)
-		if !dial && isTimeout(err) {
+		if !dial && !down && isTimeout(err) {
 			return nil, err // the upstream may still be working on it: no duplicate
 		}
 		failed := c.upstream()
@@ -465,7 +558,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			c.pool.Balancer.SetHealthy(c.dec.Replica, false)
 		}
 		t.p.log.Warn("upstream failed before responding; retrying elsewhere", "model", c.pool.Model,
-			"replica", failed.Name, "marked_unhealthy", dial, "err", err)
+			"replica", failed.Name, "marked_unhealthy", dial || down, "err", err)
 		t.p.m.countRetry(c.pool.Model, failed.Name)
 		if c.dec.Replica < 64 {
 			c.facts.Avoid |= 1 << uint(c.dec.Replica)
@@ -476,7 +569,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, errors.Join(aerr, err)
 		}
 		c.dec, c.held = d, true
-		req = c.retryRequest(req)
+		req = c.retryRequest(req.WithContext(parent))
 	}
 }
 
@@ -570,6 +663,7 @@ func (b *watchedBody) Read(buf []byte) (int, error) {
 	}
 	n, err := b.rc.Read(buf)
 	if n > 0 {
+		b.c.last.Store(time.Now().UnixNano())
 		if !b.c.gotFirstByte {
 			b.c.gotFirstByte = true
 			b.p.m.observeTTFB(b.c.pool.Model, b.c.upstream().Name, time.Since(b.c.sentAt))
@@ -581,7 +675,11 @@ func (b *watchedBody) Read(buf []byte) (int, error) {
 		}
 		b.n += int64(n)
 	}
-	if err != nil && err != io.EOF && b.sse && b.ctx.Err() == nil {
+	down := err != nil && errors.Is(context.Cause(b.ctx), ErrReplicaDown)
+	if err != nil && err != io.EOF && b.sse && (b.ctx.Err() == nil || down) {
+		if down {
+			err = ErrReplicaDown
+		}
 		b.c.streamBroken = err
 		up := b.c.upstream().Name
 		b.p.log.Warn("upstream stream broke", "replica", up, "bytes", b.n, "err", err)

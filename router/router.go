@@ -33,6 +33,10 @@ type Router struct {
 	log     *slog.Logger
 	handler http.Handler
 	convs   map[*Pool]*convTracker // per model: active conversations' context (status_page.go)
+	// silentAbort: when a replica fails its health check, its requests that heard
+	// nothing from it for this long are ended (Proxy.AbortSilent). probeTimeout:
+	// the same silence the failed probe itself waited through.
+	silentAbort time.Duration
 }
 
 // target is one configured upstream URL: one replica, or the DP ranks behind it.
@@ -70,6 +74,8 @@ func New(cfg Config) (*Router, error) {
 		log:    cfg.Logger,
 		client: &http.Client{Transport: NewTransport(cfg.DialTimeout, probeTimeout), Timeout: probeTimeout},
 		convs:  map[*Pool]*convTracker{},
+
+		silentAbort: probeTimeout,
 	}
 	var pools []*Pool
 	for mi, m := range cfg.Models {
@@ -398,6 +404,14 @@ func (rt *Router) checkHealth(ctx context.Context, t *target) {
 	t.mu.Unlock()
 	for _, i := range t.replicas {
 		t.pool.Balancer.SetHealthy(i, ok)
+	}
+	if !ok {
+		// A hung replica keeps its connections open: without this, requests
+		// already sent to it would wait for the client's own timeout.
+		if n := rt.proxy.AbortSilent(t.pool, t.replicas, rt.silentAbort); n > 0 {
+			rt.log.Warn("ended requests on a replica that failed its health check", "model", t.pool.Model,
+				"url", t.url.String(), "requests", n, "silent_for", rt.silentAbort)
+		}
 	}
 	if changed {
 		lvl := slog.LevelInfo
