@@ -71,6 +71,15 @@ type Summary struct {
 	TTFBP50S float64 `json:"ttfb_p50_s"`
 	TTFBP95S float64 `json:"ttfb_p95_s"`
 
+	// Send lag quantiles in seconds over the turns done in the window (OK or
+	// not): Result.Sent - Result.Intended, how late the harness wrote each request
+	// after the closed loop wanted it sent (client scheduling, connection setup; in
+	// virtual time a hold at the router). It is not part of TTFB, which starts at
+	// Sent; a large lag means the harness, not the server, limited the offered
+	// load. Same histogram settings as TTFB; NaN when no turn is in the window.
+	SendLagP50S float64 `json:"send_lag_p50_s"`
+	SendLagP99S float64 `json:"send_lag_p99_s"`
+
 	// ReplicasBusy is the mean number of replicas with running > 0
 	// (vllm:num_requests_running) per poll in the window. Computed per replica as
 	// the share of its polls in the window with running > 0, summed over replicas:
@@ -219,8 +228,11 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 
 	var outTokens, promptSum, nominalSum int64
 	var cachedSum, cachedPromptSum int64
-	hist := newTTFBHistogram()
+	hist, lag := newTTFBHistogram(), newTTFBHistogram()
 	for _, r := range inWindow {
+		if r.Sent >= r.Intended && r.Intended >= 0 {
+			_ = lag.RecordValue(min(max(int64((r.Sent-r.Intended)/time.Microsecond), 0), ttfbHighestUS))
+		}
 		if !r.OK() {
 			s.TurnsFailed++
 			continue
@@ -256,6 +268,7 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 		s.OutputTokensPerMin = float64(outTokens) * 60 / w
 	}
 	s.TTFBP50S, s.TTFBP95S = quantileS(hist, 50), quantileS(hist, 95)
+	s.SendLagP50S, s.SendLagP99S = quantileS(lag, 50), quantileS(lag, 99)
 	if hist.TotalCount() == 0 {
 		s.note("no OK turn with a first token in the window: TTFB n/a")
 	}

@@ -280,3 +280,31 @@ func TestSummarizeEmptyManifest(t *testing.T) {
 		t.Error("no error for a manifest without variants")
 	}
 }
+
+// TestSummarizeSendLag: send lag is Sent - Intended over every turn done in the
+// window, failed ones too, and turns done outside the window do not count.
+func TestSummarizeSendLag(t *testing.T) {
+	m := &loadgen.Manifest{RunID: "lag", Variants: []loadgen.Variant{{Name: "off", Stages: []loadgen.StageWindow{
+		{Sessions: 4, Start: sec(100), End: sec(160), Complete: true},
+	}}}}
+	var turns []loadgen.Result
+	for i, lagMS := range []float64{0, 10, 10, 10, 250} {
+		r := okTurn("off", int64(i), 1, "r0", 110, 1, 120, 10)
+		r.Sent += time.Duration(lagMS * float64(time.Millisecond))
+		if i == 4 {
+			r.Status, r.Err = 500, "upstream error" // failed turns were sent late too
+		}
+		turns = append(turns, r)
+	}
+	late := okTurn("off", 9, 1, "r0", 150, 1, 170, 10) // done after the window
+	late.Sent += 5 * time.Second
+	turns = append(turns, late)
+	s := loadSummaries(t, m, turns, nil)[0]
+	if math.Abs(s.SendLagP50S-0.010) > 0.0001 || math.Abs(s.SendLagP99S-0.250) > 0.001 {
+		t.Errorf("send lag p50 %v s, p99 %v s; want 0.010 and 0.250", s.SendLagP50S, s.SendLagP99S)
+	}
+	empty := loadSummaries(t, m, nil, nil)[0]
+	if !math.IsNaN(empty.SendLagP50S) || !math.IsNaN(empty.SendLagP99S) {
+		t.Errorf("no turns: send lag %v / %v, want NaN", empty.SendLagP50S, empty.SendLagP99S)
+	}
+}

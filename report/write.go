@@ -43,10 +43,11 @@ const (
 //	prompt_tokens_mean          mean server-counted prompt tokens of OK turns
 //	nominal_prompt_tokens_mean  mean generator (nominal) prompt tokens of the same turns
 //	complete                    true if the stage ran to its end (false: cut short by Ctrl-C)
+//	send_lag_p50_s, _p99_s      how late the harness sent turns after the closed loop wanted them, seconds
 var CSVColumns = []string{
 	"variant", "sessions", "sessions_per_h", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
 	"replicas_busy", "prefix_hits_pct", "stayed_pct", "usage_cached_pct", "turns_ok", "turns_failed",
-	"prompt_tokens_mean", "nominal_prompt_tokens_mean", "complete",
+	"prompt_tokens_mean", "nominal_prompt_tokens_mean", "complete", "send_lag_p50_s", "send_lag_p99_s",
 }
 
 // writeFileAtomic writes data to path through a temporary file in the same
@@ -110,6 +111,7 @@ func ResultsCSV(sums []Summary) ([]byte, error) {
 			strconv.Itoa(s.TurnsOK), strconv.Itoa(s.TurnsFailed),
 			csvFloat(s.PromptTokensMean), csvFloat(s.NominalPromptTokensMean),
 			strconv.FormatBool(s.Complete),
+			csvFloat(s.SendLagP50S), csvFloat(s.SendLagP99S),
 		}
 		if err := w.Write(rec); err != nil {
 			return nil, fmt.Errorf("encoding results.csv: %w", err)
@@ -426,7 +428,7 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 
 	b.WriteString("\n## Per variant and stage\n\n")
 	vh := []string{"variant", "sessions", "window (s)", "sessions done", "turns ok", "turns failed",
-		"prompt tokens (server)", "prompt tokens (nominal)", "started = completed + failed + in flight"}
+		"prompt tokens (server)", "prompt tokens (nominal)", "send lag p50 / p99 (ms)", "started = completed + failed + in flight"}
 	var vrows [][]string
 	for _, s := range sums {
 		acc := fmt.Sprintf("%d = %d + %d + %d", s.Accounting.Started, s.Accounting.Completed, s.Accounting.Failed, s.Accounting.InFlight)
@@ -436,7 +438,8 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		vrows = append(vrows, []string{
 			s.Variant, strconv.Itoa(s.Sessions), fmtPrec(0)(s.WindowSeconds()), strconv.Itoa(s.SessionsCompleted),
 			strconv.Itoa(s.TurnsOK), strconv.Itoa(s.TurnsFailed),
-			fmtThousands(s.PromptTokensMean), fmtThousands(s.NominalPromptTokensMean), acc,
+			fmtThousands(s.PromptTokensMean), fmtThousands(s.NominalPromptTokensMean),
+			fmtPrec(1)(1000*s.SendLagP50S) + " / " + fmtPrec(1)(1000*s.SendLagP99S), acc,
 		})
 	}
 	mdTable(&b, vh, vrows)
