@@ -43,7 +43,7 @@ bench: build
 # end-to-end bench over real HTTP whose CSV is checked.
 test: fmt-check vet unit smoke regression
 
-# Not in `make test` (about 6 minutes of wall time): the "off" variant's
+# Not in `make test` (about 4 minutes of wall time): the "off" variant's
 # HTTP/virtual agreement over 12-minute stages (docs/simulator.md, "Agreement").
 agreement-off:
 	WARDEN_AGREEMENT_OFF=1 $(GO) test -count=1 -timeout 20m -run TestVirtualAgreesWithHTTPOffLongStages -v ./internal/bench/
