@@ -1,6 +1,7 @@
 package study
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -211,10 +212,16 @@ func (b bandScore) Pick(_ time.Duration, _ router.Request, reps []router.Replica
 	if least < 0 {
 		return router.Decision{}, router.ErrNoReplica
 	}
+	return router.Decision{Replica: leastScore(reps, least+b.band, b.rng), Reason: router.ReasonPlaced}, nil
+}
+
+// leastScore returns the healthy replica with at most maxInFlight requests in
+// flight that has the lowest vLLM score, ties at random; -1 when there is none.
+func leastScore(reps []router.ReplicaState, maxInFlight int, rng *rand.Rand) int {
 	best, bs, ties := -1, 0.0, 0
 	for i := range reps {
 		r := &reps[i]
-		if !r.Healthy || r.InFlight > least+b.band {
+		if !r.Healthy || r.InFlight > maxInFlight {
 			continue
 		}
 		sc := vllmScore(r)
@@ -223,12 +230,12 @@ func (b bandScore) Pick(_ time.Duration, _ router.Request, reps []router.Replica
 			best, bs, ties = i, sc, 1
 		case sc == bs:
 			ties++
-			if b.rng.IntN(ties) == 0 {
+			if rng.IntN(ties) == 0 {
 				best = i
 			}
 		}
 	}
-	return router.Decision{Replica: best, Reason: router.ReasonPlaced}, nil
+	return best
 }
 
 func bandArm(name string, band int) func() Arm {
@@ -257,22 +264,7 @@ func (l *lostRebalance) Pick(now time.Duration, req router.Request, reps []route
 	if req.Key == "" || !req.CacheLost || h < 0 || h >= len(reps) || !reps[h].Healthy {
 		return l.ws.Pick(now, req, reps)
 	}
-	best, bs, ties := -1, 0.0, 0
-	for i := range reps {
-		if !reps[i].Healthy {
-			continue
-		}
-		sc := vllmScore(&reps[i])
-		switch {
-		case best < 0 || sc < bs:
-			best, bs, ties = i, sc, 1
-		case sc == bs:
-			ties++
-			if l.rng.IntN(ties) == 0 {
-				best = i
-			}
-		}
-	}
+	best := leastScore(reps, math.MaxInt, l.rng)
 	if best == h {
 		return router.Decision{Replica: h, Reason: router.ReasonSticky}, nil
 	}
