@@ -187,6 +187,9 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	}
 
 	c := &Comparison{A: a, B: b}
+	if sa, sb := runA.Manifest.Scenario, runB.Manifest.Scenario; sa != nil && sb != nil && sa.Seed != sb.Seed {
+		c.Notes = append(c.Notes, fmt.Sprintf("the runs used different seeds (%d vs %d): the differences include the workload's own randomness", sa.Seed, sb.Seed))
+	}
 	for _, v := range runA.Manifest.Variants {
 		if variantIndex(&runB.Manifest, v.Name) < 0 {
 			c.Notes = append(c.Notes, fmt.Sprintf("variant %q only in %s", v.Name, a))
@@ -228,6 +231,20 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 			c.Notes = append(c.Notes, fmt.Sprintf("variant %q only in %s", v.Name, b))
 		}
 	}
+	var names []string
+	for _, m := range []*loadgen.Manifest{&runA.Manifest, &runB.Manifest} {
+		for _, v := range m.Variants {
+			if !slices.Contains(names, v.Name) {
+				names = append(names, v.Name)
+			}
+		}
+	}
+	for _, t := range opts.FailOn {
+		if t.Variant != "" && !slices.Contains(names, t.Variant) {
+			// A typo, not a regression: a usage error, before anything is printed.
+			return nil, fmt.Errorf("comparing runs: gate %s: variant %q is in neither run (variants: %s)", t, t.Variant, strings.Join(names, ", "))
+		}
+	}
 	for _, t := range opts.FailOn {
 		if t.Variant != "" && !slices.ContainsFunc(c.Stages, func(s StageComparison) bool { return s.Variant == t.Variant }) {
 			c.Violations = append(c.Violations, Violation{Threshold: t, Reason: fmt.Sprintf("variant %q not in both runs: gate cannot be checked", t.Variant)})
@@ -256,7 +273,7 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 // equal (two nil scenarios are equal). Fields are named as in the manifest's JSON
 // and printed as Go formats them (durations as "3m0s"). An empty model on one side
 // matches any model: it means "the server's model", which an HTTP run records
-// once resolved and a virtual run leaves empty.
+// once resolved and a virtual run leaves empty. Seeds are not compared.
 func scenarioDiff(a, b *loadgen.Scenario) string {
 	if a == nil || b == nil {
 		if a == b {
@@ -268,6 +285,9 @@ func scenarioDiff(a, b *loadgen.Scenario) string {
 	if ca.Model == "" || cb.Model == "" {
 		ca.Model, cb.Model = "", ""
 	}
+	// Two seeds of one scenario are how a user gauges noise: not a mismatch
+	// (Compare notes it).
+	ca.Seed, cb.Seed = 0, 0
 	va, vb := reflect.ValueOf(ca), reflect.ValueOf(cb)
 	var diff []string
 	for i := range va.NumField() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,7 +85,6 @@ func TestCompare(t *testing.T) {
 		{"tight gate fails every stage of both variants", []string{"output_tokens_per_min:-5%"}, 6, 6},
 		{"variant filter", []string{"on/output_tokens_per_min:-5%"}, 3, 3},
 		{"rise gate ignores a drop", []string{"output_tokens_per_min:+5%"}, 0, 6},
-		{"unknown variant cannot pass", []string{"nope/output_tokens_per_min:-5%"}, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var opts CompareOptions
@@ -118,6 +118,13 @@ func TestCompare(t *testing.T) {
 		})
 	}
 
+	t.Run("a gate naming a variant in neither run is a usage error", func(t *testing.T) {
+		_, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{FailOn: []Threshold{gate("On/output_tokens_per_min:-5%")}})
+		if err == nil || errors.Is(err, ErrThresholdExceeded) || !strings.Contains(err.Error(), `variant "On" is in neither run (variants: off, on)`) {
+			t.Fatalf("Compare: %v; want a usage error naming the variants", err)
+		}
+	})
+
 	t.Run("delta values", func(t *testing.T) {
 		c, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{})
 		if err != nil {
@@ -147,11 +154,23 @@ func TestCompareScenarioMismatch(t *testing.T) {
 	if !errors.Is(err, ErrScenarioMismatch) {
 		t.Fatalf("error %v, want ErrScenarioMismatch", err)
 	}
-	if !strings.Contains(err.Error(), "seed (7 vs 8)") || !strings.Contains(err.Error(), "turn_tokens") {
-		t.Errorf("error does not name the differing fields: %v", err)
+	if !strings.Contains(err.Error(), "turn_tokens (400 vs 500)") || strings.Contains(err.Error(), "seed") {
+		t.Errorf("error does not name exactly the differing fields (seeds are not compared): %v", err)
 	}
 	if _, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{AllowScenarioMismatch: true}); err != nil {
 		t.Errorf("with AllowScenarioMismatch: %v", err)
+	}
+
+	// Two seeds of one scenario compare (gauging noise), with a note.
+	m, r, s = syntheticRun()
+	m.Scenario.Seed = 8
+	writeRunDir(t, dirB, m, r, s)
+	c, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{})
+	if err != nil {
+		t.Fatalf("runs differing only by seed: %v", err)
+	}
+	if !slices.ContainsFunc(c.Notes, func(n string) bool { return strings.Contains(n, "different seeds (7 vs 8)") }) {
+		t.Errorf("no note about the seeds: %q", c.Notes)
 	}
 
 	// An empty model (a virtual run: "the server's model") matches a resolved one;

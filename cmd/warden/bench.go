@@ -53,7 +53,12 @@ Examples:
   warden bench                                       # reference benchmark, simulator
   warden bench --virtual                             # same, in virtual time
   warden bench --scenario scenarios/smoke.yaml --speed 20
-  warden bench --replicas http://gpu:8000 --dp-ranks 4 --stage-duration 3m`,
+  warden bench --replicas http://gpu:8000 --dp-ranks 4 --stage-duration 3m
+
+Exit status: 0 done; 1 bad flags or scenario, or the run could not go on; 3 the
+run finished but a stage had no successful turn or the turn accounting does not
+add up (the checks of 'warden report --check'; the results are still written).
+Ctrl-C stops after writing what is complete.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv("GOGC") == "" {
@@ -95,6 +100,14 @@ Examples:
 			dir, err := bench.Run(cmd.Context(), o)
 			if _, statErr := os.Stat(filepath.Join(dir, "manifest.json")); dir != "" && statErr == nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "results: %s\n", dir)
+			}
+			if err == nil && cmd.Context().Err() == nil {
+				// The run finished: hold it to what `report --check` asks, so a
+				// benchmark in which a stage had no successful turn (every request
+				// failed or timed out) does not pass as a result.
+				if cerr := checkRun(dir); cerr != nil {
+					return &exitError{code: 3, err: fmt.Errorf("the run finished but its results are not usable (see %s): %w", dir, cerr)}
+				}
 			}
 			return err
 		},

@@ -19,7 +19,10 @@ func newCompareCmd() *cobra.Command {
 		Short: "Compare two runs stage by stage; non-zero exit when a threshold is crossed",
 		Long: `Prints, per variant and stage, each column of run A and run B, the change A -> B
 and whether it is beyond the noise. Refuses when the two runs used different
-workloads (scenarios), unless --allow-scenario-mismatch.
+workloads (scenarios), unless --allow-scenario-mismatch; two seeds of one scenario
+compare (with a note), which is how to see the workload's own noise.
+Exit status: 0 no gate crossed; 4 a gate crossed; 1 bad arguments (including a
+gate naming a variant in neither run).
 
 --fail-on takes gates of the form [variant/]metric:<sign><limit>[%]; the sign says
 which direction is a regression:

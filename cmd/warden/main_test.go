@@ -78,6 +78,27 @@ func TestReportCheckFailsWhenTurnsVanish(t *testing.T) {
 
 // Out-of-range values are refused with a message naming the flag, never replaced
 // by defaults.
+// A benchmark in which every turn failed (here: a 1 ns request timeout) writes
+// its results but exits 3, as `report --check` would, not 0 (fresh-user finding).
+func TestBenchExitsNonZeroWhenNoTurnSucceeded(t *testing.T) {
+	sc := filepath.Join(t.TempDir(), "timeout.yaml")
+	if err := os.WriteFile(sc, []byte("stages: [2]\nstage_duration: 10s\nrequest_timeout: 1ns\nvariants: [\"on\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	_, err := run(t, "bench", "--virtual", "--scenario", sc, "--out", dir)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 3 {
+		t.Fatalf("bench with every turn failing: err = %v, want exit code 3", err)
+	}
+	if !strings.Contains(err.Error(), `variant "on" stage 1/1 (2 sessions): no successful turn`) {
+		t.Errorf("error does not say which stage failed: %v", err)
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, "results.csv")); statErr != nil {
+		t.Errorf("results not written: %v", statErr)
+	}
+}
+
 func TestBenchRejectsOutOfRangeFlags(t *testing.T) {
 	cases := [][]string{
 		{"--speed", "0"},

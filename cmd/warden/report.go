@@ -92,9 +92,15 @@ func checkRun(dir string) error {
 	if len(sums) != want {
 		errs = append(errs, fmt.Errorf("%d stage rows, want %d", len(sums), want))
 	}
+	stagesOf := map[string]int{}
+	for _, v := range m.Variants {
+		stagesOf[v.Name] = len(v.Stages)
+	}
 	for _, s := range sums {
 		if s.TurnsOK == 0 {
-			errs = append(errs, fmt.Errorf("variant %q stage %d (%d sessions): no successful turn", s.Variant, s.Stage, s.Sessions))
+			// Stages numbered from 1, as the progress lines do.
+			errs = append(errs, fmt.Errorf("variant %q stage %d/%d (%d sessions): no successful turn (%d failed)",
+				s.Variant, s.Stage+1, stagesOf[s.Variant], s.Sessions, s.TurnsFailed))
 		}
 	}
 	return errors.Join(errs...)
