@@ -544,7 +544,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		down := errors.Is(context.Cause(actx), ErrReplicaDown)
 		t.p.untrack(c)
 		if down {
-			err = fmt.Errorf("%w: %w", ErrReplicaDown, err)
+			err = ErrReplicaDown // the transport's own error only says the context ended
 		}
 		if parent.Err() != nil || c.attempts >= t.p.maxAttempts {
 			return nil, err
