@@ -392,6 +392,48 @@ func groupSeries(samples []loadgen.SeriesSample) []replicaSeries {
 	return out
 }
 
+// coverageGaps is how many typical poll intervals a replica's samples may miss at
+// the end of a window before the summary says so.
+const coverageGaps = 3
+
+// noteCoverage adds a note for each replica whose /metrics samples do not cover
+// the window (a replica that died or stopped answering its scrapes): no sample
+// in the window, or the last one more than coverageGaps typical poll intervals
+// (the median gap between consecutive samples of any replica) before its end.
+// Prefix hits and replicas busy then cover only what was sampled; the note says
+// so instead of leaving "all replicas" to be believed (peers.md case 13).
+func noteCoverage(s *Summary, replicas []replicaSeries) {
+	var gaps []time.Duration
+	for _, rs := range replicas {
+		for k := 1; k < len(rs.samples); k++ {
+			if g := rs.samples[k].T - rs.samples[k-1].T; g > 0 {
+				gaps = append(gaps, g)
+			}
+		}
+	}
+	if len(gaps) == 0 {
+		return
+	}
+	slices.Sort(gaps)
+	poll := gaps[len(gaps)/2]
+	for _, rs := range replicas {
+		last, in := time.Duration(-1), 0
+		for _, x := range rs.samples {
+			if contains(s.WindowStart, s.WindowEnd, x.T) {
+				in++
+				last = x.T
+			}
+		}
+		switch {
+		case in == 0:
+			s.note(fmt.Sprintf("replica %s: no /metrics sample in the window (scrapes failed?): prefix hits and replicas busy leave it out", rs.name))
+		case s.WindowEnd-last > coverageGaps*poll:
+			s.note(fmt.Sprintf("replica %s: /metrics samples stop %.0f s before the window's end (scrapes failed?): prefix hits and replicas busy cover it only until then",
+				rs.name, (s.WindowEnd - last).Seconds()))
+		}
+	}
+}
+
 // counterDelta is the reset-aware increase of a cumulative counter over a window,
 // read from samples: from the last sample at or before start (or, if there is none,
 // the first sample at or before end) to the last sample at or before end, summing
@@ -431,6 +473,8 @@ func summarizeSeries(s *Summary, replicas []replicaSeries) {
 		s.note("no series samples for this variant: replicas busy and prefix hits n/a")
 		return
 	}
+
+	noteCoverage(s, replicas)
 
 	// Replicas busy.
 	busy, polled := 0.0, 0

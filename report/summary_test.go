@@ -308,3 +308,35 @@ func TestSummarizeSendLag(t *testing.T) {
 		t.Errorf("no turns: send lag %v / %v, want NaN", empty.SendLagP50S, empty.SendLagP99S)
 	}
 }
+
+// TestSummarizeNotesReplicaWithoutMetrics: a replica whose scrapes stop (it died)
+// or never land in the window is named in a note, since prefix hits and replicas
+// busy then leave it out; replicas sampled to the end get no note.
+func TestSummarizeNotesReplicaWithoutMetrics(t *testing.T) {
+	m := &loadgen.Manifest{RunID: "dead", Variants: []loadgen.Variant{{Name: "off", Stages: []loadgen.StageWindow{
+		{Sessions: 4, Start: sec(100), End: sec(160), Complete: true},
+	}}}}
+	var series []loadgen.SeriesSample
+	for ts := 90.0; ts <= 160; ts++ {
+		series = append(series, sample("r0", ts, 1, 100*ts, 50*ts))
+		if ts <= 120 {
+			series = append(series, sample("r1", ts, 1, 100*ts, 50*ts)) // dies at 120 s
+		}
+		if ts <= 95 {
+			series = append(series, sample("r2", ts, 1, 100*ts, 50*ts)) // gone before the window
+		}
+	}
+	s := loadSummaries(t, m, nil, series)[0]
+	has := func(sub string) bool {
+		return slices.ContainsFunc(s.Notes, func(n string) bool { return strings.Contains(n, sub) })
+	}
+	if !has("replica r1: /metrics samples stop 40 s before the window's end") {
+		t.Errorf("no note for r1, which died 40 s before the end: %q", s.Notes)
+	}
+	if !has("replica r2: no /metrics sample in the window") {
+		t.Errorf("no note for r2, never sampled in the window: %q", s.Notes)
+	}
+	if has("replica r0") {
+		t.Errorf("note for r0, sampled to the end: %q", s.Notes)
+	}
+}
