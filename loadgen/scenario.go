@@ -53,6 +53,16 @@ const (
 	SessionHeaderXSessionID = "x-session-id"
 )
 
+// Upper bounds Validate puts on a scenario, so that a typo (an extra zero) fails
+// at once instead of exhausting the machine's memory. MaxSessions is 5x the
+// largest load measured (2,000 sessions: 825 MB in virtual mode, fresh-user trial
+// 2026-11-29; the harness keeps each session's history); MaxTurns is far past any
+// context a served model accepts.
+const (
+	MaxSessions = 10_000
+	MaxTurns    = 10_000
+)
+
 // DefaultStages returns the reference ramp: 4, 8, 16, 24, 32 concurrent sessions.
 func DefaultStages() []int { return []int{4, 8, 16, 24, 32} }
 
@@ -177,6 +187,7 @@ func (sc *Scenario) Validate() error {
 		}
 		if r.Min > r.Max {
 			bad(field, "min %d is greater than max %d", r.Min, r.Max)
+			return
 		}
 		if n < r.Min || n > r.Max {
 			bad(field, "nominal %d lies outside [%d, %d]", n, r.Min, r.Max)
@@ -187,6 +198,8 @@ func (sc *Scenario) Validate() error {
 	checkTokens("turn_tokens", c.TurnTokens, c.TurnSpread)
 	if c.Turns < 1 {
 		bad("turns", "must be at least 1, got %d", c.Turns)
+	} else if c.Turns > MaxTurns {
+		bad("turns", "%d is more than %d (a conversation's context grows with every turn; a real one hits the model's max_model_len long before)", c.Turns, MaxTurns)
 	}
 	if c.MaxOutputTokens < 1 {
 		bad("max_output_tokens", "must be at least 1, got %d", c.MaxOutputTokens)
@@ -200,6 +213,9 @@ func (sc *Scenario) Validate() error {
 	for i, n := range c.Stages {
 		if n < 1 {
 			bad(fmt.Sprintf("stages[%d]", i), "must be at least 1 session, got %d", n)
+		} else if n > MaxSessions {
+			bad(fmt.Sprintf("stages[%d]", i), "%d sessions is more than %d: the harness keeps every session's history (about 0.4 MB each in virtual mode, 2,000 sessions = 825 MB measured), so this would need about %.0f GB",
+				n, MaxSessions, float64(n)*0.4/1024)
 		}
 	}
 	if c.StageDuration <= 0 {

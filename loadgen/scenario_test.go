@@ -107,6 +107,20 @@ request_timeout: -1s
 	if n := strings.Count(msg, "\n") + 1; n != len(want) {
 		t.Errorf("%d problems reported, want %d:\n%s", n, len(want), msg)
 	}
+	// Implausible sizes (a typo's extra zeros) fail before any memory is spent,
+	// with the estimate; min > max is reported once, not also as "outside".
+	big := &Scenario{Turns: MaxTurns + 1, Stages: []int{4, MaxSessions + 1}, TurnTokens: 8, TurnSpread: TokenRange{Min: 10, Max: 5}}
+	err = big.Validate()
+	if err == nil || !strings.Contains(err.Error(), "turns: 10001 is more than 10000") ||
+		!strings.Contains(err.Error(), "stages[1]: 10001 sessions is more than 10000") || !strings.Contains(err.Error(), "GB") {
+		t.Errorf("Validate of huge sizes: %v", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "outside") {
+		t.Errorf("min > max also reported as nominal outside the range: %v", err)
+	}
+	if err := (&Scenario{Turns: MaxTurns, Stages: []int{MaxSessions}}).Validate(); err != nil {
+		t.Errorf("the limits themselves are refused: %v", err)
+	}
 	// Validate on a scenario built in code names the fields without a file.
 	sc := &Scenario{Turns: -1, Stages: []int{0}}
 	err = sc.Validate()
