@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -255,6 +256,9 @@ func runHTTP(ctx context.Context, o Options) error {
 	if progress == nil {
 		progress = io.Discard
 	}
+	if o.RouterURL != "" {
+		nameLikeRouter(ctx, progress, rcfgs, o.AdminURL, o.AdminToken)
+	}
 	if _, err := Preflight(ctx, progress, servers, o.Scenario); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -330,6 +334,67 @@ func replicaConfigs(specs []string) ([]router.ReplicaConfig, error) {
 			return nil, err
 		}
 		out = append(out, rc)
+	}
+	return out, nil
+}
+
+// nameLikeRouter gives each replica given without a name (--replicas URL, not
+// name=URL) the name the running router uses for the same URL, read from its
+// admin API's GET /status, so that turns.jsonl (replica names from the router's
+// X-Warden-Replica header) and series.csv (the harness's own scrapes) name the
+// replicas alike. A replica the router does not list, or a /status that cannot
+// be read, keeps the default name r<i> and gets a warning on progress.
+func nameLikeRouter(ctx context.Context, progress io.Writer, rcfgs []router.ReplicaConfig, admin, token string) {
+	names, err := routerReplicaNames(ctx, admin, token)
+	if err != nil {
+		fmt.Fprintf(progress, "warning: %v; replicas given as URLs are named r0, r1, ... (give them as name=URL to match the router's names)\n", err)
+		return
+	}
+	for i := range rcfgs {
+		if rcfgs[i].Name != "" {
+			continue
+		}
+		if n, ok := names[strings.TrimRight(rcfgs[i].URL, "/")]; ok {
+			rcfgs[i].Name = n
+			continue
+		}
+		fmt.Fprintf(progress, "warning: the router at %s does not list %s; it is named r%d here, so its per-replica figures will not line up with the router's\n", admin, rcfgs[i].URL, i)
+	}
+}
+
+// routerReplicaNames reads a warden router's GET <admin>/status and returns its
+// replicas' names by upstream URL (without a trailing slash); a DP-rank replica
+// "name/rankK" gives "name".
+func routerReplicaNames(ctx context.Context, admin, token string) (map[string]string, error) {
+	admin = strings.TrimRight(admin, "/")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+"/status", nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading the router's replica names: %w", err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reading the router's replica names from %s/status: %w", admin, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("reading the router's replica names from %s/status: status %d", admin, resp.StatusCode)
+	}
+	var st router.Status
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st); err != nil {
+		return nil, fmt.Errorf("reading the router's replica names from %s/status: %w", admin, err)
+	}
+	out := map[string]string{}
+	for _, m := range st.Models {
+		for _, r := range m.Replicas {
+			name := r.Name
+			if r.Rank != nil {
+				name = strings.TrimSuffix(name, "/rank"+strconv.Itoa(*r.Rank))
+			}
+			out[strings.TrimRight(r.URL, "/")] = name
+		}
 	}
 	return out, nil
 }
