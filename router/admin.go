@@ -25,6 +25,9 @@ import (
 //	GET  /admin/models/{model}/policy         {"model":m,"policy":name} (affinity-on policy)
 //	PUT  /admin/models/{model}/policy         body {"policy":name}, one of PolicyNames
 //	POST /admin/models/{model}/reset-sessions forget every session home
+//	POST /admin/models/{model}/replicas       body {"name":n,"url":u,"dp_ranks":k}: add
+//	                                          an upstream while serving (Router.AddReplica);
+//	                                          201 {"model":m,"added":[names]}
 //
 // Errors are JSON {"error":"..."} with 400 (bad body), 404 (unknown model or
 // path) or 405.
@@ -147,7 +150,29 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"reset": model})
-	case what == "affinity" || what == "threshold" || what == "policy" || what == "reset-sessions":
+	case what == "replicas" && r.Method == http.MethodPost:
+		var body struct {
+			Name    string `json:"name"`
+			URL     string `json:"url"`
+			DPRanks int    `json:"dp_ranks"`
+		}
+		if err := decodeStrict(r.Body, &body); err != nil {
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"name": "r4", "url": "http://host:8000", "dp_ranks": 0}: %w`, err))
+			return
+		}
+		if all || len(pools) != 1 {
+			if model != WildcardModel || len(pools) != 1 {
+				adminError(w, http.StatusBadRequest, errors.New("name one model: a replica is added to one pool"))
+				return
+			}
+		}
+		names, err := rt.AddReplica(pools[0].Model, ReplicaConfig{Name: body.Name, URL: body.URL, DPRanks: body.DPRanks})
+		if err != nil {
+			adminError(w, http.StatusBadRequest, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, map[string]any{"model": pools[0].Model, "added": names})
+	case what == "affinity" || what == "threshold" || what == "policy" || what == "reset-sessions" || what == "replicas":
 		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))
 	default:
 		adminError(w, http.StatusNotFound, fmt.Errorf("%w: %s", errNotFound, r.URL.Path))

@@ -214,7 +214,7 @@ func (rt *Router) recordCard(t *target, snap *vllmmetrics.Snapshot, at time.Dura
 // cardWindow returns a copy of pool replica i's window, or false when no scrape
 // of it was recorded.
 func (rt *Router) cardWindow(pool *Pool, i int) (rateWindow, bool) {
-	for _, t := range rt.targets {
+	for _, t := range rt.targetList() {
 		if t.pool != pool {
 			continue
 		}

@@ -45,10 +45,38 @@ type Upstream struct {
 }
 
 // Pool is one model's replicas: Upstreams[i] is the Balancer's replica i.
+// Upstreams is set before the pool serves; afterwards replicas are added only
+// with AddUpstream and read with Upstream / UpstreamList (Router.AddReplica).
 type Pool struct {
 	Model     string // model name, or WildcardModel
 	Balancer  *Balancer
 	Upstreams []Upstream
+
+	mu sync.RWMutex // guards Upstreams once the pool serves
+}
+
+// Upstream returns replica i's upstream.
+func (p *Pool) Upstream(i int) Upstream {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Upstreams[i]
+}
+
+// UpstreamList returns a copy of the upstreams (index = Balancer replica).
+func (p *Pool) UpstreamList() []Upstream {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return append([]Upstream(nil), p.Upstreams...)
+}
+
+// AddUpstream appends u and then the matching Balancer replica (healthy, no
+// session moves; Balancer.AddReplica), in that order, so a request routed to the
+// new index always finds its upstream. It returns the replica's index.
+func (p *Pool) AddUpstream(u Upstream) int {
+	p.mu.Lock()
+	p.Upstreams = append(p.Upstreams, u)
+	p.mu.Unlock()
+	return p.Balancer.AddReplica(u.Name)
 }
 
 // ProxyConfig configures a Proxy. Zero values mean defaults.
@@ -347,7 +375,7 @@ func callFrom(ctx context.Context) *call {
 	return c
 }
 
-func (c *call) upstream() Upstream { return c.pool.Upstreams[c.dec.Replica] }
+func (c *call) upstream() Upstream { return c.pool.Upstream(c.dec.Replica) }
 
 // release ends the call's in-flight count; safe to call more than once.
 func (c *call) release() {
@@ -757,7 +785,7 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
 	if p.wildcard != nil {
 		// Model names are whatever the servers serve: ask one.
 		pool := p.wildcard
-		for i := range pool.Upstreams {
+		for i := range pool.UpstreamList() {
 			if pool.Balancer.Healthy(i) {
 				c := &call{pool: pool, inURL: *r.URL, dec: Decision{Replica: i}}
 				p.forward(w, r, c)

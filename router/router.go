@@ -27,7 +27,13 @@ type Router struct {
 	cfg     Config
 	proxy   *Proxy
 	metrics *Metrics
+
+	// targets are the configured upstream URLs, then any added by AddReplica.
+	// tmu guards targets, runCtx (the context of Run, nil before) and loops.
+	tmu     sync.Mutex
 	targets []*target
+	runCtx  context.Context
+	loops   *sync.WaitGroup
 	client  *http.Client
 	clock   simclock.Clock
 	log     *slog.Logger
@@ -83,23 +89,14 @@ func New(cfg Config) (*Router, error) {
 		var names []string
 		var targets []*target
 		for _, rc := range m.Replicas {
-			u, err := url.Parse(rc.URL)
+			t, ups, err := newTarget(pool, rc, len(names))
 			if err != nil {
-				return nil, fmt.Errorf("model %q: replica %q: %w", m.Name, rc.URL, err)
+				return nil, fmt.Errorf("model %q: %w", m.Name, err)
 			}
-			t := &target{pool: pool, url: u, ranked: rc.DPRanks > 0, healthy: true}
-			if rc.DPRanks == 0 {
-				t.replicas = append(t.replicas, len(names))
-				names = append(names, rc.Name)
-				pool.Upstreams = append(pool.Upstreams, Upstream{Name: rc.Name, URL: u, Rank: -1})
+			for _, up := range ups {
+				names = append(names, up.Name)
+				pool.Upstreams = append(pool.Upstreams, up)
 			}
-			for k := range rc.DPRanks {
-				name := rc.Name + "/rank" + strconv.Itoa(k)
-				t.replicas = append(t.replicas, len(names))
-				names = append(names, name)
-				pool.Upstreams = append(pool.Upstreams, Upstream{Name: name, URL: u, Rank: k})
-			}
-			t.prefix = make([]prefixStats, len(t.replicas))
 			targets = append(targets, t)
 		}
 		stale := DefaultStaleAfter
@@ -147,6 +144,79 @@ func New(cfg Config) (*Router, error) {
 	mux.Handle("/", p)
 	rt.handler = mux
 	return rt, nil
+}
+
+// newTarget builds the target of one configured upstream URL of pool, whose
+// replicas get Balancer indices from first on, and their upstreams (one, or one
+// per DP rank named "<name>/rank<k>").
+func newTarget(pool *Pool, rc ReplicaConfig, first int) (*target, []Upstream, error) {
+	u, err := url.Parse(rc.URL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replica %q: %w", rc.URL, err)
+	}
+	t := &target{pool: pool, url: u, ranked: rc.DPRanks > 0, healthy: true}
+	var ups []Upstream
+	if rc.DPRanks == 0 {
+		t.replicas = append(t.replicas, first)
+		ups = append(ups, Upstream{Name: rc.Name, URL: u, Rank: -1})
+	}
+	for k := range rc.DPRanks {
+		t.replicas = append(t.replicas, first+len(ups))
+		ups = append(ups, Upstream{Name: rc.Name + "/rank" + strconv.Itoa(k), URL: u, Rank: k})
+	}
+	t.prefix = make([]prefixStats, len(t.replicas))
+	return t, ups, nil
+}
+
+// AddReplica adds an upstream (one replica, or one per DP rank) to model's pool
+// while the router serves: the new replicas start healthy and take new sessions
+// by the pool's placement rule, no existing session moves (peers.md router case
+// 8), and, when Run is going, their health checks and scrapes start at once. rc
+// is checked as in a config file (name, URL, dp_ranks); the name must be new in
+// the pool. It returns the new replicas' names.
+func (rt *Router) AddReplica(model string, rc ReplicaConfig) ([]string, error) {
+	pool := rt.proxy.Pool(model)
+	if pool == nil || (model != pool.Model && model != "") {
+		return nil, fmt.Errorf("%w: %q", errUnknownModel, model)
+	}
+	if rc.Name == "" {
+		return nil, errors.New("name: required")
+	}
+	if rc.DPRanks < 0 || rc.DPRanks > 1024 {
+		return nil, fmt.Errorf("dp_ranks: %d is out of range 0..1024", rc.DPRanks)
+	}
+	if u, err := url.Parse(rc.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("url: %q is not an http(s) URL", rc.URL)
+	}
+	rt.tmu.Lock()
+	defer rt.tmu.Unlock()
+	for _, up := range pool.UpstreamList() {
+		if up.Name == rc.Name || strings.HasPrefix(up.Name, rc.Name+"/rank") {
+			return nil, fmt.Errorf("name: %q is already used in model %q", rc.Name, pool.Model)
+		}
+	}
+	t, ups, err := newTarget(pool, rc, pool.Balancer.Len())
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, up := range ups {
+		pool.AddUpstream(up)
+		names = append(names, up.Name)
+	}
+	rt.targets = append(rt.targets, t)
+	if rt.runCtx != nil && rt.runCtx.Err() == nil {
+		rt.startLoops(rt.runCtx, rt.loops, t)
+	}
+	rt.log.Info("replica added", "model", pool.Model, "replicas", names, "url", t.url.String())
+	return names, nil
+}
+
+// targetList returns a copy of the targets.
+func (rt *Router) targetList() []*target {
+	rt.tmu.Lock()
+	defer rt.tmu.Unlock()
+	return append([]*target(nil), rt.targets...)
 }
 
 // NewFromURLs builds a Router for `warden route --replica ...` and the benchmark:
@@ -295,8 +365,12 @@ func (rt *Router) Status() Status {
 		b := pool.Balancer
 		n, auto := b.OverflowThreshold()
 		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
+		ups := pool.UpstreamList()
 		for i, s := range b.Status() {
-			up := pool.Upstreams[i]
+			if i >= len(ups) {
+				break // a replica being added: its upstream is listed first
+			}
+			up := ups[i]
 			rep := ReplicaReport{ReplicaStatus: s, URL: up.URL.String(), PrefixHitRate: -1, PrefixHitRateLifetime: -1}
 			if up.Rank >= 0 {
 				k := up.Rank
@@ -311,7 +385,7 @@ func (rt *Router) Status() Status {
 }
 
 func (rt *Router) fillPrefix(pool *Pool, replica int, rep *ReplicaReport) {
-	for _, t := range rt.targets {
+	for _, t := range rt.targetList() {
 		if t.pool != pool {
 			continue
 		}
@@ -340,17 +414,27 @@ func (rt *Router) fillPrefix(pool *Pool, replica int, rep *ReplicaReport) {
 // simulated time on the configured Clock. It returns ctx.Err().
 func (rt *Router) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	rt.tmu.Lock()
+	rt.runCtx, rt.loops = ctx, &wg
 	for _, t := range rt.targets {
-		if rt.cfg.HealthInterval > 0 {
-			wg.Go(func() { rt.every(ctx, rt.cfg.HealthInterval, func() { rt.checkHealth(ctx, t) }) })
-		}
-		if rt.cfg.ScrapeInterval > 0 {
-			wg.Go(func() { rt.every(ctx, rt.cfg.ScrapeInterval, func() { rt.scrape(ctx, t) }) })
-		}
+		rt.startLoops(ctx, &wg, t)
 	}
+	rt.tmu.Unlock()
 	<-ctx.Done()
+	rt.tmu.Lock() // no AddReplica starts loops on wg after this
+	rt.tmu.Unlock()
 	wg.Wait()
 	return ctx.Err()
+}
+
+// startLoops starts t's health check and scrape loops on wg.
+func (rt *Router) startLoops(ctx context.Context, wg *sync.WaitGroup, t *target) {
+	if rt.cfg.HealthInterval > 0 {
+		wg.Go(func() { rt.every(ctx, rt.cfg.HealthInterval, func() { rt.checkHealth(ctx, t) }) })
+	}
+	if rt.cfg.ScrapeInterval > 0 {
+		wg.Go(func() { rt.every(ctx, rt.cfg.ScrapeInterval, func() { rt.scrape(ctx, t) }) })
+	}
 }
 
 // every calls f now and then once per interval of simulated time until ctx ends.
