@@ -414,3 +414,29 @@ func BenchmarkWorkingSetPick(b *testing.B) {
 		}
 	}
 }
+
+// TestWorkingSetOverflowNeedsTheMargin: over the threshold, a request leaves its
+// home only for a replica with at least Margin fewer requests in flight (no
+// ping-pong between two replicas about equally loaded); exactly Margin fewer is
+// enough.
+func TestWorkingSetOverflowNeedsTheMargin(t *testing.T) {
+	w := NewWorkingSet(2, 2, 1, NewShortestQueue(0))
+	w.FitMove = false
+	reps := func(home, other int) []ReplicaState {
+		return []ReplicaState{{Healthy: true, InFlight: home}, {Healthy: true, InFlight: other}}
+	}
+	for _, tc := range []struct {
+		home, other int
+		want        Decision
+	}{
+		{3, 2, Decision{0, ReasonSticky}}, // 1 fewer: under the margin, stays
+		{3, 1, Decision{1, ReasonMoved}},  // exactly the margin: moves
+		{4, 1, Decision{1, ReasonMoved}},  // more than the margin
+		{2, 0, Decision{0, ReasonSticky}}, // at the threshold: stays whatever the other
+	} {
+		d, err := w.Pick(0, Request{Key: "s", Home: 0}, reps(tc.home, tc.other))
+		if err != nil || d != tc.want {
+			t.Errorf("home %d, other %d in flight: %+v, %v; want %+v", tc.home, tc.other, d, err, tc.want)
+		}
+	}
+}
