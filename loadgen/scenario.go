@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -279,6 +280,25 @@ func LoadScenario(path string) (*Scenario, error) {
 	return sc, nil
 }
 
+// lineOf returns the line number an error message gives after "source:", or 0
+// when it gives none (those sort first).
+func lineOf(err error, source string) int {
+	msg := err.Error()
+	if source == "" || !strings.HasPrefix(msg, source+":") {
+		return 0
+	}
+	rest := msg[len(source)+1:]
+	i := strings.IndexByte(rest, ':')
+	if i <= 0 {
+		return 0
+	}
+	n, err2 := strconv.Atoi(rest[:i])
+	if err2 != nil {
+		return 0
+	}
+	return n
+}
+
 // ParseScenario decodes a scenario from YAML bytes as LoadScenario does; source
 // names the input in error messages ("" for none).
 func ParseScenario(data []byte, source string) (*Scenario, error) {
@@ -322,9 +342,15 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		errs = append(errs, fmt.Errorf("%svariants: empty list (omit the field for the default off, on)", sc.where("variants")))
 	}
 	if err := sc.Validate(); err != nil {
-		errs = append(errs, err)
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = append(errs, j.Unwrap()...)
+		} else {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
+		// In file order, whichever check found them.
+		slices.SortStableFunc(errs, func(a, b error) int { return cmp.Compare(lineOf(a, source), lineOf(b, source)) })
 		return nil, errors.Join(errs...)
 	}
 	return sc.WithDefaults(), nil

@@ -99,10 +99,17 @@ request_timeout: -1s
 		path + ":11: first_turn_tokens: smallest draw",
 		path + ":12: request_timeout:",
 	}
+	last := -1
 	for _, w := range want {
-		if !strings.Contains(msg, w) {
+		i := strings.Index(msg, w)
+		if i < 0 {
 			t.Errorf("error lacks %q", w)
+			continue
 		}
+		if i < last {
+			t.Errorf("%q is reported before an earlier line's problem (want file order):\n%s", w, msg)
+		}
+		last = i
 	}
 	if n := strings.Count(msg, "\n") + 1; n != len(want) {
 		t.Errorf("%d problems reported, want %d:\n%s", n, len(want), msg)
