@@ -130,6 +130,12 @@ func placeLegend(p *plot.Plot, curves []curve, entries, longest int, width, heig
 		addHeadroom(p, h+0.02)
 	}
 	p.Legend.Top, p.Legend.Left = best.top, best.left
+	p.Legend.XOffs = 0
+	if best.left {
+		// Clear of the y axis's tick marks, which gonum draws just inside the
+		// data area's left edge where a left legend's first thumbnail starts.
+		p.Legend.XOffs = vg.Points(8)
+	}
 }
 
 // addHeadroom raises p.Y.Max so that the top fraction f of the data area is free.
