@@ -8,7 +8,17 @@ import (
 
 // Anthropic Messages shapes as vLLM serves them (vllm/entrypoints/anthropic/protocol.py
 // and serving.py message_stream_converter). Usage also carries cache_read_input_tokens,
-// the prefix-cache hit, as Anthropic's own API does.
+// the prefix-cache hit, with Anthropic's own semantics: input_tokens then counts only
+// the prompt tokens not read from the cache, so the prompt is input_tokens +
+// cache_read_input_tokens (anthropicUsageOf). vLLM's server itself (serving.py,
+// 2026) sends the whole prompt as input_tokens and no cache fields; the harness
+// reads both forms (loadgen/client_anthropic.go).
+
+// anthropicUsageOf is the usage of a request of prompt tokens, cached of them
+// read from the prefix cache, and completion output tokens.
+func anthropicUsageOf(prompt, cached, completion int) anthropicUsage {
+	return anthropicUsage{InputTokens: prompt - cached, OutputTokens: completion, CacheReadInputTokens: cached}
+}
 
 type anthropicUsage struct {
 	InputTokens          int `json:"input_tokens"`
@@ -148,7 +158,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, anthropicMessageFinal{
 		ID: id, Type: "message", Role: "assistant", Content: content, Model: s.cfg.Model,
 		StopReason: stopReason(sub.finish),
-		Usage:      anthropicUsage{InputTokens: sub.prompt, OutputTokens: completion, CacheReadInputTokens: cached},
+		Usage:      anthropicUsageOf(sub.prompt, cached, completion),
 	})
 }
 
@@ -169,7 +179,7 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, sub *sub
 			started = true
 			ev := messageStartEvent{Type: "message_start", Message: anthropicMessageOut{
 				ID: id, Type: "message", Role: "assistant", Content: []anthropicText{}, Model: s.cfg.Model,
-				Usage: anthropicUsage{InputTokens: sub.prompt, CacheReadInputTokens: cached},
+				Usage: anthropicUsageOf(sub.prompt, cached, 0),
 			}}
 			if err := sw.send("message_start", mustJSON(ev)); err != nil {
 				return err
@@ -208,7 +218,7 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, sub *sub
 		}
 	}
 	md := messageDeltaEvent{Type: "message_delta", Delta: messageDelta{StopReason: stopReason(sub.finish)},
-		Usage: anthropicUsage{InputTokens: sub.prompt, OutputTokens: completion, CacheReadInputTokens: cached}}
+		Usage: anthropicUsageOf(sub.prompt, cached, completion)}
 	if sw.send("message_delta", mustJSON(md)) != nil {
 		return
 	}

@@ -138,10 +138,12 @@ func TestClaudeCodeTurns(t *testing.T) {
 			t.Errorf("%s: stop_reason %v (a reply shorter than max_tokens ends the turn)", f, md["delta"])
 		}
 		start := jsonOf(t, evs[0].Data)
-		got = append(got, usage{num(t, start, "message", "usage", "input_tokens"), num(t, start, "message", "usage", "cache_read_input_tokens")})
+		// The prompt is input_tokens (not from cache) + cache_read_input_tokens.
+		read := num(t, start, "message", "usage", "cache_read_input_tokens")
+		got = append(got, usage{num(t, start, "message", "usage", "input_tokens") + read, read})
 		ct := decodeBody(t, post(t, context.Background(), ts.URL+"/v1/messages/count_tokens", rec.Body), 200)
 		if n := num(t, ct, "input_tokens"); n != got[len(got)-1].input {
-			t.Errorf("%s: count_tokens %d, input_tokens %d", f, n, got[len(got)-1].input)
+			t.Errorf("%s: count_tokens %d, prompt (input + cache read) %d", f, n, got[len(got)-1].input)
 		}
 	}
 	if got[0].cached != 0 {

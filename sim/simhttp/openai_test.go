@@ -272,11 +272,13 @@ func TestPrefixCacheHitIsBlockAligned(t *testing.T) {
 		"system": words("sys", 120), "messages": []map[string]any{{"role": "user", "content": words("u", 77)}}}
 	aevs := readEvents(t, post(t, context.Background(), ts.URL+"/v1/messages", ab))
 	start := jsonOf(t, aevs[0].Data)
-	if got := num(t, start, "message", "usage", "input_tokens"); got != p {
-		t.Errorf("anthropic input_tokens %d, OpenAI prompt_tokens %d", got, p)
+	read := num(t, start, "message", "usage", "cache_read_input_tokens")
+	if want := (p - 1) / bs * bs; read != want {
+		t.Errorf("anthropic cache_read_input_tokens %d, want %d", read, want)
 	}
-	if got, want := num(t, start, "message", "usage", "cache_read_input_tokens"), (p-1)/bs*bs; got != want {
-		t.Errorf("anthropic cache_read_input_tokens %d, want %d", got, want)
+	// Anthropic's semantics: input_tokens is what the cache did not serve.
+	if got := num(t, start, "message", "usage", "input_tokens"); got+read != p {
+		t.Errorf("anthropic input_tokens %d + cache_read_input_tokens %d, OpenAI prompt_tokens %d", got, read, p)
 	}
 }
 

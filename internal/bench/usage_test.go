@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/report"
+)
+
+// TestUsageAgreesWithCountersOverBothAPIs runs a short HTTP benchmark against the
+// simulated cluster once per API and checks that the hit rate from per-request
+// usage (cached / prompt tokens as the harness reads them) agrees with the
+// engines' own prefix-cache counters, and that both APIs report the same prompt
+// sizes. A usage whose fields are read with the wrong semantics shows here: the
+// Anthropic stream once carried the whole prompt in input_tokens beside
+// cache_read_input_tokens, the harness added the two, and usage read 41 % where
+// the counters read 68 %.
+func TestUsageAgreesWithCountersOverBothAPIs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: runs the HTTP world for a few seconds")
+	}
+	prompt := map[string]float64{}
+	for _, api := range []string{loadgen.APIOpenAIChat, loadgen.APIAnthropicMessages} {
+		sc := loadgen.DefaultScenario()
+		sc.Name, sc.API = "usage-"+api, api
+		sc.Stages, sc.StageDuration, sc.Variants = []int{2}, 40*time.Second, []string{"on"}
+		dir := filepath.Join(t.TempDir(), api)
+		if _, err := Run(context.Background(), Options{Scenario: sc, Speed: 10, OutDir: dir, RunID: "usage-" + api}); err != nil {
+			t.Fatalf("%s: %v", api, err)
+		}
+		run, err := report.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums, err := report.Summarize(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := sums[0]
+		t.Logf("%s: turns %d, prefix hits %.1f %%, usage cached %.1f %%, prompt tokens mean %.0f", api, s.TurnsOK, s.PrefixHitsPct, s.UsageCachedPct, s.PromptTokensMean)
+		if s.TurnsOK == 0 || math.IsNaN(s.UsageCachedPct) {
+			t.Fatalf("%s: %d turns, usage cached %v", api, s.TurnsOK, s.UsageCachedPct)
+		}
+		// The two windows differ by the turns in flight at their edges.
+		if d := math.Abs(s.UsageCachedPct - s.PrefixHitsPct); d > 8 {
+			t.Errorf("%s: usage cached %.1f %% vs counters %.1f %% (%.1f points apart)", api, s.UsageCachedPct, s.PrefixHitsPct, d)
+		}
+		prompt[api] = s.PromptTokensMean
+	}
+	if a, o := prompt[loadgen.APIAnthropicMessages], prompt[loadgen.APIOpenAIChat]; math.Abs(a-o) > 0.1*o {
+		t.Errorf("prompt tokens mean: anthropic %.0f vs openai %.0f", a, o)
+	}
+}
