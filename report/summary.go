@@ -146,6 +146,16 @@ type Accounting struct {
 // WindowSeconds is the length of the measured window in seconds.
 func (s *Summary) WindowSeconds() float64 { return (s.WindowEnd - s.WindowStart).Seconds() }
 
+// SummarizeDir loads the results directory dir (Load) and summarises it
+// (Summarize).
+func SummarizeDir(dir string) ([]Summary, error) {
+	run, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	return Summarize(run)
+}
+
 // Summarize computes one Summary per stage of every variant in run.Manifest, in
 // manifest order (variants, then stages). It fails only when the manifest has no
 // variant; missing data shows as NaN values with notes.

@@ -74,11 +74,7 @@ func runWorldWith(t *testing.T, virtual bool, sc *loadgen.Scenario, speed float6
 	if err != nil {
 		t.Fatalf("%s world: %v", name, err)
 	}
-	run, err := report.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sums, err := report.Summarize(run)
+	sums, err := report.SummarizeDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

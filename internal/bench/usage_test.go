@@ -32,11 +32,7 @@ func TestUsageAgreesWithCountersOverBothAPIs(t *testing.T) {
 		if _, err := Run(context.Background(), Options{Scenario: sc, Speed: 10, OutDir: dir, RunID: "usage-" + api}); err != nil {
 			t.Fatalf("%s: %v", api, err)
 		}
-		run, err := report.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sums, err := report.Summarize(run)
+		sums, err := report.SummarizeDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

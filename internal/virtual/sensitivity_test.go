@@ -66,11 +66,7 @@ func TestSensitivity(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("%s: %v", v.name, err)
 		}
-		run, err := report.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sums, err := report.Summarize(run)
+		sums, err := report.SummarizeDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
