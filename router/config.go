@@ -120,7 +120,9 @@ func (t *Threshold) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := strconv.Atoi(n.Value)
 	if err != nil || v <= 0 || n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: overflow_threshold %q: want \"auto\" or a positive integer", n.Line, n.Value)
+		// A *yaml.TypeError lets the decoder go on and report the file's other
+		// problems with this one (any other error stops it here).
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: overflow_threshold %q: want \"auto\" or a positive integer", n.Line, n.Value)}}
 	}
 	*t = Threshold(v)
 	return nil

@@ -70,8 +70,9 @@ func TestParseConfigRejectsUnknownFields(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "listen_addr") {
 		t.Fatalf("err = %v", err)
 	}
-	_, err = ParseConfig(strings.NewReader("models:\n  - name: m\n    overflow_threshold: lots\n"))
-	if err == nil || !strings.Contains(err.Error(), "overflow_threshold") {
+	// A bad threshold is reported with the file's other problems, not alone.
+	_, err = ParseConfig(strings.NewReader("models:\n  - name: m\n    overflow_threshold: lots\n    afinity: true\n"))
+	if err == nil || !strings.Contains(err.Error(), `line 3: overflow_threshold "lots"`) || !strings.Contains(err.Error(), "line 4: field afinity not found") {
 		t.Fatalf("err = %v", err)
 	}
 	// Every decoding problem at once, with its line, without Go type names.
