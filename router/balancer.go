@@ -184,6 +184,8 @@ type replica struct {
 	kvCapacity       int64
 
 	served [numReasons]uint64
+
+	usagePrompt, usageCached uint64 // ObserveCache totals
 }
 
 // NewBalancer validates cfg and builds a Balancer. All replicas start healthy.
@@ -360,16 +362,26 @@ func (b *Balancer) Release(i int) {
 // ObserveCache records how much of a finished request's prompt replica i read from
 // its prefix cache: promptTokens in total and cachedTokens of them, exact counts
 // from the response's usage (OpenAI prompt_tokens_details.cached_tokens, Anthropic
-// cache_read_input_tokens; sim.Event in virtual mode). It feeds Request.CacheLost
-// for the session's next request. Ignored without a session key, with affinity
-// off, for a request served away from the session's home, or for promptTokens <= 0.
+// cache_read_input_tokens; the proxy reads them from the stream, sim.Event gives
+// them in virtual mode). They add to the replica's usage totals
+// (ReplicaStatus.UsagePromptTokens, UsageCachedTokens) and, with a session key
+// and affinity on, feed Request.CacheLost for the session's next request (a
+// request served away from the session's home only counts in the totals).
+// Ignored for an unknown replica or promptTokens <= 0; cachedTokens is clamped
+// to 0..promptTokens.
 func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens int) {
-	if sessionKey == "" || promptTokens <= 0 {
+	if promptTokens <= 0 {
 		return
 	}
+	cachedTokens = min(max(cachedTokens, 0), promptTokens)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.affinity {
+	if i < 0 || i >= len(b.reps) {
+		return
+	}
+	b.reps[i].usagePrompt += uint64(promptTokens)
+	b.reps[i].usageCached += uint64(cachedTokens)
+	if sessionKey == "" || !b.affinity {
 		return
 	}
 	b.sessions.observeCache(b.sessions.hash(sessionKey), i, promptTokens, cachedTokens)
@@ -556,6 +568,13 @@ type ReplicaStatus struct {
 	Active      int               `json:"sessions_active"`
 	ServedBy    map[string]uint64 `json:"served_by_reason"`
 	ServedTotal uint64            `json:"served_total"`
+	// Prompt tokens of the finished requests whose usage reported a cache count
+	// (ObserveCache), and how many of them the replica read from its prefix
+	// cache: the per-request view of its hit rate, which unlike vLLM's counters
+	// is never inflated by repeated scheduling attempts (docs/routing.md,
+	// "Measurement check").
+	UsagePromptTokens uint64 `json:"usage_prompt_tokens"`
+	UsageCachedTokens uint64 `json:"usage_cached_tokens"`
 }
 
 // Status returns every replica's state, in replica order.
@@ -581,6 +600,7 @@ func (b *Balancer) Status() []ReplicaStatus {
 			s.ServedBy[reason.String()] = r.served[reason]
 			s.ServedTotal += r.served[reason]
 		}
+		s.UsagePromptTokens, s.UsageCachedTokens = r.usagePrompt, r.usageCached
 		out[i] = s
 	}
 	return out

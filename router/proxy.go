@@ -361,10 +361,12 @@ type call struct {
 	// last is when the current attempt last heard from its upstream (UnixNano:
 	// the send, then every response read); cancel ends the attempt's context.
 	// cancel, tracked and isTracked are guarded by Proxy.liveMu.
-	last         atomic.Int64
-	cancel       context.CancelCauseFunc
-	tracked      liveKey
-	isTracked    bool
+	last      atomic.Int64
+	cancel    context.CancelCauseFunc
+	tracked   liveKey
+	isTracked bool
+
+	usage        usageScanner // the response's usage (SSE), for Balancer.ObserveCache
 	status       int
 	err          error
 	streamBroken error
@@ -458,6 +460,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		c.release()
 		p.untrack(c)
+		if prompt, cached, ok := c.usage.result(); ok && c.status == http.StatusOK && c.streamBroken == nil {
+			pool.Balancer.ObserveCache(c.facts.SessionKey, c.dec.Replica, prompt, cached)
+		}
 		v := recover()
 		status := c.status
 		switch {
@@ -692,6 +697,9 @@ func (b *watchedBody) Read(buf []byte) (int, error) {
 	n, err := b.rc.Read(buf)
 	if n > 0 {
 		b.c.last.Store(time.Now().UnixNano())
+		if b.sse {
+			b.c.usage.feed(buf[:n])
+		}
 		if !b.c.gotFirstByte {
 			b.c.gotFirstByte = true
 			b.p.m.observeTTFB(b.c.pool.Model, b.c.upstream().Name, time.Since(b.c.sentAt))

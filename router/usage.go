@@ -1,0 +1,123 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// maxUsageLine bounds the bytes usageScanner keeps of one SSE line that spans
+// several reads; a longer line is skipped (a usage event is a few hundred bytes).
+const maxUsageLine = 1 << 20
+
+// usageScanner picks the token usage out of an SSE response as it streams past,
+// for Balancer.ObserveCache: it looks only at "data:" lines that contain
+// "usage" and decodes those. It understands both APIs' shapes:
+//
+//   - OpenAI chat/completions (the final chunk with stream_options.include_usage):
+//     usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens (vLLM with
+//     --enable-prompt-tokens-details);
+//   - Anthropic messages (message_start's message.usage, message_delta's usage):
+//     the prompt is input_tokens + cache_read_input_tokens +
+//     cache_creation_input_tokens, the cached part cache_read_input_tokens
+//     (Anthropic's semantics; vLLM's own server sends input_tokens only).
+//
+// The last usage seen wins. A stream without a cache count yields nothing.
+type usageScanner struct {
+	pending    []byte // the current line so far, when it spans reads
+	skip       bool   // the current line outgrew maxUsageLine
+	prompt     int
+	cached     int
+	haveCached bool
+}
+
+// feed takes the next bytes of the stream.
+func (u *usageScanner) feed(b []byte) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			if !u.skip {
+				if len(u.pending)+len(b) > maxUsageLine {
+					u.skip, u.pending = true, u.pending[:0]
+				} else {
+					u.pending = append(u.pending, b...)
+				}
+			}
+			return
+		}
+		line := b[:i]
+		if len(u.pending) > 0 {
+			u.pending = append(u.pending, line...)
+			line = u.pending
+		}
+		if !u.skip {
+			u.line(line)
+		}
+		u.pending, u.skip = u.pending[:0], false
+		b = b[i+1:]
+	}
+}
+
+var (
+	dataPrefix  = []byte("data:")
+	usageMarker = []byte(`"usage"`)
+)
+
+type usageFields struct {
+	PromptTokens  *int `json:"prompt_tokens"`
+	PromptDetails *struct {
+		CachedTokens *int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputTokens *int `json:"input_tokens"`
+	CacheRead   *int `json:"cache_read_input_tokens"`
+	CacheCreate *int `json:"cache_creation_input_tokens"`
+}
+
+type usageProbe struct {
+	Usage   *usageFields `json:"usage"`
+	Message *struct {
+		Usage *usageFields `json:"usage"`
+	} `json:"message"`
+}
+
+// line handles one complete line (without its newline).
+func (u *usageScanner) line(l []byte) {
+	l = bytes.TrimSuffix(l, []byte{'\r'})
+	if !bytes.HasPrefix(l, dataPrefix) || !bytes.Contains(l, usageMarker) {
+		return
+	}
+	var p usageProbe
+	if json.Unmarshal(bytes.TrimSpace(l[len(dataPrefix):]), &p) != nil {
+		return
+	}
+	u.use(p.Usage)
+	if p.Message != nil {
+		u.use(p.Message.Usage)
+	}
+}
+
+func (u *usageScanner) use(f *usageFields) {
+	switch {
+	case f == nil:
+	case f.PromptTokens != nil:
+		u.prompt = *f.PromptTokens
+		if f.PromptDetails != nil && f.PromptDetails.CachedTokens != nil {
+			u.cached, u.haveCached = *f.PromptDetails.CachedTokens, true
+		}
+	case f.InputTokens != nil:
+		read, create := 0, 0
+		if f.CacheRead != nil {
+			read = *f.CacheRead
+			u.cached, u.haveCached = read, true
+		}
+		if f.CacheCreate != nil {
+			create = *f.CacheCreate
+		}
+		u.prompt = *f.InputTokens + read + create
+	}
+}
+
+// result returns the prompt and cached token counts of the stream, and whether
+// both were reported.
+func (u *usageScanner) result() (prompt, cached int, ok bool) {
+	return u.prompt, u.cached, u.prompt > 0 && u.haveCached
+}
