@@ -68,6 +68,11 @@ type CardReplica struct {
 	// HitRate is the prefix-cache hit rate over the rate window; HitRateSince since
 	// the router's first scrape (ReplicaReport.PrefixHitRate). -1 when unknown.
 	HitRate, HitRateSince float64
+	// UsageHitRate is cached / prompt tokens from the responses' usage since the
+	// router started (ReplicaStatus.UsageCachedTokens / UsagePromptTokens): the
+	// per-request view of the same rate. -1 when no response reported a cache
+	// count.
+	UsageHitRate float64
 	// Prompt tokens per second over the rate window: read from the prefix cache
 	// and computed (see windowRates.promptRates). -1 when unknown.
 	CachedPerS, ComputedPerS float64
@@ -128,6 +133,7 @@ func (rt *Router) Card() Card {
 		var fr windowRates
 		fr.ok, fr.hasPrefix, fr.prefixTokens, fr.hasSource = true, true, true, true
 		var sinceQ, sinceH float64
+		var usageP, usageC uint64
 		var dBytes, dPrompt float64
 		ratesKnown := 0
 		for i, rep := range ms.Replicas {
@@ -140,7 +146,10 @@ func (rt *Router) Card() Card {
 				SessionsHomed: rep.Sessions, InFlight: rep.InFlight,
 				Running: rep.Running, Waiting: rep.Waiting, KVUsage: rep.KVUsage,
 				HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
+				UsageHitRate: usageRate(rep.UsageCachedTokens, rep.UsagePromptTokens),
 			}
+			usageP += rep.UsagePromptTokens
+			usageC += rep.UsageCachedTokens
 			cr.Other, cr.OtherBy = otherReasons(rep.ServedBy)
 			if rep.ScrapeAgeS < 0 {
 				cr.Running, cr.Waiting, cr.KVUsage = -1, -1, -1
@@ -212,6 +221,7 @@ func (rt *Router) Card() Card {
 		if sinceQ > 0 {
 			fleet.HitRateSince = sinceH / sinceQ
 		}
+		fleet.UsageHitRate = usageRate(usageC, usageP)
 		if ratesKnown == 0 {
 			fleet.CachedPerS, fleet.ComputedPerS = -1, -1
 		}
@@ -411,4 +421,12 @@ func fmtAge(s float64) string {
 		return strconv.FormatFloat(s, 'f', 1, 64) + " s"
 	}
 	return strconv.FormatFloat(s, 'f', 0, 64) + " s"
+}
+
+// usageRate is cached / prompt, or -1 when prompt is 0.
+func usageRate(cached, prompt uint64) float64 {
+	if prompt == 0 {
+		return -1
+	}
+	return float64(cached) / float64(prompt)
 }

@@ -22,9 +22,9 @@ func sampleCard() Card {
 			Model: "<qwen>", Affinity: true, OverflowThreshold: 8, ThresholdAuto: true, SessionsHomed: 3,
 			Replicas: []CardReplica{
 				{Name: "r0", Healthy: true, ScrapeFresh: true, ScrapeAgeS: 0.4, Requests: 12345, Sticky: 12000, Placed: 300, Overflow: 38, Other: 7, OtherBy: "rehome 2, no-key 5",
-					SessionsHomed: 2, InFlight: 3, Running: 3, Waiting: 1, KVUsage: 0.42, HitRate: 0.9, HitRateSince: 0.85,
+					SessionsHomed: 2, InFlight: 3, Running: 3, Waiting: 1, KVUsage: 0.42, HitRate: 0.9, HitRateSince: 0.85, UsageHitRate: 0.8125,
 					CachedPerS: 9000, ComputedPerS: 1000, RateSource: "prompt_tokens_by_source", Conversations: 2, ContextTokens: 150_000, KVTokens: 100_000},
-				{Name: "r1", Healthy: false, ScrapeAgeS: -1, Running: -1, Waiting: -1, KVUsage: -1, HitRate: -1, HitRateSince: -1,
+				{Name: "r1", Healthy: false, ScrapeAgeS: -1, Running: -1, Waiting: -1, KVUsage: -1, HitRate: -1, HitRateSince: -1, UsageHitRate: -1,
 					CachedPerS: -1, ComputedPerS: -1},
 			},
 			Fleet: CardReplica{Name: "fleet", Requests: 12345, HitRate: 0.9, HitRateSince: 0.85, CachedPerS: 9000, ComputedPerS: 1000,
@@ -54,6 +54,7 @@ func TestRenderCard(t *testing.T) {
 				"150.0k", "100.0k", // context estimate, KV capacity
 				"42.0%",          // KV usage
 				"90.0%", "85.0%", // hit rates
+				"81.2%", `data-usage-hit-rate="-1"`, // usage-based hit rate; unknown on r1
 				"9,000", "1,000", // cached, computed per s
 				"(150.0%)", "contexts exceed the fleet", "1 of 2 replicas reporting",
 				"updated 15:04:05", "affinity on", "overflow above 8 in flight (auto)",
