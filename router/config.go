@@ -293,8 +293,8 @@ func (c Config) Validate() error {
 			if err := checkUpstreamURL(r.URL); err != nil {
 				bad(rp+".url", "%v", err)
 			}
-			if r.DPRanks < 0 || r.DPRanks > 1024 {
-				bad(rp+".dp_ranks", "%d is out of range 0..1024", r.DPRanks)
+			if r.DPRanks < 0 || r.DPRanks > MaxDPRanks {
+				bad(rp+".dp_ranks", "%d is out of range 0..%d", r.DPRanks, MaxDPRanks)
 			}
 			if r.Name != "" {
 				if k, dup := seenName[r.Name]; dup {
@@ -307,6 +307,12 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// MaxDPRanks bounds dp_ranks of one upstream URL (a config file's replica or an
+// admin addition): far above any data-parallel size a single vLLM server runs.
+const MaxDPRanks = 1024
+
+// checkUpstreamURL reports what is wrong with an upstream base URL: empty, not
+// http(s), no host, or a query or fragment.
 func checkUpstreamURL(s string) error {
 	if s == "" {
 		return errors.New("is required")

@@ -117,8 +117,8 @@ type ProxyConfig struct {
 // got a byte. A replica that stops answering with connections open (a hung or
 // stopped process) is caught by the health check, which calls AbortSilent: its
 // silent requests are retried elsewhere when no response had arrived, or ended
-// with the stream error event when one had. A stream that breaks after it started ends with an error event in
-// the API's own shape. Status codes come from StatusFor. The proxy sets no read or
+// with the stream error event when one had. A stream that breaks after it
+// started ends with an error event in the API's own shape. Status codes come from StatusFor. The proxy sets no read or
 // idle timeout of its own, so nothing cuts a live stream.
 //
 // Also served: GET /v1/models (from the configured model names; forwarded to a

@@ -182,11 +182,12 @@ func (rt *Router) AddReplica(model string, rc ReplicaConfig) ([]string, error) {
 	if rc.Name == "" {
 		return nil, errors.New("name: required")
 	}
-	if rc.DPRanks < 0 || rc.DPRanks > 1024 {
-		return nil, fmt.Errorf("dp_ranks: %d is out of range 0..1024", rc.DPRanks)
+	if rc.DPRanks < 0 || rc.DPRanks > MaxDPRanks {
+		return nil, fmt.Errorf("dp_ranks: %d is out of range 0..%d", rc.DPRanks, MaxDPRanks)
 	}
-	if u, err := url.Parse(rc.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("url: %q is not an http(s) URL", rc.URL)
+	if err := checkUpstreamURL(rc.URL); err != nil {
+		// The same check as a config file's replicas[].url.
+		return nil, fmt.Errorf("url: %q is not an http(s) URL: %w", rc.URL, err)
 	}
 	rt.tmu.Lock()
 	defer rt.tmu.Unlock()
