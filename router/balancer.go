@@ -312,11 +312,11 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	home := -1
 	if b.affinity {
 		var h uint64
+		var lost bool
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
-			home = b.sessions.lookup(now, h)
+			home, lost = b.sessions.lookup(now, h)
 		}
-		lost := home >= 0 && b.sessions.cacheLost(h)
 		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: f.PromptTokens, HeldFor: f.HeldFor, CacheLost: lost}, b.view)
 		if err == nil && f.SessionKey != "" {
 			switch {

@@ -185,7 +185,7 @@ func (t *SessionTable) hash(key string) uint64 { return maphash.String(t.seed, k
 func (t *SessionTable) Lookup(key string) (home int, ok bool) {
 	now := t.now()
 	t.expire(now)
-	h := t.lookup(now, t.hash(key))
+	h, _ := t.lookup(now, t.hash(key))
 	return h, h >= 0
 }
 
@@ -318,27 +318,23 @@ func (t *SessionTable) observeCache(h uint64, replica, prompt, cached int) {
 	e.served = int32(min(prompt, 1<<31-1))
 }
 
-// cacheLost reports whether the session with hash h is marked lost (observeCache).
-func (t *SessionTable) cacheLost(h uint64) bool {
-	idx, ok := t.index[h]
-	return ok && t.ents[idx].lost
-}
-
 // SetTokens records key's context estimate in tokens (the prompt size of its
 // latest request); it counts in LiveTokens of the session's home while live.
 func (t *SessionTable) SetTokens(key string, tokens int) {
 	t.setTokens(t.hash(key), tokens)
 }
 
-// lookup returns the home of hash h (touching it) or -1. The caller has expired.
-func (t *SessionTable) lookup(now time.Duration, h uint64) int {
+// lookup returns the home of hash h (touching it) or -1, and whether the session
+// is marked lost (observeCache). The caller has expired.
+func (t *SessionTable) lookup(now time.Duration, h uint64) (home int, lost bool) {
 	idx, ok := t.index[h]
 	if !ok {
-		return -1
+		return -1, false
 	}
 	t.recordGap(now - t.ents[idx].last)
 	t.touch(idx, now)
-	return int(t.ents[idx].home)
+	e := &t.ents[idx]
+	return int(e.home), e.lost
 }
 
 func (t *SessionTable) set(now time.Duration, h uint64, home int) {
