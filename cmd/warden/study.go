@@ -17,6 +17,7 @@ func newStudyCmd() *cobra.Command {
 		seeds        []uint
 		stages       []int
 		stageDur     string
+		stageDurs    []string
 		out          string
 		scenarios    string
 		traceSeed    uint64
@@ -81,6 +82,16 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 				}
 				o.Setups = append(o.Setups, su)
 			}
+			if stageDur != "" && len(stageDurs) > 0 {
+				return errors.New("--stage-duration and --stage-durations: give one of them")
+			}
+			for _, s := range stageDurs {
+				d, err := parseDuration(s)
+				if err != nil {
+					return fmt.Errorf("--stage-durations: %w", err)
+				}
+				o.StageDurations = append(o.StageDurations, d)
+			}
 			for _, a := range arms {
 				arm, err := study.LookupArm(a)
 				if err != nil {
@@ -113,6 +124,7 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 	f.UintSliceVar(&seeds, "seeds", []uint{1, 2, 3}, "scenario seeds")
 	f.IntSliceVar(&stages, "stages", nil, "override every setup's stages, e.g. 16,32")
 	f.StringVar(&stageDur, "stage-duration", "", "override every setup's stage duration (simulated), e.g. 3m")
+	f.StringSliceVar(&stageDurs, "stage-durations", nil, "run every seed once per stage duration, e.g. 150s,170s,190s,210s: samples = seeds x durations, so the spread includes where a stage's window cuts the sessions' turns (docs/routing.md)")
 	f.StringVar(&out, "out", "results/study", "output directory (\"\" writes nothing)")
 	f.StringVar(&scenarios, "scenarios", "scenarios", "directory of the scenario files")
 	f.Uint64Var(&traceSeed, "trace-seed", 1, "draw per-replica traces of this seed's runs (0: none)")

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Options configures a study: every setup x arm x seed.
@@ -16,6 +17,13 @@ type Options struct {
 	Setups []Setup
 	Arms   []Arm
 	Seeds  []uint64
+	// StageDurations, when set, runs every seed once per duration (each replacing
+	// the setup's stage duration), so a row's samples are seeds x durations. With
+	// identical sessions and no gap between turns the seeds alone barely move
+	// where a stage's window cuts the conversations' turns; varying the window
+	// length does, and the spread it adds is part of what a 3-minute stage
+	// measures (docs/routing.md, "The window's phase").
+	StageDurations []time.Duration
 	// OutDir receives the study's files (Write); "" writes nothing.
 	OutDir string
 	// TraceSeed, when non-zero, draws the per-replica trace of that seed's run of
@@ -46,12 +54,24 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 		s    Setup
 		a    Arm
 		seed uint64
+		dur  time.Duration // 0: the setup's
+	}
+	durs := o.StageDurations
+	if len(durs) == 0 {
+		durs = []time.Duration{0}
+	}
+	for _, d := range durs {
+		if d < 0 {
+			return nil, fmt.Errorf("running study: negative stage duration %v", d)
+		}
 	}
 	var jobs []job
 	for _, s := range o.Setups {
 		for _, a := range o.Arms {
 			for _, seed := range o.Seeds {
-				jobs = append(jobs, job{len(jobs), s, a, seed})
+				for _, d := range durs {
+					jobs = append(jobs, job{len(jobs), s, a, seed, d})
+				}
 			}
 		}
 	}
@@ -79,12 +99,17 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 				j := jobs[next]
 				next++
 				mu.Unlock()
-				traced := o.TraceSeed != 0 && j.seed == o.TraceSeed && (o.TraceArms == nil || slices.Contains(o.TraceArms, j.a.Name))
-				r, err := RunOne(ctx, j.s, j.a, j.seed, RunOptions{Trace: traced, Placements: traced && o.Signals})
+				traced := o.TraceSeed != 0 && j.seed == o.TraceSeed && j.dur == durs[0] &&
+					(o.TraceArms == nil || slices.Contains(o.TraceArms, j.a.Name))
+				r, err := RunOne(ctx, j.s, j.a, j.seed, RunOptions{Trace: traced, Placements: traced && o.Signals, StageDuration: j.dur})
 				out[j.i], errs[j.i] = r, err
 				if o.Progress != nil && err == nil {
 					mu.Lock()
-					fmt.Fprintf(o.Progress, "study %-10s %-28s seed %d  %.1fs\n", j.s.Name, j.a.Name, j.seed, r.Wall.Seconds())
+					if j.dur > 0 {
+						fmt.Fprintf(o.Progress, "study %-10s %-28s seed %d stage %v  %.1fs\n", j.s.Name, j.a.Name, j.seed, j.dur, r.Wall.Seconds())
+					} else {
+						fmt.Fprintf(o.Progress, "study %-10s %-28s seed %d  %.1fs\n", j.s.Name, j.a.Name, j.seed, r.Wall.Seconds())
+					}
 					mu.Unlock()
 				}
 			}

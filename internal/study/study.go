@@ -92,10 +92,12 @@ type Stage struct {
 
 // RunResult is one (setup, arm, seed) run reduced to its stages.
 type RunResult struct {
-	Setup  string
-	Arm    string
-	Seed   uint64
-	Stages []Stage
+	Setup string
+	Arm   string
+	Seed  uint64
+	// StageDuration is the stage duration the run used.
+	StageDuration time.Duration
+	Stages        []Stage
 	// Placements are the router's decisions with the view it had (only when
 	// RunOptions.Placements is set).
 	Placements []Placement
@@ -109,6 +111,8 @@ type RunOptions struct {
 	Placements bool   // record every decision's view (signals.go)
 	Trace      bool   // keep the trace in the result
 	KeepDir    string // when set, the results directory is written there and kept
+	// StageDuration replaces the setup's stage duration when > 0.
+	StageDuration time.Duration
 }
 
 // variantFor returns the scenario variant name for an arm: "on" for affinity,
@@ -126,6 +130,9 @@ func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*Ru
 	sc := *s.Scenario.WithDefaults()
 	sc.Seed = seed
 	sc.Variants = []string{variantFor(a)}
+	if o.StageDuration > 0 {
+		sc.StageDuration = o.StageDuration
+	}
 	dir := o.KeepDir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "warden-study-")
@@ -211,7 +218,7 @@ func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*Ru
 			return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, err)
 		}
 	}
-	rr := &RunResult{Setup: s.Name, Arm: a.Name, Seed: seed, Placements: recs, Wall: time.Since(t0)}
+	rr := &RunResult{Setup: s.Name, Arm: a.Name, Seed: seed, StageDuration: sc.StageDuration, Placements: recs, Wall: time.Since(t0)}
 	sysTokens := systemTokens(&sc)
 	v := sc.Variants[0]
 	tr := BuildTrace(run, v)

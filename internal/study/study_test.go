@@ -262,3 +262,39 @@ func TestLookups(t *testing.T) {
 		t.Error("unknown setup accepted")
 	}
 }
+
+// Stage durations multiply the samples: every seed runs once per duration, the
+// windows have that length, and a row aggregates seeds x durations.
+func TestStageDurationsAreSamples(t *testing.T) {
+	a, _ := LookupArm(ArmWorkingSet)
+	durs := []time.Duration{15 * time.Second, 25 * time.Second}
+	runs, err := Run(context.Background(), Options{Setups: []Setup{smallSetup()}, Arms: []Arm{a}, Seeds: []uint64{1, 2},
+		StageDurations: durs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 4 {
+		t.Fatalf("%d runs, want 2 seeds x 2 durations", len(runs))
+	}
+	seen := map[time.Duration]int{}
+	for _, r := range runs {
+		seen[r.StageDuration]++
+		for _, st := range r.Stages {
+			if got := st.WindowEnd - st.WindowStart; got != r.StageDuration {
+				t.Fatalf("seed %d, duration %v: stage %d window %v", r.Seed, r.StageDuration, st.Stage, got)
+			}
+		}
+	}
+	if seen[durs[0]] != 2 || seen[durs[1]] != 2 {
+		t.Fatalf("durations run: %v", seen)
+	}
+	for _, row := range Aggregate(runs) {
+		if row.Seeds != 4 || row.Cells["ttfb_p50_s"].N != 4 {
+			t.Fatalf("row %+v: want 4 samples", row)
+		}
+	}
+	if _, err := Run(context.Background(), Options{Setups: []Setup{smallSetup()}, Arms: []Arm{a}, Seeds: []uint64{1},
+		StageDurations: []time.Duration{-time.Second}}); err == nil {
+		t.Fatal("a negative stage duration was accepted")
+	}
+}

@@ -211,11 +211,21 @@ func writeMarkdown(b *bytes.Buffer, o Options, rows []Row) {
 	for i, s := range o.Seeds {
 		seeds[i] = strconv.FormatUint(s, 10)
 	}
-	fmt.Fprintf(b, "Virtual time, seeds %s; cells are mean ±sd across seeds. Columns: TTFB p50/p95 (s, client side), "+
+	samples := fmt.Sprintf("seeds %s; cells are mean ±sd across seeds", strings.Join(seeds, ", "))
+	if len(o.StageDurations) > 0 {
+		durs := make([]string, len(o.StageDurations))
+		for i, d := range o.StageDurations {
+			durs[i] = d.String()
+		}
+		samples = fmt.Sprintf("seeds %s, each with stage durations %s (%d samples per cell: the window's phase varies "+
+			"with the duration); cells are mean ±sd across samples", strings.Join(seeds, ", "), strings.Join(durs, ", "),
+			len(o.Seeds)*len(o.StageDurations))
+	}
+	fmt.Fprintf(b, "Virtual time, %s. Columns: TTFB p50/p95 (s, client side), "+
 		"output tokens/min, prefix hits %% from the engines' counters (delta over the stage), the same from per-request "+
 		"usage (cached_tokens / prompt_tokens), the unlimited-cache bound of the hit rate over the same turns, replicas "+
 		"busy, spread of live conversations across replicas (max - min, mean over the stage), preemptions in the stage, "+
-		"and the live working set over the fleet's KV cache (< 1: it fits).\n\n", strings.Join(seeds, ", "))
+		"and the live working set over the fleet's KV cache (< 1: it fits).\n\n", samples)
 	for _, s := range o.Setups {
 		fmt.Fprintf(b, "## %s\n\n%d replicas of %s, scenario %s.\n\n", s.Name, s.Replicas, s.Profile.Name, s.Scenario.Name)
 		header, lines := tableOf(rows, s.Name)
