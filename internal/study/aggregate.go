@@ -83,7 +83,8 @@ func newCell(vals []float64) Cell {
 	return c
 }
 
-// Row is one (setup, arm, stage) across seeds.
+// Row is one (setup, arm, stage) across its samples: the seeds, times the stage
+// durations when Options.StageDurations is set (Seeds counts the samples).
 type Row struct {
 	Setup    string
 	Arm      string

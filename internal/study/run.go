@@ -22,7 +22,8 @@ type Options struct {
 	// identical sessions and no gap between turns the seeds alone barely move
 	// where a stage's window cuts the conversations' turns; varying the window
 	// length does, and the spread it adds is part of what a 3-minute stage
-	// measures (docs/routing.md, "The window's phase").
+	// measures (docs/routing.md, section 7, "At 24-32 sessions a 3-minute
+	// window's verdict is its phase").
 	StageDurations []time.Duration
 	// OutDir receives the study's files (Write); "" writes nothing.
 	OutDir string
@@ -105,11 +106,11 @@ func Run(ctx context.Context, o Options) ([]*RunResult, error) {
 				out[j.i], errs[j.i] = r, err
 				if o.Progress != nil && err == nil {
 					mu.Lock()
+					stage := ""
 					if j.dur > 0 {
-						fmt.Fprintf(o.Progress, "study %-10s %-28s seed %d stage %v  %.1fs\n", j.s.Name, j.a.Name, j.seed, j.dur, r.Wall.Seconds())
-					} else {
-						fmt.Fprintf(o.Progress, "study %-10s %-28s seed %d  %.1fs\n", j.s.Name, j.a.Name, j.seed, r.Wall.Seconds())
+						stage = fmt.Sprintf(" stage %v", j.dur)
 					}
+					fmt.Fprintf(o.Progress, "study %-10s %-28s seed %d%s  %.1fs\n", j.s.Name, j.a.Name, j.seed, stage, r.Wall.Seconds())
 					mu.Unlock()
 				}
 			}

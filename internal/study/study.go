@@ -90,7 +90,7 @@ type Stage struct {
 	Decisions map[string]int `json:"decisions"`
 }
 
-// RunResult is one (setup, arm, seed) run reduced to its stages.
+// RunResult is one (setup, arm, seed, stage duration) run reduced to its stages.
 type RunResult struct {
 	Setup string
 	Arm   string
