@@ -115,3 +115,21 @@ func TestBenchRejectsOutOfRangeFlags(t *testing.T) {
 		}
 	}
 }
+
+// Bad stage lengths for the phase-sampled study are refused before any run,
+// naming the flag; a repeated length would count one run twice.
+func TestStudyRejectsBadStageDurations(t *testing.T) {
+	cases := []struct{ args []string }{
+		{[]string{"--stage-durations", "0s"}},
+		{[]string{"--stage-durations", "abc"}},
+		{[]string{"--stage-durations", "150s,150s"}},
+		{[]string{"--stage-durations", "2m", "--stage-duration", "3m"}},
+	}
+	for _, c := range cases {
+		args := append([]string{"study", "--setups", "reference", "--arms", "working-set", "--seeds", "1", "--out", ""}, c.args...)
+		_, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "--stage-durations") {
+			t.Errorf("study %v: err = %v, want an error naming --stage-durations", c.args, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -35,6 +36,7 @@ func newStudyCmd() *cobra.Command {
 and router policies, no HTTP) and writes, into --out (default results/study):
 
   study.csv      every metric per setup, arm and stage: mean, sd, min, max over seeds
+                 (x --stage-durations; the "seeds" column counts samples)
   study.md       the table per setup and the acceptance checks of the new policy
   fig-*.png      one figure per setup and metric (TTFB p50, p95, output tokens/min,
                  prefix hits %, replicas busy), mean with min-max bars
@@ -89,6 +91,10 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 				d, err := parseDuration(s)
 				if err != nil {
 					return fmt.Errorf("--stage-durations: %w", err)
+				}
+				if slices.Contains(o.StageDurations, d) {
+					// A repeated length is the same run again: it would narrow the spread.
+					return fmt.Errorf("--stage-durations: %v given twice", d)
 				}
 				o.StageDurations = append(o.StageDurations, d)
 			}

@@ -52,7 +52,7 @@ func (s stageTicks) Ticks(lo, hi float64) []plot.Tick {
 // to the highest seed. Arms are offset a little along x so bars do not overlap.
 func metricFigure(setup string, m Metric, rows []Row, arms []string) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s: %s (mean, bars min-max over seeds)", setup, m.Title)
+	p.Title.Text = fmt.Sprintf("%s: %s (mean, bars min-max over samples)", setup, m.Title)
 	p.X.Label.Text = "concurrent sessions"
 	p.Y.Label.Text = m.Title
 	p.Legend.Top = true

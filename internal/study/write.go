@@ -186,7 +186,7 @@ func WriteTable(w io.Writer, runs []*RunResult) error {
 	}
 	for _, s := range setups {
 		header, lines := tableOf(rows, s)
-		fmt.Fprintf(w, "setup %s (mean ±sd over seeds)\n", s)
+		fmt.Fprintf(w, "setup %s (mean ±sd over samples: seeds, times stage durations if given)\n", s)
 		t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAlignment(tw.AlignRight))
 		hdr := make([]any, len(header))
 		for i, h := range header {
