@@ -15,6 +15,7 @@ import (
 const (
 	SetupReference = "reference"
 	SetupGap       = "reference-gap"
+	SetupJitter    = "reference-jitter"
 	SetupFleet     = "fleet"
 	SetupFleetFP8  = "fleet-fp8kv"
 )
@@ -32,8 +33,22 @@ const (
 	gapScenarioName = "claude-code-reference-gap"
 )
 
+// TokenizerFirstJitter and TokenizerTurnJitter are the size spread of the
+// reference-jitter setup, in nominal tokens either side of the message's size:
+// the reference generator's nominal 6k first message measured 7.2-7.5k real
+// tokens (brief workload.md), +-2.0 % around 7.35k, so +-120 of 6,000 nominal;
+// the later 400-token messages get the same +-2 % (+-8). The spread of the later
+// messages was not measured; 2 % is carried over from the first.
+const (
+	TokenizerFirstJitter = 120
+	TokenizerTurnJitter  = 8
+	jitterScenarioName   = "claude-code-reference-jitter"
+)
+
 // SetupNames lists the known setups.
-func SetupNames() []string { return []string{SetupReference, SetupGap, SetupFleet, SetupFleetFP8} }
+func SetupNames() []string {
+	return []string{SetupReference, SetupGap, SetupJitter, SetupFleet, SetupFleetFP8}
+}
 
 // LookupSetup returns a named setup. scenarios is the directory holding the
 // scenario files (for the fleet setup, fleet-7x5090.yaml).
@@ -41,19 +56,31 @@ func SetupNames() []string { return []string{SetupReference, SetupGap, SetupFlee
 //   - reference: the built-in reference workload (loadgen.DefaultScenario) on 4
 //     replicas of a4000-qwen3-4b, max_num_seqs 32.
 //   - reference-gap: the same with GapThinkTime between turns and jittered sizes.
+//   - reference-jitter: the reference workload with the real tokenizer's spread of
+//     sizes (TokenizerFirstJitter, TokenizerTurnJitter) and no gap: whether that
+//     spread alone breaks the lockstep of identical sessions (docs/routing.md
+//     section 7).
 //   - fleet: scenarios/fleet-7x5090.yaml on 7 replicas of rtx5090-27b.
 //   - fleet-fp8kv: the same on rtx5090-27b-fp8kv (fp8 KV cache: twice the
 //     tokens), a fleet that can hold the 26 conversations when they are spread
 //     evenly (sim.ProfileRTX5090Gemma3_27BFP8KV says why it exists).
 func LookupSetup(name, scenarios string) (Setup, error) {
 	switch name {
-	case SetupReference, SetupGap:
+	case SetupReference, SetupGap, SetupJitter:
 		sc := loadgen.DefaultScenario()
-		if name == SetupGap {
+		first, turn := 0, 0
+		switch name {
+		case SetupGap:
 			sc.Name = gapScenarioName
 			sc.ThinkTime = GapThinkTime
-			sc.FirstTurnSpread = loadgen.TokenRange{Min: sc.FirstTurnTokens - GapFirstJitter, Max: sc.FirstTurnTokens + GapFirstJitter}
-			sc.TurnSpread = loadgen.TokenRange{Min: sc.TurnTokens - GapTurnJitter, Max: sc.TurnTokens + GapTurnJitter}
+			first, turn = GapFirstJitter, GapTurnJitter
+		case SetupJitter:
+			sc.Name = jitterScenarioName
+			first, turn = TokenizerFirstJitter, TokenizerTurnJitter
+		}
+		if first > 0 {
+			sc.FirstTurnSpread = loadgen.TokenRange{Min: sc.FirstTurnTokens - first, Max: sc.FirstTurnTokens + first}
+			sc.TurnSpread = loadgen.TokenRange{Min: sc.TurnTokens - turn, Max: sc.TurnTokens + turn}
 		}
 		return Setup{Name: name, Scenario: sc, Replicas: 4, Profile: sim.ProfileA4000Qwen3_4B, MaxNumSeqs: 32}, nil
 	case SetupFleet, SetupFleetFP8:

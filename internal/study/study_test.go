@@ -249,10 +249,33 @@ func TestLookups(t *testing.T) {
 	if _, err := LookupArm("nope"); err == nil {
 		t.Error("unknown arm accepted")
 	}
-	for _, n := range []string{SetupReference, SetupGap} {
+	for _, n := range []string{SetupReference, SetupGap, SetupJitter} {
 		s, err := LookupSetup(n, "../../scenarios")
 		if err != nil || s.Replicas != 4 || s.Scenario.Validate() != nil {
 			t.Errorf("setup %s: %+v %v", n, s, err)
+		}
+	}
+	// The three reference setups differ only in the gap between turns and the
+	// spread of message sizes.
+	for _, c := range []struct {
+		name        string
+		think       time.Duration
+		first, turn int
+	}{
+		{SetupReference, 0, 0, 0},
+		{SetupGap, GapThinkTime, GapFirstJitter, GapTurnJitter},
+		{SetupJitter, 0, TokenizerFirstJitter, TokenizerTurnJitter},
+	} {
+		s, _ := LookupSetup(c.name, "../../scenarios")
+		sc := s.Scenario
+		gotFirst := (sc.FirstTurnSpread.Max - sc.FirstTurnSpread.Min) / 2
+		gotTurn := (sc.TurnSpread.Max - sc.TurnSpread.Min) / 2
+		if sc.ThinkTime != c.think || gotFirst != c.first || gotTurn != c.turn {
+			t.Errorf("setup %s: think %v, first +-%d, turn +-%d; want %v, +-%d, +-%d",
+				c.name, sc.ThinkTime, gotFirst, gotTurn, c.think, c.first, c.turn)
+		}
+		if c.first > 0 && (sc.FirstTurnSpread.Min+sc.FirstTurnSpread.Max)/2 != sc.FirstTurnTokens {
+			t.Errorf("setup %s: first-turn spread %+v not centred on %d", c.name, sc.FirstTurnSpread, sc.FirstTurnTokens)
 		}
 	}
 	if s, err := LookupSetup(SetupFleet, "../../scenarios"); err != nil || s.Replicas != 7 {
