@@ -366,7 +366,7 @@ type call struct {
 	tracked   liveKey
 	isTracked bool
 
-	usage        usageScanner // the response's usage (SSE), for Balancer.ObserveCache
+	usage        usageScanner // the response's usage (SSE or JSON), for Balancer.ObserveCache
 	status       int
 	err          error
 	streamBroken error
@@ -629,9 +629,11 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	c.setHeaders(resp.Header)
 	c.status = resp.StatusCode
 	enc := resp.Header.Get("Content-Encoding")
+	identity := enc == "" || enc == "identity"
 	resp.Body = &watchedBody{
 		rc: resp.Body, c: c, p: p, ctx: resp.Request.Context(),
-		sse: isEventStream(resp.Header.Get("Content-Type")) && (enc == "" || enc == "identity"),
+		sse:  isEventStream(resp.Header.Get("Content-Type")) && identity,
+		json: resp.StatusCode == http.StatusOK && isJSON(resp.Header.Get("Content-Type")) && identity,
 	}
 	return nil
 }
@@ -645,6 +647,16 @@ func isEventStream(ct string) bool {
 	}
 	mt, _, _ := mime.ParseMediaType(ct)
 	return mt == "text/event-stream"
+}
+
+// isJSON reports whether a Content-Type is application/json (vLLM's
+// non-streaming responses), with or without parameters.
+func isJSON(ct string) bool {
+	if ct == "application/json" {
+		return true
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt == "application/json"
 }
 
 func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
@@ -676,6 +688,7 @@ type watchedBody struct {
 	p     *Proxy
 	ctx   context.Context
 	sse   bool
+	json  bool   // a non-streaming 200 JSON body: read its usage at the end
 	tail  []byte // error event still to send
 	ended bool
 	last  [2]byte
@@ -697,8 +710,11 @@ func (b *watchedBody) Read(buf []byte) (int, error) {
 	n, err := b.rc.Read(buf)
 	if n > 0 {
 		b.c.last.Store(time.Now().UnixNano())
-		if b.sse {
+		switch {
+		case b.sse:
 			b.c.usage.feed(buf[:n])
+		case b.json:
+			b.c.usage.feedJSON(buf[:n])
 		}
 		if !b.c.gotFirstByte {
 			b.c.gotFirstByte = true
@@ -710,6 +726,10 @@ func (b *watchedBody) Read(buf []byte) (int, error) {
 			b.last = [2]byte{b.last[1], buf[0]}
 		}
 		b.n += int64(n)
+	}
+	if err == io.EOF && b.json {
+		b.json = false
+		b.c.usage.finishJSON()
 	}
 	down := err != nil && errors.Is(context.Cause(b.ctx), ErrReplicaDown)
 	if err != nil && err != io.EOF && b.sse && (b.ctx.Err() == nil || down) {

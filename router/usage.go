@@ -22,12 +22,44 @@ const maxUsageLine = 1 << 20
 //     (Anthropic's semantics; vLLM's own server sends input_tokens only).
 //
 // The last usage seen wins. A stream without a cache count yields nothing.
+//
+// A non-streaming response (one JSON document: OpenAI's chat.completion or
+// completion object, Anthropic's message object, each with a top-level "usage"
+// of the shapes above) goes through feedJSON and finishJSON instead: the body is
+// kept up to maxUsageLine bytes and decoded once it has ended; a larger body is
+// not read for usage.
 type usageScanner struct {
-	pending    []byte // the current line so far, when it spans reads
-	skip       bool   // the current line outgrew maxUsageLine
+	pending    []byte // the current line so far, when it spans reads; the body so far for JSON
+	skip       bool   // the current line (or JSON body) outgrew maxUsageLine
 	prompt     int
 	cached     int
 	haveCached bool
+}
+
+// feedJSON takes the next bytes of a non-streaming JSON response.
+func (u *usageScanner) feedJSON(b []byte) {
+	if u.skip {
+		return
+	}
+	if len(u.pending)+len(b) > maxUsageLine {
+		u.skip, u.pending = true, nil
+		return
+	}
+	u.pending = append(u.pending, b...)
+}
+
+// finishJSON decodes the body given to feedJSON, once it has ended. A body that
+// is not JSON, or has no usage, yields nothing.
+func (u *usageScanner) finishJSON() {
+	if u.skip || !bytes.Contains(u.pending, usageMarker) {
+		u.pending = nil
+		return
+	}
+	var p usageProbe
+	if json.Unmarshal(u.pending, &p) == nil {
+		u.use(p.Usage)
+	}
+	u.pending = nil
 }
 
 // feed takes the next bytes of the stream.

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -84,5 +85,83 @@ func TestProxyObservesUsageFromTheStream(t *testing.T) {
 	st := f.pool().Balancer.Status()[0]
 	if st.UsagePromptTokens != 2000 || st.UsageCachedTokens != 1792 {
 		t.Errorf("usage totals %d prompt / %d cached, want 2000 / 1792", st.UsagePromptTokens, st.UsageCachedTokens)
+	}
+}
+
+// A non-streaming response's usage reaches the Balancer too: OpenAI's
+// chat.completion object and Anthropic's message object (the shapes vLLM's
+// serving_chat.py and the Messages API return), whatever the body's chunking;
+// an error body, a body without a cache count and a body cut short give nothing.
+func TestProxyObservesUsageFromJSONResponses(t *testing.T) {
+	const (
+		openai = `{"id":"chatcmpl-1","object":"chat.completion","model":"m","choices":[{"index":0,` +
+			`"message":{"role":"assistant","content":"hi"},"finish_reason":"length"}],` +
+			`"usage":{"prompt_tokens":1000,"total_tokens":1004,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":896}}}`
+		anthropic = `{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"hi"}],` +
+			`"stop_reason":"max_tokens","usage":{"input_tokens":104,"cache_read_input_tokens":896,"output_tokens":4}}`
+		noDetails = `{"id":"chatcmpl-2","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":4,"prompt_tokens_details":null}}`
+		errBody   = `{"object":"error","message":"bad","type":"BadRequestError","param":null,"code":400,"usage":{"prompt_tokens":1000,"prompt_tokens_details":{"cached_tokens":896}}}`
+	)
+	tests := []struct {
+		name           string
+		status         int
+		ctype, body    string
+		chunk          int  // write the body in pieces of this size, flushing each
+		cut            bool // end the connection before the body's last byte
+		prompt, cached uint64
+	}{
+		{"openai", 200, "application/json", openai, 0, false, 1000, 896},
+		{"openai in 7-byte pieces", 200, "application/json", openai, 7, false, 1000, 896},
+		{"anthropic", 200, "application/json; charset=utf-8", anthropic, 0, false, 1000, 896},
+		{"no cache count", 200, "application/json", noDetails, 0, false, 0, 0},
+		{"error status", 400, "application/json", errBody, 0, false, 0, 0},
+		{"not JSON", 200, "text/plain", openai, 0, false, 0, 0},
+		{"cut short", 200, "application/json", openai, 16, true, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newStub(t, "a")
+			up.setHandler(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tc.ctype)
+				if !tc.cut {
+					w.Header().Set("Content-Length", strconv.Itoa(len(tc.body)))
+				}
+				w.WriteHeader(tc.status)
+				b := tc.body
+				if tc.cut {
+					b = b[:len(b)-1]
+				}
+				k := tc.chunk
+				if k <= 0 {
+					k = len(b)
+				}
+				for len(b) > 0 {
+					n := min(k, len(b))
+					io.WriteString(w, b[:n])
+					w.(http.Flusher).Flush()
+					b = b[n:]
+				}
+				if tc.cut {
+					panic(http.ErrAbortHandler)
+				}
+			})
+			f := newFront(t, true, nil, up)
+			req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody("m")))
+			req.Header.Set(HeaderClaudeSession, "s")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || (err != nil) != tc.cut {
+				t.Fatalf("status %d, read error %v; want %d, an error %v", resp.StatusCode, err, tc.status, tc.cut)
+			}
+			f.waitDone(t)
+			st := f.pool().Balancer.Status()[0]
+			if st.UsagePromptTokens != tc.prompt || st.UsageCachedTokens != tc.cached {
+				t.Errorf("usage totals %d prompt / %d cached, want %d / %d", st.UsagePromptTokens, st.UsageCachedTokens, tc.prompt, tc.cached)
+			}
+		})
 	}
 }
