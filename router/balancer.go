@@ -387,6 +387,26 @@ func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens
 	b.sessions.observeCache(b.sessions.hash(sessionKey), i, promptTokens, cachedTokens)
 }
 
+// Unplace undoes the home a placement (ReasonPlaced) gave sessionKey on replica
+// i when the request that caused it was refused by the upstream (a 4xx: the
+// body or model was wrong, so the conversation never reached the replica's
+// cache): the session is forgotten, so its next request is placed afresh and a
+// client sending only bad requests is not counted as a conversation. It does
+// nothing, and returns false, when affinity is off, the key is empty or
+// unknown, the session's home is no longer i, or another request of the
+// session was routed after the placement (its home is then in use).
+func (b *Balancer) Unplace(sessionKey string, i int) bool {
+	if sessionKey == "" {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.affinity {
+		return false
+	}
+	return b.sessions.unplace(b.sessions.hash(sessionKey), i)
+}
+
 // ObserveEngine records scraped engine load for replica i (from /metrics, or read
 // directly in virtual mode) at simulated instant at. The observation is used while
 // now - at <= StaleAfter and ignored after that. An observation older than the

@@ -537,3 +537,42 @@ func TestStaleReplicaIsNotTreatedAsSaturated(t *testing.T) {
 		})
 	}
 }
+
+// Unplace forgets a session only while the refused request that placed it is the
+// only one routed for it, and only at the replica it was placed on.
+func TestUnplaceForgetsOnlyAnUnusedPlacement(t *testing.T) {
+	b, _ := newTestBalancer(t, 3, true, nil)
+	d := mustAcquire(t, b, "a")
+	if d.Reason != ReasonPlaced {
+		t.Fatalf("first request: %v", d.Reason)
+	}
+	b.Release(d.Replica)
+	if b.Unplace("a", (d.Replica+1)%3) {
+		t.Error("unplaced at a replica that is not the home")
+	}
+	if !b.Unplace("a", d.Replica) || b.Sessions() != 0 {
+		t.Fatalf("placement not forgotten: %d sessions", b.Sessions())
+	}
+	if b.Unplace("a", d.Replica) || b.Unplace("", 0) {
+		t.Error("unplaced twice, or an empty key")
+	}
+	if d2 := mustAcquire(t, b, "a"); d2.Reason != ReasonPlaced {
+		t.Errorf("after unplacing, the next request is %v, want placed", d2.Reason)
+	}
+
+	// A second request routed before the first was refused keeps the home.
+	d = mustAcquire(t, b, "b")
+	if d2 := mustAcquire(t, b, "b"); d2.Reason != ReasonSticky || d2.Replica != d.Replica {
+		t.Fatalf("second request: %+v, want sticky to %d", d2, d.Replica)
+	}
+	if b.Unplace("b", d.Replica) {
+		t.Error("unplaced a home another request used")
+	}
+
+	// Affinity off: nothing to forget.
+	off, _ := newTestBalancer(t, 3, false, nil)
+	d = mustAcquire(t, off, "c")
+	if off.Unplace("c", d.Replica) {
+		t.Error("unplaced with affinity off")
+	}
+}

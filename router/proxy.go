@@ -368,6 +368,7 @@ type call struct {
 
 	usage        usageScanner // the response's usage (SSE or JSON), for Balancer.ObserveCache
 	status       int
+	upStatus     int // the upstream's response status (0: it never answered)
 	err          error
 	streamBroken error
 }
@@ -462,6 +463,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.untrack(c)
 		if prompt, cached, ok := c.usage.result(); ok && c.status == http.StatusOK && c.streamBroken == nil {
 			pool.Balancer.ObserveCache(c.facts.SessionKey, c.dec.Replica, prompt, cached)
+		}
+		if c.dec.Reason == ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
+			pool.Balancer.Unplace(c.facts.SessionKey, c.dec.Replica)
 		}
 		v := recover()
 		status := c.status
@@ -627,7 +631,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	c.setHeaders(resp.Header)
-	c.status = resp.StatusCode
+	c.status, c.upStatus = resp.StatusCode, resp.StatusCode
 	enc := resp.Header.Get("Content-Encoding")
 	identity := enc == "" || enc == "identity"
 	resp.Body = &watchedBody{

@@ -827,3 +827,44 @@ func TestStatusFor(t *testing.T) {
 		}
 	}
 }
+
+// A new session whose first request the upstream refuses (vLLM's 400 for a body
+// like "messages":"hi") gets no home: the session table stays empty, and the
+// session's next, valid request is placed afresh. A refused later request keeps
+// the home.
+func TestRefusedFirstRequestGivesNoHome(t *testing.T) {
+	a, b := newStub(t, "a"), newStub(t, "b")
+	vllm := func(st *stub) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			reqs := st.requests(r.URL.Path) // the stub has read the body already
+			if strings.Contains(string(reqs[len(reqs)-1].Body), `"messages":"hi"`) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				io.WriteString(w, `{"object":"error","message":"messages: Input should be a valid list","type":"BadRequestError","param":null,"code":400}`)
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+		}
+	}
+	a.setHandler(vllm(a))
+	b.setHandler(vllm(b))
+	f := newFront(t, true, nil, a, b)
+	bad := `{"model":"m","stream":true,"messages":"hi"}`
+	hdr := map[string]string{HeaderClaudeSession: "s"}
+	if resp, _ := f.post(t, "/v1/chat/completions", hdr, bad); resp.StatusCode != 400 || resp.Header.Get(HeaderDecision) != "placed" {
+		t.Fatalf("refused request: %d %q", resp.StatusCode, resp.Header.Get(HeaderDecision))
+	}
+	if n := f.pool().Balancer.Sessions(); n != 0 {
+		t.Fatalf("%d sessions after a refused first request, want 0", n)
+	}
+	if resp, _ := f.post(t, "/v1/chat/completions", hdr, chatBody("m")); resp.StatusCode != 200 || resp.Header.Get(HeaderDecision) != "placed" {
+		t.Fatalf("valid request: %d %q, want 200 placed", resp.StatusCode, resp.Header.Get(HeaderDecision))
+	}
+	if resp, _ := f.post(t, "/v1/chat/completions", hdr, bad); resp.StatusCode != 400 || resp.Header.Get(HeaderDecision) != "sticky" {
+		t.Fatalf("refused later request: %d %q, want 400 sticky", resp.StatusCode, resp.Header.Get(HeaderDecision))
+	}
+	if n := f.pool().Balancer.Sessions(); n != 1 {
+		t.Fatalf("%d sessions after a refused later request, want 1 (the home stays)", n)
+	}
+}

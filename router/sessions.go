@@ -94,6 +94,9 @@ type sessEntry struct {
 	// lost: the latest request served at home read less than half of served's
 	// previous value from the prefix cache (observeCache).
 	lost bool
+	// routedAgain: a request of the session was routed after the one that
+	// created the entry (lookup found it), so unplace leaves it alone.
+	routedAgain bool
 }
 
 // NewSessionTable returns an empty table. ttl 0 means DefaultSessionTTL, max 0
@@ -334,7 +337,20 @@ func (t *SessionTable) lookup(now time.Duration, h uint64) (home int, lost bool)
 	t.recordGap(now - t.ents[idx].last)
 	t.touch(idx, now)
 	e := &t.ents[idx]
+	e.routedAgain = true
 	return int(e.home), e.lost
+}
+
+// unplace removes hash h's entry if its home is still home and no request of
+// the session has been routed since the one that created it; it reports whether
+// it did.
+func (t *SessionTable) unplace(h uint64, home int) bool {
+	idx, ok := t.index[h]
+	if !ok || int(t.ents[idx].home) != home || t.ents[idx].routedAgain {
+		return false
+	}
+	t.remove(idx)
+	return true
 }
 
 func (t *SessionTable) set(now time.Duration, h uint64, home int) {
