@@ -7,10 +7,10 @@ import (
 	"github.com/lmwarden/warden/router"
 )
 
-// Overload experiments: two ways of giving up affinity for a turn whose prefix is
+// Overload experiments: ways of giving up affinity for a turn whose prefix is
 // probably gone already, so that it is balanced the way vLLM's own balancer does
-// (which wins at 32 sessions on the reference workload). Both were measured and
-// not adopted (docs/routing.md, "What did not work").
+// (spill, lruModel) or sent where the queue is shorter (coldMoveArm). All were
+// measured and not adopted (docs/routing.md, "What did not work").
 
 // spillArm: router.WorkingSet, except that a request whose home's live working
 // set exceeds factor x its KV cache is placed by vLLM's shortest-queue rule for
@@ -78,9 +78,34 @@ func lruModelArm(name string, fit float64) func() Arm {
 
 type lruModel struct {
 	fit float64
-	ws  *router.WorkingSet
-	sq  *router.ShortestQueue
-	lru [][]lruEnt // per replica, most recent first
+	// margin > 0 makes it a cold-move arm (coldMoveArm): a cold conversation
+	// moves only to a replica with at least margin fewer requests in flight than
+	// its home, else stays; overCap further requires the home's live working set
+	// to exceed its KV cache.
+	margin  int
+	overCap bool
+	ws      *router.WorkingSet
+	sq      *router.ShortestQueue
+	lru     [][]lruEnt // per replica, most recent first
+}
+
+// coldMoveArm: lruModelArm, except that a cold conversation is not placed by
+// vLLM's score but moves for good to the least-loaded replica (WorkingSet's
+// keys) only when that one has at least margin fewer requests in flight than
+// the home (and, with overCap, the home's live working set exceeds its KV
+// cache); otherwise WorkingSet decides as usual. A cold turn must recompute its
+// prefix wherever it goes, so sending it where the queue is shorter costs its
+// home nothing; measured in docs/routing.md ("Moving conversations the cache
+// has lost").
+func coldMoveArm(name string, fit float64, margin int, overCap bool) func() Arm {
+	return func() Arm {
+		return Arm{Name: name, Affinity: true,
+			NewPolicy: func(env PolicyEnv) router.Policy {
+				return &lruModel{fit: fit, margin: margin, overCap: overCap,
+					ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0)),
+					sq: router.NewShortestQueue(0)}
+			}}
+	}
 }
 
 type lruEnt struct {
@@ -147,6 +172,16 @@ func (c *lruModel) Pick(now time.Duration, req router.Request, reps []router.Rep
 		d   router.Decision
 		err error
 	)
+	if cold && c.margin > 0 {
+		if c.overCap && reps[h].LiveTokens <= reps[h].KVCapacityTokens {
+			cold = false
+		} else if m := c.ws.LeastLoaded(reps, h, req.PromptTokens); m >= 0 && reps[m].InFlight+c.margin <= reps[h].InFlight {
+			c.touch(m, k, req.PromptTokens, reps[m].KVCapacityTokens)
+			return router.Decision{Replica: m, Reason: router.ReasonMoved}, nil
+		} else {
+			cold = false
+		}
+	}
 	if cold {
 		d, err = c.sq.Pick(now, req, reps)
 		if err == nil {

@@ -321,3 +321,55 @@ func TestStageDurationsAreSamples(t *testing.T) {
 		t.Fatal("a negative stage duration was accepted")
 	}
 }
+
+// cold-move: a conversation the LRU model calls evicted moves for good to a
+// replica with at least margin fewer requests in flight, and otherwise stays home;
+// a conversation whose context the model still holds stays home whatever the
+// load; with overCap the home must also be over its KV cache.
+func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
+	newPol := func(margin int, overCap bool) *lruModel {
+		a := coldMoveArm("t", 1.5, margin, overCap)()
+		p := a.NewPolicy(PolicyEnv{Seed: 1, Threshold: 8, Margin: 2}).(*lruModel)
+		p.lru = make([][]lruEnt, 2) // Pick sizes it; the test touches first
+		return p
+	}
+	reps := func(homeIn, otherIn int, homeLive int64) []router.ReplicaState {
+		return []router.ReplicaState{
+			{Healthy: true, InFlight: homeIn, KVCapacityTokens: 1000, LiveTokens: homeLive},
+			{Healthy: true, InFlight: otherIn, KVCapacityTokens: 1000},
+		}
+	}
+	req := router.Request{Key: "x", Home: 0, PromptTokens: 400}
+	// Warm: x was the last conversation sent to replica 0.
+	p := newPol(1, false)
+	p.touch(0, keyHash("x"), 400, 1000)
+	if d, _ := p.Pick(0, req, reps(3, 0, 900)); d.Replica != 0 || d.Reason != router.ReasonSticky {
+		t.Errorf("warm conversation: %+v, want sticky home", d)
+	}
+	// Cold: 1,600 tokens of other conversations since x (stack distance 2,000 > 1.5 x 1,000).
+	cold := func(p *lruModel) {
+		p.touch(0, keyHash("x"), 400, 1000)
+		p.touch(0, keyHash("a"), 800, 1000)
+		p.touch(0, keyHash("b"), 800, 1000)
+	}
+	p = newPol(1, false)
+	cold(p)
+	if d, _ := p.Pick(0, req, reps(3, 2, 2000)); d.Replica != 1 || d.Reason != router.ReasonMoved {
+		t.Errorf("cold, other replica one fewer in flight: %+v, want moved to 1", d)
+	}
+	p = newPol(1, false)
+	cold(p)
+	if d, _ := p.Pick(0, req, reps(3, 3, 900)); d.Replica != 0 {
+		t.Errorf("cold, equal in flight: %+v, want home", d)
+	}
+	p = newPol(2, true)
+	cold(p)
+	if d, _ := p.Pick(0, req, reps(3, 1, 900)); d.Replica != 0 {
+		t.Errorf("cold, home under its cache (overCap): %+v, want home", d)
+	}
+	p = newPol(2, true)
+	cold(p)
+	if d, _ := p.Pick(0, req, reps(3, 1, 2000)); d.Replica != 1 || d.Reason != router.ReasonMoved {
+		t.Errorf("cold, home over its cache, two fewer elsewhere (overCap): %+v, want moved to 1", d)
+	}
+}
