@@ -81,8 +81,9 @@ var armTable = map[string]func() Arm{
 	"lru-model-1":      lruModelArm("lru-model-1", 1),
 	"lru-model-1.25":   lruModelArm("lru-model-1.25", 1.25),
 	"lru-model-1.5":    lruModelArm("lru-model-1.5", 1.5),
-	"cold-move-1":      coldMoveArm("cold-move-1", 1.5, 1, false),
-	"cold-move-2-over": coldMoveArm("cold-move-2-over", 1.5, 2, true),
+	"cold-move-1":      coldMoveArm("cold-move-1", 1.5, 1, false, false),
+	"cold-move-2-over": coldMoveArm("cold-move-2-over", 1.5, 2, true, false),
+	"cold-move-1-once": coldMoveArm("cold-move-1-once", 1.5, 1, false, true),
 }
 
 // ArmNames lists every known arm, sorted.

@@ -84,6 +84,8 @@ type lruModel struct {
 	// to exceed its KV cache.
 	margin  int
 	overCap bool
+	once    bool                // cold-move: each conversation moves at most once
+	moved   map[uint64]struct{} // once: conversations that moved
 	ws      *router.WorkingSet
 	sq      *router.ShortestQueue
 	lru     [][]lruEnt // per replica, most recent first
@@ -97,11 +99,11 @@ type lruModel struct {
 // prefix wherever it goes, so sending it where the queue is shorter costs its
 // home nothing; measured in docs/routing.md ("Moving conversations the cache
 // has lost").
-func coldMoveArm(name string, fit float64, margin int, overCap bool) func() Arm {
+func coldMoveArm(name string, fit float64, margin int, overCap, once bool) func() Arm {
 	return func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
-				return &lruModel{fit: fit, margin: margin, overCap: overCap,
+				return &lruModel{fit: fit, margin: margin, overCap: overCap, once: once, moved: map[uint64]struct{}{},
 					ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0)),
 					sq: router.NewShortestQueue(0)}
 			}}
@@ -173,9 +175,13 @@ func (c *lruModel) Pick(now time.Duration, req router.Request, reps []router.Rep
 		err error
 	)
 	if cold && c.margin > 0 {
-		if c.overCap && reps[h].LiveTokens <= reps[h].KVCapacityTokens {
+		_, movedBefore := c.moved[k]
+		if (c.overCap && reps[h].LiveTokens <= reps[h].KVCapacityTokens) || (c.once && movedBefore) {
 			cold = false
 		} else if m := c.ws.LeastLoaded(reps, h, req.PromptTokens); m >= 0 && reps[m].InFlight+c.margin <= reps[h].InFlight {
+			if c.once {
+				c.moved[k] = struct{}{}
+			}
 			c.touch(m, k, req.PromptTokens, reps[m].KVCapacityTokens)
 			return router.Decision{Replica: m, Reason: router.ReasonMoved}, nil
 		} else {

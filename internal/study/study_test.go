@@ -327,8 +327,8 @@ func TestStageDurationsAreSamples(t *testing.T) {
 // a conversation whose context the model still holds stays home whatever the
 // load; with overCap the home must also be over its KV cache.
 func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
-	newPol := func(margin int, overCap bool) *lruModel {
-		a := coldMoveArm("t", 1.5, margin, overCap)()
+	newPol := func(margin int, overCap bool, once ...bool) *lruModel {
+		a := coldMoveArm("t", 1.5, margin, overCap, len(once) > 0 && once[0])()
 		p := a.NewPolicy(PolicyEnv{Seed: 1, Threshold: 8, Margin: 2}).(*lruModel)
 		p.lru = make([][]lruEnt, 2) // Pick sizes it; the test touches first
 		return p
@@ -371,5 +371,17 @@ func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
 	cold(p)
 	if d, _ := p.Pick(0, req, reps(3, 1, 2000)); d.Replica != 1 || d.Reason != router.ReasonMoved {
 		t.Errorf("cold, home over its cache, two fewer elsewhere (overCap): %+v, want moved to 1", d)
+	}
+	// once: a conversation that moved does not move again, cold or not.
+	p = newPol(1, false, true)
+	cold(p)
+	if d, _ := p.Pick(0, req, reps(3, 2, 900)); d.Replica != 1 {
+		t.Fatalf("once, first cold move: %+v, want moved to 1", d)
+	}
+	p.touch(1, keyHash("c"), 800, 1000)
+	p.touch(1, keyHash("d"), 800, 1000)
+	back := []router.ReplicaState{{Healthy: true, InFlight: 0, KVCapacityTokens: 1000}, {Healthy: true, InFlight: 3, KVCapacityTokens: 1000, LiveTokens: 900}}
+	if d, _ := p.Pick(0, router.Request{Key: "x", Home: 1, PromptTokens: 400}, back); d.Replica != 1 {
+		t.Errorf("once, cold again at its new home: %+v, want it to stay on 1", d)
 	}
 }
