@@ -68,6 +68,9 @@ Ctrl-C stops after writing what is complete.`,
 				// grow to about 5x the live data; set GOGC to override).
 				debug.SetGCPercent(400)
 			}
+			if err := checkStages(stages); err != nil {
+				return err
+			}
 			sc := loadgen.DefaultScenario()
 			if scenarioPath != "" {
 				var err error

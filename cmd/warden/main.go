@@ -57,7 +57,7 @@ func signalContext() (context.Context, func()) {
 			}
 			if !cancelled {
 				cancelled = true
-				fmt.Fprintln(os.Stderr, "warden: stopping; finishing what is complete (press Ctrl-C again to exit now)")
+				fmt.Fprintf(os.Stderr, "warden: %v: stopping; finishing what is under way (Ctrl-C again exits now)\n", sig)
 				cancel()
 			}
 		}

@@ -133,3 +133,29 @@ func TestStudyRejectsBadStageDurations(t *testing.T) {
 		}
 	}
 }
+
+// A stage under one session is refused naming --stages, before any run (the
+// scenario's own check would blame the scenario file, once per run).
+func TestStagesFlagRefusesEmptyStages(t *testing.T) {
+	for _, args := range [][]string{
+		{"study", "--setups", "reference,fleet", "--arms", "working-set", "--seeds", "1", "--out", "", "--stages", "0"},
+		{"bench", "--virtual", "--stages", "4,0", "--out", t.TempDir()},
+	} {
+		_, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "--stages") || strings.Contains(err.Error(), "yaml") {
+			t.Errorf("%v: err = %v, want one error naming --stages", args, err)
+		}
+	}
+}
+
+// A stage too short for any turn to finish is run, but said so on stderr.
+func TestStudyWarnsAboutStagesWithoutTurns(t *testing.T) {
+	out, err := run(t, "study", "--setups", "reference", "--arms", "working-set", "--seeds", "1", "--out", "",
+		"--stages", "4", "--stage-duration", "1s", "--no-figures", "--trace-seed", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "warning: reference/working-set stage 1 (4 sessions)") || !strings.Contains(out, "--stage-duration") {
+		t.Errorf("no warning about the empty stage:\n%s", out)
+	}
+}

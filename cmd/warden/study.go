@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -67,6 +68,9 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 			if traceDir != "" {
 				return drawTraces(traceDir)
 			}
+			if err := checkStages(stages); err != nil {
+				return err
+			}
 			o := study.Options{OutDir: out, TraceSeed: traceSeed, TraceArms: traceArms, Signals: signals, NoFigures: noFigures, Parallel: parallel, Progress: cmd.ErrOrStderr()}
 			for _, s := range setups {
 				su, err := study.LookupSetup(s, scenarios)
@@ -116,6 +120,7 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 			if err != nil {
 				return err
 			}
+			warnEmptyStages(cmd.ErrOrStderr(), runs)
 			if err := study.WriteTable(cmd.OutOrStdout(), runs); err != nil {
 				return err
 			}
@@ -157,4 +162,20 @@ func drawTraces(dir string) error {
 		}
 	}
 	return nil
+}
+
+// warnEmptyStages says which stages finished no turn in their window (a stage
+// shorter than one turn takes under load): their cells read n/a.
+func warnEmptyStages(w io.Writer, runs []*study.RunResult) {
+	seen := map[string]bool{}
+	for _, r := range runs {
+		for _, st := range r.Stages {
+			key := fmt.Sprintf("%s/%s stage %d (%d sessions)", r.Setup, r.Arm, st.Stage+1, st.Sessions)
+			if st.TurnsOK == 0 && !seen[key] {
+				seen[key] = true
+				fmt.Fprintf(w, "warning: %s, seed %d: no turn finished inside the %v window; the stage is shorter than a turn takes there, so its cells read n/a (lengthen --stage-duration)\n",
+					key, r.Seed, r.StageDuration)
+			}
+		}
+	}
 }

@@ -16,3 +16,14 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// checkStages refuses a --stages list with a stage under one session, naming the
+// flag (the scenario's own check would blame the scenario file).
+func checkStages(stages []int) error {
+	for i, n := range stages {
+		if n < 1 {
+			return fmt.Errorf("--stages: stage %d is %d sessions; each stage needs at least 1", i+1, n)
+		}
+	}
+	return nil
+}
