@@ -62,7 +62,8 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if list {
-				fmt.Fprintf(cmd.OutOrStdout(), "setups: %s\narms: %s\n", strings.Join(study.SetupNames(), ", "), strings.Join(study.ArmNames(), ", "))
+				fmt.Fprintf(cmd.OutOrStdout(), "setups: %s\narms: %s\n(what each arm does: docs/routing.md, the arm tables of \"How it is measured\" and \"What did not work\"; code in internal/study/arms.go)\n",
+					strings.Join(study.SetupNames(), ", "), strings.Join(study.ArmNames(), ", "))
 				return nil
 			}
 			if traceDir != "" {
