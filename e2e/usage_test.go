@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
@@ -40,4 +41,34 @@ func TestNonStreamingUsageReachesTheRouter(t *testing.T) {
 		t.Fatalf("router usage totals: %d prompt, %d cached tokens over 6 non-streaming turns", prompt, cached)
 	}
 	t.Logf("router usage totals over 6 non-streaming turns: %d prompt, %d cached tokens", prompt, cached)
+}
+
+// The cold-move policy serves conversations over HTTP (simulator, router,
+// OpenAI and Anthropic, non-streaming): every turn succeeds, and every decision is
+// one a session-affinity policy gives.
+func TestColdMovePolicyOverHTTP(t *testing.T) {
+	f := startFleet(t, simhttp.Config{Replicas: 3, Speed: 10, ReplyTokens: 24}, 32)
+	model := f.sim.Config().Model
+	if err := f.rt.SetPolicy(model, router.PolicyColdMove); err != nil {
+		t.Fatal(err)
+	}
+	for s := range 4 {
+		if err := driveSession(context.Background(), f.url, model, fmt.Sprintf("cold-%d", s), s%2 == 1, uint64(s), 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := f.log.all()
+	if len(reqs) != 16 {
+		t.Fatalf("%d requests, want 16", len(reqs))
+	}
+	for _, r := range reqs {
+		switch r.Decision {
+		case "placed", "sticky", "moved", "overflow":
+		default:
+			t.Errorf("decision %q: %v", r.Decision, r)
+		}
+		if r.Status != 200 {
+			t.Errorf("status %d: %v", r.Status, r)
+		}
+	}
 }

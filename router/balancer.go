@@ -451,6 +451,8 @@ func (b *Balancer) setPolicy(name string) {
 		b.policy = &SessionHash{NoKey: b.sq}
 	case PolicyWorkingSet:
 		b.policy = NewWorkingSet(b.sticky.Threshold, b.margin, b.seed, b.sq)
+	case PolicyColdMove:
+		b.policy = NewColdMove(b.sticky.Threshold, b.margin, b.seed, b.sq)
 	}
 }
 

@@ -73,6 +73,7 @@ var (
 	_ Policy = (*ShortestQueue)(nil)
 	_ Policy = (*SessionHash)(nil)
 	_ Policy = (*WorkingSet)(nil)
+	_ Policy = (*ColdMove)(nil)
 )
 
 // Policy names, as BalancerConfig.Policy and the `policy:` YAML field take them.
@@ -87,13 +88,16 @@ const (
 	// PolicyWorkingSet: WorkingSet, placement by in-flight then live working set,
 	// overflow that moves a conversation for good.
 	PolicyWorkingSet = "working-set"
+	// PolicyColdMove: ColdMove, WorkingSet plus moving a conversation a cache
+	// model calls evicted to a replica with fewer requests in flight.
+	PolicyColdMove = "cold-move"
 	// DefaultAffinityPolicy is the policy used with affinity on when none is named.
 	DefaultAffinityPolicy = PolicyWorkingSet
 )
 
 // PolicyNames lists the selectable policies.
 func PolicyNames() []string {
-	return []string{PolicyWorkingSet, PolicySticky, PolicySessionHash, PolicyShortestQueue}
+	return []string{PolicyWorkingSet, PolicyColdMove, PolicySticky, PolicySessionHash, PolicyShortestQueue}
 }
 
 // ValidPolicy reports whether name is a known policy name ("" is valid: default).

@@ -39,7 +39,7 @@ vLLM's data-parallel balancer (shortest queue).
 Every response carries X-Warden-Replica (who served it) and X-Warden-Decision
 (sticky, placed, overflow, moved, rehome, no-key, balanced). /metrics has the router's
 Prometheus metrics. With affinity on the policy is working-set (docs/routing.md);
-sticky, session-hash and shortest-queue are selectable per model, in the YAML
+cold-move, sticky, session-hash and shortest-queue are selectable per model, in the YAML
 config (policy:) or at run time. The admin API (loopback by default) switches
 affinity, the policy and the threshold per model at run time:
   curl -X PUT -H 'Authorization: Bearer TOKEN' -d '{"enabled":false}' \

@@ -85,6 +85,8 @@ var armTable = map[string]func() Arm{
 	"cold-move-2-over":      coldMoveArm("cold-move-2-over", 1.5, 2, true, false),
 	"cold-move-1-once":      coldMoveArm("cold-move-1-once", 1.5, 1, false, true),
 	"cold-move-1-into-over": coldMoveArm("cold-move-1-into-over", 1.5, 1, false, false, true),
+	// The router's ColdMove policy (the arm above, in router/coldmove.go).
+	"cold-move": func() Arm { return Arm{Name: "cold-move", Affinity: true, Policy: router.PolicyColdMove} },
 }
 
 // ArmNames lists every known arm, sorted.

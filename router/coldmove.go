@@ -1,0 +1,169 @@
+package router
+
+import (
+	"hash/maphash"
+	"time"
+)
+
+// Cold-move defaults (docs/routing.md, "Moving conversations the cache has lost
+// to a shorter queue"; measured as the study arm cold-move-1-into-over).
+const (
+	// DefaultColdFit: a conversation counts as evicted from its home when the
+	// contexts sent there since its own last request, plus its own, exceed this
+	// many times the home's KV cache. Above 1 because the model counts a shared
+	// system prompt once per conversation and ignores that vLLM frees a finished
+	// request's blocks last-in first-out; 1 and 1.25 moved conversations whose
+	// prefix was still cached (study arms lru-model-1, lru-model-1.25).
+	DefaultColdFit = 1.5
+	// DefaultColdMargin: a cold conversation moves only to a replica with at least
+	// this many fewer requests in flight than its home.
+	DefaultColdMargin = 1
+	// maxColdEntries bounds the conversations the model keeps per replica.
+	maxColdEntries = 4096
+)
+
+// cacheModel is a router-side model of each replica's prefix cache at
+// conversation granularity: per replica, the conversations sent there, most
+// recent first, each with the prompt size of its latest request there. The
+// predicted LRU stack distance of a conversation on a replica is the sum of the
+// prompts above it in that list plus its own; past fit x the replica's KV cache
+// the conversation is taken as evicted (its next request there recomputes the
+// prefix). A list keeps at most 4x the replica's cache in tokens (anything
+// deeper is evicted in any reading of the model) and maxColdEntries entries.
+//
+// Lookups scan the list (conversations per replica, typically tens); not safe
+// for concurrent use (the Balancer's lock guards it).
+type cacheModel struct {
+	seed maphash.Seed
+	lru  [][]coldEntry
+}
+
+type coldEntry struct {
+	key    uint64
+	tokens int
+}
+
+func newCacheModel() *cacheModel { return &cacheModel{seed: maphash.MakeSeed()} }
+
+func (m *cacheModel) hash(key string) uint64 { return maphash.String(m.seed, key) }
+
+func (m *cacheModel) grow(n int) {
+	for len(m.lru) < n {
+		m.lru = append(m.lru, nil)
+	}
+}
+
+// distance returns key's predicted stack distance on replica i in tokens, or -1
+// when the replica's list does not hold it.
+func (m *cacheModel) distance(i int, key uint64) int {
+	if i >= len(m.lru) {
+		return -1
+	}
+	sum := 0
+	for _, e := range m.lru[i] {
+		sum += e.tokens
+		if e.key == key {
+			return sum
+		}
+	}
+	return -1
+}
+
+// touch records a request of key with tokens of prompt sent to replica i, whose
+// KV cache holds capTokens (<= 0: unknown, no depth bound).
+func (m *cacheModel) touch(i int, key uint64, tokens int, capTokens int64) {
+	m.grow(i + 1)
+	l := m.lru[i]
+	j := 0
+	for j < len(l) && l[j].key != key {
+		j++
+	}
+	if j == len(l) {
+		l = append(l, coldEntry{})
+	}
+	copy(l[1:j+1], l[:j])
+	l[0] = coldEntry{key, max(tokens, 0)}
+	sum := int64(0)
+	for k, e := range l {
+		sum += int64(e.tokens)
+		if k+1 >= maxColdEntries || (capTokens > 0 && sum > 4*capTokens) {
+			l = l[:k+1]
+			break
+		}
+	}
+	m.lru[i] = l
+}
+
+// ColdMove is WorkingSet plus one rule: a conversation whose prefix the
+// router's cache model says its home has evicted (stack distance above Fit x the
+// home's KV cache) moves for good (ReasonMoved) to the least-loaded replica by
+// WorkingSet's keys among those whose live working set already exceeds their KV
+// cache, when that replica has at least Margin fewer requests in flight than the
+// home. Such a turn recomputes its prefix wherever it goes, so sending it where
+// fewer requests wait costs the home nothing, and a replica whose conversations
+// still fit its cache never receives one. Otherwise WorkingSet decides.
+//
+// Measured in docs/routing.md ("Moving conversations the cache has lost to a
+// shorter queue"): on the reference workload with 3 s between turns it removes
+// WorkingSet's tail losses at 16 and 24 sessions (20-minute stages, p95 15.6 ->
+// 8.5 s and 25.8 -> 23.1 s); with turns back to back it never fires; on the
+// bf16 fleet scenario it is within noise of WorkingSet once the stage length is
+// sampled. The model needs the replicas' KV capacity (ReplicaState
+// KVCapacityTokens, from vllm:cache_config_info) and uses Request.PromptTokens,
+// which the HTTP proxy estimates from body bytes (EstimatePromptTokens errs
+// high, which makes the rule fire earlier than in the measurements).
+type ColdMove struct {
+	*WorkingSet
+	Fit    float64 // stack distance / KV cache above which a conversation is cold
+	Margin int     // least in-flight difference for a cold move
+
+	model   *cacheModel
+	scratch []ReplicaState
+}
+
+// NewColdMove returns the policy with DefaultColdFit and DefaultColdMargin over
+// NewWorkingSet(threshold, margin, seed, noKey).
+func NewColdMove(threshold, margin int, seed uint64, noKey *ShortestQueue) *ColdMove {
+	return &ColdMove{WorkingSet: NewWorkingSet(threshold, margin, seed, noKey),
+		Fit: DefaultColdFit, Margin: DefaultColdMargin, model: newCacheModel()}
+}
+
+// Pick applies the cold-move rule, then WorkingSet's, and records the request
+// in the cache model.
+func (c *ColdMove) Pick(now time.Duration, req Request, reps []ReplicaState) (Decision, error) {
+	if req.Key == "" {
+		return c.WorkingSet.Pick(now, req, reps)
+	}
+	k := c.model.hash(req.Key)
+	d, ok := c.coldMove(k, req, reps)
+	if !ok {
+		var err error
+		if d, err = c.WorkingSet.Pick(now, req, reps); err != nil {
+			return d, err
+		}
+	}
+	c.model.touch(d.Replica, k, req.PromptTokens, reps[d.Replica].KVCapacityTokens)
+	return d, nil
+}
+
+func (c *ColdMove) coldMove(k uint64, req Request, reps []ReplicaState) (Decision, bool) {
+	h := req.Home
+	if h < 0 || h >= len(reps) || !reps[h].Healthy || reps[h].KVCapacityTokens <= 0 {
+		return Decision{}, false
+	}
+	if d := c.model.distance(h, k); d >= 0 && float64(d) <= c.Fit*float64(reps[h].KVCapacityTokens) {
+		return Decision{}, false
+	}
+	c.scratch = append(c.scratch[:0], reps...)
+	for i := range c.scratch {
+		r := &c.scratch[i]
+		if r.KVCapacityTokens <= 0 || r.LiveTokens <= r.KVCapacityTokens {
+			r.Healthy = false
+		}
+	}
+	m := c.LeastLoaded(c.scratch, h, req.PromptTokens)
+	if m < 0 || reps[m].InFlight+c.Margin > reps[h].InFlight {
+		return Decision{}, false
+	}
+	return Decision{Replica: m, Reason: ReasonMoved}, true
+}

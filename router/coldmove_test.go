@@ -1,0 +1,110 @@
+package router
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// The cache model's stack distance: the prompts sent to a replica since a
+// conversation's own last request there, plus its own; -1 when the replica has
+// not seen it or dropped it past 4x its cache.
+func TestCacheModelDistance(t *testing.T) {
+	m := newCacheModel()
+	a, b, c := m.hash("a"), m.hash("b"), m.hash("c")
+	m.touch(0, a, 400, 1000)
+	m.touch(0, b, 300, 1000)
+	m.touch(0, a, 500, 1000) // a again: its entry moves to the front with the new size
+	if d := m.distance(0, a); d != 500 {
+		t.Errorf("a: %d, want 500", d)
+	}
+	if d := m.distance(0, b); d != 800 {
+		t.Errorf("b: %d, want 800", d)
+	}
+	if d := m.distance(1, a); d != -1 {
+		t.Errorf("unseen replica: %d", d)
+	}
+	for range 9 {
+		m.touch(0, c, 500, 1000) // c alone does not push the others out
+	}
+	if d := m.distance(0, b); d != 1300 {
+		t.Errorf("b after c: %d, want 1300", d)
+	}
+	for i := range 10 {
+		m.touch(0, m.hash(string(rune('d'+i))), 1000, 1000)
+	}
+	if d := m.distance(0, b); d != -1 {
+		t.Errorf("b under 10,000 tokens on a 1,000-token cache: %d, want dropped (-1)", d)
+	}
+}
+
+// ColdMove moves a conversation the model calls evicted to a replica already
+// over its cache with at least Margin fewer requests in flight; a warm
+// conversation, or no such replica, leaves the decision to WorkingSet; every
+// decision is recorded in the model.
+func TestColdMovePick(t *testing.T) {
+	newPol := func() *ColdMove {
+		c := NewColdMove(8, 2, 1, NewShortestQueue(0))
+		c.Rand = rand.New(rand.NewPCG(1, 2))
+		return c
+	}
+	reps := func(homeIn, otherIn int, otherLive int64) []ReplicaState {
+		return []ReplicaState{
+			{Healthy: true, InFlight: homeIn, KVCapacityTokens: 1000, LiveTokens: 900},
+			{Healthy: true, InFlight: otherIn, KVCapacityTokens: 1000, LiveTokens: otherLive},
+		}
+	}
+	x := Request{Key: "x", Home: 0, PromptTokens: 400}
+	cold := func(c *ColdMove) {
+		c.model.touch(0, c.model.hash("x"), 400, 1000)
+		c.model.touch(0, c.model.hash("a"), 800, 1000)
+		c.model.touch(0, c.model.hash("b"), 800, 1000) // x's distance: 2,000 > 1.5 x 1,000
+	}
+	c := newPol()
+	c.model.touch(0, c.model.hash("x"), 400, 1000)
+	if d, _ := c.Pick(0, x, reps(3, 0, 1200)); d.Replica != 0 || d.Reason != ReasonSticky {
+		t.Errorf("warm: %+v, want sticky home", d)
+	}
+	c = newPol()
+	cold(c)
+	if d, _ := c.Pick(0, x, reps(3, 2, 1200)); d.Replica != 1 || d.Reason != ReasonMoved {
+		t.Errorf("cold, other over its cache and one fewer in flight: %+v, want moved to 1", d)
+	}
+	if got := c.model.distance(1, c.model.hash("x")); got != 400 {
+		t.Errorf("the move is not recorded at the target: distance %d", got)
+	}
+	c = newPol()
+	cold(c)
+	if d, _ := c.Pick(0, x, reps(3, 3, 1200)); d.Replica != 0 {
+		t.Errorf("cold, equal in flight: %+v, want home", d)
+	}
+	c = newPol()
+	cold(c)
+	if d, _ := c.Pick(0, x, reps(3, 0, 500)); d.Replica != 0 {
+		t.Errorf("cold, the other replica fits its cache: %+v, want home (never break a replica that fits)", d)
+	}
+	// Unknown capacity: the rule is off.
+	c = newPol()
+	cold(c)
+	r := reps(3, 0, 1200)
+	r[0].KVCapacityTokens = 0
+	if d, _ := c.Pick(0, x, r); d.Replica != 0 {
+		t.Errorf("home capacity unknown: %+v, want home", d)
+	}
+}
+
+// The policy is selectable by name, at construction and at run time.
+func TestColdMoveIsSelectable(t *testing.T) {
+	b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.Policy = PolicyColdMove })
+	if b.Policy() != PolicyColdMove {
+		t.Fatalf("policy %q", b.Policy())
+	}
+	if _, ok := b.policy.(*ColdMove); !ok {
+		t.Fatalf("policy type %T", b.policy)
+	}
+	if err := b.SetPolicy(PolicyWorkingSet); err != nil || b.Policy() != PolicyWorkingSet {
+		t.Fatalf("switch back: %v %q", err, b.Policy())
+	}
+	if d := mustAcquire(t, b, "s"); d.Reason != ReasonPlaced {
+		t.Errorf("first request: %v", d.Reason)
+	}
+}
