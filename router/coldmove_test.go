@@ -1,8 +1,10 @@
 package router
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // The cache model's stack distance: the prompts sent to a replica since a
@@ -32,8 +34,18 @@ func TestCacheModelDistance(t *testing.T) {
 	for i := range 10 {
 		m.touch(0, m.hash(string(rune('d'+i))), 1000, 1000)
 	}
-	if d := m.distance(0, b); d != -1 {
-		t.Errorf("b under 10,000 tokens on a 1,000-token cache: %d, want dropped (-1)", d)
+	if d := m.distance(0, b); d != -1 || !m.evicted(0, b, 1500) {
+		t.Errorf("b under 10,000 tokens on a 1,000-token cache: %d, want dropped (-1) and evicted", d)
+	}
+	// Missing from a list that never dropped anything: never seen, not evicted.
+	m.touch(1, a, 400, 1000)
+	if m.evicted(1, b, 1500) || m.evicted(2, b, 1500) {
+		t.Error("a conversation the replica never saw counts as evicted")
+	}
+	// Unknown capacity: nothing recorded.
+	m.touch(3, a, 400, 0)
+	if d := m.distance(3, a); d != -1 {
+		t.Errorf("recorded with capacity unknown: %d", d)
 	}
 }
 
@@ -106,5 +118,47 @@ func TestColdMoveIsSelectable(t *testing.T) {
 	}
 	if d := mustAcquire(t, b, "s"); d.Reason != ReasonPlaced {
 		t.Errorf("first request: %v", d.Reason)
+	}
+}
+
+// benchAcquire runs sticky decisions for 100,000 sessions on 8 replicas whose
+// KV capacity is known (150,000 tokens each), each request of prompt tokens,
+// under the named policy. With 12,000-token prompts a replica's model list stays
+// at 4 x 150,000 / 12,000 = 50 entries; with 100-token prompts it reaches its
+// 4,096-entry bound (the worst case of the scan).
+func benchAcquire(b *testing.B, policy string, prompt int) {
+	bal, clk := newTestBalancer(b, 8, true, func(c *BalancerConfig) { c.Policy = policy })
+	for i := range 8 {
+		bal.ObserveCapacity(i, 150_000)
+	}
+	keys := sessionKeys(100_000)
+	for _, k := range keys {
+		d, _ := bal.Acquire(Facts{SessionKey: k, PromptTokens: prompt})
+		bal.Release(d.Replica)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		d, _ := bal.Acquire(Facts{SessionKey: keys[i%len(keys)], PromptTokens: prompt})
+		bal.Release(d.Replica)
+		i++
+		if i%1024 == 0 {
+			clk.Advance(time.Millisecond)
+		}
+	}
+}
+
+// BenchmarkAcquirePolicies compares one decision's cost under working-set and
+// cold-move (the cache model's scan and update), typical and worst-case prompts.
+func BenchmarkAcquirePolicies(b *testing.B) {
+	for _, c := range []struct {
+		policy string
+		prompt int
+	}{
+		{PolicyWorkingSet, 12_000}, {PolicyColdMove, 12_000},
+		{PolicyWorkingSet, 100}, {PolicyColdMove, 100},
+	} {
+		b.Run(fmt.Sprintf("%s/prompt-%d", c.policy, c.prompt), func(b *testing.B) { benchAcquire(b, c.policy, c.prompt) })
 	}
 }
