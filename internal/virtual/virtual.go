@@ -22,7 +22,9 @@ type Config struct {
 	// forced on: the replies' tokens are needed to build the next turn's prompt.
 	Engine sim.EngineConfig
 	// Balancer is the router's configuration template; Replicas, Affinity and Now
-	// are set by Run. Seed defaults to the scenario seed.
+	// are set by Run. Seed defaults to the scenario seed, MaxNumSeqs and
+	// KVCapacityTokens to the engines' (as the HTTP router scrapes them from
+	// vllm:cache_config_info).
 	Balancer router.BalancerConfig
 	// ObserveInterval is how often the router's view of engine gauges (running,
 	// waiting, KV usage) is refreshed, as its /metrics scraper would; default
@@ -140,6 +142,12 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 	}
 	if bcfg.MaxNumSeqs == 0 {
 		bcfg.MaxNumSeqs = r.engines[0].Config().MaxNumSeqs
+	}
+	if bcfg.KVCapacityTokens == 0 {
+		// What the HTTP router learns from vllm:cache_config_info (router.go:
+		// (num_gpu_blocks - 1) x block_size, the null block excluded).
+		ec := r.engines[0].Config()
+		bcfg.KVCapacityTokens = int64(ec.NumGPUBlocks-1) * int64(ec.BlockSize)
 	}
 	bal, err := router.NewBalancer(bcfg)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -156,4 +157,40 @@ func TestRequestTimeout(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d turns timed out", timedOut, len(results))
+}
+
+// The router in the virtual world knows each replica's KV capacity, as the HTTP
+// router learns it from vllm:cache_config_info ((num_gpu_blocks - 1) x
+// block_size), so capacity-aware rules (WorkingSet's fit move, ColdMove) act in
+// both worlds.
+func TestRouterSeesKVCapacity(t *testing.T) {
+	prof, err := sim.LookupProfile("a4000-qwen3-4b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := sim.NewEngine(sim.EngineConfig{Profile: prof})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(probe.Config().NumGPUBlocks-1) * int64(probe.Config().BlockSize)
+	var seen []int64
+	_, err = Run(context.Background(), Config{
+		Scenario: smokeScenario(t), Replicas: 2, Engine: sim.EngineConfig{Profile: prof},
+		Balancer: router.BalancerConfig{OnDecision: func(ev router.DecisionEvent) {
+			for _, v := range ev.View {
+				seen = append(seen, v.KVCapacityTokens)
+			}
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) == 0 || want <= 0 {
+		t.Fatalf("%d views, want capacity %d", len(seen), want)
+	}
+	for _, got := range seen {
+		if got != want {
+			t.Fatalf("a decision saw KV capacity %d, want %d", got, want)
+		}
+	}
 }
