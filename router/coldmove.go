@@ -22,7 +22,7 @@ const (
 	maxColdEntries = 4096
 )
 
-// cacheModel is a router-side model of each replica's prefix cache at
+// CacheModel is a router-side model of each replica's prefix cache at
 // conversation granularity: per replica, the conversations sent there, most
 // recent first, each with the prompt size of its latest request there. The
 // predicted LRU stack distance of a conversation on a replica is the sum of the
@@ -40,7 +40,7 @@ const (
 // measures a decision at 493 ns there vs 276 ns for WorkingSet, and 6.1 us at
 // the 4,096-entry bound); not safe for concurrent use (the Balancer's lock
 // guards it).
-type cacheModel struct {
+type CacheModel struct {
 	seed maphash.Seed
 	lru  [][]coldEntry
 	// trimmed[i]: replica i's list has dropped entries, so a conversation missing
@@ -53,30 +53,32 @@ type coldEntry struct {
 	tokens int
 }
 
-func newCacheModel() *cacheModel { return &cacheModel{seed: maphash.MakeSeed()} }
+// NewCacheModel returns an empty model.
+func NewCacheModel() *CacheModel { return &CacheModel{seed: maphash.MakeSeed()} }
 
-func (m *cacheModel) hash(key string) uint64 { return maphash.String(m.seed, key) }
+// Hash is the key the model files a session id under.
+func (m *CacheModel) Hash(key string) uint64 { return maphash.String(m.seed, key) }
 
-func (m *cacheModel) grow(n int) {
+func (m *CacheModel) grow(n int) {
 	for len(m.lru) < n {
 		m.lru = append(m.lru, nil)
 		m.trimmed = append(m.trimmed, false)
 	}
 }
 
-// evicted reports whether the model takes key as gone from replica i's cache:
+// Evicted reports whether the model takes key as gone from replica i's cache:
 // its stack distance exceeds limit tokens, or the list dropped it.
-func (m *cacheModel) evicted(i int, key uint64, limit float64) bool {
-	d := m.distance(i, key)
+func (m *CacheModel) Evicted(i int, key uint64, limit float64) bool {
+	d := m.Distance(i, key)
 	if d < 0 {
 		return i < len(m.trimmed) && m.trimmed[i]
 	}
 	return float64(d) > limit
 }
 
-// distance returns key's predicted stack distance on replica i in tokens, or -1
+// Distance returns key's predicted stack distance on replica i in tokens, or -1
 // when the replica's list does not hold it.
-func (m *cacheModel) distance(i int, key uint64) int {
+func (m *CacheModel) Distance(i int, key uint64) int {
 	if i >= len(m.lru) {
 		return -1
 	}
@@ -90,10 +92,10 @@ func (m *cacheModel) distance(i int, key uint64) int {
 	return -1
 }
 
-// touch records a request of key with tokens of prompt sent to replica i, whose
+// Touch records a request of key with tokens of prompt sent to replica i, whose
 // KV cache holds capTokens. With the capacity unknown (<= 0) nothing is recorded:
 // the rule cannot act then, and an unbounded list would cost a scan per request.
-func (m *cacheModel) touch(i int, key uint64, tokens int, capTokens int64) {
+func (m *CacheModel) Touch(i int, key uint64, tokens int, capTokens int64) {
 	if capTokens <= 0 {
 		return
 	}
@@ -145,7 +147,7 @@ type ColdMove struct {
 	Fit    float64 // stack distance / KV cache above which a conversation is cold
 	Margin int     // least in-flight difference for a cold move
 
-	model   *cacheModel
+	model   *CacheModel
 	scratch []ReplicaState
 }
 
@@ -153,7 +155,7 @@ type ColdMove struct {
 // NewWorkingSet(threshold, margin, seed, noKey).
 func NewColdMove(threshold, margin int, seed uint64, noKey *ShortestQueue) *ColdMove {
 	return &ColdMove{WorkingSet: NewWorkingSet(threshold, margin, seed, noKey),
-		Fit: DefaultColdFit, Margin: DefaultColdMargin, model: newCacheModel()}
+		Fit: DefaultColdFit, Margin: DefaultColdMargin, model: NewCacheModel()}
 }
 
 // Pick applies the cold-move rule, then WorkingSet's, and records the request
@@ -162,7 +164,7 @@ func (c *ColdMove) Pick(now time.Duration, req Request, reps []ReplicaState) (De
 	if req.Key == "" {
 		return c.WorkingSet.Pick(now, req, reps)
 	}
-	k := c.model.hash(req.Key)
+	k := c.model.Hash(req.Key)
 	d, ok := c.coldMove(k, req, reps)
 	if !ok {
 		var err error
@@ -170,7 +172,7 @@ func (c *ColdMove) Pick(now time.Duration, req Request, reps []ReplicaState) (De
 			return d, err
 		}
 	}
-	c.model.touch(d.Replica, k, req.PromptTokens, reps[d.Replica].KVCapacityTokens)
+	c.model.Touch(d.Replica, k, req.PromptTokens, reps[d.Replica].KVCapacityTokens)
 	return d, nil
 }
 
@@ -179,7 +181,7 @@ func (c *ColdMove) coldMove(k uint64, req Request, reps []ReplicaState) (Decisio
 	if h < 0 || h >= len(reps) || !reps[h].Healthy || reps[h].KVCapacityTokens <= 0 {
 		return Decision{}, false
 	}
-	if !c.model.evicted(h, k, c.Fit*float64(reps[h].KVCapacityTokens)) {
+	if !c.model.Evicted(h, k, c.Fit*float64(reps[h].KVCapacityTokens)) {
 		return Decision{}, false
 	}
 	c.scratch = append(c.scratch[:0], reps...)

@@ -11,40 +11,40 @@ import (
 // conversation's own last request there, plus its own; -1 when the replica has
 // not seen it or dropped it past 4x its cache.
 func TestCacheModelDistance(t *testing.T) {
-	m := newCacheModel()
-	a, b, c := m.hash("a"), m.hash("b"), m.hash("c")
-	m.touch(0, a, 400, 1000)
-	m.touch(0, b, 300, 1000)
-	m.touch(0, a, 500, 1000) // a again: its entry moves to the front with the new size
-	if d := m.distance(0, a); d != 500 {
+	m := NewCacheModel()
+	a, b, c := m.Hash("a"), m.Hash("b"), m.Hash("c")
+	m.Touch(0, a, 400, 1000)
+	m.Touch(0, b, 300, 1000)
+	m.Touch(0, a, 500, 1000) // a again: its entry moves to the front with the new size
+	if d := m.Distance(0, a); d != 500 {
 		t.Errorf("a: %d, want 500", d)
 	}
-	if d := m.distance(0, b); d != 800 {
+	if d := m.Distance(0, b); d != 800 {
 		t.Errorf("b: %d, want 800", d)
 	}
-	if d := m.distance(1, a); d != -1 {
+	if d := m.Distance(1, a); d != -1 {
 		t.Errorf("unseen replica: %d", d)
 	}
 	for range 9 {
-		m.touch(0, c, 500, 1000) // c alone does not push the others out
+		m.Touch(0, c, 500, 1000) // c alone does not push the others out
 	}
-	if d := m.distance(0, b); d != 1300 {
+	if d := m.Distance(0, b); d != 1300 {
 		t.Errorf("b after c: %d, want 1300", d)
 	}
 	for i := range 10 {
-		m.touch(0, m.hash(string(rune('d'+i))), 1000, 1000)
+		m.Touch(0, m.Hash(string(rune('d'+i))), 1000, 1000)
 	}
-	if d := m.distance(0, b); d != -1 || !m.evicted(0, b, 1500) {
+	if d := m.Distance(0, b); d != -1 || !m.Evicted(0, b, 1500) {
 		t.Errorf("b under 10,000 tokens on a 1,000-token cache: %d, want dropped (-1) and evicted", d)
 	}
 	// Missing from a list that never dropped anything: never seen, not evicted.
-	m.touch(1, a, 400, 1000)
-	if m.evicted(1, b, 1500) || m.evicted(2, b, 1500) {
+	m.Touch(1, a, 400, 1000)
+	if m.Evicted(1, b, 1500) || m.Evicted(2, b, 1500) {
 		t.Error("a conversation the replica never saw counts as evicted")
 	}
 	// Unknown capacity: nothing recorded.
-	m.touch(3, a, 400, 0)
-	if d := m.distance(3, a); d != -1 {
+	m.Touch(3, a, 400, 0)
+	if d := m.Distance(3, a); d != -1 {
 		t.Errorf("recorded with capacity unknown: %d", d)
 	}
 }
@@ -67,12 +67,12 @@ func TestColdMovePick(t *testing.T) {
 	}
 	x := Request{Key: "x", Home: 0, PromptTokens: 400}
 	cold := func(c *ColdMove) {
-		c.model.touch(0, c.model.hash("x"), 400, 1000)
-		c.model.touch(0, c.model.hash("a"), 800, 1000)
-		c.model.touch(0, c.model.hash("b"), 800, 1000) // x's distance: 2,000 > 1.5 x 1,000
+		c.model.Touch(0, c.model.Hash("x"), 400, 1000)
+		c.model.Touch(0, c.model.Hash("a"), 800, 1000)
+		c.model.Touch(0, c.model.Hash("b"), 800, 1000) // x's distance: 2,000 > 1.5 x 1,000
 	}
 	c := newPol()
-	c.model.touch(0, c.model.hash("x"), 400, 1000)
+	c.model.Touch(0, c.model.Hash("x"), 400, 1000)
 	if d, _ := c.Pick(0, x, reps(3, 0, 1200)); d.Replica != 0 || d.Reason != ReasonSticky {
 		t.Errorf("warm: %+v, want sticky home", d)
 	}
@@ -81,7 +81,7 @@ func TestColdMovePick(t *testing.T) {
 	if d, _ := c.Pick(0, x, reps(3, 2, 1200)); d.Replica != 1 || d.Reason != ReasonMoved {
 		t.Errorf("cold, other over its cache and one fewer in flight: %+v, want moved to 1", d)
 	}
-	if got := c.model.distance(1, c.model.hash("x")); got != 400 {
+	if got := c.model.Distance(1, c.model.Hash("x")); got != 400 {
 		t.Errorf("the move is not recorded at the target: distance %d", got)
 	}
 	c = newPol()

@@ -1,7 +1,6 @@
 package study
 
 import (
-	"hash/fnv"
 	"time"
 
 	"github.com/lmwarden/warden/router"
@@ -89,7 +88,7 @@ type lruModel struct {
 	moved    map[uint64]struct{} // once: conversations that moved
 	ws       *router.WorkingSet
 	sq       *router.ShortestQueue
-	lru      [][]lruEnt // per replica, most recent first
+	model    *router.CacheModel // the router's model of each replica's cache (router/coldmove.go)
 }
 
 // coldMoveArm: lruModelArm, except that a cold conversation is not placed by
@@ -111,17 +110,6 @@ func coldMoveArm(name string, fit float64, margin int, overCap, once bool, intoO
 	}
 }
 
-type lruEnt struct {
-	key    uint64
-	tokens int
-}
-
-func keyHash(k string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(k))
-	return h.Sum64()
-}
-
 // coldTarget is where a cold conversation of home h may move: the least loaded
 // other replica by WorkingSet's keys (with intoOver, among those whose live
 // working set already exceeds their KV cache), or -1.
@@ -138,54 +126,16 @@ func (c *lruModel) coldTarget(reps []router.ReplicaState, h, prompt int) int {
 	return c.ws.LeastLoaded(masked, h, prompt)
 }
 
-// dist returns the predicted LRU stack distance of key on replica i in tokens
-// (its own context included), or -1 when the replica has not seen it.
-func (c *lruModel) dist(i int, key uint64) int {
-	sum := 0
-	for _, e := range c.lru[i] {
-		sum += e.tokens
-		if e.key == key {
-			return sum
-		}
-	}
-	return -1
-}
-
-// touch moves key to the front of replica i's list, dropping entries beyond 4x
-// the cache (evicted in any model).
-func (c *lruModel) touch(i int, key uint64, tokens int, capTokens int64) {
-	l := c.lru[i]
-	j := 0
-	for j < len(l) && l[j].key != key {
-		j++
-	}
-	if j == len(l) {
-		l = append(l, lruEnt{})
-	}
-	copy(l[1:j+1], l[:j])
-	l[0] = lruEnt{key, tokens}
-	sum := 0
-	for k, e := range l {
-		sum += e.tokens
-		if capTokens > 0 && float64(sum) > 4*float64(capTokens) {
-			l = l[:k+1]
-			break
-		}
-	}
-	c.lru[i] = l
-}
-
 func (c *lruModel) Pick(now time.Duration, req router.Request, reps []router.ReplicaState) (router.Decision, error) {
 	c.sq.Sync(now, reps)
-	for len(c.lru) < len(reps) {
-		c.lru = append(c.lru, nil)
+	if c.model == nil {
+		c.model = router.NewCacheModel()
 	}
-	k := keyHash(req.Key)
+	k := c.model.Hash(req.Key)
 	h := req.Home
 	cold := false
 	if req.Key != "" && h >= 0 && h < len(reps) && reps[h].Healthy && reps[h].KVCapacityTokens > 0 {
-		d := c.dist(h, k)
-		cold = d < 0 || float64(d) > c.fit*float64(reps[h].KVCapacityTokens)
+		cold = c.model.Evicted(h, k, c.fit*float64(reps[h].KVCapacityTokens))
 	}
 	var (
 		d   router.Decision
@@ -199,7 +149,7 @@ func (c *lruModel) Pick(now time.Duration, req router.Request, reps []router.Rep
 			if c.once {
 				c.moved[k] = struct{}{}
 			}
-			c.touch(m, k, req.PromptTokens, reps[m].KVCapacityTokens)
+			c.model.Touch(m, k, req.PromptTokens, reps[m].KVCapacityTokens)
 			return router.Decision{Replica: m, Reason: router.ReasonMoved}, nil
 		} else {
 			cold = false
@@ -217,7 +167,7 @@ func (c *lruModel) Pick(now time.Duration, req router.Request, reps []router.Rep
 		d, err = c.ws.Pick(now, req, reps)
 	}
 	if err == nil && req.Key != "" {
-		c.touch(d.Replica, k, req.PromptTokens, reps[d.Replica].KVCapacityTokens)
+		c.model.Touch(d.Replica, k, req.PromptTokens, reps[d.Replica].KVCapacityTokens)
 	}
 	return d, err
 }

@@ -330,7 +330,7 @@ func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
 	newPol := func(margin int, overCap bool, once ...bool) *lruModel {
 		a := coldMoveArm("t", 1.5, margin, overCap, len(once) > 0 && once[0])()
 		p := a.NewPolicy(PolicyEnv{Seed: 1, Threshold: 8, Margin: 2}).(*lruModel)
-		p.lru = make([][]lruEnt, 2) // Pick sizes it; the test touches first
+		p.model = router.NewCacheModel()
 		return p
 	}
 	reps := func(homeIn, otherIn int, homeLive int64) []router.ReplicaState {
@@ -342,15 +342,15 @@ func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
 	req := router.Request{Key: "x", Home: 0, PromptTokens: 400}
 	// Warm: x was the last conversation sent to replica 0.
 	p := newPol(1, false)
-	p.touch(0, keyHash("x"), 400, 1000)
+	p.model.Touch(0, p.model.Hash("x"), 400, 1000)
 	if d, _ := p.Pick(0, req, reps(3, 0, 900)); d.Replica != 0 || d.Reason != router.ReasonSticky {
 		t.Errorf("warm conversation: %+v, want sticky home", d)
 	}
 	// Cold: 1,600 tokens of other conversations since x (stack distance 2,000 > 1.5 x 1,000).
 	cold := func(p *lruModel) {
-		p.touch(0, keyHash("x"), 400, 1000)
-		p.touch(0, keyHash("a"), 800, 1000)
-		p.touch(0, keyHash("b"), 800, 1000)
+		p.model.Touch(0, p.model.Hash("x"), 400, 1000)
+		p.model.Touch(0, p.model.Hash("a"), 800, 1000)
+		p.model.Touch(0, p.model.Hash("b"), 800, 1000)
 	}
 	p = newPol(1, false)
 	cold(p)
@@ -376,7 +376,7 @@ func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
 	into := func() *lruModel {
 		a := coldMoveArm("t", 1.5, 1, false, false, true)()
 		p := a.NewPolicy(PolicyEnv{Seed: 1, Threshold: 8, Margin: 2}).(*lruModel)
-		p.lru = make([][]lruEnt, 2)
+		p.model = router.NewCacheModel()
 		cold(p)
 		return p
 	}
@@ -394,8 +394,8 @@ func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
 	if d, _ := p.Pick(0, req, reps(3, 2, 900)); d.Replica != 1 {
 		t.Fatalf("once, first cold move: %+v, want moved to 1", d)
 	}
-	p.touch(1, keyHash("c"), 800, 1000)
-	p.touch(1, keyHash("d"), 800, 1000)
+	p.model.Touch(1, p.model.Hash("c"), 800, 1000)
+	p.model.Touch(1, p.model.Hash("d"), 800, 1000)
 	back := []router.ReplicaState{{Healthy: true, InFlight: 0, KVCapacityTokens: 1000}, {Healthy: true, InFlight: 3, KVCapacityTokens: 1000, LiveTokens: 900}}
 	if d, _ := p.Pick(0, router.Request{Key: "x", Home: 1, PromptTokens: 400}, back); d.Replica != 1 {
 		t.Errorf("once, cold again at its new home: %+v, want it to stay on 1", d)
