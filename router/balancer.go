@@ -69,10 +69,13 @@ type Facts struct {
 	// byte. An avoided home is not re-homed: the request overflows instead.
 	Avoid uint64
 	// PromptTokens is the request's prompt size in tokens, 0 when unknown: exact
-	// in virtual mode; the proxy estimates it from the body (EstimatePromptTokens).
-	// The session table keeps the latest value per session as its context
-	// estimate (ReplicaState.LiveTokens).
+	// in virtual mode. The session table keeps the latest value per session as its
+	// context estimate (ReplicaState.LiveTokens).
 	PromptTokens int
+	// BodyBytes is the request body's size; when PromptTokens is 0, Acquire
+	// estimates the prompt from it with the tokens-per-byte ratio ObserveSize
+	// has calibrated (BytesPerTokenEstimate until then). The HTTP proxy sets it.
+	BodyBytes int
 	// HeldFor is how long the caller has held this request after ErrHold answers
 	// (0 on the first attempt).
 	HeldFor time.Duration
@@ -170,7 +173,20 @@ type Balancer struct {
 	margin   int
 	seed     uint64
 	kvCap    int64 // configured KV capacity per replica, tokens (0 unknown)
+
+	// Body size calibration (ObserveSize): decayed sums of body bytes and prompt
+	// tokens of finished requests, and how many were seen.
+	sizeBytes, sizeTokens float64
+	sizeSeen              int
 }
+
+// Size calibration (Balancer.ObserveSize): each observation keeps sizeDecay of
+// the sums before it (a memory of about 200 requests), and the ratio is used
+// once sizeMinSeen requests were seen.
+const (
+	sizeDecay   = 0.995
+	sizeMinSeen = 8
+)
 
 type replica struct {
 	name     string
@@ -301,6 +317,9 @@ func (b *Balancer) sync(now time.Duration) {
 func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if f.PromptTokens <= 0 && f.BodyBytes > 0 {
+		f.PromptTokens = b.estimateTokens(f.BodyBytes)
+	}
 	now := b.now()
 	b.sync(now)
 	b.sessions.expire(now)
@@ -405,6 +424,33 @@ func (b *Balancer) Unplace(sessionKey string, i int) bool {
 		return false
 	}
 	return b.sessions.unplace(b.sessions.hash(sessionKey), i)
+}
+
+// ObserveSize calibrates the prompt estimate from a finished request: its body
+// was bodyBytes long and the server counted promptTokens (usage prompt_tokens,
+// or input_tokens plus the cache counts on the Anthropic API). Ignored when
+// either is <= 0. The ratio of the decayed sums replaces BytesPerTokenEstimate
+// once sizeMinSeen requests were seen, so the estimate follows the served
+// tokenizer and chat template instead of English's 4 bytes per token (the
+// simulator's pseudo-words run at about 3.5 bytes per token, a JSON body of
+// Claude Code tool definitions differently again).
+func (b *Balancer) ObserveSize(bodyBytes, promptTokens int) {
+	if bodyBytes <= 0 || promptTokens <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sizeBytes = b.sizeBytes*sizeDecay + float64(bodyBytes)
+	b.sizeTokens = b.sizeTokens*sizeDecay + float64(promptTokens)
+	b.sizeSeen++
+}
+
+// estimateTokens is the prompt estimate for a body of n bytes (caller holds mu).
+func (b *Balancer) estimateTokens(n int) int {
+	if b.sizeSeen < sizeMinSeen || b.sizeBytes <= 0 {
+		return EstimatePromptTokens(n)
+	}
+	return int(float64(n) * b.sizeTokens / b.sizeBytes)
 }
 
 // ObserveEngine records scraped engine load for replica i (from /metrics, or read

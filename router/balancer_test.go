@@ -576,3 +576,37 @@ func TestUnplaceForgetsOnlyAnUnusedPlacement(t *testing.T) {
 		t.Error("unplaced with affinity off")
 	}
 }
+
+// Acquire estimates a prompt from the body size: 4 bytes per token until
+// ObserveSize has seen sizeMinSeen requests, then the measured ratio.
+func TestBodySizeEstimateCalibrates(t *testing.T) {
+	var got []int
+	b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) {
+		c.OnDecision = func(ev DecisionEvent) { got = append(got, ev.Facts.PromptTokens) }
+	})
+	acquire := func(f Facts) {
+		d, err := b.Acquire(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(d.Replica)
+	}
+	acquire(Facts{SessionKey: "a", BodyBytes: 40_000})
+	for range sizeMinSeen - 1 {
+		b.ObserveSize(39_908, 11_357) // the simulator: 3.5 bytes per token
+	}
+	b.ObserveSize(0, 100) // ignored
+	acquire(Facts{SessionKey: "a", BodyBytes: 40_000})
+	b.ObserveSize(39_908, 11_357)
+	acquire(Facts{SessionKey: "a", BodyBytes: 40_000})
+	acquire(Facts{SessionKey: "a", BodyBytes: 40_000, PromptTokens: 123}) // exact counts win
+	want := []int{10_000, 10_000, 11_383, 123}
+	if len(got) != len(want) {
+		t.Fatalf("%d decisions", len(got))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("decision %d: prompt estimate %d, want %d", i, got[i], want[i])
+		}
+	}
+}

@@ -440,7 +440,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.failModel(w, api, info.Model, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
 		return
 	}
-	c := &call{pool: pool, api: api, facts: Facts{SessionKey: info.SessionKey, PromptTokens: EstimatePromptTokens(len(body))}, body: body, inURL: *r.URL, counted: true}
+	c := &call{pool: pool, api: api, facts: Facts{SessionKey: info.SessionKey, BodyBytes: len(body)}, body: body, inURL: *r.URL, counted: true}
 	t0 := time.Now()
 	d, err := pool.Balancer.Acquire(c.facts)
 	p.m.observeDecision(time.Since(t0))
@@ -463,6 +463,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.untrack(c)
 		if prompt, cached, ok := c.usage.result(); ok && c.status == http.StatusOK && c.streamBroken == nil {
 			pool.Balancer.ObserveCache(c.facts.SessionKey, c.dec.Replica, prompt, cached)
+		}
+		if c.status == http.StatusOK && c.streamBroken == nil && c.usage.prompt > 0 {
+			pool.Balancer.ObserveSize(len(c.body), c.usage.prompt)
 		}
 		if c.dec.Reason == ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
 			pool.Balancer.Unplace(c.facts.SessionKey, c.dec.Replica)

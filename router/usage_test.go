@@ -165,3 +165,35 @@ func TestProxyObservesUsageFromJSONResponses(t *testing.T) {
 		})
 	}
 }
+
+// The proxy feeds each finished response's prompt_tokens and its request's body
+// size to Balancer.ObserveSize, so prompt estimates follow the server's tokenizer.
+func TestProxyCalibratesPromptEstimate(t *testing.T) {
+	up := newStub(t, "a")
+	up.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
+		// The server counts one token per 2 body bytes.
+		n := len(up.requests(r.URL.Path)[len(up.requests(r.URL.Path))-1].Body) / 2
+		io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":"+strconv.Itoa(n)+",\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+	})
+	f := newFront(t, true, nil, up)
+	bal := f.pool().Balancer
+	estimate := func(n int) int {
+		bal.mu.Lock()
+		defer bal.mu.Unlock()
+		return bal.estimateTokens(n)
+	}
+	if e := estimate(4000); e != 1000 {
+		t.Fatalf("before any response: %d tokens for 4,000 bytes, want 1,000", e)
+	}
+	for range sizeMinSeen {
+		if resp, _ := f.post(t, "/v1/chat/completions", map[string]string{HeaderClaudeSession: "s"}, chatBody("m")); resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	body := len(chatBody("m"))
+	if want := int(4000 * float64(body/2) / float64(body)); estimate(4000) != want {
+		t.Errorf("after %d responses: %d tokens for 4,000 bytes, want %d (the server's 1 per 2 bytes)", sizeMinSeen, estimate(4000), want)
+	}
+}

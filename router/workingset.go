@@ -6,10 +6,11 @@ import (
 )
 
 // BytesPerTokenEstimate is the body bytes the proxy counts per prompt token when it
-// estimates a request's size: about 4 characters per token of English text (the
-// usual rule of thumb for BPE tokenizers); JSON syntax and escaping make a body a
-// little larger, so the estimate errs high, equally on every replica. Only
-// comparisons between replicas use it.
+// estimates a request's size before any response has told it better: about 4
+// characters per token of English text (the usual rule of thumb for BPE
+// tokenizers). Once responses report their prompt_tokens, the Balancer uses the
+// measured ratio instead (Balancer.ObserveSize): the estimate is compared with KV
+// capacities in tokens (WorkingSet's fit move, ColdMove), so its scale matters.
 const BytesPerTokenEstimate = 4
 
 // EstimatePromptTokens estimates a request's prompt size in tokens from its body
