@@ -140,10 +140,9 @@ func (m *CacheModel) Touch(i int, key uint64, tokens int, capTokens int64) {
 // bf16 fleet scenario it is within noise of WorkingSet once the stage length is
 // sampled. The model needs the replicas' KV capacity (ReplicaState
 // KVCapacityTokens, from vllm:cache_config_info) and uses Request.PromptTokens,
-// which the HTTP proxy estimates from body bytes (EstimatePromptTokens); over
-// HTTP (one run of scenarios/reference-gap-16.yaml) it moved fewer
-// conversations than in virtual time and cut the 16-session p95 less (15.8 ->
-// 11.2 s).
+// which the HTTP proxy estimates from body bytes with the ratio calibrated from
+// responses (Balancer.ObserveSize); over HTTP (scenarios/reference-gap-16.yaml,
+// seed 1) it then cut the 16-session p95 from 14.9 to 8.3 s, as in virtual time.
 type ColdMove struct {
 	*WorkingSet
 	Fit    float64 // stack distance / KV cache above which a conversation is cold
