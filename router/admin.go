@@ -132,7 +132,10 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 			Policy *string `json:"policy"`
 		}
 		if err := decodeStrict(r.Body, &body); err != nil || body.Policy == nil {
-			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"policy": %q}: %v`, strings.Join(PolicyNames(), "|"), err))
+			if err == nil {
+				err = errors.New(`"policy" is missing`)
+			}
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"policy": %q}: %w`, strings.Join(PolicyNames(), "|"), err))
 			return
 		}
 		if !ValidPolicy(*body.Policy) {
@@ -229,6 +232,9 @@ func decodeStrict(r io.Reader, v any) error {
 
 // parseThreshold accepts a positive integer or "auto" (0).
 func parseThreshold(raw json.RawMessage) (int, error) {
+	if len(raw) == 0 {
+		return 0, errors.New(`"threshold" is missing: want {"threshold": "auto"} or a positive integer`)
+	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		if strings.EqualFold(s, "auto") {

@@ -79,6 +79,9 @@ type Facts struct {
 	// HeldFor is how long the caller has held this request after ErrHold answers
 	// (0 on the first attempt).
 	HeldFor time.Duration
+	// NoPrefill marks a request that reads no prompt into the KV cache (the proxy
+	// sets it for /v1/messages/count_tokens); passed on as Request.NoPrefill.
+	NoPrefill bool
 }
 
 // DecisionEvent is what BalancerConfig.OnDecision is told about one decision.
@@ -336,7 +339,7 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 			h = b.sessions.hash(f.SessionKey)
 			home, lost = b.sessions.lookup(now, h)
 		}
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: f.PromptTokens, HeldFor: f.HeldFor, CacheLost: lost}, b.view)
+		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: f.PromptTokens, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill}, b.view)
 		if err == nil && f.SessionKey != "" {
 			switch {
 			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.view[home].Healthy:
@@ -443,6 +446,18 @@ func (b *Balancer) ObserveSize(bodyBytes, promptTokens int) {
 	b.sizeBytes = b.sizeBytes*sizeDecay + float64(bodyBytes)
 	b.sizeTokens = b.sizeTokens*sizeDecay + float64(promptTokens)
 	b.sizeSeen++
+}
+
+// BytesPerToken returns the body bytes per prompt token the prompt estimates use,
+// and whether it was measured from responses (ObserveSize) rather than assumed
+// (BytesPerTokenEstimate).
+func (b *Balancer) BytesPerToken() (ratio float64, measured bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sizeSeen < sizeMinSeen || b.sizeTokens <= 0 {
+		return BytesPerTokenEstimate, false
+	}
+	return b.sizeBytes / b.sizeTokens, true
 }
 
 // estimateTokens is the prompt estimate for a body of n bytes (caller holds mu).
@@ -564,8 +579,11 @@ func (b *Balancer) SetOverflowThreshold(n int) {
 	defer b.mu.Unlock()
 	b.threshold = max(0, n)
 	b.sticky.Threshold = b.effectiveThreshold()
-	if ws, ok := b.policy.(*WorkingSet); ok {
-		ws.Threshold = b.sticky.Threshold
+	switch p := b.policy.(type) {
+	case *WorkingSet:
+		p.Threshold = b.sticky.Threshold
+	case *ColdMove:
+		p.Threshold = b.sticky.Threshold
 	}
 }
 
@@ -643,6 +661,9 @@ type ReplicaStatus struct {
 	// "Measurement check").
 	UsagePromptTokens uint64 `json:"usage_prompt_tokens"`
 	UsageCachedTokens uint64 `json:"usage_cached_tokens"`
+	// KVCapacityTokens is the replica's KV cache in tokens as the policies see it
+	// (ObserveCapacity); 0 unknown, which switches off the fit move and cold-move.
+	KVCapacityTokens int64 `json:"kv_capacity_tokens"`
 }
 
 // Status returns every replica's state, in replica order.
@@ -669,6 +690,7 @@ func (b *Balancer) Status() []ReplicaStatus {
 			s.ServedTotal += r.served[reason]
 		}
 		s.UsagePromptTokens, s.UsageCachedTokens = r.usagePrompt, r.usageCached
+		s.KVCapacityTokens = r.kvCapacity
 		out[i] = s
 	}
 	return out

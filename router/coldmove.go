@@ -28,8 +28,9 @@ const (
 // predicted LRU stack distance of a conversation on a replica is the sum of the
 // prompts above it in that list plus its own; past fit x the replica's KV cache
 // the conversation is taken as evicted (its next request there recomputes the
-// prefix). A list keeps at most 4x the replica's cache in tokens (anything
-// deeper is evicted in any reading of the model) and maxColdEntries entries; a
+// prefix). A list keeps the entries up to and including the one that takes it past
+// 4x the replica's cache in tokens (anything deeper is evicted in any reading of
+// the model), and at most maxColdEntries entries; a
 // conversation missing from a list counts as evicted only once the list has
 // dropped entries (before that it was never seen there, e.g. the policy was
 // switched on mid-conversation). Nothing is recorded for a replica whose KV
@@ -128,7 +129,7 @@ func (m *CacheModel) Touch(i int, key uint64, tokens int, capTokens int64) {
 // router's cache model says its home has evicted (stack distance above Fit x the
 // home's KV cache) moves for good (ReasonMoved) to the least-loaded replica by
 // WorkingSet's keys among those whose live working set already exceeds their KV
-// cache, when that replica has at least Margin fewer requests in flight than the
+// cache, when that replica has at least ColdMargin fewer requests in flight than the
 // home. Such a turn recomputes its prefix wherever it goes, so sending it where
 // fewer requests wait costs the home nothing, and a replica whose conversations
 // still fit its cache never receives one. Otherwise WorkingSet decides.
@@ -145,8 +146,8 @@ func (m *CacheModel) Touch(i int, key uint64, tokens int, capTokens int64) {
 // seed 1) it then cut the 16-session p95 from 14.9 to 8.3 s, as in virtual time.
 type ColdMove struct {
 	*WorkingSet
-	Fit    float64 // stack distance / KV cache above which a conversation is cold
-	Margin int     // least in-flight difference for a cold move
+	Fit        float64 // stack distance / KV cache above which a conversation is cold
+	ColdMargin int     // least in-flight difference for a cold move (WorkingSet.Margin is the overflow's)
 
 	model   *CacheModel
 	scratch []ReplicaState
@@ -156,13 +157,19 @@ type ColdMove struct {
 // NewWorkingSet(threshold, margin, seed, noKey).
 func NewColdMove(threshold, margin int, seed uint64, noKey *ShortestQueue) *ColdMove {
 	return &ColdMove{WorkingSet: NewWorkingSet(threshold, margin, seed, noKey),
-		Fit: DefaultColdFit, Margin: DefaultColdMargin, model: NewCacheModel()}
+		Fit: DefaultColdFit, ColdMargin: DefaultColdMargin, model: NewCacheModel()}
 }
 
 // Pick applies the cold-move rule, then WorkingSet's, and records the request
-// in the cache model.
+// in the cache model. A request without a session key, or one that reads
+// nothing into the cache (Request.NoPrefill: count_tokens), goes to WorkingSet
+// alone and is not recorded; so the model under-counts a replica's cache when
+// keyless traffic shares it. The cold-move rule runs before WorkingSet's fit
+// move, so a cold conversation whose home is over its cache goes to an
+// over-cache replica with fewer requests in flight even when another replica
+// has room (the order measured in docs/routing.md).
 func (c *ColdMove) Pick(now time.Duration, req Request, reps []ReplicaState) (Decision, error) {
-	if req.Key == "" {
+	if req.Key == "" || req.NoPrefill {
 		return c.WorkingSet.Pick(now, req, reps)
 	}
 	k := c.model.Hash(req.Key)
@@ -193,7 +200,7 @@ func (c *ColdMove) coldMove(k uint64, req Request, reps []ReplicaState) (Decisio
 		}
 	}
 	m := c.LeastLoaded(c.scratch, h, req.PromptTokens)
-	if m < 0 || reps[m].InFlight+c.Margin > reps[h].InFlight {
+	if m < 0 || reps[m].InFlight+c.ColdMargin > reps[h].InFlight {
 		return Decision{}, false
 	}
 	return Decision{Replica: m, Reason: ReasonMoved}, true

@@ -113,6 +113,10 @@ func TestColdMoveIsSelectable(t *testing.T) {
 	if _, ok := b.policy.(*ColdMove); !ok {
 		t.Fatalf("policy type %T", b.policy)
 	}
+	b.ObserveCapacity(1, 1234)
+	if st := b.Status(); st[0].KVCapacityTokens != 0 || st[1].KVCapacityTokens != 1234 {
+		t.Errorf("status capacities %d, %d; want 0 (unknown), 1234", st[0].KVCapacityTokens, st[1].KVCapacityTokens)
+	}
 	if err := b.SetPolicy(PolicyWorkingSet); err != nil || b.Policy() != PolicyWorkingSet {
 		t.Fatalf("switch back: %v %q", err, b.Policy())
 	}
@@ -121,7 +125,8 @@ func TestColdMoveIsSelectable(t *testing.T) {
 	}
 }
 
-// benchAcquire runs sticky decisions for 100,000 sessions on 8 replicas whose
+// benchAcquire runs Acquire plus Release (one decision, under cold-move with the
+// cache model's lookup and update) for 100,000 sessions on 8 replicas whose
 // KV capacity is known (150,000 tokens each), each request of prompt tokens,
 // under the named policy. With 12,000-token prompts a replica's model list stays
 // at 4 x 150,000 / 12,000 = 50 entries; with 100-token prompts it reaches its
@@ -160,5 +165,45 @@ func BenchmarkAcquirePolicies(b *testing.B) {
 		{PolicyWorkingSet, 100}, {PolicyColdMove, 100},
 	} {
 		b.Run(fmt.Sprintf("%s/prompt-%d", c.policy, c.prompt), func(b *testing.B) { benchAcquire(b, c.policy, c.prompt) })
+	}
+}
+
+// A run-time threshold change reaches cold-move's overflow rule as it does
+// working-set's.
+func TestColdMoveFollowsThresholdChange(t *testing.T) {
+	b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.Policy = PolicyColdMove })
+	b.SetOverflowThreshold(2)
+	if got := b.policy.(*ColdMove).Threshold; got != 2 {
+		t.Fatalf("cold-move threshold %d after SetOverflowThreshold(2)", got)
+	}
+	home := mustAcquire(t, b, "s").Replica
+	for range 2 {
+		if d := mustAcquire(t, b, "s"); d.Replica != home {
+			t.Fatalf("within the threshold: %+v", d)
+		}
+	}
+	// Three in flight at home, none elsewhere: over the threshold of 2, moves.
+	if d := mustAcquire(t, b, "s"); d.Replica == home || d.Reason != ReasonMoved {
+		t.Errorf("over the threshold: %+v, want moved off %d", d, home)
+	}
+}
+
+// A count_tokens request (NoPrefill) neither moves a cold conversation nor
+// enters the cache model.
+func TestColdMoveIgnoresCountTokens(t *testing.T) {
+	c := NewColdMove(8, 2, 1, NewShortestQueue(0))
+	c.model.Touch(0, c.model.Hash("x"), 400, 1000)
+	c.model.Touch(0, c.model.Hash("a"), 800, 1000)
+	c.model.Touch(0, c.model.Hash("b"), 800, 1000)
+	reps := []ReplicaState{
+		{Healthy: true, InFlight: 3, KVCapacityTokens: 1000, LiveTokens: 900},
+		{Healthy: true, InFlight: 0, KVCapacityTokens: 1000, LiveTokens: 1200},
+	}
+	req := Request{Key: "x", Home: 0, PromptTokens: 400, NoPrefill: true}
+	if d, _ := c.Pick(0, req, reps); d.Replica != 0 {
+		t.Errorf("count_tokens of a cold conversation: %+v, want home", d)
+	}
+	if got := c.model.Distance(0, c.model.Hash("x")); got != 2000 {
+		t.Errorf("count_tokens changed the model: distance %d, want 2000", got)
 	}
 }

@@ -54,6 +54,9 @@ type Request struct {
 	// (Balancer.ObserveCache): its context did not survive on the home between
 	// turns. False when the home has not reported usage twice.
 	CacheLost bool
+	// NoPrefill: the request reads no prompt into the KV cache (Anthropic's
+	// /v1/messages/count_tokens); ColdMove neither moves nor records it.
+	NoPrefill bool
 }
 
 // Policy decides which replica serves a request, from the request and a snapshot of

@@ -52,7 +52,7 @@ func TestAdminPolicy(t *testing.T) {
 	if code, _ := adminDo(t, srv, http.MethodPut, "/admin/models/a/policy", "tok", `{"policy":"nope"}`); code != http.StatusBadRequest {
 		t.Fatalf("unknown policy: %d", code)
 	}
-	if code, _ := adminDo(t, srv, http.MethodPut, "/admin/models/a/policy", "tok", `{}`); code != http.StatusBadRequest {
+	if code, body := adminDo(t, srv, http.MethodPut, "/admin/models/a/policy", "tok", `{}`); code != http.StatusBadRequest || !strings.Contains(body, `\"policy\" is missing`) {
 		t.Fatalf("empty body: %d", code)
 	}
 	if code, _ := adminDo(t, srv, http.MethodDelete, "/admin/models/a/policy", "tok", ""); code != http.StatusMethodNotAllowed {

@@ -440,7 +440,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.failModel(w, api, info.Model, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
 		return
 	}
-	c := &call{pool: pool, api: api, facts: Facts{SessionKey: info.SessionKey, BodyBytes: len(body)}, body: body, inURL: *r.URL, counted: true}
+	c := &call{pool: pool, api: api, facts: Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == "/v1/messages/count_tokens"}, body: body, inURL: *r.URL, counted: true}
 	t0 := time.Now()
 	d, err := pool.Balancer.Acquire(c.facts)
 	p.m.observeDecision(time.Since(t0))

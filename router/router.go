@@ -337,13 +337,18 @@ type Status struct {
 
 // ModelStatus is one model's pool.
 type ModelStatus struct {
-	Model             string          `json:"model"`
-	Affinity          bool            `json:"affinity"`
-	Policy            string          `json:"policy"` // affinity-on policy (PolicyNames)
-	OverflowThreshold int             `json:"overflow_threshold"`
-	ThresholdAuto     bool            `json:"overflow_threshold_auto"`
-	Sessions          int             `json:"sessions"`
-	Replicas          []ReplicaReport `json:"replicas"`
+	Model             string `json:"model"`
+	Affinity          bool   `json:"affinity"`
+	Policy            string `json:"policy"` // affinity-on policy (PolicyNames)
+	OverflowThreshold int    `json:"overflow_threshold"`
+	ThresholdAuto     bool   `json:"overflow_threshold_auto"`
+	Sessions          int    `json:"sessions"`
+	// BytesPerToken is the body bytes per prompt token the policies' size
+	// estimates use; BytesPerTokenMeasured says whether responses' prompt_tokens
+	// measured it (Balancer.ObserveSize) or it is still the assumed 4.
+	BytesPerToken         float64         `json:"bytes_per_token"`
+	BytesPerTokenMeasured bool            `json:"bytes_per_token_measured"`
+	Replicas              []ReplicaReport `json:"replicas"`
 }
 
 // ReplicaReport is ReplicaStatus plus what only the HTTP router knows.
@@ -366,6 +371,7 @@ func (rt *Router) Status() Status {
 		b := pool.Balancer
 		n, auto := b.OverflowThreshold()
 		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
+		ms.BytesPerToken, ms.BytesPerTokenMeasured = b.BytesPerToken()
 		ups := pool.UpstreamList()
 		for i, s := range b.Status() {
 			if i >= len(ups) {

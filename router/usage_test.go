@@ -192,6 +192,12 @@ func TestProxyCalibratesPromptEstimate(t *testing.T) {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 	}
+	if ratio, measured := bal.BytesPerToken(); !measured || ratio < 1.9 || ratio > 2.1 {
+		t.Errorf("BytesPerToken %.2f measured %v, want about 2, measured", ratio, measured)
+	}
+	if st := f.rt.Status(); !st.Models[0].BytesPerTokenMeasured {
+		t.Errorf("/status does not say the ratio was measured: %+v", st.Models[0])
+	}
 	body := len(chatBody("m"))
 	if want := int(4000 * float64(body/2) / float64(body)); estimate(4000) != want {
 		t.Errorf("after %d responses: %d tokens for 4,000 bytes, want %d (the server's 1 per 2 bytes)", sizeMinSeen, estimate(4000), want)

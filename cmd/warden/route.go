@@ -32,8 +32,10 @@ func newRouteCmd() *cobra.Command {
 (/v1/messages, /v1/messages/count_tokens) requests to vLLM replicas. A new
 conversation goes to the least-loaded replica and stays there, keyed by the session
 id the client sends (X-Claude-Code-Session-Id, metadata.user_id, X-Session-ID); a
-request leaves its replica only when that replica has more requests in flight than
-the overflow threshold (auto: max_num_seqs/4). With affinity off it balances like
+request leaves its replica when that replica has more requests in flight than the
+overflow threshold (auto: max_num_seqs/4), and, under the default working-set
+policy, a conversation also moves when its replica holds more live context than
+its KV cache while another has room. With affinity off it balances like
 vLLM's data-parallel balancer (shortest queue).
 
 Every response carries X-Warden-Replica (who served it) and X-Warden-Decision
