@@ -454,15 +454,21 @@ func (b *Balancer) ObserveSize(bodyBytes, promptTokens int) {
 func (b *Balancer) BytesPerToken() (ratio float64, measured bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.sizeSeen < sizeMinSeen || b.sizeTokens <= 0 {
+	if !b.sizeMeasured() {
 		return BytesPerTokenEstimate, false
 	}
 	return b.sizeBytes / b.sizeTokens, true
 }
 
+// sizeMeasured reports whether ObserveSize has seen enough requests for its
+// ratio to replace BytesPerTokenEstimate (caller holds mu).
+func (b *Balancer) sizeMeasured() bool {
+	return b.sizeSeen >= sizeMinSeen && b.sizeBytes > 0 && b.sizeTokens > 0
+}
+
 // estimateTokens is the prompt estimate for a body of n bytes (caller holds mu).
 func (b *Balancer) estimateTokens(n int) int {
-	if b.sizeSeen < sizeMinSeen || b.sizeBytes <= 0 {
+	if !b.sizeMeasured() {
 		return EstimatePromptTokens(n)
 	}
 	return int(float64(n) * b.sizeTokens / b.sizeBytes)

@@ -73,18 +73,20 @@ var armTable = map[string]func() Arm{
 	},
 
 	// Overload experiments (experiments.go), measured and not adopted.
-	"spill-1.5":             spillArm("spill-1.5", 1.5, false, false),
-	"spill-2":               spillArm("spill-2", 2, false, false),
-	"spill-u-1.25":          spillArm("spill-u-1.25", 1.25, true, false),
-	"spill-u-1.5":           spillArm("spill-u-1.5", 1.5, true, false),
-	"spill-u-1.5-move":      spillArm("spill-u-1.5-move", 1.5, true, true),
-	"lru-model-1":           lruModelArm("lru-model-1", 1),
-	"lru-model-1.25":        lruModelArm("lru-model-1.25", 1.25),
-	"lru-model-1.5":         lruModelArm("lru-model-1.5", 1.5),
-	"cold-move-1":           coldMoveArm("cold-move-1", 1.5, 1, false, false),
-	"cold-move-2-over":      coldMoveArm("cold-move-2-over", 1.5, 2, true, false),
-	"cold-move-1-once":      coldMoveArm("cold-move-1-once", 1.5, 1, false, true),
-	"cold-move-1-into-over": coldMoveArm("cold-move-1-into-over", 1.5, 1, false, false, true),
+	"spill-1.5":        spillArm("spill-1.5", 1.5, false, false),
+	"spill-2":          spillArm("spill-2", 2, false, false),
+	"spill-u-1.25":     spillArm("spill-u-1.25", 1.25, true, false),
+	"spill-u-1.5":      spillArm("spill-u-1.5", 1.5, true, false),
+	"spill-u-1.5-move": spillArm("spill-u-1.5-move", 1.5, true, true),
+	"lru-model-1":      lruModelArm("lru-model-1", 1),
+	"lru-model-1.25":   lruModelArm("lru-model-1.25", 1.25),
+	"lru-model-1.5":    lruModelArm("lru-model-1.5", 1.5),
+	"cold-move-1":      coldMoveArm("cold-move-1", 1.5, 1, false, false),
+	"cold-move-2-over": coldMoveArm("cold-move-2-over", 1.5, 2, true, false),
+	"cold-move-1-once": coldMoveArm("cold-move-1-once", 1.5, 1, false, true),
+	// Moving only into a replica already over its cache: the router's ColdMove
+	// (router/coldmove.go), the same rule as the arm "cold-move" below.
+	"cold-move-1-into-over": func() Arm { return Arm{Name: "cold-move-1-into-over", Affinity: true, Policy: router.PolicyColdMove} },
 	// The router's ColdMove policy (the arm above, in router/coldmove.go).
 	"cold-move": func() Arm { return Arm{Name: "cold-move", Affinity: true, Policy: router.PolicyColdMove} },
 }

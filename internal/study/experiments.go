@@ -81,14 +81,13 @@ type lruModel struct {
 	// moves only to a replica with at least margin fewer requests in flight than
 	// its home, else stays; overCap further requires the home's live working set
 	// to exceed its KV cache.
-	margin   int
-	overCap  bool
-	once     bool                // cold-move: each conversation moves at most once
-	intoOver bool                // cold-move: only to a replica whose live working set already exceeds its KV cache
-	moved    map[uint64]struct{} // once: conversations that moved
-	ws       *router.WorkingSet
-	sq       *router.ShortestQueue
-	model    *router.CacheModel // the router's model of each replica's cache (router/coldmove.go)
+	margin  int
+	overCap bool
+	once    bool                // cold-move: each conversation moves at most once
+	moved   map[uint64]struct{} // once: conversations that moved
+	ws      *router.WorkingSet
+	sq      *router.ShortestQueue
+	model   *router.CacheModel // the router's model of each replica's cache (router/coldmove.go)
 }
 
 // coldMoveArm: lruModelArm, except that a cold conversation is not placed by
@@ -99,31 +98,15 @@ type lruModel struct {
 // prefix wherever it goes, so sending it where the queue is shorter costs its
 // home nothing; measured in docs/routing.md ("Moving conversations the cache
 // has lost").
-func coldMoveArm(name string, fit float64, margin int, overCap, once bool, intoOver ...bool) func() Arm {
+func coldMoveArm(name string, fit float64, margin int, overCap, once bool) func() Arm {
 	return func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
-				return &lruModel{fit: fit, margin: margin, overCap: overCap, once: once, moved: map[uint64]struct{}{}, intoOver: len(intoOver) > 0 && intoOver[0],
+				return &lruModel{fit: fit, margin: margin, overCap: overCap, once: once, moved: map[uint64]struct{}{},
 					ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0)),
 					sq: router.NewShortestQueue(0)}
 			}}
 	}
-}
-
-// coldTarget is where a cold conversation of home h may move: the least loaded
-// other replica by WorkingSet's keys (with intoOver, among those whose live
-// working set already exceeds their KV cache), or -1.
-func (c *lruModel) coldTarget(reps []router.ReplicaState, h, prompt int) int {
-	if !c.intoOver {
-		return c.ws.LeastLoaded(reps, h, prompt)
-	}
-	masked := append([]router.ReplicaState(nil), reps...)
-	for i := range masked {
-		if masked[i].KVCapacityTokens <= 0 || masked[i].LiveTokens <= masked[i].KVCapacityTokens {
-			masked[i].Healthy = false
-		}
-	}
-	return c.ws.LeastLoaded(masked, h, prompt)
 }
 
 func (c *lruModel) Pick(now time.Duration, req router.Request, reps []router.ReplicaState) (router.Decision, error) {
@@ -145,7 +128,7 @@ func (c *lruModel) Pick(now time.Duration, req router.Request, reps []router.Rep
 		_, movedBefore := c.moved[k]
 		if (c.overCap && reps[h].LiveTokens <= reps[h].KVCapacityTokens) || (c.once && movedBefore) {
 			cold = false
-		} else if m := c.coldTarget(reps, h, req.PromptTokens); m >= 0 && reps[m].InFlight+c.margin <= reps[h].InFlight {
+		} else if m := c.ws.LeastLoaded(reps, h, req.PromptTokens); m >= 0 && reps[m].InFlight+c.margin <= reps[h].InFlight {
 			if c.once {
 				c.moved[k] = struct{}{}
 			}

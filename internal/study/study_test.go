@@ -372,22 +372,6 @@ func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
 	if d, _ := p.Pick(0, req, reps(3, 1, 2000)); d.Replica != 1 || d.Reason != router.ReasonMoved {
 		t.Errorf("cold, home over its cache, two fewer elsewhere (overCap): %+v, want moved to 1", d)
 	}
-	// intoOver: only into a replica already over its cache.
-	into := func() *lruModel {
-		a := coldMoveArm("t", 1.5, 1, false, false, true)()
-		p := a.NewPolicy(PolicyEnv{Seed: 1, Threshold: 8, Margin: 2}).(*lruModel)
-		p.model = router.NewCacheModel()
-		cold(p)
-		return p
-	}
-	if d, _ := into().Pick(0, req, reps(3, 1, 900)); d.Replica != 0 {
-		t.Errorf("intoOver, target under its cache: %+v, want home", d)
-	}
-	over := reps(3, 1, 900)
-	over[1].LiveTokens = 1200
-	if d, _ := into().Pick(0, req, over); d.Replica != 1 || d.Reason != router.ReasonMoved {
-		t.Errorf("intoOver, target over its cache: %+v, want moved to 1", d)
-	}
 	// once: a conversation that moved does not move again, cold or not.
 	p = newPol(1, false, true)
 	cold(p)
