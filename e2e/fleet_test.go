@@ -95,11 +95,20 @@ func (r routed) String() string {
 
 // requestLog records every POST the router answers.
 type requestLog struct {
-	mu   sync.Mutex
-	reqs []routed
+	mu     sync.Mutex
+	reqs   []routed
+	active int // handlers running: a client can hold its whole reply before the handler returns
 }
 
+// all returns the requests logged so far, waiting (up to 10 s of wall time) for
+// handlers still running to record theirs: a client that has read a whole
+// non-streamed reply can return before the router's handler does.
 func (l *requestLog) all() []routed {
+	waitFor(10*time.Second, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.active == 0
+	})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]routed(nil), l.reqs...)
@@ -117,6 +126,9 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		l.mu.Lock()
+		l.active++
+		l.mu.Unlock()
 		rec := routed{Path: r.URL.Path, BodyBytes: len(body), Agent: r.Header.Get(router.HeaderClaudeAgent)}
 		var b struct {
 			Model     string            `json:"model"`
@@ -148,6 +160,7 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 		rec.Decision = sw.Header().Get(router.HeaderDecision)
 		l.mu.Lock()
 		l.reqs = append(l.reqs, rec)
+		l.active--
 		l.mu.Unlock()
 	})
 }

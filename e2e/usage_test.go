@@ -21,12 +21,12 @@ func TestNonStreamingUsageReachesTheRouter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	reqs := f.log.all() // waits for the handlers, so their usage is counted
 	var prompt, cached uint64
 	for _, r := range f.rt.Status().Models[0].Replicas {
 		prompt += r.UsagePromptTokens
 		cached += r.UsageCachedTokens
 	}
-	reqs := f.log.all()
 	if len(reqs) != 6 {
 		t.Fatalf("%d requests logged, want 6", len(reqs))
 	}
