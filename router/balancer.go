@@ -315,7 +315,10 @@ func (b *Balancer) sync(now time.Duration) {
 // WorkingSet), and a placed, re-homed or moved session gets its home in the
 // session table in the same critical section, so concurrent first requests of one
 // session land on one replica; f.PromptTokens becomes the session's context
-// estimate. With affinity off it follows ShortestQueue and the session table is
+// estimate, unless the request is a short side request of the session (under
+// half of the estimate set within the live window: Claude Code's title and topic
+// requests), which keeps it, and the policy is told that estimate as
+// Request.PromptTokens. With affinity off it follows ShortestQueue and the session table is
 // left alone. It returns ErrNoReplica when no replica is healthy.
 func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	b.mu.Lock()
@@ -335,11 +338,13 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	if b.affinity {
 		var h uint64
 		var lost bool
+		ctx := f.PromptTokens
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
 			home, lost = b.sessions.lookup(now, h)
+			ctx, _ = b.sessions.contextTokens(h, now, f.PromptTokens)
 		}
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: f.PromptTokens, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill}, b.view)
+		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill}, b.view)
 		if err == nil && f.SessionKey != "" {
 			switch {
 			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.view[home].Healthy:
@@ -348,7 +353,7 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
 				b.sessions.set(now, h, d.Replica)
 			}
-			b.sessions.setTokens(h, f.PromptTokens)
+			b.sessions.setTokens(h, now, f.PromptTokens)
 		}
 	} else {
 		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1, PromptTokens: f.PromptTokens}, b.view)

@@ -24,7 +24,9 @@ const (
 
 // CacheModel is a router-side model of each replica's prefix cache at
 // conversation granularity: per replica, the conversations sent there, most
-// recent first, each with the prompt size of its latest request there. The
+// recent first, each with the context size its latest request there was routed
+// with (Request.PromptTokens: a short side request carries its conversation's
+// size, and touches the entry although it reads other blocks). The
 // predicted LRU stack distance of a conversation on a replica is the sum of the
 // prompts above it in that list plus its own; past fit x the replica's KV cache
 // the conversation is taken as evicted (its next request there recomputes the

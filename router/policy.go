@@ -29,8 +29,9 @@ type ReplicaState struct {
 	// within the session table's live window (derived from the observed gaps
 	// between a session's requests; SessionTable.LiveWindow), and LiveTokens the
 	// sum of their context estimates (the prompt tokens of each one's latest
-	// request, Facts.PromptTokens): the working set the replica's prefix cache is
-	// asked to hold. LiveTokens is 0 when no request carried a size.
+	// full-size request, Facts.PromptTokens; a short side request does not
+	// shrink it, SessionTable.SetTokens): the working set the replica's prefix
+	// cache is asked to hold. LiveTokens is 0 when no request carried a size.
 	Live       int
 	LiveTokens int64
 	// KVCapacityTokens is the replica's KV cache in tokens (num_gpu_blocks x
@@ -42,8 +43,12 @@ type ReplicaState struct {
 type Request struct {
 	Key  string // session key; "" when the request carries none
 	Home int    // the session's home replica, or -1 when it has none (or Key is "")
-	// PromptTokens is the request's prompt size in tokens as the caller knows it
-	// (exact in virtual mode, estimated from the body size by the proxy); 0 when
+	// PromptTokens is the size in tokens of the context the request asks its
+	// replica to hold: its prompt size as the caller knows it (exact in virtual
+	// mode, estimated from the body size by the proxy), except that a short side
+	// request of a session (under half of the session's estimate set within the
+	// live window; Balancer.Acquire) carries the session's estimate, so a title
+	// request does not make a conversation look small enough to move. 0 when
 	// unknown.
 	PromptTokens int
 	// HeldFor is how long the request has been held at the router so far after

@@ -85,7 +85,10 @@ type sessEntry struct {
 	last       time.Duration
 	prev, next int32 // prev: more recent neighbour; next: less recent
 	home       int32
-	tokens     int32 // context estimate: prompt tokens of the last request (0 unknown)
+	tokens     int32 // context estimate: prompt tokens of the last full-size request (0 unknown)
+	// tokensAt is when tokens was set: a side request (see contextTokens) within
+	// the live window of it leaves tokens alone.
+	tokensAt time.Duration
 	// served is the exact prompt size in tokens of the session's latest request
 	// served at its home, from that request's usage (observeCache); 0 unknown.
 	served int32
@@ -282,11 +285,37 @@ func (t *SessionTable) expireLive(now time.Duration) {
 	}
 }
 
-// setTokens records the context estimate of the session with hash h (no-op for an
-// unknown hash or tokens <= 0).
-func (t *SessionTable) setTokens(h uint64, tokens int) {
+// contextTokens returns the context estimate in tokens that a request of prompt
+// tokens gives the session with hash h at now, and whether the request is a side
+// request: one under half of the estimate that the session's last full-size
+// request set within the live window. Claude Code sends its side requests (title
+// and topic classification) with the conversation's session id and a short prompt
+// (brief clients.md); the conversation's context is still what its next turn reads
+// from the cache, so a side request keeps the estimate. After a compaction the
+// conversation really is shorter: its short turns set the estimate once the live
+// window since the last full-size request has passed. An unknown hash, no
+// estimate yet or tokens <= 0 give tokens and false.
+func (t *SessionTable) contextTokens(h uint64, now time.Duration, tokens int) (int, bool) {
 	idx, ok := t.index[h]
 	if !ok || tokens <= 0 {
+		return tokens, false
+	}
+	e := &t.ents[idx]
+	if e.tokens > 0 && int64(tokens)*2 < int64(e.tokens) && now-e.tokensAt <= t.liveWin {
+		return int(e.tokens), true
+	}
+	return tokens, false
+}
+
+// setTokens records the context estimate of the session with hash h from a
+// request of prompt tokens at now, unless it is a side request (contextTokens).
+// No-op for an unknown hash or tokens <= 0.
+func (t *SessionTable) setTokens(h uint64, now time.Duration, tokens int) {
+	idx, ok := t.index[h]
+	if !ok || tokens <= 0 {
+		return
+	}
+	if _, side := t.contextTokens(h, now, tokens); side {
 		return
 	}
 	e := &t.ents[idx]
@@ -294,7 +323,7 @@ func (t *SessionTable) setTokens(h uint64, tokens int) {
 	if e.live {
 		t.liveTokens[e.home] += int64(tok) - int64(e.tokens)
 	}
-	e.tokens = tok
+	e.tokens, e.tokensAt = tok, now
 }
 
 // observeCache records the prefix-cache outcome of a finished request of the
@@ -304,15 +333,17 @@ func (t *SessionTable) setTokens(h uint64, tokens int) {
 // cached is less than half of the prompt of its previous request served at home:
 // the replica kept less than half of what the conversation had sent it before, so
 // its context was evicted between the two turns (what still hits is a prefix other
-// conversations share). The first observation only records the size. No-op for
-// an unknown hash or prompt <= 0.
+// conversations share). The first observation only records the size. A request
+// under half of the session's context estimate (a side request, contextTokens)
+// reads a different, short prompt and says nothing about the conversation's
+// context: it is ignored. No-op for an unknown hash or prompt <= 0.
 func (t *SessionTable) observeCache(h uint64, replica, prompt, cached int) {
 	idx, ok := t.index[h]
 	if !ok || prompt <= 0 {
 		return
 	}
 	e := &t.ents[idx]
-	if int(e.home) != replica {
+	if int(e.home) != replica || int64(prompt)*2 < int64(e.tokens) {
 		return
 	}
 	if e.served > 0 {
@@ -321,10 +352,12 @@ func (t *SessionTable) observeCache(h uint64, replica, prompt, cached int) {
 	e.served = int32(min(prompt, 1<<31-1))
 }
 
-// SetTokens records key's context estimate in tokens (the prompt size of its
-// latest request); it counts in LiveTokens of the session's home while live.
+// SetTokens records key's context estimate in tokens from the prompt size of
+// its latest request (a side request under half of it within the live window
+// leaves it; see contextTokens); it counts in LiveTokens of the session's home
+// while live.
 func (t *SessionTable) SetTokens(key string, tokens int) {
-	t.setTokens(t.hash(key), tokens)
+	t.setTokens(t.hash(key), t.now(), tokens)
 }
 
 // lookup returns the home of hash h (touching it) or -1, and whether the session

@@ -1,0 +1,125 @@
+package router
+
+import (
+	"testing"
+	"time"
+)
+
+// sizePolicy keeps every conversation at home (placing new ones on replica 0) and
+// records the PromptTokens it is told and the home's LiveTokens.
+type sizePolicy struct {
+	prompt []int
+	live   []int64
+}
+
+func (p *sizePolicy) Pick(_ time.Duration, req Request, reps []ReplicaState) (Decision, error) {
+	p.prompt = append(p.prompt, req.PromptTokens)
+	if req.Home >= 0 {
+		p.live = append(p.live, reps[req.Home].LiveTokens)
+		return Decision{Replica: req.Home, Reason: ReasonSticky}, nil
+	}
+	p.live = append(p.live, -1)
+	return Decision{Replica: 0, Reason: ReasonPlaced}, nil
+}
+
+// A short side request of a conversation (Claude Code's title and topic requests,
+// brief clients.md: same session id, short prompt) neither shrinks the
+// conversation's context estimate nor is told to the policy as its size while
+// the estimate is recent; once the live window (60 s until 16 gaps are seen) has
+// passed since the last full-size request, a short request is the conversation's
+// new size (a compaction).
+func TestSideRequestKeepsTheContextEstimate(t *testing.T) {
+	p := &sizePolicy{}
+	b, clk := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.AffinityPolicy = p })
+	step := func(at time.Duration, prompt int) {
+		t.Helper()
+		clk.Advance(at - clk.Now())
+		d, err := b.Acquire(Facts{SessionKey: "conv", PromptTokens: prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(d.Replica)
+	}
+	step(0, 12_000)              // first turn: placed
+	step(5*time.Second, 500)     // side request: the policy is told 12,000
+	step(20*time.Second, 12_400) // next turn: grows
+	step(30*time.Second, 300)    // side request: 12,400 kept
+	step(70*time.Second, 7_000)  // over half: the new size at once
+	step(100*time.Second, 1_000) // side request of the 7,000 one
+	step(131*time.Second, 1_000) // 61 s after the 7,000 one: compacted, 1,000
+	step(140*time.Second, 1_100) // and grows from there
+	wantPrompt := []int{12_000, 12_000, 12_400, 12_400, 7_000, 7_000, 1_000, 1_100}
+	wantLive := []int64{-1, 12_000, 12_000, 12_400, 12_400, 7_000, 7_000, 1_000}
+	for i := range wantPrompt {
+		if p.prompt[i] != wantPrompt[i] || p.live[i] != wantLive[i] {
+			t.Errorf("request %d: policy told %d tokens, home live %d; want %d, %d", i, p.prompt[i], p.live[i], wantPrompt[i], wantLive[i])
+		}
+	}
+}
+
+// The working-set policy's fit move compares the conversation's context with the
+// room on the other replica. A side request must not make a conversation look
+// small enough to fit elsewhere: it would move for good, and its next real turn
+// (8,000 tokens) would not fit where it went.
+func TestSideRequestDoesNotMoveTheConversation(t *testing.T) {
+	b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.KVCapacityTokens = 10_000 })
+	acquire := func(key string, prompt int) Decision {
+		t.Helper()
+		d, err := b.Acquire(Facts{SessionKey: key, PromptTokens: prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(d.Replica)
+		return d
+	}
+	a := acquire("a", 8_000).Replica
+	c := acquire("c", 9_000).Replica // the emptier replica
+	if c == a {
+		t.Fatalf("c placed with a on %d", a)
+	}
+	if got := acquire("b", 3_000).Replica; got != a {
+		t.Fatalf("b placed on %d, want %d (8,000 live there against 9,000)", got, a)
+	}
+	// a's home holds 11,000 live tokens on a 10,000-token cache; c's has 1,000
+	// free. A 500-token side request of a would fit there, a itself would not.
+	if d := acquire("a", 500); d.Replica != a || d.Reason != ReasonSticky {
+		t.Fatalf("side request of a: %s to %d, want sticky on %d", d.Reason, d.Replica, a)
+	}
+	if d := acquire("a", 8_400); d.Replica != a || d.Reason != ReasonSticky {
+		t.Fatalf("next turn of a: %s to %d, want sticky on %d", d.Reason, d.Replica, a)
+	}
+}
+
+// A side request served at home reads a different, short prompt: its usage says
+// nothing about whether the conversation's context survived, so it neither marks
+// the conversation lost nor becomes the size the next turn is compared with.
+func TestSideRequestIsNotCacheFeedback(t *testing.T) {
+	p := &recordingPolicy{move: -1}
+	b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.AffinityPolicy = p })
+	turn := func(prompt, usagePrompt, cached int) {
+		t.Helper()
+		d, err := b.Acquire(Facts{SessionKey: "s", PromptTokens: prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.ObserveCache("s", d.Replica, usagePrompt, cached)
+		b.Release(d.Replica)
+	}
+	turn(10_000, 10_000, 3_000) // first turn: records the size
+	turn(400, 400, 0)           // side request: nothing of it cached
+	turn(11_000, 11_000, 9_900) // the conversation hits: not lost
+	turn(300, 300, 0)           // another side request
+	turn(12_000, 12_000, 3_000) // only the shared prefix: lost
+	if _, err := b.Acquire(Facts{SessionKey: "s", PromptTokens: 12_500}); err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{false, false, false, false, false, true}
+	if len(p.lost) != len(want) {
+		t.Fatalf("policy called %d times, want %d", len(p.lost), len(want))
+	}
+	for i := range want {
+		if p.lost[i] != want[i] {
+			t.Errorf("call %d: CacheLost = %v, want %v (all %v)", i, p.lost[i], want[i], p.lost)
+		}
+	}
+}
