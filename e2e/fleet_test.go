@@ -154,14 +154,19 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 			rec.Session = r.Header.Get(router.HeaderSessionID)
 		}
 		sw := &statusWriter{ResponseWriter: w}
+		// Deferred: a handler that panics (the reverse proxy's
+		// http.ErrAbortHandler on a failed copy) is still logged and no longer
+		// counted as running, so all() does not wait for it.
+		defer func() {
+			rec.Status = sw.status
+			rec.Replica = sw.Header().Get(router.HeaderReplica)
+			rec.Decision = sw.Header().Get(router.HeaderDecision)
+			l.mu.Lock()
+			l.reqs = append(l.reqs, rec)
+			l.active--
+			l.mu.Unlock()
+		}()
 		h.ServeHTTP(sw, r)
-		rec.Status = sw.status
-		rec.Replica = sw.Header().Get(router.HeaderReplica)
-		rec.Decision = sw.Header().Get(router.HeaderDecision)
-		l.mu.Lock()
-		l.reqs = append(l.reqs, rec)
-		l.active--
-		l.mu.Unlock()
 	})
 }
 

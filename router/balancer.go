@@ -181,7 +181,25 @@ type Balancer struct {
 	// tokens of finished requests, and how many were seen.
 	sizeBytes, sizeTokens float64
 	sizeSeen              int
+	// Fallback (ObserveSizeWindow): body bytes and prompt tokens of the latest
+	// /metrics window that counted enough tokens; 0 none yet.
+	winBytes, winTokens float64
 }
+
+// SizeSource says where the body bytes per prompt token ratio comes from
+// (Balancer.BytesPerToken).
+type SizeSource string
+
+const (
+	// SizeAssumed: BytesPerTokenEstimate (nothing measured yet).
+	SizeAssumed SizeSource = "assumed"
+	// SizeResponses: the responses' own prompt_tokens (ObserveSize).
+	SizeResponses SizeSource = "responses"
+	// SizeMetrics: body bytes routed over vllm:prompt_tokens_total in the
+	// scrape window (ObserveSizeWindow), used while responses report no usage
+	// (OpenAI streams without stream_options.include_usage).
+	SizeMetrics SizeSource = "metrics"
+)
 
 // Size calibration (Balancer.ObserveSize): each observation keeps sizeDecay of
 // the sums before it (a memory of about 200 requests), and the ratio is used
@@ -453,16 +471,43 @@ func (b *Balancer) ObserveSize(bodyBytes, promptTokens int) {
 	b.sizeSeen++
 }
 
-// BytesPerToken returns the body bytes per prompt token the prompt estimates use,
-// and whether it was measured from responses (ObserveSize) rather than assumed
-// (BytesPerTokenEstimate).
-func (b *Balancer) BytesPerToken() (ratio float64, measured bool) {
+// ObserveSizeWindow offers the ratio measured from the replicas' /metrics: the
+// request body bytes the router sent to the model's replicas over a scrape window
+// and the prompt tokens they counted over it (vllm:prompt_tokens_total). It is
+// used only while the responses have not calibrated the estimate (ObserveSize:
+// clients that ask for no usage in their streams), and only from a window that
+// counted at least MinMeasuredPromptTokens tokens; the latest such window wins.
+// Its bias: tokens of traffic that did not pass the router count too, so the
+// ratio reads low and the estimates high.
+func (b *Balancer) ObserveSizeWindow(bodyBytes, promptTokens float64) {
+	if promptTokens < MinMeasuredPromptTokens || bodyBytes <= 0 {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.sizeMeasured() {
-		return BytesPerTokenEstimate, false
+	b.winBytes, b.winTokens = bodyBytes, promptTokens
+}
+
+// BytesPerToken returns the body bytes per prompt token the prompt estimates use
+// and its source: the responses (ObserveSize) once sizeMinSeen of them reported
+// their prompt size, else the latest /metrics window (ObserveSizeWindow), else
+// the assumed BytesPerTokenEstimate.
+func (b *Balancer) BytesPerToken() (float64, SizeSource) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tokPerByte, src := b.tokensPerByte()
+	return 1 / tokPerByte, src
+}
+
+// tokensPerByte is BytesPerToken's ratio inverted (caller holds mu).
+func (b *Balancer) tokensPerByte() (float64, SizeSource) {
+	switch {
+	case b.sizeMeasured():
+		return b.sizeTokens / b.sizeBytes, SizeResponses
+	case b.winTokens > 0:
+		return b.winTokens / b.winBytes, SizeMetrics
 	}
-	return b.sizeBytes / b.sizeTokens, true
+	return 1.0 / BytesPerTokenEstimate, SizeAssumed
 }
 
 // sizeMeasured reports whether ObserveSize has seen enough requests for its
@@ -473,10 +518,11 @@ func (b *Balancer) sizeMeasured() bool {
 
 // estimateTokens is the prompt estimate for a body of n bytes (caller holds mu).
 func (b *Balancer) estimateTokens(n int) int {
-	if !b.sizeMeasured() {
+	tpb, src := b.tokensPerByte()
+	if src == SizeAssumed {
 		return EstimatePromptTokens(n)
 	}
-	return int(float64(n) * b.sizeTokens / b.sizeBytes)
+	return int(float64(n) * tpb)
 }
 
 // ObserveEngine records scraped engine load for replica i (from /metrics, or read

@@ -23,16 +23,17 @@ const (
 	// DefaultCardWindow/cardSamples only shortens the window).
 	cardSamples = 64
 	// CharsPerToken is the body bytes per token assumed when the card estimates a
-	// conversation's context from its request body and the fleet has not measured
-	// its own ratio yet (see MinMeasuredPromptTokens). About 4 characters per token
+	// conversation's context from its request body and nothing has measured the
+	// ratio yet (Balancer.BytesPerToken; equal to BytesPerTokenEstimate). About 4 characters per token
 	// is the usual figure for English text and code with BPE tokenizers; JSON
 	// escaping and field names make a request body somewhat longer than its
 	// prompt, so the estimate leans high.
 	CharsPerToken = 4
-	// MinMeasuredPromptTokens: the card measures bytes per token as the request
-	// body bytes the router sent to the replicas over the rate window divided by
-	// the prompt tokens they counted (vllm:prompt_tokens_total) over the same
-	// window, once that window holds at least this many prompt tokens.
+	// MinMeasuredPromptTokens: while the responses report no prompt size, bytes
+	// per token is measured as the request body bytes the router sent to the
+	// replicas over the rate window divided by the prompt tokens they counted
+	// (vllm:prompt_tokens_total) over the same window, once that window holds at
+	// least this many prompt tokens (Balancer.ObserveSizeWindow).
 	MinMeasuredPromptTokens = 10_000
 	// DefaultMaxTrackedConversations bounds the card's conversation table (about
 	// 40 bytes each); beyond it new conversations are not tracked until idle ones
@@ -209,6 +210,22 @@ func (rt *Router) recordCard(t *target, snap *vllmmetrics.Snapshot, at time.Dura
 		t.card[k].add(per[k])
 		t.card[k].kvTokens = kv[k]
 	}
+}
+
+// windowBytesPerToken sums, over pool's replicas, the request body bytes the
+// router sent and the prompt tokens the replicas counted
+// (vllm:prompt_tokens_total) over the latest DefaultCardWindow of scrapes: the
+// fallback size ratio (Balancer.ObserveSizeWindow).
+func (rt *Router) windowBytesPerToken(pool *Pool) (bodyBytes, promptTokens float64) {
+	for i := range pool.UpstreamList() {
+		if w, ok := rt.cardWindow(pool, i); ok {
+			if r := w.rates(DefaultCardWindow); r.ok && r.hasPrompt {
+				bodyBytes += r.dBytes
+				promptTokens += r.dPrompt
+			}
+		}
+	}
+	return bodyBytes, promptTokens
 }
 
 // cardWindow returns a copy of pool replica i's window, or false when no scrape

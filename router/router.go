@@ -344,10 +344,12 @@ type ModelStatus struct {
 	ThresholdAuto     bool   `json:"overflow_threshold_auto"`
 	Sessions          int    `json:"sessions"`
 	// BytesPerToken is the body bytes per prompt token the policies' size
-	// estimates use; BytesPerTokenMeasured says whether responses' prompt_tokens
-	// measured it (Balancer.ObserveSize) or it is still the assumed 4.
+	// estimates and the status card use; BytesPerTokenSource says where it comes
+	// from (Balancer.BytesPerToken: "responses", "metrics" or "assumed") and
+	// BytesPerTokenMeasured whether it is not the assumed 4.
 	BytesPerToken         float64         `json:"bytes_per_token"`
 	BytesPerTokenMeasured bool            `json:"bytes_per_token_measured"`
+	BytesPerTokenSource   SizeSource      `json:"bytes_per_token_source"`
 	Replicas              []ReplicaReport `json:"replicas"`
 }
 
@@ -371,7 +373,8 @@ func (rt *Router) Status() Status {
 		b := pool.Balancer
 		n, auto := b.OverflowThreshold()
 		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
-		ms.BytesPerToken, ms.BytesPerTokenMeasured = b.BytesPerToken()
+		ms.BytesPerToken, ms.BytesPerTokenSource = b.BytesPerToken()
+		ms.BytesPerTokenMeasured = ms.BytesPerTokenSource != SizeAssumed
 		ups := pool.UpstreamList()
 		for i, s := range b.Status() {
 			if i >= len(ups) {
@@ -545,6 +548,7 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 		kvTokens             int64 // (num_gpu_blocks - 1) x block_size, summed
 	}
 	rt.recordCard(t, snap, at)
+	t.pool.Balancer.ObserveSizeWindow(rt.windowBytesPerToken(t.pool))
 	per := make([]agg, len(t.replicas))
 	for _, e := range snap.Engines {
 		k := 0

@@ -98,10 +98,12 @@ type CardCapacity struct {
 	Reporting     int   // replicas that reported their KV capacity
 	Replicas      int
 	Over          bool // Demand > Capacity (and Capacity known)
-	// BytesPerToken turned the conversations' body bytes into tokens: measured over
-	// the rate window (Measured, see MinMeasuredPromptTokens) or CharsPerToken.
+	// BytesPerToken turned the conversations' body bytes into tokens: the
+	// policies' ratio (Balancer.BytesPerToken), measured (Measured) from the
+	// responses' prompt_tokens or the /metrics window (Source), or CharsPerToken.
 	BytesPerToken float64
 	Measured      bool
+	Source        SizeSource
 }
 
 // Ratio is Demand / Capacity, or -1 when the capacity is unknown.
@@ -134,7 +136,6 @@ func (rt *Router) Card() Card {
 		fr.ok, fr.hasPrefix, fr.prefixTokens, fr.hasSource = true, true, true, true
 		var sinceQ, sinceH float64
 		var usageP, usageC uint64
-		var dBytes, dPrompt float64
 		ratesKnown := 0
 		for i, rep := range ms.Replicas {
 			cr := CardReplica{
@@ -166,10 +167,6 @@ func (rt *Router) Card() Card {
 					fleet.ComputedPerS += p
 					ratesKnown++
 				}
-				if r.ok && r.hasPrompt {
-					dBytes += r.dBytes
-					dPrompt += r.dPrompt
-				}
 				fr.dQueries += r.dQueries
 				fr.dHits += r.dHits
 				fr.hasPrefix = fr.hasPrefix && r.ok && r.hasPrefix
@@ -199,10 +196,9 @@ func (rt *Router) Card() Card {
 			}
 			cm.Replicas = append(cm.Replicas, cr)
 		}
-		bpt, measured := float64(CharsPerToken), false
-		if dPrompt >= MinMeasuredPromptTokens && dBytes > 0 {
-			bpt, measured = dBytes/dPrompt, true
-		}
+		// The policies' ratio (Balancer.BytesPerToken): from the responses'
+		// prompt_tokens, else the /metrics window, else CharsPerToken.
+		bpt, src := pool.Balancer.BytesPerToken()
 		toTokens := func(b int64) int64 { return int64(float64(b) / bpt) }
 		for i := range cm.Replicas {
 			if i < len(per) {
@@ -229,7 +225,8 @@ func (rt *Router) Card() Card {
 		cm.Fleet = fleet
 		cm.Capacity.Conversations = total.Conversations
 		cm.Capacity.Demand = fleet.ContextTokens
-		cm.Capacity.BytesPerToken, cm.Capacity.Measured = bpt, measured
+		cm.Capacity.BytesPerToken, cm.Capacity.Source = bpt, src
+		cm.Capacity.Measured = src != SizeAssumed
 		cm.Capacity.Capacity = fleet.KVTokens
 		cm.Capacity.Replicas = n
 		cm.Capacity.Over = cm.Capacity.Capacity > 0 && cm.Capacity.Demand > cm.Capacity.Capacity

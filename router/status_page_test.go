@@ -30,7 +30,7 @@ func sampleCard() Card {
 			Fleet: CardReplica{Name: "fleet", Requests: 12345, HitRate: 0.9, HitRateSince: 0.85, CachedPerS: 9000, ComputedPerS: 1000,
 				Conversations: 2, ContextTokens: 150_000, KVTokens: 100_000, KVUsage: 0.21},
 			Capacity: CardCapacity{Conversations: 2, Demand: 150_000, Capacity: 100_000, Reporting: 1, Replicas: 2, Over: true,
-				BytesPerToken: 3.62, Measured: true},
+				BytesPerToken: 3.62, Measured: true, Source: SizeResponses},
 		}},
 	}
 }
@@ -410,7 +410,7 @@ func TestRouterCard(t *testing.T) {
 		t.Errorf("fleet requests %d placed %d, want 3, 3", m.Fleet.Requests, m.Fleet.Placed)
 	}
 	// Conversations: 1000 + 2000 + 3000 tokens over three replicas' 4800 tokens of KV.
-	want := CardCapacity{Conversations: 3, Demand: 6000, Capacity: 4800, Reporting: 3, Replicas: 3, Over: true, BytesPerToken: CharsPerToken}
+	want := CardCapacity{Conversations: 3, Demand: 6000, Capacity: 4800, Reporting: 3, Replicas: 3, Over: true, BytesPerToken: CharsPerToken, Source: SizeAssumed}
 	if m.Capacity != want {
 		t.Errorf("capacity = %+v, want %+v", m.Capacity, want)
 	}
@@ -445,7 +445,9 @@ func TestRouterCard(t *testing.T) {
 }
 
 // TestCardMeasuredBytesPerToken: once the replicas have counted enough prompt
-// tokens in the window, the card converts body bytes with the measured ratio.
+// tokens in the window, the card and the policies' prompt estimates convert body
+// bytes with the ratio measured from /metrics; a later window with too few
+// tokens keeps it; responses that report their prompt size take over from it.
 func TestCardMeasuredBytesPerToken(t *testing.T) {
 	clk := &fakeClock{}
 	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: clk,
@@ -466,14 +468,45 @@ func TestCardMeasuredBytesPerToken(t *testing.T) {
 	rt.noteRoute(pool, "", 18_000, Decision{Replica: 0, Reason: ReasonNoKey})
 	scrape(10_000)
 	c := rt.Card().Models[0].Capacity
-	if !c.Measured || c.BytesPerToken != 3 || c.Demand != 4000 || c.Capacity != 16_000 || c.Over {
-		t.Errorf("capacity = %+v; want measured 3 bytes/token, demand 4000, capacity 16000", c)
+	if !c.Measured || c.Source != SizeMetrics || c.BytesPerToken != 3 || c.Demand != 4000 || c.Capacity != 16_000 || c.Over {
+		t.Errorf("capacity = %+v; want 3 bytes/token from metrics, demand 4000, capacity 16000", c)
 	}
-	// Too few prompt tokens in the window: the assumed ratio.
+	estimate := func(n int) int {
+		pool.Balancer.mu.Lock()
+		defer pool.Balancer.mu.Unlock()
+		return pool.Balancer.estimateTokens(n)
+	}
+	if e := estimate(3000); e != 1000 {
+		t.Errorf("policies' estimate of 3,000 bytes: %d tokens, want 1,000 (the metrics ratio)", e)
+	}
+	// Too few prompt tokens in the window: the last measured ratio stays.
 	clk.Advance(time.Minute)
 	scrape(10_500)
-	if c := rt.Card().Models[0].Capacity; c.Measured || c.BytesPerToken != CharsPerToken || c.Demand != 3000 {
-		t.Errorf("capacity = %+v; want the assumed %d bytes/token, demand 3000", c, CharsPerToken)
+	if c := rt.Card().Models[0].Capacity; c.Source != SizeMetrics || c.BytesPerToken != 3 {
+		t.Errorf("capacity = %+v; want the last measured 3 bytes/token", c)
+	}
+	// Responses report their prompt size (2 bytes per token): they take over.
+	for range sizeMinSeen {
+		pool.Balancer.ObserveSize(2000, 1000)
+	}
+	if c := rt.Card().Models[0].Capacity; c.Source != SizeResponses || c.BytesPerToken != 2 || c.Demand != 6000 {
+		t.Errorf("capacity = %+v; want 2 bytes/token from responses, demand 6000", c)
+	}
+	if st := rt.Status().Models[0]; st.BytesPerTokenSource != SizeResponses || st.BytesPerToken != 2 {
+		t.Errorf("/status: %.2f bytes/token from %s, want 2 from responses", st.BytesPerToken, st.BytesPerTokenSource)
+	}
+}
+
+// Before any scrape or response the ratio is the assumed 4 bytes per token,
+// and /status says so.
+func TestBytesPerTokenAssumedAtStart(t *testing.T) {
+	b, _ := newTestBalancer(t, 1, true, nil)
+	if r, src := b.BytesPerToken(); r != BytesPerTokenEstimate || src != SizeAssumed {
+		t.Errorf("BytesPerToken = %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
+	}
+	b.ObserveSizeWindow(30_000, MinMeasuredPromptTokens-1) // too few tokens: ignored
+	if r, src := b.BytesPerToken(); r != BytesPerTokenEstimate || src != SizeAssumed {
+		t.Errorf("after a short window: %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
 	}
 }
 

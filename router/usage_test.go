@@ -192,10 +192,10 @@ func TestProxyCalibratesPromptEstimate(t *testing.T) {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 	}
-	if ratio, measured := bal.BytesPerToken(); !measured || ratio < 1.9 || ratio > 2.1 {
-		t.Errorf("BytesPerToken %.2f measured %v, want about 2, measured", ratio, measured)
+	if ratio, src := bal.BytesPerToken(); src != SizeResponses || ratio < 1.9 || ratio > 2.1 {
+		t.Errorf("BytesPerToken %.2f from %s, want about 2 from responses", ratio, src)
 	}
-	if st := f.rt.Status(); !st.Models[0].BytesPerTokenMeasured {
+	if st := f.rt.Status(); !st.Models[0].BytesPerTokenMeasured || st.Models[0].BytesPerTokenSource != SizeResponses {
 		t.Errorf("/status does not say the ratio was measured: %+v", st.Models[0])
 	}
 	body := len(chatBody("m"))
