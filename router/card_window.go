@@ -217,13 +217,18 @@ func (rt *Router) recordCard(t *target, snap *vllmmetrics.Snapshot, at time.Dura
 // (vllm:prompt_tokens_total) over the latest DefaultCardWindow of scrapes: the
 // fallback size ratio (Balancer.ObserveSizeWindow).
 func (rt *Router) windowBytesPerToken(pool *Pool) (bodyBytes, promptTokens float64) {
-	for i := range pool.UpstreamList() {
-		if w, ok := rt.cardWindow(pool, i); ok {
-			if r := w.rates(DefaultCardWindow); r.ok && r.hasPrompt {
+	for _, t := range rt.targetList() {
+		if t.pool != pool {
+			continue
+		}
+		t.mu.Lock()
+		for k := range t.card {
+			if r := t.card[k].rates(DefaultCardWindow); r.ok && r.hasPrompt {
 				bodyBytes += r.dBytes
 				promptTokens += r.dPrompt
 			}
 		}
+		t.mu.Unlock()
 	}
 	return bodyBytes, promptTokens
 }
