@@ -144,3 +144,21 @@ func TestParseReplicaSpec(t *testing.T) {
 		})
 	}
 }
+
+// overflow_threshold takes "auto", 0 (auto, as the CLI's --overflow-threshold 0)
+// or a positive count; a negative one is refused with its line.
+func TestOverflowThresholdZeroIsAuto(t *testing.T) {
+	for _, v := range []string{"auto", "0"} {
+		cfg, err := ParseConfig(strings.NewReader("models:\n  - name: m\n    overflow_threshold: " + v + "\n    replicas: [{url: \"http://127.0.0.1:9\"}]\n"))
+		if err != nil {
+			t.Fatalf("overflow_threshold %s: %v", v, err)
+		}
+		if got := cfg.Models[0].OverflowThreshold; got != 0 {
+			t.Errorf("overflow_threshold %s parsed as %d, want 0 (auto)", v, got)
+		}
+	}
+	_, err := ParseConfig(strings.NewReader("models:\n  - name: m\n    overflow_threshold: -3\n"))
+	if err == nil || !strings.Contains(err.Error(), `line 3: overflow_threshold "-3"`) {
+		t.Fatalf("negative threshold: err = %v", err)
+	}
+}

@@ -628,7 +628,7 @@ func (rt *Router) ListenAndServe(ctx context.Context, grace time.Duration) error
 	var wg sync.WaitGroup
 	wg.Go(func() { rt.Run(ctx) })
 	for i, s := range srvs {
-		rt.log.Info("router listening", "addr", lns[i].Addr().String())
+		rt.log.Info("router listening", "listener", []string{"api", "admin"}[i], "addr", lns[i].Addr().String())
 		wg.Go(func() {
 			if err := s.Serve(lns[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("serving %s: %w", s.Addr, err)

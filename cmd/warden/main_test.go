@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -157,5 +159,20 @@ func TestStudyWarnsAboutStagesWithoutTurns(t *testing.T) {
 	}
 	if !strings.Contains(out, "warning: reference/working-set stage 1 (4 sessions)") || !strings.Contains(out, "--stage-duration") {
 		t.Errorf("no warning about the empty stage:\n%s", out)
+	}
+}
+
+// `route --admin-listen -` runs without the admin listener (docs/router.md) and
+// stops cleanly with its context; it used to fail at start ("listening on -").
+func TestRouteWithoutAdminListener(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"route", "--replica", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--admin-listen", "-"})
+	if err := root.ExecuteContext(ctx); err != nil {
+		t.Fatalf("route --admin-listen -: %v (output %q)", err, out.String())
 	}
 }

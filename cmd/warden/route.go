@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -122,40 +120,12 @@ func parseOnOff(s string) (bool, error) {
 	return false, fmt.Errorf("%q: want on or off", s)
 }
 
-// serveRouter runs the router's listeners and background loops until ctx is done.
+// serveRouter runs the router's listeners (the admin one unless AdminListen is
+// "-") and background loops until ctx is done, letting requests in flight finish
+// for up to 10 s (Router.ListenAndServe).
 func serveRouter(ctx context.Context, rt *router.Router, cfg router.Config) error {
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	if cfg.AdminToken == "" && cfg.AdminListen != "-" {
+		slog.Warn("the admin API has no bearer token: anyone who can reach it can switch affinity and thresholds; set --admin-token or admin_token", "admin", cfg.AdminListen)
 	}
-	aln, err := net.Listen("tcp", cfg.AdminListen)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("listening on %s (admin): %w", cfg.AdminListen, err)
-	}
-	api := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 30 * time.Second}
-	admin := &http.Server{Handler: rt.AdminHandler(), ReadHeaderTimeout: 30 * time.Second}
-	errc := make(chan error, 3)
-	bg, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() { errc <- rt.Run(bg) }()
-	go func() { errc <- api.Serve(ln) }()
-	go func() { errc <- admin.Serve(aln) }()
-	slog.Info("router listening", "api", ln.Addr().String(), "admin", aln.Addr().String())
-	if cfg.AdminToken == "" {
-		slog.Warn("the admin API has no bearer token: anyone who can reach it can switch affinity and thresholds; set --admin-token or admin_token", "admin", aln.Addr().String())
-	}
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	sctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
-	defer c2()
-	_ = api.Shutdown(sctx)
-	_ = admin.Shutdown(sctx)
-	cancel()
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+	return rt.ListenAndServe(ctx, 10*time.Second)
 }
