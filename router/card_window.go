@@ -60,7 +60,7 @@ type cardSample struct {
 type rateWindow struct {
 	ring     [cardSamples]cardSample
 	n, next  int
-	kvTokens int64 // num_gpu_blocks x block_size summed over the replica's engines; 0 unknown
+	kvTokens int64 // (num_gpu_blocks - 1) x block_size summed over the replica's engines; 0 unknown
 }
 
 func (w *rateWindow) add(s cardSample) {
@@ -194,8 +194,10 @@ func (rt *Router) recordCard(t *target, snap *vllmmetrics.Snapshot, at time.Dura
 		} else {
 			s.hasSource = false
 		}
-		if e.BlockSize > 0 && e.NumGPUBlocks > 0 {
-			kv[k] += int64(e.BlockSize) * int64(e.NumGPUBlocks)
+		if e.BlockSize > 0 && e.NumGPUBlocks > 1 {
+			// vLLM's block pool keeps block 0 as the null block
+			// (vllm/v1/core/block_pool.py), as the policies' capacity (observe).
+			kv[k] += int64(e.BlockSize) * int64(e.NumGPUBlocks-1)
 		}
 	}
 	t.mu.Lock()

@@ -83,8 +83,8 @@ type CardReplica struct {
 	// conversation's largest recent request body over CardCapacity.BytesPerToken.
 	Conversations int
 	ContextTokens int64
-	// KVTokens is the KV cache capacity, num_gpu_blocks x block_size from
-	// vllm:cache_config_info; 0 when not reported.
+	// KVTokens is the KV cache capacity, (num_gpu_blocks - 1) x block_size from
+	// vllm:cache_config_info (block 0 is vLLM's null block); 0 when not reported.
 	KVTokens int64
 }
 

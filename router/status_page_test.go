@@ -397,20 +397,21 @@ func TestRouterCard(t *testing.T) {
 	}
 	m := card.Models[0]
 	r0 := m.Replicas[0]
-	if r0.Name != "r0" || r0.Running != 2 || r0.KVUsage != 0.5 || r0.KVTokens != 1600 {
+	if r0.Name != "r0" || r0.Running != 2 || r0.KVUsage != 0.5 || r0.KVTokens != 1584 {
 		t.Errorf("r0 = %+v", r0)
 	}
 	if r0.CachedPerS != 90 || r0.ComputedPerS != 10 || r0.HitRate != 0.9 || r0.RateSource != "prompt_tokens_by_source" {
 		t.Errorf("r0 rates: cached %g computed %g hit %g (%s); want 90, 10, 0.9", r0.CachedPerS, r0.ComputedPerS, r0.HitRate, r0.RateSource)
 	}
-	if r1 := m.Replicas[1]; r1.Name != "r1/rank0" || r1.Running != 1 || r1.Waiting != 1 || r1.KVTokens != 1600 || r1.CachedPerS != -1 {
+	if r1 := m.Replicas[1]; r1.Name != "r1/rank0" || r1.Running != 1 || r1.Waiting != 1 || r1.KVTokens != 1584 || r1.CachedPerS != -1 {
 		t.Errorf("r1/rank0 = %+v (one scrape: rates unknown)", r1)
 	}
 	if m.Fleet.Requests != 3 || m.Fleet.Placed != 3 {
 		t.Errorf("fleet requests %d placed %d, want 3, 3", m.Fleet.Requests, m.Fleet.Placed)
 	}
-	// Conversations: 1000 + 2000 + 3000 tokens over three replicas' 4800 tokens of KV.
-	want := CardCapacity{Conversations: 3, Demand: 6000, Capacity: 4800, Reporting: 3, Replicas: 3, Over: true, BytesPerToken: CharsPerToken, Source: SizeAssumed}
+	// Conversations: 1000 + 2000 + 3000 tokens over three replicas' 3 x (100 - 1) x 16
+	// tokens of KV (block 0 is vLLM's null block).
+	want := CardCapacity{Conversations: 3, Demand: 6000, Capacity: 4752, Reporting: 3, Replicas: 3, Over: true, BytesPerToken: CharsPerToken, Source: SizeAssumed}
 	if m.Capacity != want {
 		t.Errorf("capacity = %+v, want %+v", m.Capacity, want)
 	}
@@ -468,8 +469,8 @@ func TestCardMeasuredBytesPerToken(t *testing.T) {
 	rt.noteRoute(pool, "", 18_000, Decision{Replica: 0, Reason: ReasonNoKey})
 	scrape(10_000)
 	c := rt.Card().Models[0].Capacity
-	if !c.Measured || c.Source != SizeMetrics || c.BytesPerToken != 3 || c.Demand != 4000 || c.Capacity != 16_000 || c.Over {
-		t.Errorf("capacity = %+v; want 3 bytes/token from metrics, demand 4000, capacity 16000", c)
+	if !c.Measured || c.Source != SizeMetrics || c.BytesPerToken != 3 || c.Demand != 4000 || c.Capacity != 15_984 || c.Over {
+		t.Errorf("capacity = %+v; want 3 bytes/token from metrics, demand 4000, capacity 999 x 16", c)
 	}
 	estimate := func(n int) int {
 		pool.Balancer.mu.Lock()

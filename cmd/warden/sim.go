@@ -65,6 +65,7 @@ Example:
 	f.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "max running sequences per engine")
 	f.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", cfg.MaxNumBatchedTokens, "token budget per step per engine")
 	f.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt + output tokens per request")
+	f.IntVar(&cfg.ReplyTokens, "reply-tokens", cfg.ReplyTokens, "length of the simulated model's own reply: a request with a larger max_tokens gets this many tokens and finish_reason stop, a smaller max_tokens cuts it (length)")
 	f.IntVar(&cfg.NumGPUBlocks, "num-gpu-blocks", cfg.NumGPUBlocks, "KV blocks per engine (0 = from the profile's memory arithmetic)")
 	f.Float64Var(&cfg.Speed, "speed", cfg.Speed, "simulated seconds per wall second")
 	f.StringVar(&cfg.Host, "host", cfg.Host, "address to listen on")
