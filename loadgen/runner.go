@@ -540,6 +540,8 @@ run:
 			}
 			dispatch(loop.StartStage(stage, windows[stage].Start))
 			stageTimer.Reset(time.Until(clock.Wall(windows[stage].End)))
+			tick.Reset(every) // the periodic lines count from the stage's start
+			rn.progressLine(loop, st, stage, windows, "start")
 		case <-tick.C:
 			rn.progressLine(loop, st, stage, windows, "")
 		case <-ctx.Done():
