@@ -130,7 +130,12 @@ func placeLegend(p *plot.Plot, curves []curve, entries, longest int, width, heig
 		addHeadroom(p, h+0.02)
 	}
 	p.Legend.Top, p.Legend.Left = best.top, best.left
-	p.Legend.XOffs = 0
+	p.Legend.XOffs, p.Legend.YOffs = 0, 0
+	if best.top {
+		// gonum puts a top legend's first row at the data area's top edge, just
+		// under the title: move it down so the two do not touch.
+		p.Legend.YOffs = -vg.Points(6)
+	}
 	if best.left {
 		// Clear of the y axis's tick marks, which gonum draws just inside the
 		// data area's left edge where a left legend's first thumbnail starts.
