@@ -2,11 +2,13 @@ package router
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Peers case 2, "release exactly once": two streams in flight on one replica; when
@@ -95,4 +97,76 @@ func testGate(t *testing.T) (chan struct{}, func()) {
 	open := func() { once.Do(func() { close(ch) }) }
 	t.Cleanup(open)
 	return ch, open
+}
+
+// Peers cases 2 and 9 on both APIs: a stream that ends badly (the replica breaks
+// it mid-stream, or the client disconnects) releases its in-flight count exactly
+// once: with a second stream still open on the same replica the count is exactly
+// 1 afterwards (a double release would show 0). The client's disconnect reaches
+// the replica (its request context ends).
+func TestReleaseExactlyOnceWhenAStreamEndsBadly(t *testing.T) {
+	for _, api := range []string{"/v1/chat/completions", "/v1/messages?beta=true"} {
+		for _, end := range []string{"upstream breaks", "client disconnects"} {
+			t.Run(api+" "+end, func(t *testing.T) {
+				up := newStub(t, "a")
+				f := newFront(t, true, nil, up)
+				hold, openHold := testGate(t)
+				canceled := make(chan struct{})
+				up.setHandler(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					io.WriteString(w, "event: ping\ndata: {}\n\n")
+					w.(http.Flusher).Flush()
+					switch {
+					case r.Header.Get("X-Session-ID") == "hold":
+						<-hold
+					case end == "upstream breaks":
+						if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+							conn.Close()
+						}
+					default:
+						<-r.Context().Done()
+						close(canceled)
+					}
+				})
+				open := func(ctx context.Context, key string) *http.Response {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+api, strings.NewReader(`{"model":"m","stream":true}`))
+					req.Header.Set("X-Session-ID", key)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+						t.Fatal(err)
+					}
+					return resp
+				}
+				held := open(context.Background(), "hold")
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				bad := open(ctx, "bad")
+				if end == "client disconnects" {
+					cancel()
+					select {
+					case <-canceled:
+					case <-time.After(guard):
+						t.Fatal("the client's disconnect did not reach the replica")
+					}
+				} else {
+					io.ReadAll(bad.Body)
+				}
+				bad.Body.Close()
+				f.waitDone(t)
+				if got := f.totalInFlight(); got != 1 {
+					t.Fatalf("in flight after the bad stream ended = %d, want exactly 1 (the held stream)", got)
+				}
+				openHold()
+				io.ReadAll(held.Body)
+				held.Body.Close()
+				f.waitDone(t)
+				if got := f.totalInFlight(); got != 0 {
+					t.Fatalf("in flight after both ended = %d, want 0", got)
+				}
+			})
+		}
+	}
 }
