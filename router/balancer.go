@@ -721,6 +721,12 @@ type ReplicaStatus struct {
 	// KVCapacityTokens is the replica's KV cache in tokens as the policies see it
 	// (ObserveCapacity); 0 unknown, which switches off the fit move and cold-move.
 	KVCapacityTokens int64 `json:"kv_capacity_tokens"`
+	// Live conversations homed on the replica (last request within the session
+	// table's live window) and the sum of their context estimates in tokens:
+	// the working set the policies compare with KVCapacityTokens
+	// (ReplicaState.Live, LiveTokens).
+	Live       int   `json:"live_conversations"`
+	LiveTokens int64 `json:"live_tokens"`
 }
 
 // Status returns every replica's state, in replica order.
@@ -748,6 +754,7 @@ func (b *Balancer) Status() []ReplicaStatus {
 		}
 		s.UsagePromptTokens, s.UsageCachedTokens = r.usagePrompt, r.usageCached
 		s.KVCapacityTokens = r.kvCapacity
+		s.Live, s.LiveTokens = b.sessions.Live(i), b.sessions.LiveTokens(i)
 		out[i] = s
 	}
 	return out
