@@ -29,34 +29,43 @@ func TestReleaseExactlyOncePerRequest(t *testing.T) {
 		io.WriteString(w, "data: [DONE]\n\n")
 	})
 	open := func(key string) *http.Response {
-		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody("m")))
-		req.Header.Set("X-Session-ID", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-			t.Fatal(err)
-		}
-		return resp
+		return f.openStream(t, context.Background(), "/v1/chat/completions", key, chatBody("m"))
 	}
 	r1, r2 := open("s1"), open("s2")
 	if got := f.totalInFlight(); got != 2 {
 		t.Fatalf("in flight with two open streams = %d, want 2", got)
 	}
 	open1()
-	io.ReadAll(r1.Body)
-	r1.Body.Close()
-	f.waitDone(t)
-	if got := f.totalInFlight(); got != 1 {
-		t.Fatalf("in flight after the first stream ended = %d, want exactly 1", got)
-	}
+	f.endStream(t, r1, 1, "the first stream ended")
 	open2()
-	io.ReadAll(r2.Body)
-	r2.Body.Close()
+	f.endStream(t, r2, 0, "both ended")
+}
+
+// openStream posts body to path with session key and returns the response once
+// its first line arrived (the stream is open at the replica).
+func (f *front) openStream(t *testing.T, ctx context.Context, path, key, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+path, strings.NewReader(body))
+	req.Header.Set("X-Session-ID", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// endStream reads resp to its end and closes it, waits for the proxy's handler,
+// and checks the replicas' total in-flight count is want (what: when).
+func (f *front) endStream(t *testing.T, resp *http.Response, want int, what string) {
+	t.Helper()
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
 	f.waitDone(t)
-	if got := f.totalInFlight(); got != 0 {
-		t.Fatalf("in flight after both ended = %d, want 0", got)
+	if got := f.totalInFlight(); got != want {
+		t.Fatalf("in flight after %s = %d, want exactly %d", what, got, want)
 	}
 }
 
@@ -129,16 +138,7 @@ func TestReleaseExactlyOnceWhenAStreamEndsBadly(t *testing.T) {
 					}
 				})
 				open := func(ctx context.Context, key string) *http.Response {
-					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+api, strings.NewReader(`{"model":"m","stream":true}`))
-					req.Header.Set("X-Session-ID", key)
-					resp, err := http.DefaultClient.Do(req)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-						t.Fatal(err)
-					}
-					return resp
+					return f.openStream(t, ctx, api, key, `{"model":"m","stream":true}`)
 				}
 				held := open(context.Background(), "hold")
 				ctx, cancel := context.WithCancel(context.Background())
@@ -151,21 +151,10 @@ func TestReleaseExactlyOnceWhenAStreamEndsBadly(t *testing.T) {
 					case <-time.After(guard):
 						t.Fatal("the client's disconnect did not reach the replica")
 					}
-				} else {
-					io.ReadAll(bad.Body)
 				}
-				bad.Body.Close()
-				f.waitDone(t)
-				if got := f.totalInFlight(); got != 1 {
-					t.Fatalf("in flight after the bad stream ended = %d, want exactly 1 (the held stream)", got)
-				}
+				f.endStream(t, bad, 1, "the bad stream ended (the held one is open)")
 				openHold()
-				io.ReadAll(held.Body)
-				held.Body.Close()
-				f.waitDone(t)
-				if got := f.totalInFlight(); got != 0 {
-					t.Fatalf("in flight after both ended = %d, want 0", got)
-				}
+				f.endStream(t, held, 0, "both ended")
 			})
 		}
 	}
