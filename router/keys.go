@@ -101,9 +101,23 @@ func readRequestBody(body []byte) (requestBody, error) {
 		}
 	})
 	if !ok {
-		return requestBody{}, fmt.Errorf("%w: invalid JSON", ErrBadBody)
+		return requestBody{}, fmt.Errorf("%w: invalid JSON%s", ErrBadBody, syntaxErrorAt(body))
 	}
 	return rb, nil
+}
+
+// syntaxErrorAt says where encoding/json finds body invalid (" at byte N: what"),
+// for the error message; "" when it finds nothing to say. Only called on the error
+// path, so its cost (a full json.Unmarshal validation pass) does not matter.
+func syntaxErrorAt(body []byte) string {
+	var se *json.SyntaxError
+	var v json.RawMessage
+	if err := json.Unmarshal(body, &v); errors.As(err, &se) {
+		return fmt.Sprintf(" at byte %d: %v", se.Offset, se)
+	} else if err != nil {
+		return ": " + err.Error()
+	}
+	return ""
 }
 
 // maxJSONDepth is the deepest nesting of objects and arrays json.Valid accepts

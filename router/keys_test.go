@@ -191,3 +191,17 @@ func BenchmarkExtractKeyClaudeCodeBody(b *testing.B) {
 		}
 	}
 }
+
+// A malformed body's error says where encoding/json finds it invalid.
+func TestBadBodyErrorSaysWhere(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"model":"m",}`:        "invalid JSON at byte 14: invalid character '}'",
+		`{"model":"m"`:          "invalid JSON",
+		`{"messages":[1,2,,3]}`: "at byte 18",
+	} {
+		_, err := ExtractKey(http.Header{}, []byte(body), KeyConfig{})
+		if !errors.Is(err, ErrBadBody) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want ErrBadBody saying %q", body, err, want)
+		}
+	}
+}
