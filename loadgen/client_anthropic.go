@@ -58,11 +58,11 @@ type anthropicMetadata struct {
 // Do sends tr and streams the answer; see Client.
 func (c *AnthropicClient) Do(ctx context.Context, tr TurnRequest, clock simclock.Clock) (Result, string) {
 	r := tr.NewResult()
-	body := anthropicRequest{Model: c.Model, MaxTokens: c.MaxTokens, Stream: true}
+	body := anthropicRequest{Model: c.Model, MaxTokens: tr.maxTokens(c.MaxTokens), Stream: true}
+	if sys := tr.system(); sys != "" {
+		body.System = []anthropicBlock{{Type: "text", Text: sys}}
+	}
 	if tr.Session != nil {
-		if tr.Session.System != "" {
-			body.System = []anthropicBlock{{Type: "text", Text: tr.Session.System}}
-		}
 		if c.SessionHeader != SessionHeaderXSessionID {
 			body.Metadata = &anthropicMetadata{UserID: tr.Session.UserID()}
 		}

@@ -51,11 +51,11 @@ type openAIRequest struct {
 // Do sends tr and streams the answer; see Client.
 func (c *OpenAIClient) Do(ctx context.Context, tr TurnRequest, clock simclock.Clock) (Result, string) {
 	r := tr.NewResult()
-	body := openAIRequest{Model: c.Model, MaxTokens: c.MaxTokens, Stream: true}
+	body := openAIRequest{Model: c.Model, MaxTokens: tr.maxTokens(c.MaxTokens), Stream: true}
 	body.StreamOptions.IncludeUsage = true
 	body.Messages = make([]openAIMessage, 0, len(tr.Messages)+1)
-	if tr.Session != nil && tr.Session.System != "" {
-		body.Messages = append(body.Messages, openAIMessage{Role: "system", Content: tr.Session.System})
+	if sys := tr.system(); sys != "" {
+		body.Messages = append(body.Messages, openAIMessage{Role: "system", Content: sys})
 	}
 	for _, m := range tr.Messages {
 		body.Messages = append(body.Messages, openAIMessage(m))

@@ -31,6 +31,10 @@ type Scenario struct {
 	Variants           []string      `yaml:"variants" json:"variants"`                         // default ["off","on"]
 	ResetCache         *bool         `yaml:"reset_cache" json:"reset_cache"`                   // POST /reset_prefix_cache before each variant; default true
 	RequestTimeout     time.Duration `yaml:"request_timeout" json:"request_timeout"`           // per turn, simulated; default 10m
+	// SideRequests: short requests a session sends beside some of its turns, as
+	// Claude Code sends title and topic requests with the conversation's session id
+	// (brief clients.md). nil (the default): none.
+	SideRequests *SideRequests `yaml:"side_requests" json:"side_requests,omitempty"`
 
 	// Added by the loadgen implementation (zero = default).
 	SystemPromptSpread TokenRange    `yaml:"-" json:"system_prompt_tokens_spread,omitzero"` // zero: fixed
@@ -40,6 +44,54 @@ type Scenario struct {
 
 	source string         // file it was loaded from, for error messages
 	lines  map[string]int // top-level YAML key -> line, for error messages
+}
+
+// SideRequests describes the side requests of a scenario (Scenario.SideRequests).
+// A side request goes out with the listed turns, at the same instant, carries the
+// session's id, and has a prompt of its own: a short system prompt shared by all
+// side requests and a user message of PromptTokens words. It is not a turn: the
+// closed loop does not wait for it, its reply is not part of the conversation, and
+// the report keeps it out of the turn figures (Result.Side).
+type SideRequests struct {
+	Turns           []int `yaml:"turns" json:"turns"`                         // 0-based turns that send one; e.g. [0]
+	PromptTokens    int   `yaml:"prompt_tokens" json:"prompt_tokens"`         // user message words; default 300
+	MaxOutputTokens int   `yaml:"max_output_tokens" json:"max_output_tokens"` // default 32
+}
+
+// Side-request defaults (SideRequests zero fields).
+const (
+	DefaultSidePromptTokens    = 300
+	DefaultSideMaxOutputTokens = 32
+	// SideSystemPromptTokens is the length of the system prompt every side request
+	// shares (words).
+	SideSystemPromptTokens = 120
+)
+
+// SideRequest is the prompt of a side request (TurnRequest.Side).
+type SideRequest struct {
+	System    string // system prompt shared by all side requests
+	MaxTokens int
+}
+
+// system returns the system prompt tr is sent with: its side request's, else its
+// session's ("" when it has neither).
+func (tr *TurnRequest) system() string {
+	switch {
+	case tr.Side != nil:
+		return tr.Side.System
+	case tr.Session != nil:
+		return tr.Session.System
+	}
+	return ""
+}
+
+// maxTokens returns the output limit tr is sent with: its side request's, else
+// the client's turn limit.
+func (tr *TurnRequest) maxTokens(turn int) int {
+	if tr.Side != nil {
+		return tr.Side.MaxTokens
+	}
+	return turn
 }
 
 // TurnRequest is one turn the closed loop wants sent. Messages is a snapshot of the
@@ -55,6 +107,10 @@ type TurnRequest struct {
 	Messages            []Message // history incl. this turn's user message; System is in Session.System
 	Last                bool      // the session's final turn
 	NominalPromptTokens int       // generator's word count of the whole prompt (system + messages)
+	// Side is set for a side request (Scenario.SideRequests), sent beside turn Turn
+	// of Session: Messages is then its one user message and Side.System its system
+	// prompt; the closed loop ignores it (Loop.Sent, Loop.Finish).
+	Side *SideRequest
 }
 
 // Message is one chat message as the generator wrote it.

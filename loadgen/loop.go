@@ -155,7 +155,17 @@ func (l *Loop) StartStage(i int, now time.Duration) []TurnRequest {
 	l.target = l.windows[i].Sessions
 	var out []TurnRequest
 	for len(l.live) < l.target {
-		out = append(out, l.newSession(now))
+		out = l.withSide(out, l.newSession(now))
+	}
+	return out
+}
+
+// withSide appends tr to out and, when the scenario sends a side request beside
+// it (Scenario.SideRequests), that request after it.
+func (l *Loop) withSide(out []TurnRequest, tr TurnRequest) []TurnRequest {
+	out = append(out, tr)
+	if side, ok := tr.Session.SideRequest(tr); ok {
+		out = append(out, side)
 	}
 	return out
 }
@@ -170,9 +180,10 @@ func (l *Loop) newSession(intended time.Duration) TurnRequest {
 }
 
 // Sent records that a turn was written at the simulated instant now. Calling it
-// twice for one turn, after Stop, or for a finished turn does nothing.
+// twice for one turn, after Stop, for a finished turn or for a side request
+// (TurnRequest.Side) does nothing.
 func (l *Loop) Sent(tr TurnRequest, now time.Duration) {
-	if l.stopped || tr.Session == nil {
+	if l.stopped || tr.Session == nil || tr.Side != nil {
 		return
 	}
 	k := turnKey{tr.Session.ID, tr.Turn}
@@ -191,10 +202,12 @@ func (l *Loop) Sent(tr TurnRequest, now time.Duration) {
 // turn done, or the turn failed), the first turn of a replacement session when the
 // level requires one. For a successful turn the caller adds the reply first
 // (Session.AddReply); if it did not, an empty reply is recorded. A turn not
-// reported by Sent is taken as sent at r.Sent. Finish after Stop, or for an unknown
-// session or turn, does nothing and returns nil.
+// reported by Sent is taken as sent at r.Sent. Finish after Stop, for an unknown
+// session or turn, or for a side request (Result.Side: the loop never waits for
+// one), does nothing and returns nil. The turns it returns are followed by their
+// side requests when the scenario sends one beside them.
 func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
-	if l.stopped {
+	if l.stopped || r.Side {
 		return nil
 	}
 	s := l.live[r.Session]
@@ -226,7 +239,7 @@ func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
 	if !s.Done() {
 		tr, _ := s.NextTurn(now + l.sc.ThinkTime)
 		tr.Variant = l.variant
-		return []TurnRequest{tr}
+		return l.withSide(nil, tr)
 	}
 	delete(l.live, s.ID)
 	if len(l.live) >= l.target {
@@ -236,7 +249,7 @@ func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
 	if !ok {
 		gap = max(gap, l.sc.FailureBackoff)
 	}
-	return []TurnRequest{l.newSession(now + gap)}
+	return l.withSide(nil, l.newSession(now+gap))
 }
 
 // Stop closes the variant at the simulated instant now: turns sent and not finished

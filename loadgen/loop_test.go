@@ -67,7 +67,9 @@ func (s *sim) run(until time.Duration) {
 		e := heap.Pop(&s.q).(event)
 		if e.send {
 			s.loop.Sent(e.tr, e.at)
-			s.sent++
+			if e.tr.Side == nil { // side requests are not turns (as both worlds do)
+				s.sent++
+			}
 			r := e.tr.NewResult()
 			r.Sent = e.at
 			r.Status = 200
@@ -76,6 +78,10 @@ func (s *sim) run(until time.Duration) {
 				r.Err = "stream error event: injected"
 			}
 			s.push(event{at: r.Done, tr: e.tr, r: r})
+			continue
+		}
+		if e.tr.Side != nil {
+			s.loop.Finish(&e.r, e.at) // must do nothing
 			continue
 		}
 		if e.r.OK() {

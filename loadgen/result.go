@@ -19,6 +19,9 @@ type Result struct {
 	SessionKey string `json:"session_key"` // session id sent to the router
 	Turn       int    `json:"turn"`        // 0-based turn index within the session
 	LastTurn   bool   `json:"last_turn"`   // true for the session's final turn
+	// Side marks a side request sent beside turn Turn (Scenario.SideRequests): not
+	// a turn; the report counts it apart.
+	Side bool `json:"side,omitempty"`
 
 	Replica string `json:"replica"` // replica that served it (router response header), "" if unknown
 

@@ -478,6 +478,18 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*Variant, error)
 		if d.r.Done >= lastEnd {
 			return
 		}
+		if d.tr.Side != nil {
+			// Not a turn: recorded for the report, nothing else.
+			if rn.out != nil {
+				if err := rn.out.WriteResult(&d.r); err != nil && runErr == nil {
+					runErr = fmt.Errorf("running variant %s: %w", name, err)
+				}
+			}
+			if rn.cfg.OnResult != nil {
+				rn.cfg.OnResult(d.r)
+			}
+			return
+		}
 		if d.r.OK() {
 			d.tr.Session.AddReply(d.reply)
 		}

@@ -139,6 +139,17 @@ func (sc *Scenario) WithDefaults() *Scenario {
 	if c.FailureBackoff == 0 {
 		c.FailureBackoff = DefaultFailureBackoff
 	}
+	if sc.SideRequests != nil {
+		s := *sc.SideRequests
+		s.Turns = append([]int(nil), s.Turns...)
+		if s.PromptTokens == 0 {
+			s.PromptTokens = DefaultSidePromptTokens
+		}
+		if s.MaxOutputTokens == 0 {
+			s.MaxOutputTokens = DefaultSideMaxOutputTokens
+		}
+		c.SideRequests = &s
+	}
 	return &c
 }
 
@@ -241,6 +252,27 @@ func (sc *Scenario) Validate() error {
 	if c.RequestTimeout <= 0 {
 		bad("request_timeout", "must be positive, got %s", c.RequestTimeout)
 	}
+	if s := c.SideRequests; s != nil {
+		if len(s.Turns) == 0 {
+			bad("side_requests.turns", "list the turns (0-based) that send a side request, e.g. [0]")
+		}
+		seenTurn := map[int]bool{}
+		for i, t := range s.Turns {
+			if t < 0 || t >= c.Turns {
+				bad(fmt.Sprintf("side_requests.turns[%d]", i), "turn %d is not one of the session's turns 0..%d", t, c.Turns-1)
+			}
+			if seenTurn[t] {
+				bad(fmt.Sprintf("side_requests.turns[%d]", i), "turn %d listed twice", t)
+			}
+			seenTurn[t] = true
+		}
+		if s.PromptTokens < 1 {
+			bad("side_requests.prompt_tokens", "must be at least 1 token, got %d", s.PromptTokens)
+		}
+		if s.MaxOutputTokens < 1 {
+			bad("side_requests.max_output_tokens", "must be at least 1, got %d", s.MaxOutputTokens)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -250,6 +282,7 @@ func (sc *Scenario) where(field string) string {
 		return ""
 	}
 	key, _, _ := strings.Cut(field, "[")
+	key, _, _ = strings.Cut(key, ".")
 	if line := sc.lines[key]; line > 0 {
 		return fmt.Sprintf("%s:%d: ", sc.source, line)
 	}
@@ -457,6 +490,7 @@ type scenarioFile struct {
 	Variants           []string      `yaml:"variants"`
 	ResetCache         *bool         `yaml:"reset_cache"`
 	RequestTimeout     time.Duration `yaml:"request_timeout"`
+	SideRequests       *SideRequests `yaml:"side_requests"`
 }
 
 func (f *scenarioFile) scenario() *Scenario {
@@ -482,6 +516,7 @@ func (f *scenarioFile) scenario() *Scenario {
 		Variants:           f.Variants,
 		ResetCache:         f.ResetCache,
 		RequestTimeout:     f.RequestTimeout,
+		SideRequests:       f.SideRequests,
 	}
 }
 

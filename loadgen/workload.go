@@ -21,6 +21,7 @@ const (
 	streamKey
 	streamUser
 	streamDevice
+	streamSide
 )
 
 // Workload generates the sessions of a scenario: seeded, deterministic and
@@ -46,6 +47,7 @@ type Workload struct {
 	system      string
 	systemWords int
 	device      string
+	sideSystem  string // system prompt of every side request ("" without side requests)
 }
 
 // NewWorkload builds the generator for sc (defaults applied to a copy of sc).
@@ -58,6 +60,9 @@ func NewWorkload(sc *Scenario) *Workload {
 	var dev [32]byte
 	fillBytes(w.rng(streamDevice, 0, 0), dev[:])
 	w.device = hex.EncodeToString(dev[:])
+	if w.sc.SideRequests != nil {
+		w.sideSystem = w.text(w.rng(streamSide, 0, 0), SideSystemPromptTokens)
+	}
 	return w
 }
 
@@ -258,6 +263,27 @@ func (s *Session) NextTurn(intended time.Duration) (TurnRequest, bool) {
 	}, true
 }
 
+// SideRequest returns the side request that goes out beside turn tr
+// (Scenario.SideRequests lists tr.Turn), or false. Its content depends only on
+// (seed, session id, turn); it reads nothing of the session's history, so it may be
+// sent while the turn is in flight.
+func (s *Session) SideRequest(tr TurnRequest) (TurnRequest, bool) {
+	sr := s.w.sc.SideRequests
+	if sr == nil || tr.Side != nil || tr.Session != s || !slices.Contains(sr.Turns, tr.Turn) {
+		return TurnRequest{}, false
+	}
+	r := s.w.rng(streamSide, uint64(s.ID)+1, uint64(tr.Turn))
+	return TurnRequest{
+		Session:             s,
+		Turn:                tr.Turn,
+		Intended:            tr.Intended,
+		Variant:             tr.Variant,
+		Messages:            []Message{{Role: "user", Content: s.w.text(r, sr.PromptTokens)}},
+		NominalPromptTokens: SideSystemPromptTokens + sr.PromptTokens,
+		Side:                &SideRequest{System: s.w.sideSystem, MaxTokens: sr.MaxOutputTokens},
+	}, true
+}
+
 // AddReply records the assistant's reply to the pending turn (the text the server
 // streamed). It does nothing when no turn awaits a reply.
 func (s *Session) AddReply(text string) {
@@ -309,6 +335,10 @@ func (tr TurnRequest) NewResult() Result {
 		PromptTokens:        -1,
 		CachedTokens:        -1,
 		NominalPromptTokens: tr.NominalPromptTokens,
+		Side:                tr.Side != nil,
+	}
+	if tr.Side != nil {
+		r.LastTurn = false
 	}
 	if tr.Session != nil {
 		r.Session = tr.Session.ID

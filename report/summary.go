@@ -106,6 +106,14 @@ type Summary struct {
 	MovedTurns  int     `json:"moved_turns"`
 	StayedPct   float64 `json:"stayed_pct"`
 
+	// Side requests (loadgen.SideRequests) done in the window, OK and failed, and
+	// the share of the OK ones served by the replica of their session's turn 0
+	// (NaN when none is known). They count in no other figure of the summary,
+	// except the server's own counters (prefix hits, busy replicas).
+	SideOK        int     `json:"side_requests_ok"`
+	SideFailed    int     `json:"side_requests_failed"`
+	SideOnHomePct float64 `json:"side_on_home_pct"`
+
 	// UsageCachedPct is the server's per-request view of the same hit rate:
 	// 100 * sum(CachedTokens) / sum(PromptTokens) over OK turns in the window whose
 	// usage reported cached tokens (CachedTokens >= 0).
@@ -179,7 +187,7 @@ func Summarize(run *Run) ([]Summary, error) {
 		// Replica that served each session's turn 0: where it was placed.
 		placed := make(map[int64]string)
 		for _, r := range results {
-			if r.Turn == 0 && r.Replica != "" {
+			if r.Turn == 0 && r.Replica != "" && !r.Side {
 				placed[r.Session] = r.Replica
 			}
 		}
@@ -230,11 +238,30 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 	}
 
 	var inWindow []*loadgen.Result
+	var sideHome, sideAway int
 	for _, r := range results {
-		if contains(s.WindowStart, s.WindowEnd, r.Done) {
+		if !contains(s.WindowStart, s.WindowEnd, r.Done) {
+			continue
+		}
+		if !r.Side {
 			inWindow = append(inWindow, r)
+			continue
+		}
+		// A side request: counted apart, never in the turn figures.
+		if !r.OK() {
+			s.SideFailed++
+			continue
+		}
+		s.SideOK++
+		if first, ok := placed[r.Session]; ok && r.Replica != "" {
+			if r.Replica == first {
+				sideHome++
+			} else {
+				sideAway++
+			}
 		}
 	}
+	s.SideOnHomePct = pct(float64(sideHome), float64(sideHome+sideAway))
 
 	var outTokens, promptSum, nominalSum int64
 	var cachedSum, cachedPromptSum int64

@@ -44,10 +44,13 @@ const (
 //	nominal_prompt_tokens_mean  mean generator (nominal) prompt tokens of the same turns
 //	complete                    true if the stage ran to its end (false: cut short by Ctrl-C)
 //	send_lag_p50_s, _p99_s      how late the harness sent turns after the closed loop wanted them, seconds
+//	side_requests_ok, _failed   side requests done in the window (scenario side_requests; 0 without)
+//	side_on_home_pct            share of the OK side requests served by their session's first replica
 var CSVColumns = []string{
 	"variant", "sessions", "sessions_per_h", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
 	"replicas_busy", "prefix_hits_pct", "stayed_pct", "usage_cached_pct", "turns_ok", "turns_failed",
 	"prompt_tokens_mean", "nominal_prompt_tokens_mean", "complete", "send_lag_p50_s", "send_lag_p99_s",
+	"side_requests_ok", "side_requests_failed", "side_on_home_pct",
 }
 
 // writeFileAtomic writes data to path through a temporary file in the same
@@ -112,6 +115,7 @@ func ResultsCSV(sums []Summary) ([]byte, error) {
 			csvFloat(s.PromptTokensMean), csvFloat(s.NominalPromptTokensMean),
 			strconv.FormatBool(s.Complete),
 			csvFloat(s.SendLagP50S), csvFloat(s.SendLagP99S),
+			strconv.Itoa(s.SideOK), strconv.Itoa(s.SideFailed), csvFloat(s.SideOnHomePct),
 		}
 		if err := w.Write(rec); err != nil {
 			return nil, fmt.Errorf("encoding results.csv: %w", err)
@@ -443,6 +447,18 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		})
 	}
 	mdTable(&b, vh, vrows)
+
+	var side [][]string
+	for _, s := range sums {
+		if s.SideOK+s.SideFailed > 0 {
+			side = append(side, []string{s.Variant, strconv.Itoa(s.Sessions), strconv.Itoa(s.SideOK), strconv.Itoa(s.SideFailed), fmtPrec(1)(s.SideOnHomePct)})
+		}
+	}
+	if len(side) > 0 {
+		b.WriteString("\n## Side requests\n\nShort requests sent beside turns with the session's id (scenario `side_requests`); not counted as turns. " +
+			"On home: share served by the replica of the session's first turn.\n\n")
+		mdTable(&b, []string{"variant", "sessions", "ok", "failed", "on home %"}, side)
+	}
 
 	var notes []string
 	for _, s := range sums {

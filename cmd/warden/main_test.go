@@ -176,3 +176,51 @@ func TestRouteWithoutAdminListener(t *testing.T) {
 		t.Fatalf("route --admin-listen -: %v (output %q)", err, out.String())
 	}
 }
+
+// A scenario with side requests (scenarios/smoke-side.yaml), in virtual time and
+// over HTTP through the embedded simulator and router: the runs pass `report
+// --check` (side requests are not turns), results.csv counts the side requests,
+// and with affinity on every one of them is served by its conversation's replica.
+func TestBenchWithSideRequests(t *testing.T) {
+	for _, mode := range [][]string{{"--virtual"}, {"--speed", "20"}} {
+		t.Run(mode[0], func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "run")
+			args := append([]string{"bench", "--scenario", "../../scenarios/smoke-side.yaml", "--out", dir}, mode...)
+			if out, err := run(t, args...); err != nil {
+				t.Fatalf("bench %v: %v\n%s", mode, err, out)
+			}
+			if out, err := run(t, "report", dir, "--check"); err != nil {
+				t.Fatalf("report --check: %v\n%s", err, out)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "results.csv"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			head := strings.Split(lines[0], ",")
+			col := func(name string) int {
+				for i, h := range head {
+					if h == name {
+						return i
+					}
+				}
+				t.Fatalf("results.csv has no column %s", name)
+				return -1
+			}
+			ok, home := col("side_requests_ok"), col("side_on_home_pct")
+			for _, l := range lines[1:] {
+				f := strings.Split(l, ",")
+				if f[ok] == "0" {
+					t.Errorf("row %q: no side request done", l)
+				}
+				if f[0] == "on" && f[home] != "100.0000" {
+					t.Errorf("row %q: side requests on their conversation's replica %s %%, want 100", l, f[home])
+				}
+			}
+			sum, err := os.ReadFile(filepath.Join(dir, "summary.md"))
+			if err != nil || !strings.Contains(string(sum), "## Side requests") {
+				t.Errorf("summary.md lacks the side requests table (%v)", err)
+			}
+		})
+	}
+}

@@ -336,13 +336,30 @@ func (r *run) prompt(s *loadgen.Session) []uint32 {
 	return sim.AppendGenerationPrompt(c.toks)
 }
 
+// sidePrompt renders a side request (its own system prompt and user message) to
+// token ids.
+func sidePrompt(tr loadgen.TurnRequest) []uint32 {
+	toks := sim.AppendMessage(nil, sim.ChatMessage{Role: "system", Content: tr.Side.System})
+	for _, m := range tr.Messages {
+		toks = sim.AppendMessage(toks, sim.ChatMessage{Role: m.Role, Content: m.Content})
+	}
+	return sim.AppendGenerationPrompt(toks)
+}
+
 // submit routes a turn at t; since is when it was first sent (earlier than t when
 // the router held it: router.ErrHold, retried every HoldRetry).
 func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
 	res := tr.NewResult()
 	res.Sent, res.Headers = since, t
 	r.loop.Sent(tr, since)
-	prompt := r.prompt(tr.Session)
+	var prompt []uint32
+	maxTokens := r.sc.MaxOutputTokens
+	if tr.Side != nil {
+		prompt = sidePrompt(tr)
+		maxTokens = tr.Side.MaxTokens
+	} else {
+		prompt = r.prompt(tr.Session)
+	}
 	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - since})
 	if errors.Is(err, router.ErrHold) {
 		id := r.nextTurn
@@ -359,7 +376,10 @@ func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
 	}
 	res.Replica = r.names[d.Replica]
 	id := strconv.Itoa(r.variant) + "/" + strconv.FormatInt(tr.Session.ID, 10) + "/" + strconv.Itoa(tr.Turn)
-	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: r.sc.MaxOutputTokens}
+	if tr.Side != nil {
+		id += "/side"
+	}
+	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens}
 	e := r.engines[d.Replica]
 	if err := e.Submit(req, t); err != nil {
 		r.bal.Release(d.Replica)
@@ -414,7 +434,9 @@ func (r *run) step(i int, t time.Duration) {
 			delete(r.flights, ev.ReqID)
 			r.bal.ObserveCache(f.tr.Session.Key, f.replica, ev.PromptTokens, ev.CachedTokens)
 			r.bal.Release(f.replica)
-			f.tr.Session.AddReply(sim.Detokenize(f.out))
+			if f.tr.Side == nil {
+				f.tr.Session.AddReply(sim.Detokenize(f.out))
+			}
 			r.finish(&f.res, t, f.tr.Session)
 		}
 	}
@@ -434,7 +456,7 @@ func (r *run) finish(res *loadgen.Result, t time.Duration, s *loadgen.Session) {
 	if r.cfg.OnResult != nil {
 		r.cfg.OnResult(*res)
 	}
-	if k := r.stageIndex(t); k >= 0 {
+	if k := r.stageIndex(t); k >= 0 && !res.Side {
 		if res.OK() {
 			r.stageOK[k]++
 		} else {
