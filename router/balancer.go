@@ -359,8 +359,9 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 		ctx := f.PromptTokens
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
-			home, lost = b.sessions.lookup(now, h)
-			ctx, _ = b.sessions.contextTokens(h, now, f.PromptTokens)
+			var side bool
+			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens)
+			home, lost = b.sessions.lookup(now, h, side)
 		}
 		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill}, b.view)
 		if err == nil && f.SessionKey != "" {

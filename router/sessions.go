@@ -191,7 +191,7 @@ func (t *SessionTable) hash(key string) uint64 { return maphash.String(t.seed, k
 func (t *SessionTable) Lookup(key string) (home int, ok bool) {
 	now := t.now()
 	t.expire(now)
-	h, _ := t.lookup(now, t.hash(key))
+	h, _ := t.lookup(now, t.hash(key), false)
 	return h, h >= 0
 }
 
@@ -361,13 +361,18 @@ func (t *SessionTable) SetTokens(key string, tokens int) {
 }
 
 // lookup returns the home of hash h (touching it) or -1, and whether the session
-// is marked lost (observeCache). The caller has expired.
-func (t *SessionTable) lookup(now time.Duration, h uint64) (home int, lost bool) {
+// is marked lost (observeCache). The gap since the session's previous request
+// feeds the live window unless side is set (a side request goes out with a turn,
+// so its gap says nothing about the pauses between turns). The caller has
+// expired.
+func (t *SessionTable) lookup(now time.Duration, h uint64, side bool) (home int, lost bool) {
 	idx, ok := t.index[h]
 	if !ok {
 		return -1, false
 	}
-	t.recordGap(now - t.ents[idx].last)
+	if !side {
+		t.recordGap(now - t.ents[idx].last)
+	}
 	t.touch(idx, now)
 	e := &t.ents[idx]
 	e.routedAgain = true

@@ -172,3 +172,37 @@ func TestRecordedSideRequestKeepsTheConversation(t *testing.T) {
 		}
 	}
 }
+
+// A side request goes out with its turn, so the gap before it says nothing about
+// the pauses between turns: the live window (2 x p90 of the gaps) is the same
+// with and without side requests beside every turn.
+func TestSideRequestsLeaveTheLiveWindowAlone(t *testing.T) {
+	window := func(side bool) time.Duration {
+		b, clk := newTestBalancer(t, 2, true, nil)
+		at := time.Duration(0)
+		for i := range 40 {
+			clk.Advance(at - clk.Now())
+			d, err := b.Acquire(Facts{SessionKey: "conv", PromptTokens: 10_000 + 500*i})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Release(d.Replica)
+			if side {
+				d, err := b.Acquire(Facts{SessionKey: "conv", PromptTokens: 300})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Release(d.Replica)
+			}
+			at += time.Duration(10+10*(i%10)) * time.Second // 10 s .. 100 s
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.sessions.LiveWindow()
+	}
+	without, with := window(false), window(true)
+	if with != without {
+		t.Errorf("live window %v with side requests, %v without", with, without)
+	}
+	t.Logf("live window %v", without)
+}
