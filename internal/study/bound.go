@@ -31,14 +31,14 @@ func Bound(results []loadgen.Result, variant string, start, end time.Duration, s
 	byTurn := make(map[key]*loadgen.Result)
 	for i := range results {
 		r := &results[i]
-		if r.Variant == variant && r.OK() {
+		if r.Variant == variant && r.OK() && !r.Side {
 			byTurn[key{r.Session, r.Turn}] = r
 		}
 	}
 	var cached, prompt float64
 	for i := range results {
 		r := &results[i]
-		if r.Variant != variant || !r.OK() || r.Done < start || r.Done >= end || r.PromptTokens <= 0 {
+		if r.Variant != variant || !r.OK() || r.Side || r.Done < start || r.Done >= end || r.PromptTokens <= 0 {
 			continue
 		}
 		reuse := sysTokens

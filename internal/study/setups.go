@@ -15,6 +15,7 @@ import (
 const (
 	SetupReference = "reference"
 	SetupGap       = "reference-gap"
+	SetupGapSide   = "reference-gap-side"
 	SetupJitter    = "reference-jitter"
 	SetupFleet     = "fleet"
 	SetupFleetFP8  = "fleet-fp8kv"
@@ -47,7 +48,7 @@ const (
 
 // SetupNames lists the known setups.
 func SetupNames() []string {
-	return []string{SetupReference, SetupGap, SetupJitter, SetupFleet, SetupFleetFP8}
+	return []string{SetupReference, SetupGap, SetupGapSide, SetupJitter, SetupFleet, SetupFleetFP8}
 }
 
 // LookupSetup returns a named setup. scenarios is the directory holding the
@@ -56,6 +57,11 @@ func SetupNames() []string {
 //   - reference: the built-in reference workload (loadgen.DefaultScenario) on 4
 //     replicas of a4000-qwen3-4b, max_num_seqs 32.
 //   - reference-gap: the same with GapThinkTime between turns and jittered sizes.
+//   - reference-gap-side: reference-gap plus a side request beside every turn
+//     (loadgen.SideRequests with its defaults: a 300-word prompt of its own, 32
+//     output tokens), as Claude Code sends title and topic requests with the
+//     conversation's session id (brief clients.md). How often the real client
+//     sends them was not measured; one per turn is the upper end.
 //   - reference-jitter: the reference workload with the real tokenizer's spread of
 //     sizes (TokenizerFirstJitter, TokenizerTurnJitter) and no gap: whether that
 //     spread alone breaks the lockstep of identical sessions (docs/routing.md
@@ -66,14 +72,22 @@ func SetupNames() []string {
 //     evenly (sim.ProfileRTX5090Gemma3_27BFP8KV says why it exists).
 func LookupSetup(name, scenarios string) (Setup, error) {
 	switch name {
-	case SetupReference, SetupGap, SetupJitter:
+	case SetupReference, SetupGap, SetupGapSide, SetupJitter:
 		sc := loadgen.DefaultScenario()
 		first, turn := 0, 0
 		switch name {
-		case SetupGap:
+		case SetupGap, SetupGapSide:
 			sc.Name = gapScenarioName
 			sc.ThinkTime = GapThinkTime
 			first, turn = GapFirstJitter, GapTurnJitter
+			if name == SetupGapSide {
+				sc.Name = gapScenarioName + "-side"
+				all := make([]int, sc.Turns)
+				for i := range all {
+					all[i] = i
+				}
+				sc.SideRequests = (&loadgen.Scenario{SideRequests: &loadgen.SideRequests{Turns: all}}).WithDefaults().SideRequests
+			}
 		case SetupJitter:
 			sc.Name = jitterScenarioName
 			first, turn = TokenizerFirstJitter, TokenizerTurnJitter

@@ -114,7 +114,7 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 	sess := map[int64][]*loadgen.Result{}
 	for j := range run.Results {
 		r := &run.Results[j]
-		if r.Variant == variant && r.Replica != "" {
+		if r.Variant == variant && r.Replica != "" && !r.Side { // side requests are not turns
 			sess[r.Session] = append(sess[r.Session], r)
 		}
 	}
