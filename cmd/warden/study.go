@@ -52,8 +52,10 @@ sticky (the reference rule), working-set (the new policy, the default with
 affinity on), unlimited-cache (working-set on engines that never evict: the bound
 of the prefix hit rate); more with --list. Setups: reference (the reference
 workload on 4 x a4000-qwen3-4b), reference-gap (the same with 3 s between turns
-and jittered sizes), reference-jitter (only the real tokenizer's +-2 % spread of
-sizes; not in the default set), fleet (scenarios/fleet-7x5090.yaml on 7 x rtx5090-27b),
+and jittered sizes), reference-gap-side (reference-gap plus a side request beside
+every turn, as Claude Code's title/topic requests; not in the default set),
+reference-jitter (only the real tokenizer's +-2 % spread of sizes; not in the
+default set), fleet (scenarios/fleet-7x5090.yaml on 7 x rtx5090-27b),
 fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 
   warden study                                  # 4 setups, 5 arms, seeds 1,2,3
