@@ -355,15 +355,14 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	home := -1
 	if b.affinity {
 		var h uint64
-		var lost bool
+		var lost, side bool
 		ctx := f.PromptTokens
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
-			var side bool
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens)
 			home, lost = b.sessions.lookup(now, h, side)
 		}
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill}, b.view)
+		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
 		if err == nil && f.SessionKey != "" {
 			switch {
 			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.view[home].Healthy:

@@ -25,8 +25,7 @@ const (
 // CacheModel is a router-side model of each replica's prefix cache at
 // conversation granularity: per replica, the conversations sent there, most
 // recent first, each with the context size its latest request there was routed
-// with (Request.PromptTokens: a short side request carries its conversation's
-// size, and touches the entry although it reads other blocks). The
+// with (Request.PromptTokens; side requests are not recorded). The
 // predicted LRU stack distance of a conversation on a replica is the sum of the
 // prompts above it in that list plus its own; past fit x the replica's KV cache
 // the conversation is taken as evicted (its next request there recomputes the
@@ -163,15 +162,15 @@ func NewColdMove(threshold, margin int, seed uint64, noKey *ShortestQueue) *Cold
 }
 
 // Pick applies the cold-move rule, then WorkingSet's, and records the request
-// in the cache model. A request without a session key, or one that reads
-// nothing into the cache (Request.NoPrefill: count_tokens), goes to WorkingSet
-// alone and is not recorded; so the model under-counts a replica's cache when
+// in the cache model. A request without a session key, one that reads nothing
+// into the cache (Request.NoPrefill: count_tokens) and a side request
+// (Request.Side) go to WorkingSet alone and are not recorded; so the model under-counts a replica's cache when
 // keyless traffic shares it. The cold-move rule runs before WorkingSet's fit
 // move, so a cold conversation whose home is over its cache goes to an
 // over-cache replica with fewer requests in flight even when another replica
 // has room (the order measured in docs/routing.md).
 func (c *ColdMove) Pick(now time.Duration, req Request, reps []ReplicaState) (Decision, error) {
-	if req.Key == "" || req.NoPrefill {
+	if req.Key == "" || req.NoPrefill || req.Side {
 		return c.WorkingSet.Pick(now, req, reps)
 	}
 	k := c.model.Hash(req.Key)

@@ -62,6 +62,13 @@ type Request struct {
 	// NoPrefill: the request reads no prompt into the KV cache (Anthropic's
 	// /v1/messages/count_tokens); ColdMove neither moves nor records it.
 	NoPrefill bool
+	// Side: a short side request of a session (under half of its context
+	// estimate set within the live window; Balancer.Acquire), such as Claude
+	// Code's title and topic requests. It reads none of the conversation's
+	// prefix, so it never moves the conversation: WorkingSet sends it home, or
+	// away for this request only when the home is over the overflow threshold;
+	// ColdMove neither moves nor records it.
+	Side bool
 }
 
 // Policy decides which replica serves a request, from the request and a snapshot of

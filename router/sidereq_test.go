@@ -206,3 +206,51 @@ func TestSideRequestsLeaveTheLiveWindowAlone(t *testing.T) {
 	}
 	t.Logf("live window %v", without)
 }
+
+// A side request never moves its conversation: at a home over its cache, with
+// another replica that has room for the conversation, the side request (sent
+// while the turn it accompanies is in flight at home, which evens the replicas'
+// in-flight counts) stays at home where, before, working-set's fit move sent the
+// whole conversation away on it. Checked for both policies that move.
+func TestSideRequestNeverMovesTheConversation(t *testing.T) {
+	for _, policy := range []string{PolicyWorkingSet, PolicyColdMove} {
+		t.Run(policy, func(t *testing.T) {
+			b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) {
+				c.KVCapacityTokens = 10_000
+				c.Policy = policy
+			})
+			acquire := func(key string, prompt int) Decision {
+				t.Helper()
+				d, err := b.Acquire(Facts{SessionKey: key, PromptTokens: prompt})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			// a (1,000) and b (10,500) on one replica, 11,500 live on a 10,000-token
+			// cache; c (1,000) on the other, which has room for a. c stays in
+			// flight throughout: a's turn does not move (the other replica has
+			// more in flight), but once the turn is in flight at home the two
+			// replicas are even, so its side request would pass the fit move's test.
+			c := acquire("c", 1_000)
+			a := acquire("a", 1_000)
+			b.Release(a.Replica)
+			bd := acquire("b", 10_500)
+			b.Release(bd.Replica)
+			if c.Replica == a.Replica || bd.Replica != a.Replica {
+				t.Fatalf("placed a on %d, b on %d, c on %d; want a and b together", a.Replica, bd.Replica, c.Replica)
+			}
+			turn := acquire("a", 1_100) // a's turn: in flight at home
+			if turn.Replica != a.Replica {
+				t.Fatalf("a's turn went to %d (%s)", turn.Replica, turn.Reason)
+			}
+			side := acquire("a", 300) // its side request
+			b.Release(side.Replica)
+			if side.Reason == ReasonMoved || side.Replica != a.Replica {
+				t.Fatalf("side request: %s to %d, want sticky on %d", side.Reason, side.Replica, a.Replica)
+			}
+			b.Release(turn.Replica)
+			b.Release(c.Replica)
+		})
+	}
+}

@@ -130,7 +130,7 @@ func (w *WorkingSet) Pick(now time.Duration, req Request, reps []ReplicaState) (
 	h := req.Home
 	if h >= 0 && h < len(reps) && reps[h].Healthy {
 		if reps[h].InFlight <= w.Threshold {
-			if w.FitMove {
+			if w.FitMove && !req.Side {
 				if m := w.fitTarget(reps, h, req.PromptTokens); m >= 0 {
 					return Decision{Replica: m, Reason: ReasonMoved}, nil
 				}
@@ -138,7 +138,7 @@ func (w *WorkingSet) Pick(now time.Duration, req Request, reps []ReplicaState) (
 			return Decision{Replica: h, Reason: ReasonSticky}, nil
 		}
 		if m := w.LeastLoaded(reps, h, req.PromptTokens); m >= 0 && reps[m].InFlight+w.Margin <= reps[h].InFlight {
-			if w.Move {
+			if w.Move && !req.Side {
 				return Decision{Replica: m, Reason: ReasonMoved}, nil
 			}
 			return Decision{Replica: m, Reason: ReasonOverflow}, nil
