@@ -282,6 +282,9 @@ func (sc *Scenario) where(field string) string {
 		return ""
 	}
 	key, _, _ := strings.Cut(field, "[")
+	if line := sc.lines[key]; line > 0 {
+		return fmt.Sprintf("%s:%d: ", sc.source, line)
+	}
 	key, _, _ = strings.Cut(key, ".")
 	if line := sc.lines[key]; line > 0 {
 		return fmt.Sprintf("%s:%d: ", sc.source, line)
@@ -359,6 +362,12 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 			errs = append(errs, errors.New(prefixLine(source, nameField(tidyYAMLError(e), lines))))
 		}
 	}
+	// A field that failed to decode is left empty; validating it would only add
+	// a second, misleading message (e.g. "list the turns" after a type error).
+	undecoded := map[string]bool{}
+	for _, e := range errs {
+		undecoded[fieldOf(e.Error(), source)] = true
+	}
 	errs = append(errs, fractionalInts(data, source)...)
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -375,10 +384,16 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		errs = append(errs, fmt.Errorf("%svariants: empty list (omit the field for the default off, on)", sc.where("variants")))
 	}
 	if err := sc.Validate(); err != nil {
+		verrs := []error{err}
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = append(errs, j.Unwrap()...)
-		} else {
-			errs = append(errs, err)
+			verrs = j.Unwrap()
+		}
+		for _, e := range verrs {
+			f := fieldOf(e.Error(), source)
+			parent, _, _ := strings.Cut(f, ".")
+			if f == "" || !undecoded[f] && !undecoded[parent] {
+				errs = append(errs, e)
+			}
 		}
 	}
 	if len(errs) > 0 {
@@ -387,6 +402,27 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		return nil, errors.Join(errs...)
 	}
 	return sc.WithDefaults(), nil
+}
+
+// fieldOf returns the field an error message names ("source:N: field[i]: ..."
+// gives "field"), or "".
+func fieldOf(msg, source string) string {
+	if source != "" {
+		rest, ok := strings.CutPrefix(msg, source+":")
+		if !ok {
+			return ""
+		}
+		if n, tail, ok := strings.Cut(rest, ":"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			rest = tail
+		}
+		msg = strings.TrimSpace(rest)
+	}
+	f, _, ok := strings.Cut(msg, ": ")
+	if !ok || strings.ContainsAny(f, " \t") {
+		return ""
+	}
+	f, _, _ = strings.Cut(f, "[")
+	return f
 }
 
 // prefixLine turns yaml.v3's "line N: msg" into "source:N: msg".
@@ -405,15 +441,18 @@ func prefixLine(source, msg string) string {
 // tidyYAMLError rewrites yaml.v3 messages to name fields as the schema does.
 func tidyYAMLError(msg string) string {
 	msg = strings.ReplaceAll(msg, " in type loadgen.scenarioFile", "")
+	msg = strings.ReplaceAll(msg, " in type loadgen.SideRequests", "")
+	msg = strings.ReplaceAll(msg, " into loadgen.SideRequests", " into a map (turns, prompt_tokens, max_output_tokens)")
 	if strings.Contains(msg, "time.Duration") {
 		msg += ` (durations are Go duration strings such as "3m" or "500ms")`
 	}
 	return msg
 }
 
-// nameField inserts the top-level field a yaml.v3 "line N: ..." message is about
-// ("line N: field: ..."), when one key starts on that line and the message does
-// not name it already.
+// nameField inserts the field a yaml.v3 "line N: ..." message is about ("line N:
+// field: ..."), when a key starts on that line (the most nested one, when several
+// do: "side_requests.turns" before "side_requests") and the message does not name
+// it already.
 func nameField(msg string, lines map[string]int) string {
 	rest, ok := strings.CutPrefix(msg, "line ")
 	if !ok {
@@ -423,12 +462,16 @@ func nameField(msg string, lines map[string]int) string {
 	if !ok {
 		return msg
 	}
+	best := ""
 	for k, l := range lines {
-		if strconv.Itoa(l) == n && !strings.Contains(tail, k) {
-			return "line " + n + ": " + k + ": " + tail
+		if strconv.Itoa(l) == n && len(k) > len(best) {
+			best = k
 		}
 	}
-	return msg
+	if best == "" || strings.Contains(tail, best) {
+		return msg
+	}
+	return "line " + n + ": " + best + ": " + tail
 }
 
 // intFields are the scenario's integer fields that yaml.v3 would fill from a
@@ -452,7 +495,8 @@ func fractionalInts(data []byte, source string) []error {
 	return errs
 }
 
-// keyLines maps each top-level key of a YAML mapping to its line (1-based).
+// keyLines maps each top-level key of a YAML mapping to its line (1-based), and
+// each key of a mapping value one level down as "parent.key" (side_requests).
 func keyLines(data []byte) map[string]int {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
@@ -464,7 +508,13 @@ func keyLines(data []byte) map[string]int {
 	}
 	lines := map[string]int{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		lines[m.Content[i].Value] = m.Content[i].Line
+		k, v := m.Content[i], m.Content[i+1]
+		lines[k.Value] = k.Line
+		if v.Kind == yaml.MappingNode {
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				lines[k.Value+"."+v.Content[j].Value] = v.Content[j].Line
+			}
+		}
 	}
 	return lines
 }

@@ -23,9 +23,9 @@ func TestSideRequestsScenario(t *testing.T) {
 	}
 	_, err = ParseScenario([]byte("name: s\nturns: 3\nside_requests:\n  turns: [3, 1, 1]\n  prompt_tokens: -2\n"), "s.yaml")
 	for _, want := range []string{
-		"s.yaml:3: side_requests.turns[0]: turn 3 is not one of the session's turns 0..2",
-		"s.yaml:3: side_requests.turns[2]: turn 1 listed twice",
-		"s.yaml:3: side_requests.prompt_tokens: must be at least 1 token, got -2",
+		"s.yaml:4: side_requests.turns[0]: turn 3 is not one of the session's turns 0..2",
+		"s.yaml:4: side_requests.turns[2]: turn 1 listed twice",
+		"s.yaml:5: side_requests.prompt_tokens: must be at least 1 token, got -2",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
@@ -95,5 +95,28 @@ func TestLoopSendsSideRequestsBesideTurns(t *testing.T) {
 	// A side request's prompt shares nothing with its conversation's.
 	if sys := sides[0].Side.System; sys == "" || strings.HasPrefix(sides[0].Session.System, sys[:40]) {
 		t.Errorf("side system prompt %q... is the session's", sys[:min(40, len(sys))])
+	}
+}
+
+// Type errors inside side_requests name the nested field on its own line, and a
+// field that failed to decode gets no second, derived message.
+func TestSideRequestsTypeErrorsNameTheField(t *testing.T) {
+	for yaml, want := range map[string]string{
+		"side_requests:\n  turns: [0]\n  prompt_tokens: {mean: 50}\n": "s.yaml:3: side_requests.prompt_tokens: cannot unmarshal",
+		"side_requests:\n  turns: [\"a\"]\n":                          "s.yaml:2: side_requests.turns: cannot unmarshal",
+		"side_requests:\n  turn: [0]\n":                               "s.yaml:2: side_requests.turn: field turn not found",
+		"side_requests: 5\n":                                          "s.yaml:1: side_requests: cannot unmarshal !!int `5` into a map (turns, prompt_tokens, max_output_tokens)",
+	} {
+		_, err := ParseScenario([]byte(yaml), "s.yaml")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", yaml, err, want)
+			continue
+		}
+		if strings.Contains(yaml, "turn:") {
+			continue // turns really is missing there
+		}
+		if strings.Contains(err.Error(), "list the turns") {
+			t.Errorf("%q: a derived message after the type error: %v", yaml, err)
+		}
 	}
 }
