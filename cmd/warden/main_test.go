@@ -96,6 +96,9 @@ func TestBenchExitsNonZeroWhenNoTurnSucceeded(t *testing.T) {
 	if !strings.Contains(err.Error(), `variant "on" stage 1/1 (2 sessions): no successful turn`) {
 		t.Errorf("error does not say which stage failed: %v", err)
 	}
+	if !strings.Contains(err.Error(), "; first: status 200: timeout") {
+		t.Errorf("error does not say why the turns failed: %v", err)
+	}
 	if _, statErr := os.Stat(filepath.Join(dir, "results.csv")); statErr != nil {
 		t.Errorf("results not written: %v", statErr)
 	}

@@ -101,9 +101,27 @@ func checkRun(dir string) error {
 	for _, s := range sums {
 		if s.TurnsOK == 0 {
 			// Stages numbered from 1, as the progress lines do.
-			errs = append(errs, fmt.Errorf("variant %q stage %d/%d (%d sessions): no successful turn (%d failed)",
-				s.Variant, s.Stage+1, stagesOf[s.Variant], s.Sessions, s.TurnsFailed))
+			errs = append(errs, fmt.Errorf("variant %q stage %d/%d (%d sessions): no successful turn (%d failed%s)",
+				s.Variant, s.Stage+1, stagesOf[s.Variant], s.Sessions, s.TurnsFailed, firstFailure(run.Results, s)))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// firstFailure describes the first failed turn of s's variant done in its window
+// ("; first: status 400: ..."), so a stage with no successful turn says why; ""
+// when there is none.
+func firstFailure(results []loadgen.Result, s report.Summary) string {
+	for i := range results {
+		r := &results[i]
+		if r.Variant != s.Variant || r.Side || r.OK() || r.Done < s.WindowStart || r.Done >= s.WindowEnd {
+			continue
+		}
+		msg := r.Err
+		if msg == "" {
+			msg = "no error text"
+		}
+		return fmt.Sprintf("; first: status %d: %s", r.Status, msg)
+	}
+	return ""
 }
