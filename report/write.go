@@ -378,8 +378,19 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 			sc.Name, m.Seed, intList(sc.Stages), sc.StageDuration, sc.Warmup, sc.ThinkTime)
 		fmt.Fprintf(&b, "- prompts (nominal tokens): system %d, first turn %d, later turns %d, %d turns, max output %d\n",
 			sc.SystemPromptTokens, sc.FirstTurnTokens, sc.TurnTokens, sc.Turns, sc.MaxOutputTokens)
+		if sc.API != "" || sc.SessionHeader != "" {
+			fmt.Fprintf(&b, "- API: %s; session id: %s\n", sc.API, sc.SessionHeader)
+		}
+		if sr := sc.SideRequests; sr != nil {
+			fmt.Fprintf(&b, "- side requests beside turns %s (0-based): prompt %d, max output %d\n",
+				intList(sr.Turns), sr.PromptTokens, sr.MaxOutputTokens)
+		}
 	}
-	fmt.Fprintf(&b, "- mode: %s; target: %s; speed: %g simulated s per wall s\n", m.Mode, m.Target, m.Speed)
+	if m.Speed > 0 {
+		fmt.Fprintf(&b, "- mode: %s; target: %s; speed: %g simulated s per wall s\n", m.Mode, m.Target, m.Speed)
+	} else {
+		fmt.Fprintf(&b, "- mode: %s; target: %s\n", m.Mode, m.Target)
+	}
 	fmt.Fprintf(&b, "- replicas: %d (%s)", len(m.Replicas), strings.Join(m.Replicas, ", "))
 	if m.Profile != "" {
 		fmt.Fprintf(&b, "; simulator profile: %s", m.Profile)
