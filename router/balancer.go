@@ -371,7 +371,7 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
 				b.sessions.set(now, h, d.Replica)
 			}
-			b.sessions.setTokens(h, now, f.PromptTokens)
+			b.sessions.setTokens(h, now, f.PromptTokens, side)
 		}
 	} else {
 		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1, PromptTokens: f.PromptTokens}, b.view)

@@ -28,7 +28,7 @@ const (
 	// is the usual figure for English text and code with BPE tokenizers; JSON
 	// escaping and field names make a request body somewhat longer than its
 	// prompt, so the estimate leans high.
-	CharsPerToken = 4
+	CharsPerToken = BytesPerTokenEstimate
 	// MinMeasuredPromptTokens: while the responses report no prompt size, bytes
 	// per token is measured as the request body bytes the router sent to the
 	// replicas over the rate window divided by the prompt tokens they counted

@@ -548,7 +548,11 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 		kvTokens             int64 // (num_gpu_blocks - 1) x block_size, summed
 	}
 	rt.recordCard(t, snap, at)
-	t.pool.Balancer.ObserveSizeWindow(rt.windowBytesPerToken(t.pool))
+	if _, src := t.pool.Balancer.BytesPerToken(); src != SizeResponses {
+		// The /metrics ratio is only a fallback: once the responses have
+		// calibrated the estimate, do not recompute it on every scrape.
+		t.pool.Balancer.ObserveSizeWindow(rt.windowBytesPerToken(t.pool))
+	}
 	per := make([]agg, len(t.replicas))
 	for _, e := range snap.Engines {
 		k := 0

@@ -308,14 +308,12 @@ func (t *SessionTable) contextTokens(h uint64, now time.Duration, tokens int) (i
 }
 
 // setTokens records the context estimate of the session with hash h from a
-// request of prompt tokens at now, unless it is a side request (contextTokens).
-// No-op for an unknown hash or tokens <= 0.
-func (t *SessionTable) setTokens(h uint64, now time.Duration, tokens int) {
+// request of prompt tokens at now; side is what contextTokens said of that
+// request (a side request leaves the estimate alone). No-op for an unknown hash
+// or tokens <= 0.
+func (t *SessionTable) setTokens(h uint64, now time.Duration, tokens int, side bool) {
 	idx, ok := t.index[h]
-	if !ok || tokens <= 0 {
-		return
-	}
-	if _, side := t.contextTokens(h, now, tokens); side {
+	if !ok || tokens <= 0 || side {
 		return
 	}
 	e := &t.ents[idx]
@@ -357,7 +355,9 @@ func (t *SessionTable) observeCache(h uint64, replica, prompt, cached int) {
 // leaves it; see contextTokens); it counts in LiveTokens of the session's home
 // while live.
 func (t *SessionTable) SetTokens(key string, tokens int) {
-	t.setTokens(t.hash(key), t.now(), tokens)
+	h, now := t.hash(key), t.now()
+	_, side := t.contextTokens(h, now, tokens)
+	t.setTokens(h, now, tokens, side)
 }
 
 // lookup returns the home of hash h (touching it) or -1, and whether the session
