@@ -87,11 +87,11 @@ func (tr *TurnRequest) system() string {
 
 // maxTokens returns the output limit tr is sent with: its side request's, else
 // the client's turn limit.
-func (tr *TurnRequest) maxTokens(turn int) int {
+func (tr *TurnRequest) maxTokens(turnLimit int) int {
 	if tr.Side != nil {
 		return tr.Side.MaxTokens
 	}
-	return turn
+	return turnLimit
 }
 
 // TurnRequest is one turn the closed loop wants sent. Messages is a snapshot of the
