@@ -25,6 +25,14 @@ const (
 	MetricDecision      = "warden_decision_seconds"          // histogram: Balancer.Acquire wall time
 	MetricUpstreamTTFB  = "warden_upstream_ttfb_seconds"     // histogram{model,replica}: sent -> first body byte
 	MetricDecisionTotal = "warden_decisions_by_reason_total" // counter{model,replica,decision} from the Balancer
+
+	// The working set the policies compare with the KV cache, and the per-request
+	// prefix-cache view (ReplicaStatus fields of the same meaning).
+	MetricLiveConversations = "warden_live_conversations"        // gauge{model,replica}: ReplicaStatus.Live
+	MetricLiveTokens        = "warden_live_tokens"               // gauge{model,replica}: ReplicaStatus.LiveTokens
+	MetricKVCapacityTokens  = "warden_kv_capacity_tokens"        // gauge{model,replica}; absent while unknown
+	MetricUsagePrompt       = "warden_usage_prompt_tokens_total" // counter{model,replica}: ReplicaStatus.UsagePromptTokens
+	MetricUsageCached       = "warden_usage_cached_tokens_total" // counter{model,replica}: ReplicaStatus.UsageCachedTokens
 )
 
 // Metrics are the router's own Prometheus metrics, in their own registry. A nil
@@ -39,7 +47,8 @@ type Metrics struct {
 }
 
 // NewMetrics builds the registry. pools is read at every scrape for the gauges
-// (in-flight, sessions, health, scrape age, affinity).
+// (in-flight, sessions, health, scrape age, affinity, live working set, KV
+// capacity) and the Balancer's counters (decisions by reason, usage tokens).
 func NewMetrics(pools func() []*Pool) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
@@ -115,10 +124,16 @@ var (
 	descScrapeAge = prometheus.NewDesc(MetricScrapeAge, "Age of the last engine-load observation, simulated seconds.", []string{"model", "replica"}, nil)
 	descAffinity  = prometheus.NewDesc(MetricAffinity, "1 when session affinity is on.", []string{"model"}, nil)
 	descDecisions = prometheus.NewDesc(MetricDecisionTotal, "Decisions by reason as counted by the Balancer (incl. retries).", []string{"model", "replica", "decision"}, nil)
+	descLive      = prometheus.NewDesc(MetricLiveConversations, "Conversations homed on the replica with a request within the live window.", []string{"model", "replica"}, nil)
+	descLiveTok   = prometheus.NewDesc(MetricLiveTokens, "Summed context estimates of the live conversations, tokens: the working set compared with the KV cache.", []string{"model", "replica"}, nil)
+	descKVCap     = prometheus.NewDesc(MetricKVCapacityTokens, "The replica's KV cache in tokens, (num_gpu_blocks - 1) x block_size from vllm:cache_config_info.", []string{"model", "replica"}, nil)
+	descUsageP    = prometheus.NewDesc(MetricUsagePrompt, "Prompt tokens of responses whose usage carried a cached-token count.", []string{"model", "replica"}, nil)
+	descUsageC    = prometheus.NewDesc(MetricUsageCached, "Of those prompt tokens, the ones the replica read from its prefix cache (per-request usage).", []string{"model", "replica"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descSessions, descHealthy, descScrapeAge, descAffinity, descDecisions} {
+	for _, d := range []*prometheus.Desc{descInFlight, descSessions, descHealthy, descScrapeAge, descAffinity, descDecisions,
+		descLive, descLiveTok, descKVCap, descUsageP, descUsageC} {
 		ch <- d
 	}
 }
@@ -145,6 +160,13 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			for _, r := range Reasons {
 				ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(s.ServedBy[r.String()]), pool.Model, s.Name, r.String())
 			}
+			ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(s.Live), pool.Model, s.Name)
+			ch <- prometheus.MustNewConstMetric(descLiveTok, prometheus.GaugeValue, float64(s.LiveTokens), pool.Model, s.Name)
+			if s.KVCapacityTokens > 0 {
+				ch <- prometheus.MustNewConstMetric(descKVCap, prometheus.GaugeValue, float64(s.KVCapacityTokens), pool.Model, s.Name)
+			}
+			ch <- prometheus.MustNewConstMetric(descUsageP, prometheus.CounterValue, float64(s.UsagePromptTokens), pool.Model, s.Name)
+			ch <- prometheus.MustNewConstMetric(descUsageC, prometheus.CounterValue, float64(s.UsageCachedTokens), pool.Model, s.Name)
 		}
 	}
 }

@@ -798,10 +798,16 @@ func TestRouterMetricsCountRequests(t *testing.T) {
 		`warden_replica_healthy{model="*",replica="a"} 1`,
 		`warden_decision_seconds_count 2`,
 		`warden_upstream_ttfb_seconds_count{model="*",replica="a"} 2`,
+		`warden_live_conversations{model="*",replica="a"} 1`,
+		`warden_usage_prompt_tokens_total{model="*",replica="a"} 0`, // the stub sends no usage
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	// The stub serves no vllm:cache_config_info: the capacity is unknown, not 0.
+	if strings.Contains(body, MetricKVCapacityTokens+"{") {
+		t.Errorf("metrics report a KV capacity the router never learned")
 	}
 }
 
