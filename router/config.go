@@ -73,6 +73,11 @@ type Config struct {
 	// SnapshotInterval of the shortest-queue policy (affinity off); default 100ms.
 	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
 	Seed             uint64        `yaml:"seed"` // tie-break randomness
+	// SkipPinningCheck turns off the check, once at start, that every URL with
+	// dp_ranks > 1 honours X-Data-Parallel-Rank (CheckDPPinning: two one-token
+	// requests per rank; the verdict goes to the log and /status). Default false:
+	// the check runs.
+	SkipPinningCheck bool          `yaml:"skip_pinning_check"`
 	Models           []ModelConfig `yaml:"models"`
 
 	// Clock gives simulated time; nil means wall time (speed 1). Set it to the

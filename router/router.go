@@ -20,6 +20,10 @@ import (
 // probeTimeout bounds one /health or /metrics request (wall time).
 const probeTimeout = 5 * time.Second
 
+// pinProbeTimeout bounds one request of the DP pinning check (a one-token
+// generation, which waits in the engine's queue on a busy server).
+const pinProbeTimeout = 60 * time.Second
+
 // Router is a configured router: the Proxy with one Balancer per model, the admin
 // API, its metrics, and the background loops (health checks and /metrics scrapes)
 // that Run drives.
@@ -56,6 +60,7 @@ type target struct {
 	prefix  []prefixStats // by position in replicas
 	healthy bool
 	card    []rateWindow // recent scrape samples for the status card, by position in replicas
+	pin     *PinCheck    // DP pinning verdict (checkPinning); nil before or without a check
 }
 
 // prefixStats holds the prefix-cache counters of one replica as scraped: the first
@@ -358,6 +363,11 @@ type ReplicaReport struct {
 	ReplicaStatus
 	URL  string `json:"url"`
 	Rank *int   `json:"dp_rank,omitempty"`
+	// DPPinning is whether the server behind URL honours X-Data-Parallel-Rank
+	// (CheckDPPinning, run once at start for a URL with several ranks); absent
+	// for a replica that is not a rank, before the check ends, or with
+	// Config.SkipPinningCheck.
+	DPPinning *PinCheck `json:"dp_pinning,omitempty"`
 	// PrefixHitRate is hits/queries of vLLM's prefix-cache counters since the
 	// router's first scrape of this replica (reset-aware); -1 before two scrapes
 	// or without queries. PrefixHitRateLifetime uses the counters' absolute values
@@ -405,6 +415,7 @@ func (rt *Router) fillPrefix(pool *Pool, replica int, rep *ReplicaReport) {
 			}
 			t.mu.Lock()
 			ps := t.prefix[k]
+			rep.DPPinning = t.pin
 			t.mu.Unlock()
 			if ps.have && ps.windowQueries > 0 {
 				rep.PrefixHitRate = ps.windowHit / ps.windowQueries
@@ -445,6 +456,47 @@ func (rt *Router) startLoops(ctx context.Context, wg *sync.WaitGroup, t *target)
 	if rt.cfg.ScrapeInterval > 0 {
 		wg.Go(func() { rt.every(ctx, rt.cfg.ScrapeInterval, func() { rt.scrape(ctx, t) }) })
 	}
+	if t.ranked && len(t.replicas) > 1 && !rt.cfg.SkipPinningCheck {
+		wg.Go(func() { rt.checkPinning(ctx, t) })
+	}
+}
+
+// checkPinning runs CheckDPPinning once against a URL with several DP ranks, as
+// soon as its /health answers (checked every second of wall time), and keeps the
+// verdict for Status. A server that ignores the header is logged as an error:
+// every rank the router picks is then vLLM's balancer's pick.
+func (rt *Router) checkPinning(ctx context.Context, t *target) {
+	for {
+		resp, err := rt.get(ctx, t, "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	model := t.pool.Model
+	hc := &http.Client{Transport: rt.client.Transport, Timeout: pinProbeTimeout}
+	pc := CheckDPPinning(ctx, hc, t.url.String(), model, len(t.replicas))
+	if ctx.Err() != nil {
+		return
+	}
+	t.mu.Lock()
+	t.pin = &pc
+	t.mu.Unlock()
+	lvl := slog.LevelInfo
+	switch pc.Verdict {
+	case PinIgnored:
+		lvl = slog.LevelError
+	case PinUnverified:
+		lvl = slog.LevelWarn
+	}
+	rt.log.Log(ctx, lvl, "DP pinning check", "model", t.pool.Model, "url", t.url.String(), "verdict", string(pc.Verdict), "detail", pc.Detail)
 }
 
 // every calls f now and then once per interval of simulated time until ctx ends.

@@ -123,6 +123,7 @@ Ctrl-C stops after writing what is complete.`,
 	f.BoolVar(&o.Virtual, "virtual", false, "run in deterministic virtual time (no HTTP)")
 	f.StringSliceVar(&o.Replicas, "replicas", nil, "real vLLM servers: comma-separated base URLs (or name=URL)")
 	f.IntVar(&o.DPRanks, "dp-ranks", 0, "with one --replicas URL: number of data-parallel ranks behind it")
+	f.BoolVar(&o.SkipPinningCheck, "skip-pinning-check", false, "with --dp-ranks: do not check (2 one-token requests per rank) that the server honours X-Data-Parallel-Rank; without this flag a server that ignores it stops the run")
 	f.StringVar(&o.RouterURL, "router", "", "an already running warden router's API root")
 	f.StringVar(&o.AdminURL, "admin-url", "", "with --router: its admin API root (e.g. http://127.0.0.1:8081)")
 	f.StringVar(&o.AdminToken, "admin-token", "", "with --router: its admin bearer token")

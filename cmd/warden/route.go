@@ -22,6 +22,7 @@ func newRouteCmd() *cobra.Command {
 		adminTok   string
 		threshold  int
 		maxNumSeqs int
+		skipPin    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "route",
@@ -50,7 +51,12 @@ affinity, the policy and the threshold per model at run time:
 
 Either a YAML config (--config, see docs/router.md) or replicas on the command line:
   warden route --replica http://gpu0:8000 --replica http://gpu1:8000
-  warden route --replica http://gpu:8000,dp_ranks=4      # one DP=4 server`,
+  warden route --replica http://gpu:8000,dp_ranks=4      # one DP=4 server
+
+A server with dp_ranks is checked once at start: two one-token requests pinned to
+each rank must be counted by that rank's engine (vllm:request_success_total). A
+server that ignores X-Data-Parallel-Rank is logged as an error (the router cannot
+place conversations on it); --skip-pinning-check turns the check off.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var (
@@ -88,6 +94,9 @@ Either a YAML config (--config, see docs/router.md) or replicas on the command l
 			if adminTok != "" {
 				cfg.AdminToken = adminTok
 			}
+			if skipPin {
+				cfg.SkipPinningCheck = true
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -107,6 +116,7 @@ Either a YAML config (--config, see docs/router.md) or replicas on the command l
 	f.StringVar(&adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
 	f.IntVar(&threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4)")
 	f.IntVar(&maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32)")
+	f.BoolVar(&skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 	return cmd
 }
 

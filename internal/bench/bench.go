@@ -64,6 +64,11 @@ type Options struct {
 	// number of DP ranks behind it.
 	Replicas []string
 	DPRanks  int
+	// SkipPinningCheck skips the pre-flight check that a server with DP ranks
+	// honours X-Data-Parallel-Rank (router.CheckDPPinning). Without it a server
+	// that ignores the header stops the run: both variants would measure vLLM's
+	// own balancer.
+	SkipPinningCheck bool
 	// External router: its API root, admin root and token.
 	RouterURL  string
 	AdminURL   string
@@ -262,6 +267,11 @@ func runHTTP(ctx context.Context, o Options) error {
 	if _, err := Preflight(ctx, progress, servers, o.Scenario); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
+	if !o.SkipPinningCheck {
+		if err := checkPinning(ctx, progress, rcfgs, o.Scenario.Model); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
 	for i, r := range rcfgs {
 		name := r.Name
 		if name == "" {
@@ -284,6 +294,7 @@ func runHTTP(ctx context.Context, o Options) error {
 		}
 		rcfg.Clock = clock
 		rcfg.AdminToken = DefaultAdminToken
+		rcfg.SkipPinningCheck = true // checked in the pre-flight, before any stage
 		rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		for i := range rcfg.Models {
 			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
@@ -317,6 +328,27 @@ func runHTTP(ctx context.Context, o Options) error {
 	}
 	_, err = loadgen.Run(ctx, rc)
 	return err
+}
+
+// checkPinning runs router.CheckDPPinning on every server with more than one DP
+// rank and prints the verdict; a server that ignores X-Data-Parallel-Rank is an
+// error, an undecided check a warning.
+func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig, model string) error {
+	for _, r := range rcfgs {
+		if r.DPRanks < 2 {
+			continue
+		}
+		pc := router.CheckDPPinning(ctx, nil, r.URL, model, r.DPRanks)
+		switch pc.Verdict {
+		case router.PinIgnored:
+			return fmt.Errorf("pre-flight: %s is not honoured: %s; the affinity-on variant would measure vLLM's balancer again (--skip-pinning-check runs anyway)", router.HeaderDPRank, pc.Detail)
+		case router.PinUnverified:
+			fmt.Fprintf(w, "pre-flight: warning: could not check that %s pins ranks: %s\n", router.HeaderDPRank, pc.Detail)
+		default:
+			fmt.Fprintf(w, "pre-flight: %s pins ranks: %s\n", router.HeaderDPRank, pc.Detail)
+		}
+	}
+	return nil
 }
 
 func withDPRanks(specs []string, ranks int) []string {

@@ -78,6 +78,7 @@ type Engine struct {
 	PromptTokens     float64 // prompt tokens, including cached ones
 	GenerationTokens float64 // generated tokens
 	Preemptions      float64 // requests preempted
+	RequestsFinished float64 // vllm:request_success_total summed over finished_reason
 
 	// PromptBySource is vllm:prompt_tokens_by_source_total by its source label
 	// (local_compute, local_cache_hit, external_kv_transfer); nil when absent.
@@ -152,6 +153,7 @@ func Parse(r io.Reader) (*Snapshot, error) {
 		PromptTokens:        {PromptTokens, false, func(e *Engine) *float64 { return &e.PromptTokens }},
 		GenerationTokens:    {GenerationTokens, false, func(e *Engine) *float64 { return &e.GenerationTokens }},
 		NumPreemptions:      {NumPreemptions, false, func(e *Engine) *float64 { return &e.Preemptions }},
+		RequestSuccess:      {RequestSuccess, false, func(e *Engine) *float64 { return &e.RequestsFinished }},
 	}
 	// The current names win over legacy ones when a server exports both.
 	names := make([]string, 0, len(fams))

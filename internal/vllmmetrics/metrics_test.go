@@ -80,6 +80,24 @@ func TestParseDuplicatePidSeriesFoldToMax(t *testing.T) {
 	}
 }
 
+// vllm:request_success_total has one series per finished_reason (and, with several
+// API servers, per pid); an engine's finished count is their sum.
+func TestRequestsFinishedSumsFinishReasons(t *testing.T) {
+	body := `# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 5
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 3
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 1
+vllm:request_success_total{engine="1",finished_reason="stop",model_name="m"} 2
+`
+	s, err := Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e0, e1 := s.Engine("0"), s.Engine("1"); e0 == nil || e1 == nil || e0.RequestsFinished != 9 || e1.RequestsFinished != 2 || !e0.Present[RequestSuccess] {
+		t.Fatalf("finished counts: %+v %+v, want 9 and 2", e0, e1)
+	}
+}
+
 func TestParseRejectsGarbage(t *testing.T) {
 	_, err := Parse(strings.NewReader("vllm:num_requests_running{engine=\"0\" 1\n"))
 	if err == nil {

@@ -40,6 +40,12 @@ type Config struct {
 	// DataParallelSize: 0 or 1 = one engine per server; N = one server with N engines
 	// behind vLLM's internal DP balancer (the header X-data-parallel-rank pins a rank).
 	DataParallelSize int
+	// IgnoreRankHeader makes the servers ignore X-data-parallel-rank and let the
+	// internal balancer place every request, as a vLLM that does not read the header
+	// does (an endpoint that does not pass it on answers 200 all the same; see
+	// vllm-project/vllm PR #42330 for one such endpoint). For testing the router's
+	// pinning check (router.CheckDPPinning). Default false: the header pins.
+	IgnoreRankHeader bool
 	// Profile names a built-in sim.Profile. Default "a4000-qwen3-4b".
 	Profile string
 	// Model is the served model name (--served-model-name). Default: the profile's

@@ -201,11 +201,11 @@ func (s *Server) plan(promptTokens int, limit *int) (int, string, *apiError) {
 	return s.cfg.ReplyTokens, "stop", nil
 }
 
-// pickEngine chooses the engine for a request: the rank in RankHeader, else the DP
-// balancer's choice. The returned release must be called once the request ends.
+// pickEngine chooses the engine for a request: the rank in RankHeader (unless
+// Config.IgnoreRankHeader), else the DP balancer's choice. The returned release must be called once the request ends.
 func (s *Server) pickEngine(r *http.Request) (*Engine, func(), *apiError) {
 	n := len(s.engines)
-	if h := r.Header.Get(RankHeader); h != "" {
+	if h := r.Header.Get(RankHeader); h != "" && !s.cfg.IgnoreRankHeader {
 		k, err := strconv.Atoi(strings.TrimSpace(h))
 		if err != nil {
 			return nil, nil, badRequest("", "%s header must be an integer: got %q", RankHeader, h)

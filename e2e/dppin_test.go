@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/sim/simhttp"
+)
+
+// The pinning check over a simulated DP server: a server that reads
+// X-data-parallel-rank is "honored"; one that ignores it (IgnoreRankHeader, vLLM's
+// balancer placing every request, the answers still 200) is "ignored", and the
+// detail names the rank and where the probes ran.
+func TestDPPinningCheckOverSimulator(t *testing.T) {
+	for _, ignore := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 4, IgnoreRankHeader: ignore})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		got := router.CheckDPPinning(ctx, nil, cl.URLs()[0], "", 4)
+		cl.Close()
+		cancel()
+		want := router.PinHonored
+		if ignore {
+			want = router.PinIgnored
+		}
+		if got.Verdict != want {
+			t.Errorf("ignore header %v: verdict %q (%s), want %q", ignore, got.Verdict, got.Detail, want)
+		}
+		if ignore && !strings.Contains(got.Detail, "pinned to rank 3") {
+			t.Errorf("detail does not name the first rank probed: %s", got.Detail)
+		}
+		t.Logf("ignore header %v: %s: %s", ignore, got.Verdict, got.Detail)
+	}
+}
+
+// The router checks pinning itself at start: on a DP server that ignores the
+// header, every rank's /status carries the "ignored" verdict and the log has an
+// error naming the URL; with skip_pinning_check the probes are never sent.
+func TestRouterChecksPinningAtStart(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 4, IgnoreRankHeader: true})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		cfg, err := router.ConfigForURLs([]string{cl.URLs()[0] + ",dp_ranks=4"}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		cfg.Clock = cl.Clock()
+		cfg.SkipPinningCheck = skip
+		rt, err := router.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); rt.Run(ctx) }()
+		if !skip {
+			var reps []router.ReplicaReport
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				reps = rt.Status().Models[0].Replicas
+				if reps[0].DPPinning != nil || time.Now().After(deadline) {
+					break
+				}
+			}
+			for _, r := range reps {
+				if r.DPPinning == nil || r.DPPinning.Verdict != router.PinIgnored {
+					t.Errorf("replica %s: dp_pinning %+v, want ignored", r.Name, r.DPPinning)
+				}
+			}
+			if s := logs.String(); !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "DP pinning check") || !strings.Contains(s, cl.URLs()[0]) {
+				t.Errorf("no error logged for the ignored header:\n%s", s)
+			}
+		} else {
+			// Wait until the router has scraped the server (the scrape loop starts
+			// with the probes' goroutine), then check no request was finished.
+			for deadline := time.Now().Add(10 * time.Second); rt.Status().Models[0].Replicas[0].KVCapacityTokens == 0; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no scrape within 10 s")
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+			var finished int64
+			for _, e := range cl.Engines() {
+				st := e.Stats()
+				finished += st.RequestsFinished + st.PromptTokens
+			}
+			if finished != 0 || rt.Status().Models[0].Replicas[0].DPPinning != nil {
+				t.Errorf("skip_pinning_check: %d requests finished on the server, dp_pinning %+v", finished, rt.Status().Models[0].Replicas[0].DPPinning)
+			}
+		}
+		cancel()
+		<-done
+		cl.Close()
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the router's logger and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,227 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lmwarden/warden/internal/vllmmetrics"
+)
+
+// PinVerdict is what CheckDPPinning concluded about a DP server.
+type PinVerdict string
+
+const (
+	// PinHonored: every probe pinned to rank k was counted by engine k alone.
+	PinHonored PinVerdict = "honored"
+	// PinIgnored: a probe pinned to rank k was not counted by engine k, so the
+	// server's own balancer chose the rank: the router's placement has no effect.
+	PinIgnored PinVerdict = "ignored"
+	// PinUnverified: the check could not decide (the server refused the probes,
+	// exports no per-engine counters, or other traffic made the counts ambiguous).
+	PinUnverified PinVerdict = "unverified"
+)
+
+// PinCheck is the result of CheckDPPinning; Detail says why, in one sentence.
+type PinCheck struct {
+	Verdict PinVerdict `json:"verdict"`
+	Detail  string     `json:"detail"`
+}
+
+// Probe parameters of CheckDPPinning: pinProbesPerRank probes are sent to each rank
+// in turn; pinAttempts rounds per rank are tried when other traffic moves the
+// counters; pinCounterWait bounds the wait for the finished-request counter to show
+// the probes (vLLM records it in its output loop, just after the response).
+const (
+	pinProbesPerRank = 2
+	pinAttempts      = 3
+	pinCounterWait   = 3 * time.Second
+)
+
+// CheckDPPinning verifies that the vLLM server at base (scheme://host:port, no
+// trailing /v1) honours X-Data-Parallel-Rank for ranks 0..ranks-1. For each rank, in
+// descending order (so a balancer whose scan starts at rank 0 or rotates from it
+// cannot match by chance), it sends two identical one-token chat completions pinned
+// to that rank, one after the other, and reads vllm:request_success_total per engine
+// label from base/metrics before and after. Pinned, the pair adds 2 to engine k's
+// count; ignored, vLLM's balancer spreads them (its optimistic +1 per request makes
+// two consecutive requests land on different ranks). Counters only grow, so a pair
+// that engine k counted fewer than 2 of proves the header is ignored even with other
+// traffic; "honored" needs, for every rank, a round in which the whole server
+// counted exactly the pair (no other requests finished meanwhile).
+//
+// model is the served model name for the probes; "" or "*" asks GET base/v1/models
+// and uses the first id. The probes carry no credentials: a server started with
+// --api-key answers 401 and the verdict is PinUnverified. hc nil uses a client with a
+// 30 s timeout. The check sends 2 x ranks requests of a few prompt tokens each.
+func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ranks int) PinCheck {
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	base = strings.TrimRight(base, "/")
+	unverified := func(format string, args ...any) PinCheck {
+		return PinCheck{Verdict: PinUnverified, Detail: fmt.Sprintf(format, args...)}
+	}
+	if ranks < 2 {
+		return unverified("%s: %d DP rank(s), nothing to pin", base, ranks)
+	}
+	if model == "" || model == "*" {
+		m, err := firstModel(ctx, hc, base)
+		if err != nil {
+			return unverified("%s: %v", base, err)
+		}
+		model = m
+	}
+	finished := func() ([]float64, error) {
+		snap, err := scrapeOnce(ctx, hc, base+"/metrics")
+		if err != nil {
+			return nil, err
+		}
+		out := make([]float64, ranks)
+		for k := range ranks {
+			e := snap.Engine(strconv.Itoa(k))
+			if e == nil || !e.Present[vllmmetrics.RequestSuccess] {
+				return nil, fmt.Errorf("/metrics has no %s{engine=%q}: per-rank counts are needed to see where a request ran", vllmmetrics.RequestSuccess, strconv.Itoa(k))
+			}
+			out[k] = e.RequestsFinished
+		}
+		return out, nil
+	}
+	for k := ranks - 1; k >= 0; k-- {
+		clean := false
+		for attempt := 0; attempt < pinAttempts && !clean; attempt++ {
+			before, err := finished()
+			if err != nil {
+				return unverified("%s: %v", base, err)
+			}
+			for range pinProbesPerRank {
+				if err := pinProbe(ctx, hc, base, model, k); err != nil {
+					return unverified("%s: probe pinned to rank %d: %v", base, k, err)
+				}
+			}
+			var delta []float64
+			var total float64
+			for deadline := time.Now().Add(pinCounterWait); ; {
+				after, err := finished()
+				if err != nil {
+					return unverified("%s: %v", base, err)
+				}
+				delta, total = make([]float64, ranks), 0
+				for j := range ranks {
+					delta[j] = vllmmetrics.CounterDelta(before[j], after[j])
+					total += delta[j]
+				}
+				if total >= pinProbesPerRank || time.Now().After(deadline) {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return unverified("%s: %v", base, ctx.Err())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			if total < pinProbesPerRank {
+				return unverified("%s: %s rose by %g after %d answered probes within %s", base, vllmmetrics.RequestSuccess, total, pinProbesPerRank, pinCounterWait)
+			}
+			if delta[k] < pinProbesPerRank {
+				return PinCheck{Verdict: PinIgnored, Detail: fmt.Sprintf(
+					"%s: %d requests pinned to rank %d with %s were counted by the engines as %s: the server's balancer chose the rank, so a router cannot place conversations on it (use a vLLM that reads the header, or one server per rank)",
+					base, pinProbesPerRank, k, HeaderDPRank, countsByEngine(delta))}
+			}
+			clean = total == pinProbesPerRank
+		}
+		if !clean {
+			return unverified("%s: other requests finished during every probe of rank %d (%d attempts); run the check on an idle server", base, k, pinAttempts)
+		}
+	}
+	return PinCheck{Verdict: PinHonored, Detail: fmt.Sprintf("%s: %d probes pinned to each of %d ranks were each counted by that rank's engine", base, pinProbesPerRank, ranks)}
+}
+
+// countsByEngine formats per-engine deltas, e.g. "engine 0: 1, engine 1: 1".
+func countsByEngine(delta []float64) string {
+	var parts []string
+	for j, d := range delta {
+		if d != 0 {
+			parts = append(parts, fmt.Sprintf("engine %d: %g", j, d))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// pinProbe sends one non-streamed one-token chat completion pinned to rank and
+// reads the reply; any status but 200 is an error quoting the start of the body.
+func pinProbe(ctx context.Context, hc *http.Client, base, model string, rank int) error {
+	body, _ := json.Marshal(map[string]any{
+		"model":       model,
+		"messages":    []map[string]string{{"role": "user", "content": "warden DP pinning probe: reply with one word."}},
+		"max_tokens":  1,
+		"temperature": 0,
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderDPRank, strconv.Itoa(rank))
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d: %.200s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+// firstModel returns the first id of GET base/v1/models.
+func firstModel(ctx context.Context, hc *http.Client, base string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /v1/models: status %d", resp.StatusCode)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil {
+		return "", fmt.Errorf("GET /v1/models: %w", err)
+	}
+	if len(list.Data) == 0 || list.Data[0].ID == "" {
+		return "", fmt.Errorf("GET /v1/models lists no model")
+	}
+	return list.Data[0].ID, nil
+}
+
+// scrapeOnce fetches and parses one /metrics body.
+func scrapeOnce(ctx context.Context, hc *http.Client, url string) (*vllmmetrics.Snapshot, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: status %d", resp.StatusCode)
+	}
+	return vllmmetrics.Parse(resp.Body)
+}

@@ -1,0 +1,99 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// dpServer is a stand-in for a vLLM server with DP ranks: it counts each chat
+// completion on an engine (the pinned rank, or round robin when it ignores the
+// header), adds extra finished requests per probe on engine 0 (other traffic), and
+// exports the counts as vllm:request_success_total per engine; or it serves a fixed
+// /metrics body, or refuses the probes with a status.
+type dpServer struct {
+	mu       sync.Mutex
+	ranks    int
+	ignore   bool
+	extra    int
+	status   int    // probe status; 0 = 200
+	metrics  string // fixed /metrics body; "" = the counts
+	finished []int
+	next     int
+}
+
+func (d *dpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch r.URL.Path {
+	case "/v1/models":
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"served-model"}]}`)
+	case "/v1/chat/completions":
+		if d.status != 0 {
+			http.Error(w, `{"error":"unauthorized"}`, d.status)
+			return
+		}
+		k := d.next % d.ranks
+		d.next++
+		if h := r.Header.Get(HeaderDPRank); h != "" && !d.ignore {
+			k, _ = strconv.Atoi(h)
+		}
+		d.finished[k]++
+		d.finished[0] += d.extra
+		fmt.Fprint(w, `{"choices":[{"message":{"content":"ok"}}]}`)
+	case "/metrics":
+		if d.metrics != "" {
+			fmt.Fprint(w, d.metrics)
+			return
+		}
+		fmt.Fprintln(w, "# TYPE vllm:request_success_total counter")
+		for k, n := range d.finished {
+			// Two finished_reason series per engine: the parser sums them.
+			fmt.Fprintf(w, "vllm:request_success_total{engine=\"%d\",finished_reason=\"length\",model_name=\"served-model\"} %d\n", k, n)
+			fmt.Fprintf(w, "vllm:request_success_total{engine=\"%d\",finished_reason=\"stop\",model_name=\"served-model\"} 7\n", k)
+		}
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func TestCheckDPPinning(t *testing.T) {
+	fixture, err := os.ReadFile("testdata/vllm-metrics-v1-0.10.0-engine0-excerpt.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		srv     *dpServer
+		ranks   int
+		want    PinVerdict
+		explain string // a part of the detail
+	}{
+		{"pinned", &dpServer{}, 4, PinHonored, "each of 4 ranks"},
+		{"header ignored", &dpServer{ignore: true}, 4, PinIgnored, "pinned to rank 3"},
+		{"two ranks, header ignored", &dpServer{ignore: true}, 2, PinIgnored, "engine 0: 1, engine 1: 1"},
+		{"other traffic on every attempt", &dpServer{extra: 1}, 4, PinUnverified, "other requests finished"},
+		{"other traffic, header ignored", &dpServer{ignore: true, extra: 1}, 4, PinIgnored, "pinned to rank 3"},
+		{"probes refused", &dpServer{status: http.StatusUnauthorized}, 4, PinUnverified, "status 401"},
+		{"recorded vLLM 0.10 /metrics excerpt: no finished counts", &dpServer{metrics: string(fixture)}, 4, PinUnverified, `no vllm:request_success_total{engine="0"}`},
+		{"one rank", &dpServer{}, 1, PinUnverified, "nothing to pin"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.srv.ranks = 4
+			tc.srv.finished = make([]int, 4)
+			srv := httptest.NewServer(tc.srv)
+			defer srv.Close()
+			got := CheckDPPinning(context.Background(), srv.Client(), srv.URL+"/", "*", tc.ranks)
+			if got.Verdict != tc.want || !strings.Contains(got.Detail, tc.explain) {
+				t.Errorf("got %q: %s; want %q with %q", got.Verdict, got.Detail, tc.want, tc.explain)
+			}
+		})
+	}
+}
