@@ -4,7 +4,8 @@
 //
 // It owns: reading a results directory (Load), stage summaries (Summarize, Summary),
 // off -> on deltas with a noise verdict (NewDelta, Delta), the output files
-// (Generate, ResultsCSV, ResultsJSON, SummaryMarkdown, WritePlots), the terminal
+// (Generate, ResultsCSV, TurnsByIndexCSV, ResultsJSON, SummaryMarkdown, WritePlots),
+// the breakdown of each stage by turn index (Summary.ByTurn, TurnStats), the terminal
 // table (WriteTable) and run-to-run comparison with regression gates (Compare,
 // ParseThreshold). It does not own the record types (loadgen.Result, Manifest,
 // SeriesSample), the vLLM metric names or counter-reset rule (internal/vllmmetrics),
@@ -40,6 +41,15 @@
 // plus turns OK/failed, mean server-counted and nominal prompt tokens, and the
 // harness's accounting (started = completed + failed + in flight, peers.md case 14).
 //
+// # By turn index
+//
+// Each stage's turns (the same ones: Done in the window, side requests left out)
+// are also broken down by turn index, 0-based within the session, since every turn
+// re-sends the whole history: per index, turns OK/failed, TTFB mean/p50/p95 of OK
+// turns (same histogram as ttfb_p50_s), mean prompt and cached tokens and
+// usage_cached_pct (TurnStats; turns_by_index.csv, summary.md, results.json
+// "by_turn" in each summary).
+//
 // A value that cannot be computed (no samples, no OK turn, a missing series, a zero
 // denominator) is NaN: "n/a" in tables, an empty cell in results.csv, null in
 // results.json, with a note saying why. It is never printed as 0 (peers.md case 13).
@@ -53,7 +63,7 @@
 //
 // # Files written by Generate
 //
-//	results.csv, results.json, summary.md
+//	results.csv, turns_by_index.csv, results.json, summary.md
 //	ttfb.png, output_tokens.png, sessions_per_h.png, replicas_busy.png,
 //	prefix_hits.png, ttfb_cdf.png, replica_requests.png, replica_hits.png,
 //	prompt_tokens_<variant>.png (one per variant with series samples)

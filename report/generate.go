@@ -10,10 +10,11 @@ import (
 // series.csv; it never runs anything), computes the stage summaries and writes,
 // each atomically (temporary file + rename), into dir:
 //
-//	results.csv   one row per variant x stage (CSVColumns)
-//	results.json  summaries and off -> on deltas (ResultsJSON)
-//	summary.md    reference-style table and details (SummaryMarkdown)
-//	*.png         figures (WritePlots)
+//	results.csv         one row per variant x stage (CSVColumns)
+//	turns_by_index.csv  one row per variant x stage x turn index (TurnsCSVColumns)
+//	results.json        summaries (with their by-turn breakdown) and off -> on deltas (ResultsJSON)
+//	summary.md          reference-style table and details (SummaryMarkdown)
+//	*.png               figures (WritePlots)
 //
 // It then prints the reference-style table to w. Missing data never fails the
 // report: it shows as "n/a" with a note. Errors come from reading the directory,
@@ -35,6 +36,10 @@ func Generate(dir string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("generating report for %s: %w", dir, err)
 	}
+	turnsData, err := TurnsByIndexCSV(sums)
+	if err != nil {
+		return fmt.Errorf("generating report for %s: %w", dir, err)
+	}
 	jsonData, err := ResultsJSON(&run.Manifest, sums)
 	if err != nil {
 		return fmt.Errorf("generating report for %s: %w", dir, err)
@@ -43,7 +48,7 @@ func Generate(dir string, w io.Writer) error {
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{ResultsCSVFile, csvData}, {ResultsJSONFile, jsonData}, {SummaryMDFile, md}} {
+	}{{ResultsCSVFile, csvData}, {TurnsByIndexCSVFile, turnsData}, {ResultsJSONFile, jsonData}, {SummaryMDFile, md}} {
 		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
 			return fmt.Errorf("generating report for %s: %w", dir, err)
 		}

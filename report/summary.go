@@ -137,6 +137,12 @@ type Summary struct {
 	// copied from the manifest (peers.md case 14).
 	Accounting Accounting `json:"accounting"`
 
+	// ByTurn breaks the window's turns (the same ones as above: Done in the window,
+	// side requests left out) down by turn index, one TurnStats per index with at
+	// least one turn done, OK or failed, sorted by index; empty when no turn was
+	// done in the window.
+	ByTurn []TurnStats `json:"by_turn"`
+
 	Notes []string `json:"notes,omitempty"`
 }
 
@@ -311,6 +317,7 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 	}
 	s.StayedPct = pct(float64(s.StayedTurns), float64(s.StayedTurns+s.MovedTurns))
 	s.UsageCachedPct = pct(float64(cachedSum), float64(cachedPromptSum))
+	s.ByTurn = byTurn(inWindow)
 	s.PromptTokensMean, s.NominalPromptTokensMean = nan, nan
 	if s.TurnsOK > 0 {
 		s.PromptTokensMean = float64(promptSum) / float64(s.TurnsOK)

@@ -369,7 +369,9 @@ func intList(stages []int) string {
 
 // SummaryMarkdown renders summary.md: run description, the reference-style table
 // (one row per stage, cells "off -> on"), a per-variant table with turns, prompt
-// sizes and accounting, notes, and links to the figures named in figures.
+// sizes and accounting, the side requests (when any), the by-turn-index table (one
+// row per stage and turn index, cells "off -> on"; Summary.ByTurn), notes, and
+// links to the figures named in figures.
 func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmark run %s\n\n", m.RunID)
@@ -469,6 +471,15 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		b.WriteString("\n## Side requests\n\nShort requests sent beside turns with the session's id (scenario `side_requests`); not counted as turns. " +
 			"On home: share served by the replica of the session's first turn.\n\n")
 		mdTable(&b, []string{"variant", "sessions", "ok", "failed", "on home %"}, side)
+	}
+
+	if header, rows := turnsTable(pair, sums); len(rows) > 0 {
+		fmt.Fprintf(&b, "\n## By turn index, %s\n\n", strings.Join(pair, " -> "))
+		b.WriteString("Turns done in each stage's window, by 0-based turn index within the session " +
+			"(every turn re-sends the whole history); side requests left out. TTFB over OK turns; " +
+			"prompt tokens: mean server-counted; usage cached: sum(cached_tokens) / sum(prompt_tokens). " +
+			"Per variant, with failed turns and mean cached tokens: `" + TurnsByIndexCSVFile + "`.\n\n")
+		mdTable(&b, header, rows)
 	}
 
 	var notes []string

@@ -48,7 +48,7 @@ func generated(t *testing.T) (string, string) {
 
 func TestGenerateGolden(t *testing.T) {
 	dir, table := generated(t)
-	for _, name := range []string{ResultsCSVFile, SummaryMDFile, ResultsJSONFile} {
+	for _, name := range []string{ResultsCSVFile, TurnsByIndexCSVFile, SummaryMDFile, ResultsJSONFile} {
 		t.Run(name, func(t *testing.T) {
 			got, err := os.ReadFile(filepath.Join(dir, name))
 			if err != nil {

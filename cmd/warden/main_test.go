@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/report"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -225,5 +231,98 @@ func TestBenchWithSideRequests(t *testing.T) {
 				t.Errorf("summary.md lacks the side requests table (%v)", err)
 			}
 		})
+	}
+}
+
+// A virtual smoke run (scenarios/smoke.yaml: 2 and 4 sessions, 3 turns) writes
+// turns_by_index.csv with a row per variant, stage and turn index whose OK turns
+// add up to results.csv's, and summary.md's by-turn table lines them up off -> on;
+// `warden report` regenerates the same file from the results directory.
+func TestBenchWritesTurnsByIndex(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	if out, err := run(t, "bench", "--virtual", "--scenario", "../../scenarios/smoke.yaml", "--out", dir); err != nil {
+		t.Fatalf("bench --virtual: %v\n%s", err, out)
+	}
+	readCSV := func(name string) [][]string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+		if err != nil {
+			t.Fatalf("reading %s: %v", name, err)
+		}
+		return rows
+	}
+	byTurn := readCSV(report.TurnsByIndexCSVFile)
+	if !slices.Equal(byTurn[0], report.TurnsCSVColumns) {
+		t.Fatalf("%s header %q, want %q", report.TurnsByIndexCSVFile, byTurn[0], report.TurnsCSVColumns)
+	}
+	// Rows: variant, stage, sessions, turn, turns_ok, ...
+	var keys []string
+	okSum := map[string]int{} // variant/sessions -> OK turns over all indices
+	okOf := map[string]string{}
+	for _, r := range byTurn[1:] {
+		keys = append(keys, r[0]+"/"+r[1]+"/"+r[2]+"/"+r[3])
+		n, err := strconv.Atoi(r[4])
+		if err != nil || n == 0 {
+			t.Errorf("row %q: turns_ok %q, want a positive count", r, r[4])
+		}
+		okSum[r[0]+"/"+r[2]] += n
+		okOf[r[0]+"/"+r[1]+"/"+r[3]] = r[4]
+	}
+	var want []string
+	for _, v := range []string{"off", "on"} {
+		for stage, sessions := range []string{"2", "4"} {
+			for turn := range 3 {
+				want = append(want, fmt.Sprintf("%s/%d/%s/%d", v, stage, sessions, turn))
+			}
+		}
+	}
+	if !slices.Equal(keys, want) {
+		t.Errorf("%s rows (variant/stage/sessions/turn) %q, want %q", report.TurnsByIndexCSVFile, keys, want)
+	}
+	results := readCSV("results.csv")
+	ok := slices.Index(results[0], "turns_ok")
+	for _, r := range results[1:] {
+		if k := r[0] + "/" + r[1]; strconv.Itoa(okSum[k]) != r[ok] {
+			t.Errorf("%s: %d OK turns by index, results.csv turns_ok %s", k, okSum[k], r[ok])
+		}
+	}
+
+	md, err := os.ReadFile(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "## By turn index, off -> on") {
+		t.Errorf("summary.md lacks the by-turn section:\n%s", md)
+	}
+	for stage, sessions := range []string{"2", "4"} {
+		for turn := range 3 {
+			label := ""
+			if turn == 0 {
+				label = sessions
+			}
+			row := fmt.Sprintf("| %s | %d | %s -> %s |", label, turn, okOf[fmt.Sprintf("off/%d/%d", stage, turn)], okOf[fmt.Sprintf("on/%d/%d", stage, turn)])
+			if !strings.Contains(string(md), row) {
+				t.Errorf("summary.md lacks a row starting %q", row)
+			}
+		}
+	}
+
+	first, err := os.ReadFile(filepath.Join(dir, report.TurnsByIndexCSVFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, report.TurnsByIndexCSVFile)); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "report", dir); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	again, err := os.ReadFile(filepath.Join(dir, report.TurnsByIndexCSVFile))
+	if err != nil || !bytes.Equal(again, first) {
+		t.Errorf("warden report wrote %s differently (%v):\n%s\nbench wrote:\n%s", report.TurnsByIndexCSVFile, err, again, first)
 	}
 }

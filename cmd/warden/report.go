@@ -16,8 +16,8 @@ func newReportCmd() *cobra.Command {
 		Use:   "report RESULTS_DIR",
 		Short: "Make results.csv, summary.md and PNG figures from a results directory",
 		Long: `Reads a results directory written by 'warden bench' (manifest.json, turns.jsonl,
-series.csv) and writes results.csv, results.json, summary.md and the PNG figures
-into it, then prints the results table. Nothing is re-run.
+series.csv) and writes results.csv, turns_by_index.csv, results.json, summary.md
+and the PNG figures into it, then prints the results table. Nothing is re-run.
 
 With --check it also verifies the run: every stage of every variant has a row, the
 turn accounting adds up (started = completed + failed + in flight), at least one
