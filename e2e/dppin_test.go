@@ -43,8 +43,9 @@ func TestDPPinningCheckOverSimulator(t *testing.T) {
 }
 
 // The router checks pinning itself at start: on a DP server that ignores the
-// header, every rank's /status carries the "ignored" verdict and the log has an
-// error naming the URL; with skip_pinning_check the probes are never sent.
+// header, every rank's /status carries the "ignored" verdict, the replica card
+// warns, and the log has an error naming the URL; with skip_pinning_check the
+// probes are never sent.
 func TestRouterChecksPinningAtStart(t *testing.T) {
 	for _, skip := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -79,6 +80,14 @@ func TestRouterChecksPinningAtStart(t *testing.T) {
 				if r.DPPinning == nil || r.DPPinning.Verdict != router.PinIgnored {
 					t.Errorf("replica %s: dp_pinning %+v, want ignored", r.Name, r.DPPinning)
 				}
+			}
+			// The replica card warns, naming the ranks but not the URL.
+			var card bytes.Buffer
+			if err := router.RenderCard(&card, rt.Card(), 0); err != nil {
+				t.Fatal(err)
+			}
+			if c := card.String(); !strings.Contains(c, `data-pinning="ignored"`) || !strings.Contains(c, "r0/rank3") || strings.Contains(c, cl.URLs()[0]) {
+				t.Errorf("card: no pinning warning with the ranks' names, or the URL shown:\n%s", c)
 			}
 			if s := logs.String(); !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "DP pinning check") || !strings.Contains(s, cl.URLs()[0]) {
 				t.Errorf("no error logged for the ignored header:\n%s", s)

@@ -40,6 +40,11 @@ type CardModel struct {
 	Replicas          []CardReplica
 	Fleet             CardReplica // sums over the replicas (KVUsage: mean; hit rates: pooled)
 	Capacity          CardCapacity
+	// PinningIgnored names the replicas (DP ranks) whose server does not honour
+	// X-Data-Parallel-Rank (ReplicaReport.DPPinning "ignored"): the server's own
+	// balancer places their requests. PinningUnverified names those whose check
+	// could not decide.
+	PinningIgnored, PinningUnverified []string
 }
 
 // CardReplica is one replica's row. Unknown values are negative (-1).
@@ -151,6 +156,14 @@ func (rt *Router) Card() Card {
 			}
 			usageP += rep.UsagePromptTokens
 			usageC += rep.UsageCachedTokens
+			if p := rep.DPPinning; p != nil {
+				switch p.Verdict {
+				case PinIgnored:
+					cm.PinningIgnored = append(cm.PinningIgnored, rep.Name)
+				case PinUnverified:
+					cm.PinningUnverified = append(cm.PinningUnverified, rep.Name)
+				}
+			}
 			cr.Other, cr.OtherBy = otherReasons(rep.ServedBy)
 			if rep.ScrapeAgeS < 0 {
 				cr.Running, cr.Waiting, cr.KVUsage = -1, -1, -1
@@ -305,6 +318,7 @@ var cardTmpl = template.Must(template.New("status_page.html").Funcs(template.Fun
 	"gauge": fmtGauge,
 	"clock": func(t time.Time) string { return t.Format("15:04:05") },
 	"addf":  func(a, b float64) float64 { return a + b },
+	"join":  func(names []string) string { return strings.Join(names, ", ") },
 	"frac": func(a, b float64) float64 {
 		if a < 0 || b < 0 || a+b <= 0 {
 			return 0
