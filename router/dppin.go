@@ -41,7 +41,7 @@ type PinCheck struct {
 const (
 	pinProbesPerRank = 2
 	pinAttempts      = 3
-	pinCounterWait   = 3 * time.Second
+	pinCounterWait   = 2 * time.Second
 )
 
 // CheckDPPinning verifies that the vLLM server at base (scheme://host:port, no
@@ -54,7 +54,9 @@ const (
 // two consecutive requests land on different ranks). Counters only grow, so a pair
 // that engine k counted fewer than 2 of proves the header is ignored even with other
 // traffic; "honored" needs, for every rank, a round in which the whole server
-// counted exactly the pair (no other requests finished meanwhile).
+// counted exactly the pair (no other requests finished meanwhile). A server that
+// ignores the header is only declared so after pinCounterWait without the pair
+// on engine k.
 //
 // model is the served model name for the probes; "" or "*" asks GET base/v1/models
 // and uses the first id. The probes carry no credentials: a server started with
@@ -117,7 +119,11 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 					delta[j] = vllmmetrics.CounterDelta(before[j], after[j])
 					total += delta[j]
 				}
-				if total >= pinProbesPerRank || time.Now().After(deadline) {
+				// Wait for the pair to show on engine k (vLLM counts a request in its
+				// output loop, just after the response); only a pair still missing
+				// there at the deadline says the header was ignored, since other
+				// requests finishing can move the total first.
+				if delta[k] >= pinProbesPerRank || time.Now().After(deadline) {
 					break
 				}
 				select {

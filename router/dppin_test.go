@@ -26,6 +26,10 @@ type dpServer struct {
 	metrics  string // fixed /metrics body; "" = the counts
 	finished []int
 	next     int
+	// lag > 0: a probe shows in /metrics only after lag further scrapes, while
+	// the extra requests show at once (a busy server whose counters trail).
+	lag     int
+	pending []struct{ k, scrapes int }
 }
 
 func (d *dpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -44,10 +48,23 @@ func (d *dpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if h := r.Header.Get(HeaderDPRank); h != "" && !d.ignore {
 			k, _ = strconv.Atoi(h)
 		}
-		d.finished[k]++
+		if d.lag > 0 {
+			d.pending = append(d.pending, struct{ k, scrapes int }{k, d.lag})
+		} else {
+			d.finished[k]++
+		}
 		d.finished[0] += d.extra
 		fmt.Fprint(w, `{"choices":[{"message":{"content":"ok"}}]}`)
 	case "/metrics":
+		kept := d.pending[:0]
+		for _, p := range d.pending {
+			if p.scrapes--; p.scrapes <= 0 {
+				d.finished[p.k]++
+			} else {
+				kept = append(kept, p)
+			}
+		}
+		d.pending = kept
 		if d.metrics != "" {
 			fmt.Fprint(w, d.metrics)
 			return
@@ -80,12 +97,16 @@ func TestCheckDPPinning(t *testing.T) {
 		{"two ranks, header ignored", &dpServer{ignore: true}, 2, PinIgnored, "engine 0: 1, engine 1: 1"},
 		{"other traffic on every attempt", &dpServer{extra: 1}, 4, PinUnverified, "other requests finished"},
 		{"other traffic, header ignored", &dpServer{ignore: true, extra: 1}, 4, PinIgnored, "pinned to rank 3"},
+		// Other requests finish before the probes show: not taken for "ignored".
+		{"counters trail other traffic", &dpServer{extra: 1, lag: 3}, 4, PinUnverified, "other requests finished"},
+		{"counters trail, idle server", &dpServer{lag: 3}, 4, PinHonored, "each of 4 ranks"},
 		{"probes refused", &dpServer{status: http.StatusUnauthorized}, 4, PinUnverified, "status 401"},
 		{"recorded vLLM 0.10 /metrics excerpt: no finished counts", &dpServer{metrics: string(fixture)}, 4, PinUnverified, `no vllm:request_success_total{engine="0"}`},
 		{"one rank", &dpServer{}, 1, PinUnverified, "nothing to pin"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			tc.srv.ranks = 4
 			tc.srv.finished = make([]int, 4)
 			srv := httptest.NewServer(tc.srv)
