@@ -40,6 +40,7 @@ type Scenario struct {
 	SystemPromptSpread TokenRange    `yaml:"-" json:"system_prompt_tokens_spread,omitzero"` // zero: fixed
 	FirstTurnSpread    TokenRange    `yaml:"-" json:"first_turn_tokens_spread,omitzero"`    // zero: fixed
 	TurnSpread         TokenRange    `yaml:"-" json:"turn_tokens_spread,omitzero"`          // zero: fixed
+	ThinkSpread        DurationRange `yaml:"-" json:"think_time_spread,omitzero"`           // zero: fixed; ThinkTime is then the middle
 	FailureBackoff     time.Duration `yaml:"failure_backoff" json:"failure_backoff"`        // least gap before a failed session's replacement starts, simulated; default 1s
 
 	source string         // file it was loaded from, for error messages

@@ -25,8 +25,9 @@ import (
 // only while fewer sessions than the target are running, so a stage with fewer
 // sessions than the previous one lets the count drain to its level. A failed turn
 // ends its session because the conversation cannot go on without the reply it
-// lacks; the replacement starts after max(ThinkTime, FailureBackoff). The next turn
-// of a running session is intended at the previous turn's end + ThinkTime; a
+// lacks; the replacement starts after max(think time, FailureBackoff). The next turn
+// of a running session is intended at the previous turn's end + its think time
+// (Workload.ThinkTime: Scenario.ThinkTime, or a draw from ThinkSpread); a
 // replacement for a completed session likewise; sessions added at a stage start are
 // intended at the stage start.
 //
@@ -198,7 +199,7 @@ func (l *Loop) Sent(tr TurnRequest, now time.Duration) {
 
 // Finish records the outcome of a turn (r.Session, r.Turn) that ended at the
 // simulated instant now (normally r.Done) and returns what to send next: the
-// session's next turn intended at now + ThinkTime, or, when the session ended (last
+// session's next turn intended at now + its think time (Workload.ThinkTime), or, when the session ended (last
 // turn done, or the turn failed), the first turn of a replacement session when the
 // level requires one. For a successful turn the caller adds the reply first
 // (Session.AddReply); if it did not, an empty reply is recorded. A turn not
@@ -237,7 +238,7 @@ func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
 		s.fail()
 	}
 	if !s.Done() {
-		tr, _ := s.NextTurn(now + l.sc.ThinkTime)
+		tr, _ := s.NextTurn(now + l.w.ThinkTime(s.ID, s.next))
 		tr.Variant = l.variant
 		return l.withSide(nil, tr)
 	}
@@ -245,7 +246,7 @@ func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
 	if len(l.live) >= l.target {
 		return nil
 	}
-	gap := l.sc.ThinkTime
+	gap := l.w.ThinkTime(s.ID, l.sc.Turns)
 	if !ok {
 		gap = max(gap, l.sc.FailureBackoff)
 	}

@@ -256,6 +256,55 @@ func TestIntendedIsPreviousDonePlusThink(t *testing.T) {
 	}
 }
 
+// With a think-time spread, each gap is a draw within [min, max] that depends on
+// the session and turn only: the same session waits the same in another variant,
+// and the gaps of one session differ from turn to turn.
+func TestThinkTimeSpreadDraws(t *testing.T) {
+	sc := testScenario()
+	sc.Turns = 6
+	sc.ThinkTime, sc.ThinkSpread = 5*time.Second, DurationRange{Min: time.Second, Max: 9 * time.Second}
+	w := NewWorkload(sc)
+	gaps := func(variant string) []time.Duration {
+		l := NewLoop(sc, w, variant, 0)
+		tr := l.StartStage(0, 0)[0]
+		var out []time.Duration
+		for now := time.Duration(0); ; {
+			l.Sent(tr, tr.Intended)
+			r := tr.NewResult()
+			now = tr.Intended + 2*time.Second
+			r.Sent, r.Status, r.Done = tr.Intended, 200, now
+			tr.Session.AddReply("ok")
+			next := l.Finish(&r, now)
+			if len(next) == 0 || next[0].Session.ID != tr.Session.ID {
+				return out
+			}
+			out = append(out, next[0].Intended-now)
+			tr = next[0]
+		}
+	}
+	on, off := gaps("on"), gaps("off")
+	if len(on) != sc.Turns-1 || !slices.Equal(on, off) {
+		t.Fatalf("gaps on %v, off %v: want %d equal gaps", on, off, sc.Turns-1)
+	}
+	distinct := map[time.Duration]bool{}
+	for i, g := range on {
+		if g < time.Second || g > 9*time.Second {
+			t.Errorf("gap %d = %v outside [1s, 9s]", i, g)
+		}
+		if g != w.ThinkTime(0, i+1) {
+			t.Errorf("gap %d = %v, Workload.ThinkTime says %v", i, g, w.ThinkTime(0, i+1))
+		}
+		distinct[g] = true
+	}
+	if len(distinct) < 4 {
+		t.Errorf("gaps %v: a spread of 8 s gave %d distinct values in %d draws", on, len(distinct), len(on))
+	}
+	sc.ThinkSpread = DurationRange{}
+	if g := NewWorkload(sc).ThinkTime(0, 1); g != 5*time.Second {
+		t.Errorf("fixed think time: %v, want 5s", g)
+	}
+}
+
 // An ended session is replaced while below the level; a failed turn ends its
 // session and its replacement waits for the failure backoff.
 func TestLoopReplacesEndedSessions(t *testing.T) {

@@ -80,6 +80,16 @@ type TokenRange struct {
 // IsFixed reports whether the range is the zero value (no spread).
 func (r TokenRange) IsFixed() bool { return r.Min == 0 && r.Max == 0 }
 
+// DurationRange is the spread of a duration (Scenario.ThinkSpread): each draw is
+// uniform over [Min, Max] at nanosecond resolution. The zero value means fixed.
+type DurationRange struct {
+	Min time.Duration `json:"min"`
+	Max time.Duration `json:"max"`
+}
+
+// IsFixed reports whether the range is the zero value (no spread).
+func (r DurationRange) IsFixed() bool { return r.Min == 0 && r.Max == 0 }
+
 // DefaultScenario returns the reference workload with every default filled in.
 func DefaultScenario() *Scenario {
 	sc := &Scenario{Name: "claude-code-reference"}
@@ -218,6 +228,15 @@ func (sc *Scenario) Validate() error {
 	}
 	if c.ThinkTime < 0 {
 		bad("think_time", "must not be negative, got %s", c.ThinkTime)
+	} else if r := c.ThinkSpread; !r.IsFixed() {
+		switch {
+		case r.Min < 0:
+			bad("think_time", "smallest draw must not be negative, got %s (jitter larger than mean?)", r.Min)
+		case r.Min > r.Max:
+			bad("think_time", "min %s is greater than max %s", r.Min, r.Max)
+		case c.ThinkTime < r.Min || c.ThinkTime > r.Max:
+			bad("think_time", "nominal %s lies outside [%s, %s]", c.ThinkTime, r.Min, r.Max)
+		}
 	}
 	if c.FailureBackoff < 0 {
 		bad("failure_backoff", "must not be negative, got %s", c.FailureBackoff)
@@ -532,7 +551,7 @@ type scenarioFile struct {
 	TurnTokens         tokenSpec     `yaml:"turn_tokens"`
 	Turns              int           `yaml:"turns"`
 	MaxOutputTokens    int           `yaml:"max_output_tokens"`
-	ThinkTime          time.Duration `yaml:"think_time"`
+	ThinkTime          thinkSpec     `yaml:"think_time"`
 	FailureBackoff     time.Duration `yaml:"failure_backoff"`
 	Stages             []int         `yaml:"stages"`
 	StageDuration      time.Duration `yaml:"stage_duration"`
@@ -558,7 +577,8 @@ func (f *scenarioFile) scenario() *Scenario {
 		TurnSpread:         f.TurnTokens.Range,
 		Turns:              f.Turns,
 		MaxOutputTokens:    f.MaxOutputTokens,
-		ThinkTime:          f.ThinkTime,
+		ThinkTime:          f.ThinkTime.Nominal,
+		ThinkSpread:        f.ThinkTime.Range,
 		FailureBackoff:     f.FailureBackoff,
 		Stages:             f.Stages,
 		StageDuration:      f.StageDuration,
@@ -580,65 +600,94 @@ type tokenSpec struct {
 // UnmarshalYAML decodes a tokenSpec strictly. Problems are returned as a
 // *yaml.TypeError so the decoder keeps going and reports them with the others.
 func (t *tokenSpec) UnmarshalYAML(n *yaml.Node) error {
-	fail := func(line int, format string, args ...any) error {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: ", line) + fmt.Sprintf(format, args...)}}
+	nominal, lo, hi, err := decodeSpread[int](n, "token count", "an integer", "N", "J")
+	if err != nil {
+		return err
 	}
-	const want = "want an integer, {mean: N, jitter: J} or {min: A, max: B}"
+	*t = tokenSpec{Nominal: nominal, Range: TokenRange{Min: lo, Max: hi}}
+	return nil
+}
+
+// thinkSpec is a think time as written in a scenario file: 3s, {mean: 5s,
+// jitter: 4s} or {min: 1s, max: 9s}.
+type thinkSpec struct {
+	Nominal time.Duration
+	Range   DurationRange
+}
+
+// UnmarshalYAML decodes a thinkSpec strictly, as tokenSpec.
+func (t *thinkSpec) UnmarshalYAML(n *yaml.Node) error {
+	nominal, lo, hi, err := decodeSpread[time.Duration](n, "think time", "a duration such as 3s", "D", "J")
+	if err != nil {
+		return err
+	}
+	*t = thinkSpec{Nominal: nominal, Range: DurationRange{Min: lo, Max: hi}}
+	return nil
+}
+
+// decodeSpread decodes a value or a uniform distribution of it: V, {mean: M,
+// jitter: J} (uniform over [M-J, M+J]) or {min: A, max: B}. It returns the nominal
+// value (the middle) and the range, zero when the value is fixed. what and unit
+// name the field and its type in messages ("token count", "an integer"); m and j
+// are the placeholders of the mean and jitter in them. Problems are returned as a
+// *yaml.TypeError with their line, so the decoder reports them with the others.
+func decodeSpread[T int | time.Duration](n *yaml.Node, what, unit, m, j string) (nominal, lo, hi T, err error) {
+	fail := func(line int, format string, args ...any) (T, T, T, error) {
+		return 0, 0, 0, &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: ", line) + fmt.Sprintf(format, args...)}}
+	}
+	want := fmt.Sprintf("want %s, {mean: %s, jitter: %s} or {min: A, max: B}", unit, m, j)
 	switch n.Kind {
 	case yaml.ScalarNode:
-		var v int
+		var v T
 		if err := n.Decode(&v); err != nil {
-			return fail(n.Line, "token count %q: %s", n.Value, want)
+			return fail(n.Line, "%s %q: %s", what, n.Value, want)
 		}
-		*t = tokenSpec{Nominal: v}
-		return nil
+		return v, 0, 0, nil
 	case yaml.MappingNode:
-		vals := map[string]int{}
+		vals := map[string]T{}
 		var errs []string
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			switch k.Value {
 			case "mean", "jitter", "min", "max":
 			default:
-				errs = append(errs, fmt.Sprintf("line %d: unknown token distribution field %q (%s)", k.Line, k.Value, want))
+				errs = append(errs, fmt.Sprintf("line %d: unknown %s distribution field %q (%s)", k.Line, what, k.Value, want))
 				continue
 			}
 			if _, dup := vals[k.Value]; dup {
 				errs = append(errs, fmt.Sprintf("line %d: duplicate field %q", k.Line, k.Value))
 				continue
 			}
-			var x int
+			var x T
 			if err := v.Decode(&x); err != nil {
-				errs = append(errs, fmt.Sprintf("line %d: %s: %q is not an integer", v.Line, k.Value, v.Value))
+				errs = append(errs, fmt.Sprintf("line %d: %s: %q is not %s", v.Line, k.Value, v.Value, unit))
 				continue
 			}
 			vals[k.Value] = x
 		}
 		if len(errs) > 0 {
-			return &yaml.TypeError{Errors: errs}
+			return 0, 0, 0, &yaml.TypeError{Errors: errs}
 		}
 		mean, hasMean := vals["mean"]
 		jitter, hasJitter := vals["jitter"]
-		lo, hasMin := vals["min"]
-		hi, hasMax := vals["max"]
+		a, hasMin := vals["min"]
+		b, hasMax := vals["max"]
 		switch {
 		case hasMean && !hasMin && !hasMax:
 			if jitter < 0 {
-				return fail(n.Line, "jitter must not be negative, got %d", jitter)
+				return fail(n.Line, "jitter must not be negative, got %v", jitter)
 			}
-			*t = tokenSpec{Nominal: mean}
 			if hasJitter && jitter > 0 {
-				t.Range = TokenRange{Min: mean - jitter, Max: mean + jitter}
+				return mean, mean - jitter, mean + jitter, nil
 			}
-			return nil
+			return mean, 0, 0, nil
 		case hasMin && hasMax && !hasMean && !hasJitter:
-			*t = tokenSpec{Nominal: lo + (hi-lo)/2, Range: TokenRange{Min: lo, Max: hi}}
-			if lo == hi {
-				t.Range = TokenRange{}
+			if a == b {
+				return a, 0, 0, nil
 			}
-			return nil
+			return a + (b-a)/2, a, b, nil
 		}
-		return fail(n.Line, "token distribution: %s", want)
+		return fail(n.Line, "%s distribution: %s", what, want)
 	}
-	return fail(n.Line, "token count: %s", want)
+	return fail(n.Line, "%s: %s", what, want)
 }

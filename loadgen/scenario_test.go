@@ -161,6 +161,11 @@ func TestLoadScenarioStrict(t *testing.T) {
 		{"fractional integer", "max_output_tokens: 1.5\n", []string{"x.yaml:1: max_output_tokens: 1.5 is not an integer"}},
 		{"empty stages", "name: x\nstages: []\n", []string{"x.yaml:2: stages: empty list"}},
 		{"empty variants", "variants: []\n", []string{"x.yaml:1: variants: empty list"}},
+		{"think time number", "name: x\nthink_time: 3\n", []string{"x.yaml:2:", `think time "3": want a duration`}},
+		{"think time jitter above mean", "think_time: {mean: 1s, jitter: 2s}\n", []string{"x.yaml:1: think_time: smallest draw must not be negative, got -1s"}},
+		{"think time min above max", "think_time: {min: 9s, max: 3s}\n", []string{"think_time: min 9s is greater than max 3s"}},
+		{"think time bad field", "think_time: {mean: 5s, sd: 1s}\n", []string{"x.yaml:1:", `unknown think time distribution field "sd"`}},
+		{"think time bad value", "think_time: {min: 1s, max: soon}\n", []string{"x.yaml:1:", `max: "soon" is not a duration`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,5 +221,30 @@ func TestAffinityOf(t *testing.T) {
 		if _, err := AffinityOf(bad); err == nil {
 			t.Errorf("AffinityOf(%q): no error", bad)
 		}
+	}
+}
+
+func TestThinkTimeDistributions(t *testing.T) {
+	tests := []struct {
+		yaml    string
+		nominal time.Duration
+		spread  DurationRange
+	}{
+		{"think_time: 3s", 3 * time.Second, DurationRange{}},
+		{"think_time: {mean: 5s, jitter: 4s}", 5 * time.Second, DurationRange{time.Second, 9 * time.Second}},
+		{"think_time: {min: 1s, max: 9s}", 5 * time.Second, DurationRange{time.Second, 9 * time.Second}},
+		{"think_time: {min: 2s, max: 2s}", 2 * time.Second, DurationRange{}},
+		{"think_time: {mean: 500ms}", 500 * time.Millisecond, DurationRange{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.yaml, func(t *testing.T) {
+			sc, err := ParseScenario([]byte(tt.yaml), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sc.ThinkTime != tt.nominal || sc.ThinkSpread != tt.spread {
+				t.Errorf("got %s %+v, want %s %+v", sc.ThinkTime, sc.ThinkSpread, tt.nominal, tt.spread)
+			}
+		})
 	}
 }

@@ -22,6 +22,7 @@ const (
 	streamUser
 	streamDevice
 	streamSide
+	streamThink
 )
 
 // Workload generates the sessions of a scenario: seeded, deterministic and
@@ -135,6 +136,19 @@ func fillBytes(r *rand.Rand, b []byte) {
 	for i := range b {
 		b[i] = byte(r.Uint32())
 	}
+}
+
+// ThinkTime returns the gap before turn turn of session id (0-based; turn ==
+// Scenario.Turns is the gap before the session's replacement starts):
+// Scenario.ThinkTime when ThinkSpread is fixed, else a draw uniform over
+// [ThinkSpread.Min, ThinkSpread.Max] from the session's own stream, so both
+// variants and both worlds wait the same.
+func (w *Workload) ThinkTime(id int64, turn int) time.Duration {
+	r := w.sc.ThinkSpread
+	if r.IsFixed() || r.Max < r.Min {
+		return w.sc.ThinkTime
+	}
+	return r.Min + time.Duration(w.rng(streamThink, uint64(id), uint64(turn)).Int64N(int64(r.Max-r.Min)+1))
 }
 
 // draw returns a token count: nominal when the range is fixed, else uniform over it.

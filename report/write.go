@@ -376,8 +376,12 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmark run %s\n\n", m.RunID)
 	if sc := m.Scenario; sc != nil {
+		think := sc.ThinkTime.String()
+		if r := sc.ThinkSpread; !r.IsFixed() {
+			think = fmt.Sprintf("%s to %s (uniform)", r.Min, r.Max)
+		}
 		fmt.Fprintf(&b, "- scenario: `%s`, seed %d; stages %s sessions, %s each, warm-up %s; think time %s\n",
-			sc.Name, m.Seed, intList(sc.Stages), sc.StageDuration, sc.Warmup, sc.ThinkTime)
+			sc.Name, m.Seed, intList(sc.Stages), sc.StageDuration, sc.Warmup, think)
 		fmt.Fprintf(&b, "- prompts (nominal tokens): system %d, first turn %d, later turns %d, %d turns, max output %d\n",
 			sc.SystemPromptTokens, sc.FirstTurnTokens, sc.TurnTokens, sc.Turns, sc.MaxOutputTokens)
 		if sc.API != "" || sc.SessionHeader != "" {
