@@ -26,6 +26,10 @@ func TestDPPinningCheckOverSimulator(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := router.CheckDPPinning(ctx, nil, cl.URLs()[0], "", 4)
+		// dp_ranks larger than the server's DP size: refused before any probe.
+		if wrong := router.CheckDPPinning(ctx, nil, cl.URLs()[0], "", 8); wrong.Verdict != router.PinRankMismatch {
+			t.Errorf("dp_ranks 8 on a 4-rank server: %q (%s), want rank-mismatch", wrong.Verdict, wrong.Detail)
+		}
 		cl.Close()
 		cancel()
 		want := router.PinHonored
@@ -45,7 +49,7 @@ func TestDPPinningCheckOverSimulator(t *testing.T) {
 // The router checks pinning itself at start: on a DP server that ignores the
 // header, every rank's /status carries the "ignored" verdict, the replica card
 // warns, and the log has an error naming the URL; with skip_pinning_check the
-// probes are never sent.
+// probes are never sent and /status says "skipped".
 func TestRouterChecksPinningAtStart(t *testing.T) {
 	for _, skip := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -72,7 +76,7 @@ func TestRouterChecksPinningAtStart(t *testing.T) {
 			var reps []router.ReplicaReport
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				reps = rt.Status().Models[0].Replicas
-				if reps[0].DPPinning != nil || time.Now().After(deadline) {
+				if p := reps[0].DPPinning; (p != nil && p.Verdict != router.PinPending) || time.Now().After(deadline) {
 					break
 				}
 			}
@@ -106,7 +110,7 @@ func TestRouterChecksPinningAtStart(t *testing.T) {
 				st := e.Stats()
 				finished += st.RequestsFinished + st.PromptTokens
 			}
-			if finished != 0 || rt.Status().Models[0].Replicas[0].DPPinning != nil {
+			if p := rt.Status().Models[0].Replicas[0].DPPinning; finished != 0 || p == nil || p.Verdict != router.PinSkipped {
 				t.Errorf("skip_pinning_check: %d requests finished on the server, dp_pinning %+v", finished, rt.Status().Models[0].Replicas[0].DPPinning)
 			}
 		}

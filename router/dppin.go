@@ -26,6 +26,14 @@ const (
 	// PinUnverified: the check could not decide (the server refused the probes,
 	// exports no per-engine counters, or other traffic made the counts ambiguous).
 	PinUnverified PinVerdict = "unverified"
+	// PinRankMismatch: the server's /metrics lists fewer engines than the ranks
+	// configured, so requests pinned to the missing ranks are refused (vLLM: 400
+	// "Requested DP rank k is out of range").
+	PinRankMismatch PinVerdict = "rank-mismatch"
+	// PinPending and PinSkipped are what Router.Status shows before the check
+	// has ended and when Config.SkipPinningCheck turned it off.
+	PinPending PinVerdict = "pending"
+	PinSkipped PinVerdict = "skipped"
 )
 
 // PinCheck is the result of CheckDPPinning; Detail says why, in one sentence.
@@ -79,6 +87,23 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 			return unverified("%s: %v", base, err)
 		}
 		model = m
+	}
+	// The engines the server reports: fewer than ranks is a configuration error
+	// the probes would only see as refusals; more is worth saying too.
+	snap, err := scrapeOnce(ctx, hc, base+"/metrics")
+	if err != nil {
+		return unverified("%s: %v", base, err)
+	}
+	var extra string
+	if n := len(snap.Engines); n > 0 && snap.Engines[0].Engine != "" {
+		if n < ranks {
+			return PinCheck{Verdict: PinRankMismatch, Detail: fmt.Sprintf(
+				"%s: dp_ranks is %d but the server's /metrics lists %d engines (%s): requests pinned to the missing ranks are refused; set dp_ranks to the server's --data-parallel-size",
+				base, ranks, n, engineLabels(snap))}
+		}
+		if n > ranks {
+			extra = fmt.Sprintf(" (the server lists %d engines; the router sends nothing to engines %d-%d)", n, ranks, n-1)
+		}
 	}
 	finished := func() ([]float64, error) {
 		snap, err := scrapeOnce(ctx, hc, base+"/metrics")
@@ -137,16 +162,25 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 			}
 			if delta[k] < pinProbesPerRank {
 				return PinCheck{Verdict: PinIgnored, Detail: fmt.Sprintf(
-					"%s: %d requests pinned to rank %d with %s were counted by the engines as %s: the server's balancer chose the rank, so a router cannot place conversations on it (use a vLLM that reads the header, or one server per rank)",
-					base, pinProbesPerRank, k, HeaderDPRank, countsByEngine(delta))}
+					"%s: of %d requests pinned to rank %d with %s, engine %d counted %g within %s (requests finished per engine meanwhile, other traffic included: %s): the server's balancer chose the rank, so a router cannot place conversations on it (use a vLLM that reads the header, or one server per rank)",
+					base, pinProbesPerRank, k, HeaderDPRank, k, delta[k], pinCounterWait, countsByEngine(delta))}
 			}
 			clean = total == pinProbesPerRank
 		}
 		if !clean {
-			return unverified("%s: other requests finished during every probe of rank %d (%d attempts); run the check on an idle server", base, k, pinAttempts)
+			return unverified("%s: other requests finished during every probe of rank %d (%d attempts); restart the router (or rerun warden bench) while the server is idle to check again", base, k, pinAttempts)
 		}
 	}
-	return PinCheck{Verdict: PinHonored, Detail: fmt.Sprintf("%s: %d probes pinned to each of %d ranks were each counted by that rank's engine", base, pinProbesPerRank, ranks)}
+	return PinCheck{Verdict: PinHonored, Detail: fmt.Sprintf("%s: %d probes pinned to each of %d ranks were each counted by that rank's engine%s", base, pinProbesPerRank, ranks, extra)}
+}
+
+// engineLabels lists a snapshot's engine labels, e.g. "0, 1, 2, 3".
+func engineLabels(snap *vllmmetrics.Snapshot) string {
+	var out []string
+	for _, e := range snap.Engines {
+		out = append(out, e.Engine)
+	}
+	return strings.Join(out, ", ")
 }
 
 // countsByEngine formats per-engine deltas, e.g. "engine 0: 1, engine 1: 1".

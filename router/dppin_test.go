@@ -81,9 +81,21 @@ func (d *dpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestCheckDPPinning(t *testing.T) {
-	fixture, err := os.ReadFile("testdata/vllm-metrics-v1-0.10.0-engine0-excerpt.txt")
+	excerpt, err := os.ReadFile("testdata/vllm-metrics-v1-0.10.0-engine0-excerpt.txt")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The recorded excerpt holds engine 0's series; a 4-rank server exports the
+	// same for engines 1-3.
+	var fixture strings.Builder
+	for _, line := range strings.SplitAfter(string(excerpt), "\n") {
+		if strings.HasPrefix(line, "#") || !strings.Contains(line, `engine="0"`) {
+			fixture.WriteString(line)
+			continue
+		}
+		for k := range 4 {
+			fixture.WriteString(strings.ReplaceAll(line, `engine="0"`, fmt.Sprintf(`engine="%d"`, k)))
+		}
 	}
 	tests := []struct {
 		name    string
@@ -94,15 +106,17 @@ func TestCheckDPPinning(t *testing.T) {
 	}{
 		{"pinned", &dpServer{}, 4, PinHonored, "each of 4 ranks"},
 		{"header ignored", &dpServer{ignore: true}, 4, PinIgnored, "pinned to rank 3"},
-		{"two ranks, header ignored", &dpServer{ignore: true}, 2, PinIgnored, "engine 0: 1, engine 1: 1"},
+		{"two ranks, header ignored", &dpServer{ignore: true}, 2, PinIgnored, "engine 1 counted 1 within 2s (requests finished per engine meanwhile, other traffic included: engine 0: 1, engine 1: 1)"},
 		{"other traffic on every attempt", &dpServer{extra: 1}, 4, PinUnverified, "other requests finished"},
 		{"other traffic, header ignored", &dpServer{ignore: true, extra: 1}, 4, PinIgnored, "pinned to rank 3"},
 		// Other requests finish before the probes show: not taken for "ignored".
 		{"counters trail other traffic", &dpServer{extra: 1, lag: 3}, 4, PinUnverified, "other requests finished"},
 		{"counters trail, idle server", &dpServer{lag: 3}, 4, PinHonored, "each of 4 ranks"},
 		{"probes refused", &dpServer{status: http.StatusUnauthorized}, 4, PinUnverified, "status 401"},
-		{"recorded vLLM 0.10 /metrics excerpt: no finished counts", &dpServer{metrics: string(fixture)}, 4, PinUnverified, `no vllm:request_success_total{engine="0"}`},
+		{"recorded vLLM 0.10 /metrics excerpt: no finished counts", &dpServer{metrics: fixture.String()}, 4, PinUnverified, `no vllm:request_success_total{engine="0"}`},
 		{"one rank", &dpServer{}, 1, PinUnverified, "nothing to pin"},
+		{"more ranks configured than the server has", &dpServer{}, 8, PinRankMismatch, "dp_ranks is 8 but the server's /metrics lists 4 engines (0, 1, 2, 3)"},
+		{"fewer ranks configured than the server has", &dpServer{}, 2, PinHonored, "the router sends nothing to engines 2-3"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

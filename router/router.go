@@ -364,9 +364,9 @@ type ReplicaReport struct {
 	URL  string `json:"url"`
 	Rank *int   `json:"dp_rank,omitempty"`
 	// DPPinning is whether the server behind URL honours X-Data-Parallel-Rank
-	// (CheckDPPinning, run once at start for a URL with several ranks); absent
-	// for a replica that is not a rank, before the check ends, or with
-	// Config.SkipPinningCheck.
+	// (CheckDPPinning, run once at start for a URL with several ranks; "pending"
+	// until it ends, "skipped" with Config.SkipPinningCheck); absent for a
+	// replica that is not one of several ranks.
 	DPPinning *PinCheck `json:"dp_pinning,omitempty"`
 	// PrefixHitRate is hits/queries of vLLM's prefix-cache counters since the
 	// router's first scrape of this replica (reset-aware); -1 before two scrapes
@@ -456,8 +456,15 @@ func (rt *Router) startLoops(ctx context.Context, wg *sync.WaitGroup, t *target)
 	if rt.cfg.ScrapeInterval > 0 {
 		wg.Go(func() { rt.every(ctx, rt.cfg.ScrapeInterval, func() { rt.scrape(ctx, t) }) })
 	}
-	if t.ranked && len(t.replicas) > 1 && !rt.cfg.SkipPinningCheck {
-		wg.Go(func() { rt.checkPinning(ctx, t) })
+	if t.ranked && len(t.replicas) > 1 {
+		if rt.cfg.SkipPinningCheck {
+			t.mu.Lock()
+			t.pin = &PinCheck{Verdict: PinSkipped, Detail: "skip_pinning_check is set"}
+			t.mu.Unlock()
+			rt.log.Info("DP pinning check skipped (skip_pinning_check)", "model", t.pool.Model, "url", t.url.String())
+		} else {
+			wg.Go(func() { rt.checkPinning(ctx, t) })
+		}
 	}
 }
 
@@ -466,13 +473,23 @@ func (rt *Router) startLoops(ctx context.Context, wg *sync.WaitGroup, t *target)
 // verdict for Status. A server that ignores the header is logged as an error:
 // every rank the router picks is then vLLM's balancer's pick.
 func (rt *Router) checkPinning(ctx context.Context, t *target) {
-	for {
+	setPin := func(pc PinCheck) {
+		t.mu.Lock()
+		t.pin = &pc
+		t.mu.Unlock()
+	}
+	setPin(PinCheck{Verdict: PinPending, Detail: fmt.Sprintf("%s: waiting for GET /health to answer 200", t.url)})
+	for waited := false; ; waited = true {
 		resp, err := rt.get(ctx, t, "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				break
 			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if !waited {
+			rt.log.Info("DP pinning check waits for the server's /health", "model", t.pool.Model, "url", t.url.String(), "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -486,12 +503,10 @@ func (rt *Router) checkPinning(ctx context.Context, t *target) {
 	if ctx.Err() != nil {
 		return
 	}
-	t.mu.Lock()
-	t.pin = &pc
-	t.mu.Unlock()
+	setPin(pc)
 	lvl := slog.LevelInfo
 	switch pc.Verdict {
-	case PinIgnored:
+	case PinIgnored, PinRankMismatch:
 		lvl = slog.LevelError
 	case PinUnverified:
 		lvl = slog.LevelWarn
@@ -539,6 +554,9 @@ func (rt *Router) checkHealth(ctx context.Context, t *target) {
 	resp, err := rt.get(ctx, t, "/health")
 	if err == nil {
 		ok = resp.StatusCode == http.StatusOK
+		if !ok {
+			err = fmt.Errorf("GET /health: status %d", resp.StatusCode)
+		}
 		resp.Body.Close()
 	}
 	if ctx.Err() != nil {

@@ -42,9 +42,10 @@ type CardModel struct {
 	Capacity          CardCapacity
 	// PinningIgnored names the replicas (DP ranks) whose server does not honour
 	// X-Data-Parallel-Rank (ReplicaReport.DPPinning "ignored"): the server's own
-	// balancer places their requests. PinningUnverified names those whose check
-	// could not decide.
-	PinningIgnored, PinningUnverified []string
+	// balancer places their requests. PinningMismatch names those of a server
+	// with fewer ranks than configured ("rank-mismatch"), PinningUnverified those
+	// whose check could not decide.
+	PinningIgnored, PinningMismatch, PinningUnverified []string
 }
 
 // CardReplica is one replica's row. Unknown values are negative (-1).
@@ -160,6 +161,8 @@ func (rt *Router) Card() Card {
 				switch p.Verdict {
 				case PinIgnored:
 					cm.PinningIgnored = append(cm.PinningIgnored, rep.Name)
+				case PinRankMismatch:
+					cm.PinningMismatch = append(cm.PinningMismatch, rep.Name)
 				case PinUnverified:
 					cm.PinningUnverified = append(cm.PinningUnverified, rep.Name)
 				}

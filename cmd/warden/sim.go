@@ -48,8 +48,15 @@ Example:
 			out := cmd.OutOrStdout()
 			c := cl.Config()
 			fmt.Fprintf(out, "simulated vLLM: profile %s, model %q, speed %gx\n", c.Profile, c.Model, c.Speed)
+			ranks := ""
+			if c.DataParallelSize > 1 {
+				ranks = fmt.Sprintf(" (%d DP ranks behind vLLM's balancer; X-data-parallel-rank pins one)", c.DataParallelSize)
+				if c.IgnoreRankHeader {
+					ranks = fmt.Sprintf(" (%d DP ranks behind vLLM's balancer; X-data-parallel-rank IGNORED, --ignore-rank-header)", c.DataParallelSize)
+				}
+			}
 			for i, u := range cl.URLs() {
-				fmt.Fprintf(out, "  replica %d: %s\n", i, u)
+				fmt.Fprintf(out, "  replica %d: %s%s\n", i, u, ranks)
 			}
 			fmt.Fprintln(out, "press Ctrl-C to stop")
 			<-cmd.Context().Done()

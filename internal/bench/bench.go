@@ -342,9 +342,11 @@ func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig
 		switch pc.Verdict {
 		case router.PinIgnored:
 			return fmt.Errorf("pre-flight: %s is not honoured: %s; the affinity-on variant would measure vLLM's balancer again (--skip-pinning-check runs anyway)", router.HeaderDPRank, pc.Detail)
+		case router.PinRankMismatch:
+			return fmt.Errorf("pre-flight: %s (--dp-ranks)", pc.Detail)
 		case router.PinUnverified:
 			fmt.Fprintf(w, "pre-flight: warning: could not check that %s pins ranks: %s\n", router.HeaderDPRank, pc.Detail)
-		default:
+		case router.PinHonored:
 			fmt.Fprintf(w, "pre-flight: %s pins ranks: %s\n", router.HeaderDPRank, pc.Detail)
 		}
 	}

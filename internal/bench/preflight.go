@@ -51,7 +51,9 @@ func Preflight(ctx context.Context, w io.Writer, servers []string, sc *loadgen.S
 		infos = append(infos, info)
 		fmt.Fprintf(w, "pre-flight %s: version %q, models %s, max_model_len %d\n", base, info.Version, strings.Join(info.Models, ","), info.MaxModelLen)
 		for _, e := range info.Engines {
-			fmt.Fprintf(w, "  engine %q: block_size %d, num_gpu_blocks %d (%d tokens of KV cache)\n", e.Engine, e.BlockSize, e.NumGPUBlocks, e.BlockSize*e.NumGPUBlocks)
+			// Block 0 is vLLM's null block (never allocated), so the cache holds
+			// (num_gpu_blocks - 1) x block_size tokens, as the router counts it.
+			fmt.Fprintf(w, "  engine %q: block_size %d, num_gpu_blocks %d (%d tokens of KV cache)\n", e.Engine, e.BlockSize, e.NumGPUBlocks, e.BlockSize*max(e.NumGPUBlocks-1, 0))
 		}
 		if info.MaxModelLen > 0 && need > info.MaxModelLen {
 			errs = append(errs, fmt.Errorf("pre-flight %s: the scenario's last turn needs about %d tokens (nominal %d x %.1f + %d output) but max_model_len is %d: shorten the scenario (turns, first_turn_tokens) or serve with a larger --max-model-len",
