@@ -3,7 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -136,4 +139,56 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// dp_ranks larger than the server's DP size: the check says "rank-mismatch" and
+// the router keeps the ranks the server does not have out of placement, so
+// conversations get answers instead of vLLM's 400 for an out-of-range rank.
+func TestRouterKeepsMissingRanksOut(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cfg, err := router.ConfigForURLs([]string{cl.URLs()[0] + ",dp_ranks=8"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Clock = cl.Clock()
+	cfg.HealthInterval = 200 * time.Millisecond // health checks run after the verdict too
+	rt, err := router.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); rt.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		p := rt.Status().Models[0].Replicas[0].DPPinning
+		if p != nil && p.Verdict != router.PinPending {
+			if p.Verdict != router.PinRankMismatch {
+				t.Fatalf("verdict %q (%s), want rank-mismatch", p.Verdict, p.Detail)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no verdict within 10 s")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let a health check run after the verdict
+	srv := httptest.NewServer(rt.Handler())
+	defer srv.Close()
+	for s := range 8 {
+		if err := driveSession(ctx, srv.URL, cl.Config().Model, fmt.Sprintf("mismatch-%d", s), false, uint64(s), 2); err != nil {
+			t.Fatalf("session %d: %v", s, err)
+		}
+	}
+	for _, r := range rt.Status().Models[0].Replicas {
+		if want := *r.Rank < 4; r.Healthy != want || (!want && r.ServedTotal != 0) {
+			t.Errorf("replica %s: healthy %v, served %d; want healthy %v", r.Name, r.Healthy, r.ServedTotal, want)
+		}
+	}
 }

@@ -40,6 +40,8 @@ const (
 type PinCheck struct {
 	Verdict PinVerdict `json:"verdict"`
 	Detail  string     `json:"detail"`
+	// Engines is how many engines the server's /metrics lists (0 when unknown).
+	Engines int `json:"engines,omitempty"`
 }
 
 // Probe parameters of CheckDPPinning: pinProbesPerRank probes are sent to each rank
@@ -97,7 +99,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 	var extra string
 	if n := len(snap.Engines); n > 0 && snap.Engines[0].Engine != "" {
 		if n < ranks {
-			return PinCheck{Verdict: PinRankMismatch, Detail: fmt.Sprintf(
+			return PinCheck{Verdict: PinRankMismatch, Engines: n, Detail: fmt.Sprintf(
 				"%s: dp_ranks is %d but the server's /metrics lists %d engines (%s): requests pinned to the missing ranks are refused; set dp_ranks to the server's --data-parallel-size",
 				base, ranks, n, engineLabels(snap))}
 		}

@@ -61,6 +61,9 @@ type target struct {
 	healthy bool
 	card    []rateWindow // recent scrape samples for the status card, by position in replicas
 	pin     *PinCheck    // DP pinning verdict (checkPinning); nil before or without a check
+	// missing is the number of trailing ranks the server does not have (a
+	// "rank-mismatch" verdict): they are kept unhealthy.
+	missing int
 }
 
 // prefixStats holds the prefix-cache counters of one replica as scraped: the first
@@ -504,6 +507,16 @@ func (rt *Router) checkPinning(ctx context.Context, t *target) {
 		return
 	}
 	setPin(pc)
+	if pc.Verdict == PinRankMismatch && pc.Engines > 0 && pc.Engines < len(t.replicas) {
+		// The server refuses the ranks it does not have: keep them out of
+		// placement (their conversations re-home) instead of answering 400s.
+		t.mu.Lock()
+		t.missing = len(t.replicas) - pc.Engines
+		t.mu.Unlock()
+		for _, i := range t.replicas[pc.Engines:] {
+			t.pool.Balancer.SetHealthy(i, false)
+		}
+	}
 	lvl := slog.LevelInfo
 	switch pc.Verdict {
 	case PinIgnored, PinRankMismatch:
@@ -565,9 +578,10 @@ func (rt *Router) checkHealth(ctx context.Context, t *target) {
 	t.mu.Lock()
 	changed := t.healthy != ok
 	t.healthy = ok
+	have := len(t.replicas) - t.missing
 	t.mu.Unlock()
-	for _, i := range t.replicas {
-		t.pool.Balancer.SetHealthy(i, ok)
+	for k, i := range t.replicas {
+		t.pool.Balancer.SetHealthy(i, ok && k < have)
 	}
 	if !ok {
 		// A hung replica keeps its connections open: without this, requests
