@@ -160,7 +160,14 @@ func ParseConfig(r io.Reader) (Config, error) {
 					msgs[i] += ` (durations are Go duration strings such as "5s" or "1h")`
 				}
 			}
-			return Config{}, fmt.Errorf("decoding router config: %s", strings.Join(msgs, "; "))
+			derr := fmt.Errorf("decoding router config: %s", strings.Join(msgs, "; "))
+			// yaml.v3 decodes what it can around a type error, so the rest of
+			// the file can be checked now rather than after the user fixes
+			// these (a field that failed to decode is zero, i.e. its default).
+			if verr := cfg.Validate(); verr != nil {
+				return Config{}, errors.Join(derr, fmt.Errorf("checking router config: %w", verr))
+			}
+			return Config{}, derr
 		}
 		return Config{}, fmt.Errorf("decoding router config: %w", err)
 	}

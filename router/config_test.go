@@ -88,6 +88,14 @@ func TestParseConfigRejectsUnknownFields(t *testing.T) {
 	if strings.Contains(err.Error(), "router.Config") {
 		t.Errorf("error %q names a Go type", err)
 	}
+	// Decoding and validation problems in one pass (fresh-user finding: the
+	// validation ones used to appear only once the decoding ones were fixed).
+	_, err = ParseConfig(strings.NewReader("health_interval: 5 seconds\nmodels:\n  - name: m\n    replicas: [{url: \"ftp://h\"}]\n"))
+	for _, want := range []string{"line 1:", "Go duration strings", "models[0].replicas[0].url:"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
 }
 
 func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
