@@ -300,6 +300,8 @@ func (c Config) Validate() error {
 		if len(m.Replicas) == 0 {
 			bad(p+".replicas", "at least one replica is required")
 		}
+		// Replica names as the router will use them (WithDefaults' r<i>, a DP
+		// URL's <name>/rank<k>) must be unique: they label metrics and the card.
 		seenName := map[string]int{}
 		for j, r := range m.Replicas {
 			rp := fmt.Sprintf("%s.replicas[%d]", p, j)
@@ -309,11 +311,23 @@ func (c Config) Validate() error {
 			if r.DPRanks < 0 || r.DPRanks > MaxDPRanks {
 				bad(rp+".dp_ranks", "%d is out of range 0..%d", r.DPRanks, MaxDPRanks)
 			}
-			if r.Name != "" {
-				if k, dup := seenName[r.Name]; dup {
-					bad(rp+".name", "%q already used by replicas[%d]", r.Name, k)
+			base := r.Name
+			if base == "" {
+				base = "r" + strconv.Itoa(j)
+			}
+			names := []string{base}
+			if r.DPRanks > 0 && r.DPRanks <= MaxDPRanks {
+				names = names[:0]
+				for k := range r.DPRanks {
+					names = append(names, base+"/rank"+strconv.Itoa(k))
 				}
-				seenName[r.Name] = j
+			}
+			for _, n := range names {
+				if k, dup := seenName[n]; dup && k != j {
+					bad(rp+".name", "%q already used by replicas[%d] (a DP URL's ranks are named <name>/rank<k>)", n, k)
+					break
+				}
+				seenName[n] = j
 			}
 		}
 	}

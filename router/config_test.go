@@ -98,6 +98,31 @@ func TestParseConfigRejectsUnknownFields(t *testing.T) {
 	}
 }
 
+// A name that is also a DP rank's name (<name>/rank<k>) or a default name
+// (r<i>) is a clash: two replicas with one name made /metrics answer 500
+// (fresh-user finding).
+func TestValidateReplicaNamesAsTheRouterUsesThem(t *testing.T) {
+	for _, tc := range []struct {
+		replicas []ReplicaConfig
+		want     string // "" = valid
+	}{
+		{[]ReplicaConfig{{URL: "http://a", Name: "x", DPRanks: 2}, {URL: "http://b", Name: "x/rank0"}}, `replicas[1].name: "x/rank0" already used by replicas[0]`},
+		{[]ReplicaConfig{{URL: "http://a", Name: "x/rank1"}, {URL: "http://b", Name: "x", DPRanks: 2}}, `replicas[1].name: "x/rank1" already used by replicas[0]`},
+		{[]ReplicaConfig{{URL: "http://a"}, {URL: "http://b", Name: "r0"}}, `replicas[1].name: "r0" already used by replicas[0]`},
+		{[]ReplicaConfig{{URL: "http://a", Name: "x", DPRanks: 2}, {URL: "http://b", Name: "x/rank2"}}, ""},
+		{[]ReplicaConfig{{URL: "http://a", DPRanks: 2}, {URL: "http://b", DPRanks: 2}}, ""},
+	} {
+		cfg := Config{Models: []ModelConfig{{Name: "m", Replicas: tc.replicas}}}
+		err := cfg.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.replicas, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: error %v, want %q", tc.replicas, err, tc.want)
+		}
+	}
+}
+
 func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
 	cfg := Config{
 		BodyLimit:      -1,
