@@ -46,8 +46,9 @@ Targets:
   --replicas URL --dp-ranks N
                          one vLLM server with N data-parallel ranks
   --router URL --admin-url URL --replicas URL,...
-                         an already running warden router (affinity switched
-                         through its admin API); replicas are scraped for /metrics
+                         an already running warden router (before each variant
+                         its admin API forgets session homes and switches
+                         affinity); replicas are scraped for /metrics
 
 Examples:
   warden bench                                       # reference benchmark, simulator

@@ -433,15 +433,16 @@ func routerReplicaNames(ctx context.Context, admin, token string) (map[string]st
 	return out, nil
 }
 
-// adminSwitch returns a function that switches session affinity for every model
-// through a warden router's admin API: PUT {admin}/admin/models/*/affinity.
+// adminSwitch returns the function run before each variant against a warden
+// router's admin API: it forgets every session home (POST
+// {admin}/admin/models/*/reset-sessions), then switches session affinity for
+// every model (PUT {admin}/admin/models/*/affinity).
 func adminSwitch(admin, token string) func(ctx context.Context, on bool) error {
 	admin = strings.TrimRight(admin, "/")
-	return func(ctx context.Context, on bool) error {
-		body, _ := json.Marshal(map[string]bool{"enabled": on})
-		req, err := http.NewRequestWithContext(ctx, http.MethodPut, admin+"/admin/models/*/affinity", bytes.NewReader(body))
+	call := func(ctx context.Context, method, path string, body []byte, what string) error {
+		req, err := http.NewRequestWithContext(ctx, method, admin+path, bytes.NewReader(body))
 		if err != nil {
-			return fmt.Errorf("switching affinity: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		req.Header.Set("Content-Type", "application/json")
 		if token != "" {
@@ -449,13 +450,22 @@ func adminSwitch(admin, token string) func(ctx context.Context, on bool) error {
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return fmt.Errorf("switching affinity via %s: %w", admin, err)
+			return fmt.Errorf("%s via %s: %w", what, admin, err)
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode/100 != 2 {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			return fmt.Errorf("switching affinity via %s: status %d: %s", admin, resp.StatusCode, strings.TrimSpace(string(b)))
+			return fmt.Errorf("%s via %s: status %d: %s", what, admin, resp.StatusCode, strings.TrimSpace(string(b)))
 		}
 		return nil
+	}
+	return func(ctx context.Context, on bool) error {
+		// A router that served an earlier run (same seed, same session ids)
+		// would otherwise send this variant's first turns to old homes.
+		if err := call(ctx, http.MethodPost, "/admin/models/*/reset-sessions", nil, "resetting session homes"); err != nil {
+			return err
+		}
+		body, _ := json.Marshal(map[string]bool{"enabled": on})
+		return call(ctx, http.MethodPut, "/admin/models/*/affinity", body, "switching affinity")
 	}
 }
