@@ -267,11 +267,11 @@ func runHTTP(ctx context.Context, o Options) error {
 	if _, err := Preflight(ctx, progress, servers, o.Scenario); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if !o.SkipPinningCheck {
-		if err := checkPinning(ctx, progress, rcfgs, o.Scenario.Model); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
+	pinNotes, err := checkPinning(ctx, progress, rcfgs, o.Scenario.Model, o.SkipPinningCheck)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
+	rc.Notes = append(rc.Notes, pinNotes...)
 	for i, r := range rcfgs {
 		name := r.Name
 		if name == "" {
@@ -331,26 +331,36 @@ func runHTTP(ctx context.Context, o Options) error {
 }
 
 // checkPinning runs router.CheckDPPinning on every server with more than one DP
-// rank and prints the verdict; a server that ignores X-Data-Parallel-Rank is an
-// error, an undecided check a warning.
-func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig, model string) error {
+// rank, prints each verdict to w and returns it as a manifest note (so the
+// results say whether "stayed on replica" means where requests ran); a server
+// that ignores X-Data-Parallel-Rank or has fewer ranks than given is an error,
+// an undecided check a warning. With skip it checks nothing and notes that.
+func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig, model string, skip bool) ([]string, error) {
+	var notes []string
 	for _, r := range rcfgs {
 		if r.DPRanks < 2 {
+			continue
+		}
+		if skip {
+			n := fmt.Sprintf("DP pinning not checked for %s (--skip-pinning-check): if the server ignores %s, stayed-on-replica counts the rank the router chose, not the one that served", r.URL, router.HeaderDPRank)
+			fmt.Fprintf(w, "pre-flight: warning: %s\n", n)
+			notes = append(notes, n)
 			continue
 		}
 		pc := router.CheckDPPinning(ctx, nil, r.URL, model, r.DPRanks)
 		switch pc.Verdict {
 		case router.PinIgnored:
-			return fmt.Errorf("pre-flight: %s is not honoured: %s; the affinity-on variant would measure vLLM's balancer again (--skip-pinning-check runs anyway)", router.HeaderDPRank, pc.Detail)
+			return nil, fmt.Errorf("pre-flight: %s is not honoured: %s; the affinity-on variant would measure vLLM's balancer again (--skip-pinning-check runs anyway)", router.HeaderDPRank, pc.Detail)
 		case router.PinRankMismatch:
-			return fmt.Errorf("pre-flight: %s (--dp-ranks)", pc.Detail)
+			return nil, fmt.Errorf("pre-flight: %s (--dp-ranks)", pc.Detail)
 		case router.PinUnverified:
 			fmt.Fprintf(w, "pre-flight: warning: could not check that %s pins ranks: %s\n", router.HeaderDPRank, pc.Detail)
 		case router.PinHonored:
 			fmt.Fprintf(w, "pre-flight: %s pins ranks: %s\n", router.HeaderDPRank, pc.Detail)
 		}
+		notes = append(notes, fmt.Sprintf("DP pinning (%s) %s: %s", router.HeaderDPRank, pc.Verdict, pc.Detail))
 	}
-	return nil
+	return notes, nil
 }
 
 func withDPRanks(specs []string, ranks int) []string {
