@@ -226,17 +226,17 @@ func (sc *Scenario) Validate() error {
 	if c.MaxOutputTokens < 1 {
 		bad("max_output_tokens", "must be at least 1, got %d", c.MaxOutputTokens)
 	}
-	if c.ThinkTime < 0 {
-		bad("think_time", "must not be negative, got %s", c.ThinkTime)
-	} else if r := c.ThinkSpread; !r.IsFixed() {
+	if r := c.ThinkSpread; !r.IsFixed() {
 		switch {
 		case r.Min < 0:
-			bad("think_time", "smallest draw must not be negative, got %s (jitter larger than mean?)", r.Min)
+			bad("think_time", "smallest draw (min, or mean - jitter) must not be negative, got %s", r.Min)
 		case r.Min > r.Max:
 			bad("think_time", "min %s is greater than max %s", r.Min, r.Max)
 		case c.ThinkTime < r.Min || c.ThinkTime > r.Max:
 			bad("think_time", "nominal %s lies outside [%s, %s]", c.ThinkTime, r.Min, r.Max)
 		}
+	} else if c.ThinkTime < 0 {
+		bad("think_time", "must not be negative, got %s", c.ThinkTime)
 	}
 	if c.FailureBackoff < 0 {
 		bad("failure_backoff", "must not be negative, got %s", c.FailureBackoff)
@@ -470,8 +470,9 @@ func tidyYAMLError(msg string) string {
 
 // nameField inserts the field a yaml.v3 "line N: ..." message is about ("line N:
 // field: ..."), when a key starts on that line (the most nested one, when several
-// do: "side_requests.turns" before "side_requests") and the message does not name
-// it already.
+// do: "side_requests.turns" before "side_requests", but the parent when several
+// keys of one inline mapping share the line) and the message does not name it
+// already.
 func nameField(msg string, lines map[string]int) string {
 	rest, ok := strings.CutPrefix(msg, "line ")
 	if !ok {
@@ -482,9 +483,23 @@ func nameField(msg string, lines map[string]int) string {
 		return msg
 	}
 	best := ""
+	var onLine []string
 	for k, l := range lines {
-		if strconv.Itoa(l) == n && len(k) > len(best) {
-			best = k
+		if strconv.Itoa(l) == n {
+			onLine = append(onLine, k)
+			if len(k) > len(best) {
+				best = k
+			}
+		}
+	}
+	// Several keys of one mapping on the line ({mean: 5s, jitter: 2s}): the
+	// line does not say which of them the message is about, so name the parent.
+	if parent, _, nested := strings.Cut(best, "."); nested {
+		for _, k := range onLine {
+			if k != best && strings.HasPrefix(k, parent+".") {
+				best = parent
+				break
+			}
 		}
 	}
 	if best == "" || strings.Contains(tail, best) {
@@ -686,6 +701,12 @@ func decodeSpread[T int | time.Duration](n *yaml.Node, what, unit, m, j string) 
 				return a, 0, 0, nil
 			}
 			return a + (b-a)/2, a, b, nil
+		case (hasMean || hasJitter) && (hasMin || hasMax):
+			return fail(n.Line, "%s distribution mixes {mean, jitter} with {min, max}: %s", what, want)
+		case hasMin != hasMax:
+			return fail(n.Line, "%s distribution: min and max go together: %s", what, want)
+		case hasJitter && !hasMean:
+			return fail(n.Line, "%s distribution: jitter needs a mean: %s", what, want)
 		}
 		return fail(n.Line, "%s distribution: %s", what, want)
 	}
