@@ -191,4 +191,18 @@ func TestRouterKeepsMissingRanksOut(t *testing.T) {
 			t.Errorf("replica %s: healthy %v, served %d; want healthy %v", r.Name, r.Healthy, r.ServedTotal, want)
 		}
 	}
+	// The card names the missing ranks only.
+	var card bytes.Buffer
+	if err := router.RenderCard(&card, rt.Card(), 0); err != nil {
+		t.Fatal(err)
+	}
+	c := card.String()
+	i := strings.Index(c, `data-pinning="rank-mismatch"`)
+	if i < 0 {
+		t.Fatalf("card has no rank-mismatch warning")
+	}
+	warning := c[i : i+strings.Index(c[i:], "</div>")]
+	if !strings.Contains(warning, "r0/rank4, r0/rank5, r0/rank6, r0/rank7") || strings.Contains(warning, "r0/rank3") {
+		t.Errorf("card warning does not name exactly the missing ranks: %s", warning)
+	}
 }

@@ -513,9 +513,13 @@ func (rt *Router) checkPinning(ctx context.Context, t *target) {
 		t.mu.Lock()
 		t.missing = len(t.replicas) - pc.Engines
 		t.mu.Unlock()
-		for _, i := range t.replicas[pc.Engines:] {
+		var names []string
+		for k, i := range t.replicas[pc.Engines:] {
 			t.pool.Balancer.SetHealthy(i, false)
+			names = append(names, fmt.Sprintf("rank%d", pc.Engines+k))
 		}
+		rt.log.Warn("DP ranks the server does not have are kept unhealthy; their conversations re-home", "model", t.pool.Model,
+			"url", t.url.String(), "ranks", strings.Join(names, ","))
 	}
 	lvl := slog.LevelInfo
 	switch pc.Verdict {

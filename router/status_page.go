@@ -162,7 +162,10 @@ func (rt *Router) Card() Card {
 				case PinIgnored:
 					cm.PinningIgnored = append(cm.PinningIgnored, rep.Name)
 				case PinRankMismatch:
-					cm.PinningMismatch = append(cm.PinningMismatch, rep.Name)
+					// Only the ranks the server does not have.
+					if rep.Rank == nil || p.Engines == 0 || *rep.Rank >= p.Engines {
+						cm.PinningMismatch = append(cm.PinningMismatch, rep.Name)
+					}
 				case PinUnverified:
 					cm.PinningUnverified = append(cm.PinningUnverified, rep.Name)
 				}
