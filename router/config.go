@@ -386,6 +386,9 @@ func ParseReplicaSpec(s string) (ReplicaConfig, error) {
 		}
 	}
 	if err := checkUpstreamURL(rc.URL); err != nil {
+		if name, u, ok := strings.Cut(main, "="); ok && rc.Name == "" && checkUpstreamURL(u) == nil {
+			return rc, fmt.Errorf("parsing replica %q: name %q may not contain '/' or ':' (a DP URL's ranks are named <name>/rank<k>)", s, name)
+		}
 		return rc, fmt.Errorf("parsing replica %q: url %w", s, err)
 	}
 	return rc, nil

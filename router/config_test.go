@@ -165,6 +165,11 @@ func TestParseReplicaSpec(t *testing.T) {
 		{"http://h,dp_ranks=x", ReplicaConfig{}, true},
 		{"http://h,ranks=2", ReplicaConfig{}, true},
 	}
+	// A name with a slash is not read as part of a URL (fresh-user finding:
+	// the error said the scheme was wrong).
+	if _, err := ParseReplicaSpec("x/rank0=http://h:8000"); err == nil || !strings.Contains(err.Error(), `name "x/rank0" may not contain '/'`) {
+		t.Errorf("name with a slash: %v", err)
+	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := ParseReplicaSpec(tc.in)
