@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/lmwarden/warden/internal/yamlpos"
 )
 
 // Scenario defaults. They describe the reference workload (docs: brief workload.md,
@@ -376,9 +378,9 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		if !errors.As(err, &te) {
 			return nil, fmt.Errorf("%sdecoding YAML: %w", prefix, err)
 		}
-		lines := keyLines(data)
+		lines := yamlpos.KeyLines(data)
 		for _, e := range te.Errors {
-			errs = append(errs, errors.New(prefixLine(source, nameField(tidyYAMLError(e), lines))))
+			errs = append(errs, errors.New(prefixLine(source, yamlpos.NameField(tidyYAMLError(e), lines))))
 		}
 	}
 	// A field that failed to decode is left empty; validating it would only add
@@ -394,7 +396,7 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 	}
 	sc := f.scenario()
 	sc.source = source
-	sc.lines = keyLines(data)
+	sc.lines = yamlpos.KeyLines(data)
 	// An empty list would silently mean the default (WithDefaults): say so.
 	if _, ok := sc.lines["stages"]; ok && len(f.Stages) == 0 {
 		errs = append(errs, fmt.Errorf("%sstages: empty list (omit the field for the default ramp %v)", sc.where("stages"), DefaultStages()))
@@ -468,46 +470,6 @@ func tidyYAMLError(msg string) string {
 	return msg
 }
 
-// nameField inserts the field a yaml.v3 "line N: ..." message is about ("line N:
-// field: ..."), when a key starts on that line (the most nested one, when several
-// do: "side_requests.turns" before "side_requests", but the parent when several
-// keys of one inline mapping share the line) and the message does not name it
-// already.
-func nameField(msg string, lines map[string]int) string {
-	rest, ok := strings.CutPrefix(msg, "line ")
-	if !ok {
-		return msg
-	}
-	n, tail, ok := strings.Cut(rest, ": ")
-	if !ok {
-		return msg
-	}
-	best := ""
-	var onLine []string
-	for k, l := range lines {
-		if strconv.Itoa(l) == n {
-			onLine = append(onLine, k)
-			if len(k) > len(best) {
-				best = k
-			}
-		}
-	}
-	// Several keys of one mapping on the line ({mean: 5s, jitter: 2s}): the
-	// line does not say which of them the message is about, so name the parent.
-	if parent, _, nested := strings.Cut(best, "."); nested {
-		for _, k := range onLine {
-			if k != best && strings.HasPrefix(k, parent+".") {
-				best = parent
-				break
-			}
-		}
-	}
-	if best == "" || strings.Contains(tail, best) {
-		return msg
-	}
-	return "line " + n + ": " + best + ": " + tail
-}
-
 // intFields are the scenario's integer fields that yaml.v3 would fill from a
 // fractional number by truncating it (1.5 -> 1).
 var intFields = []string{"seed", "turns", "max_output_tokens"}
@@ -527,30 +489,6 @@ func fractionalInts(data []byte, source string) []error {
 		}
 	}
 	return errs
-}
-
-// keyLines maps each top-level key of a YAML mapping to its line (1-based), and
-// each key of a mapping value one level down as "parent.key" (side_requests).
-func keyLines(data []byte) map[string]int {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
-		return nil
-	}
-	m := doc.Content[0]
-	if m.Kind != yaml.MappingNode {
-		return nil
-	}
-	lines := map[string]int{}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		lines[k.Value] = k.Line
-		if v.Kind == yaml.MappingNode {
-			for j := 0; j+1 < len(v.Content); j += 2 {
-				lines[k.Value+"."+v.Content[j].Value] = v.Content[j].Line
-			}
-		}
-	}
-	return lines
 }
 
 // scenarioFile is the on-disk schema (scenarios/README.md). It differs from Scenario

@@ -15,6 +15,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/lmwarden/warden/internal/yamlpos"
+
 	"github.com/lmwarden/warden/internal/simclock"
 )
 
@@ -146,7 +148,11 @@ func (t Threshold) MarshalYAML() (any, error) {
 // It does not validate; call Validate.
 func ParseConfig(r io.Reader) (Config, error) {
 	var cfg Config
-	dec := yaml.NewDecoder(r)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading router config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 		var te *yaml.TypeError
@@ -154,8 +160,9 @@ func ParseConfig(r io.Reader) (Config, error) {
 			// yaml.v3 names Go types ("field x not found in type router.Config");
 			// a user wrote YAML keys, so drop the Go type names.
 			msgs := make([]string, len(te.Errors))
+			lines := yamlpos.KeyLines(data)
 			for i, e := range te.Errors {
-				msgs[i] = goTypeSuffix.ReplaceAllString(e, "")
+				msgs[i] = yamlpos.NameField(goTypeSuffix.ReplaceAllString(e, ""), lines)
 				if strings.Contains(e, "time.Duration") {
 					msgs[i] += ` (durations are Go duration strings such as "5s" or "1h")`
 				}

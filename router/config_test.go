@@ -72,7 +72,7 @@ func TestParseConfigRejectsUnknownFields(t *testing.T) {
 	}
 	// A bad threshold is reported with the file's other problems, not alone.
 	_, err = ParseConfig(strings.NewReader("models:\n  - name: m\n    overflow_threshold: lots\n    afinity: true\n"))
-	if err == nil || !strings.Contains(err.Error(), `line 3: overflow_threshold "lots"`) || !strings.Contains(err.Error(), "line 4: field afinity not found") {
+	if err == nil || !strings.Contains(err.Error(), `line 3: models[0].overflow_threshold "lots"`) || !strings.Contains(err.Error(), "line 4: models[0].afinity: field afinity not found") {
 		t.Fatalf("err = %v", err)
 	}
 	// Every decoding problem at once, with its line, without Go type names.
@@ -196,7 +196,7 @@ func TestOverflowThresholdZeroIsAuto(t *testing.T) {
 		}
 	}
 	_, err := ParseConfig(strings.NewReader("models:\n  - name: m\n    overflow_threshold: -3\n"))
-	if err == nil || !strings.Contains(err.Error(), `line 3: overflow_threshold "-3"`) {
+	if err == nil || !strings.Contains(err.Error(), `line 3: models[0].overflow_threshold "-3"`) {
 		t.Fatalf("negative threshold: err = %v", err)
 	}
 }

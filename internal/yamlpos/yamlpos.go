@@ -1,0 +1,95 @@
+// Package yamlpos finds where the keys of a YAML document are, so that an error
+// yaml.v3 reports by line ("line 7: cannot unmarshal ...") can also name the
+// field it is about ("line 7: models[0].replicas[1].dp_ranks: cannot ..."). The
+// scenario loader (loadgen) and the router's config loader share it.
+package yamlpos
+
+import (
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// KeyLines maps the path of every mapping key in the first document of data to
+// the line (1-based) it starts on. Paths join keys with "." and index sequence
+// items with "[i]": "stages", "side_requests.turns",
+// "models[0].replicas[1].url". A scalar sequence item is not a key and has no
+// path. It returns nil when data is not YAML or not a mapping at the top.
+func KeyLines(data []byte) map[string]int {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil
+	}
+	lines := map[string]int{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i]
+				p := k.Value
+				if path != "" {
+					p = path + "." + k.Value
+				}
+				lines[p] = k.Line
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, item := range n.Content {
+				walk(item, path+"["+strconv.Itoa(i)+"]")
+			}
+		}
+	}
+	walk(doc.Content[0], "")
+	return lines
+}
+
+// NameField inserts the field a yaml.v3 "line N: ..." message is about ("line N:
+// field: ..."), when a key starts on that line: the most nested one when several
+// do ("side_requests.turns" on its own line under "side_requests"), but the key
+// an inline mapping belongs to when that key is on the same line
+// ("think_time: {mean: 5s, jitter: 2s}" gives "think_time"). A message that
+// starts with the field's own key gets the path in its place; one that names
+// the path already, or whose line starts no key, is returned unchanged.
+func NameField(msg string, lines map[string]int) string {
+	rest, ok := strings.CutPrefix(msg, "line ")
+	if !ok {
+		return msg
+	}
+	n, tail, ok := strings.Cut(rest, ": ")
+	if !ok {
+		return msg
+	}
+	best := ""
+	for k, l := range lines {
+		if strconv.Itoa(l) == n && (len(k) > len(best) || (len(k) == len(best) && k < best)) {
+			best = k
+		}
+	}
+	// Inside an inline mapping written on its parent key's line, the line does
+	// not tell which inner key the message is about: name the parent.
+	for {
+		i := strings.LastIndex(best, ".")
+		if i <= 0 {
+			break
+		}
+		parent := best[:i]
+		for strings.HasSuffix(parent, "]") {
+			parent = parent[:strings.LastIndex(parent, "[")]
+		}
+		if l, ok := lines[parent]; !ok || strconv.Itoa(l) != n {
+			break
+		}
+		best = parent
+	}
+	if best == "" || strings.Contains(tail, best) {
+		return msg // the message names its field already
+	}
+	// A message that starts with the field's own key ("overflow_threshold
+	// \"lots\": want ...") gets the whole path in its place.
+	if leaf := best[strings.LastIndex(best, ".")+1:]; strings.HasPrefix(tail, leaf+" ") || strings.HasPrefix(tail, leaf+":") {
+		return "line " + n + ": " + best + tail[len(leaf):]
+	}
+	return "line " + n + ": " + best + ": " + tail
+}

@@ -1,0 +1,46 @@
+package yamlpos
+
+import "testing"
+
+func TestKeyLines(t *testing.T) {
+	doc := "name: x\nthink_time: {mean: 5s, jitter: 1s}\nmodels:\n  - name: m\n    replicas:\n      - url: http://a\n        dp_ranks: two\n      - {url: http://b}\nstages: [1, 2]\n"
+	want := map[string]int{
+		"name": 1, "think_time": 2, "think_time.mean": 2, "think_time.jitter": 2,
+		"models": 3, "models[0].name": 4, "models[0].replicas": 5,
+		"models[0].replicas[0].url": 6, "models[0].replicas[0].dp_ranks": 7,
+		"models[0].replicas[1].url": 8, "stages": 9,
+	}
+	got := KeyLines([]byte(doc))
+	if len(got) != len(want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	for k, l := range want {
+		if got[k] != l {
+			t.Errorf("%s: line %d, want %d", k, got[k], l)
+		}
+	}
+	if KeyLines([]byte("- a\n- b\n")) != nil || KeyLines([]byte("a: [")) != nil {
+		t.Error("a top-level sequence or broken YAML should give nil")
+	}
+}
+
+func TestNameField(t *testing.T) {
+	lines := KeyLines([]byte("think_time: {mean: 5, jitter: 1}\nside_requests:\n  turn: [0]\nmodels:\n  - name: m\n    overflow_threshold: lots\n    dp_ranks: two\n"))
+	for _, tc := range []struct{ in, want string }{
+		// An inline mapping on its key's line: the key, not an inner one.
+		{`line 1: mean: "5" is not a duration`, `line 1: think_time: mean: "5" is not a duration`},
+		// A nested key on its own line.
+		{"line 3: field turn not found", "line 3: side_requests.turn: field turn not found"},
+		// A message that starts with its key gets the path in its place.
+		{`line 6: overflow_threshold "lots": want "auto"`, `line 6: models[0].overflow_threshold "lots": want "auto"`},
+		{"line 7: cannot unmarshal !!str `two` into int", "line 7: models[0].dp_ranks: cannot unmarshal !!str `two` into int"},
+		// Already named, no key on the line, not a line message: unchanged.
+		{"line 3: side_requests.turn: bad", "line 3: side_requests.turn: bad"},
+		{"line 99: something", "line 99: something"},
+		{"no line here", "no line here"},
+	} {
+		if got := NameField(tc.in, lines); got != tc.want {
+			t.Errorf("NameField(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
