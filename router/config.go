@@ -88,6 +88,12 @@ type Config struct {
 	// Logger for routing events; nil means slog.Default(). Session keys are logged
 	// redacted only.
 	Logger *slog.Logger `yaml:"-"`
+
+	// source and lines locate a decoded file's fields for Validate's messages
+	// ("router.yaml:7: models[0].replicas[0].url: ..."); empty for a Config
+	// built in code.
+	source string
+	lines  map[string]int
 }
 
 // ModelConfig is one served model and its replicas; one Balancer per model.
@@ -147,37 +153,49 @@ func (t Threshold) MarshalYAML() (any, error) {
 // ParseConfig decodes YAML strictly (unknown fields are errors) over the defaults.
 // It does not validate; call Validate.
 func ParseConfig(r io.Reader) (Config, error) {
-	var cfg Config
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return Config{}, fmt.Errorf("reading router config: %w", err)
 	}
+	return parseConfig(data, "")
+}
+
+// parseConfig decodes data (the file source, "" when not from a file) as
+// ParseConfig describes. Messages carry "source:line:" (or "line N:") and the
+// field's path.
+func parseConfig(data []byte, source string) (Config, error) {
+	var cfg Config
+	lines := yamlpos.KeyLines(data)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			// yaml.v3 names Go types ("field x not found in type router.Config");
-			// a user wrote YAML keys, so drop the Go type names.
-			msgs := make([]string, len(te.Errors))
-			lines := yamlpos.KeyLines(data)
-			for i, e := range te.Errors {
-				msgs[i] = yamlpos.NameField(goTypeSuffix.ReplaceAllString(e, ""), lines)
-				if strings.Contains(e, "time.Duration") {
-					msgs[i] += ` (durations are Go duration strings such as "5s" or "1h")`
-				}
-			}
-			derr := fmt.Errorf("decoding router config: %s", strings.Join(msgs, "; "))
-			// yaml.v3 decodes what it can around a type error, so the rest of
-			// the file can be checked now rather than after the user fixes
-			// these (a field that failed to decode is zero, i.e. its default).
-			if verr := cfg.Validate(); verr != nil {
-				return Config{}, errors.Join(derr, fmt.Errorf("checking router config: %w", verr))
-			}
-			return Config{}, derr
+		if !errors.As(err, &te) {
+			return Config{}, fmt.Errorf("decoding router config: %w", err)
 		}
-		return Config{}, fmt.Errorf("decoding router config: %w", err)
+		// yaml.v3 names Go types ("field x not found in type router.Config");
+		// a user wrote YAML keys, so drop the Go type names.
+		errs := make([]error, len(te.Errors))
+		for i, e := range te.Errors {
+			msg := yamlpos.NameField(goTypeSuffix.ReplaceAllString(e, ""), lines)
+			if strings.Contains(e, "time.Duration") {
+				msg += ` (durations are Go duration strings such as "5s" or "1h")`
+			}
+			if rest, ok := strings.CutPrefix(msg, "line "); ok && source != "" {
+				msg = source + ":" + rest
+			}
+			errs[i] = errors.New(msg)
+		}
+		// yaml.v3 decodes what it can around a type error, so the rest of the
+		// file can be checked now rather than after the user fixes these (a
+		// field that failed to decode is zero, i.e. its default).
+		cfg.source, cfg.lines = source, lines
+		if verr := cfg.Validate(); verr != nil {
+			errs = append(errs, verr)
+		}
+		return Config{}, fmt.Errorf("router config: %w", errors.Join(errs...))
 	}
+	cfg.source, cfg.lines = source, lines
 	return cfg, nil
 }
 
@@ -190,11 +208,7 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("reading router config: %w", err)
 	}
-	cfg, err := ParseConfig(bytes.NewReader(raw))
-	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
+	return parseConfig(raw, path)
 }
 
 // WithDefaults returns cfg with zero fields set to their defaults.
@@ -262,7 +276,7 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(path, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{path}, args...)...))
+		errs = append(errs, fmt.Errorf("%s%s: "+format, append([]any{c.where(path), path}, args...)...))
 	}
 	if c.BodyLimit < 0 {
 		bad("body_limit_bytes", "%d is negative", c.BodyLimit)
@@ -331,7 +345,11 @@ func (c Config) Validate() error {
 			}
 			for _, n := range names {
 				if k, dup := seenName[n]; dup && k != j {
-					bad(rp+".name", "%q already used by replicas[%d] (a DP URL's ranks are named <name>/rank<k>)", n, k)
+					hint := ""
+					if strings.Contains(n, "/rank") {
+						hint = " (a DP URL's ranks are named <name>/rank<k>)"
+					}
+					bad(rp+".name", "%q already used by replicas[%d]%s", n, k, hint)
 					break
 				}
 				seenName[n] = j
@@ -339,6 +357,27 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// where returns "source:line: " (or "line N: ") for a Validate path, from the
+// decoded file's key lines: the path itself, or the nearest enclosing key
+// (session_headers[0] -> session_headers); "" when unknown.
+func (c Config) where(path string) string {
+	for p := path; p != ""; {
+		if l, ok := c.lines[p]; ok {
+			if c.source != "" {
+				return fmt.Sprintf("%s:%d: ", c.source, l)
+			}
+			return fmt.Sprintf("line %d: ", l)
+		}
+		switch i := strings.LastIndexAny(p, ".["); {
+		case i > 0:
+			p = p[:i]
+		default:
+			p = ""
+		}
+	}
+	return ""
 }
 
 // MaxDPRanks bounds dp_ranks of one upstream URL (a config file's replica or an

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +89,28 @@ func TestParseConfigRejectsUnknownFields(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "router.Config") {
 		t.Errorf("error %q names a Go type", err)
+	}
+	// From a file, every message starts with file:line (validation ones too).
+	path := filepath.Join(t.TempDir(), "router.yaml")
+	if err := os.WriteFile(path, []byte("health_interval: 5 seconds\nmodels:\n  - name: m\n    replicas:\n      - url: ftp://h\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadConfig(path)
+	for _, want := range []string{path + ":1: health_interval: cannot unmarshal", path + ":5: models[0].replicas[0].url:"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	// A file that decodes: Validate (as warden route calls it) names file:line.
+	if err := os.WriteFile(path, []byte("models:\n  - name: m\n    policy: stickyy\n    replicas: [{url: \"http://h\"}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), path+":3: models[0].policy:") {
+		t.Errorf("validation error %v lacks %q", err, path+":3: models[0].policy:")
 	}
 	// Decoding and validation problems in one pass (fresh-user finding: the
 	// validation ones used to appear only once the decoding ones were fixed).
