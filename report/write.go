@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/tw"
@@ -534,11 +535,28 @@ func WriteTable(w io.Writer, m *loadgen.Manifest, sums []Summary) error {
 		return fmt.Errorf("printing table: %w", err)
 	}
 	if len(pair) == 2 {
-		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0); ? no noise estimate (stage under two sub-windows)\n"); err != nil {
+		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0); ? no noise estimate (stage under two sub-windows)\n"+
+			"only out tok/min and TTFB carry a noise estimate; sessions/h counts whole sessions (one session = %s in the shortest stage window), so read its changes with care\n",
+			sessionStep(sums)); err != nil {
 			return fmt.Errorf("printing table: %w", err)
 		}
 	}
 	return nil
+}
+
+// sessionStep is what one completed session adds to sessions/h in the shortest
+// measured window of sums, e.g. "20/h" for 3-minute stages.
+func sessionStep(sums []Summary) string {
+	shortest := time.Duration(0)
+	for _, s := range sums {
+		if w := s.WindowEnd - s.WindowStart; w > 0 && (shortest == 0 || w < shortest) {
+			shortest = w
+		}
+	}
+	if shortest == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f/h", time.Hour.Seconds()/shortest.Seconds())
 }
 
 func toAny(s []string) []any {
