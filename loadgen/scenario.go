@@ -398,10 +398,10 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 	sc.source = source
 	sc.lines = yamlpos.KeyLines(data)
 	// An empty list would silently mean the default (WithDefaults): say so.
-	if _, ok := sc.lines["stages"]; ok && len(f.Stages) == 0 {
+	if _, ok := sc.lines["stages"]; ok && len(f.Stages) == 0 && !undecoded["stages"] {
 		errs = append(errs, fmt.Errorf("%sstages: empty list (omit the field for the default ramp %v)", sc.where("stages"), DefaultStages()))
 	}
-	if _, ok := sc.lines["variants"]; ok && len(f.Variants) == 0 {
+	if _, ok := sc.lines["variants"]; ok && len(f.Variants) == 0 && !undecoded["variants"] {
 		errs = append(errs, fmt.Errorf("%svariants: empty list (omit the field for the default off, on)", sc.where("variants")))
 	}
 	if err := sc.Validate(); err != nil {

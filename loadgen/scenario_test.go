@@ -161,6 +161,7 @@ func TestLoadScenarioStrict(t *testing.T) {
 		{"fractional integer", "max_output_tokens: 1.5\n", []string{"x.yaml:1: max_output_tokens: 1.5 is not an integer"}},
 		{"empty stages", "name: x\nstages: []\n", []string{"x.yaml:2: stages: empty list"}},
 		{"empty variants", "variants: []\n", []string{"x.yaml:1: variants: empty list"}},
+		{"stages not a list", "name: x\nstages: 4,8\n", []string{"x.yaml:2: stages: cannot unmarshal"}},
 		{"think time number", "name: x\nthink_time: 3\n", []string{"x.yaml:2:", `think time "3": want a duration`}},
 		{"think time jitter above mean", "think_time: {mean: 1s, jitter: 2s}\n", []string{"x.yaml:1: think_time: smallest draw (min, or mean - jitter) must not be negative, got -1s"}},
 		{"think time negative min", "think_time: {min: -2s, max: 1s}\n", []string{"think_time: smallest draw (min, or mean - jitter) must not be negative, got -2s"}},
@@ -226,6 +227,14 @@ func TestAffinityOf(t *testing.T) {
 		if _, err := AffinityOf(bad); err == nil {
 			t.Errorf("AffinityOf(%q): no error", bad)
 		}
+	}
+}
+
+// A field that failed to decode gets no second, derived message ("empty list").
+func TestUndecodedStagesHaveOneMessage(t *testing.T) {
+	_, err := ParseScenario([]byte("name: x\nstages: 4,8\n"), "x.yaml")
+	if err == nil || strings.Contains(err.Error(), "empty list") {
+		t.Errorf("err = %v", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
@@ -241,7 +242,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		errs = append(errs, fmt.Errorf("max num seqs: %d is negative", cfg.MaxNumSeqs))
 	}
 	if !ValidPolicy(cfg.Policy) && cfg.AffinityPolicy == nil {
-		errs = append(errs, fmt.Errorf("policy: %q is unknown (have %v)", cfg.Policy, PolicyNames()))
+		errs = append(errs, fmt.Errorf("policy: %q is unknown (have %s)", cfg.Policy, strings.Join(PolicyNames(), ", ")))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("building balancer: %w", err)
@@ -578,7 +579,7 @@ func (b *Balancer) setPolicy(name string) {
 // means DefaultAffinityPolicy). Session homes are kept. Errors: unknown name.
 func (b *Balancer) SetPolicy(name string) error {
 	if !ValidPolicy(name) {
-		return fmt.Errorf("setting policy: %q is unknown (have %v)", name, PolicyNames())
+		return fmt.Errorf("setting policy: %q is unknown (have %s)", name, strings.Join(PolicyNames(), ", "))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -390,6 +390,9 @@ func checkUpstreamURL(s string) error {
 	if s == "" {
 		return errors.New("is required")
 	}
+	if !strings.Contains(s, "://") {
+		return fmt.Errorf("%q has no scheme: write http://%s (or https://)", s, s)
+	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Errorf("%q: %w", s, err)

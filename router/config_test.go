@@ -189,6 +189,13 @@ func TestParseReplicaSpec(t *testing.T) {
 		{"http://h,dp_ranks=x", ReplicaConfig{}, true},
 		{"http://h,ranks=2", ReplicaConfig{}, true},
 	}
+	// A URL without a scheme says so and how to write it (fresh-user finding:
+	// "scheme must be http or https", or Go's parser error for 127.0.0.1:8000).
+	for _, in := range []string{"gpu-host:8000", "127.0.0.1:8000"} {
+		if _, err := ParseReplicaSpec(in); err == nil || !strings.Contains(err.Error(), "has no scheme: write http://"+in) {
+			t.Errorf("%s: %v", in, err)
+		}
+	}
 	// A name with a slash is not read as part of a URL (fresh-user finding:
 	// the error said the scheme was wrong).
 	if _, err := ParseReplicaSpec("x/rank0=http://h:8000"); err == nil || !strings.Contains(err.Error(), `name "x/rank0" may not contain '/'`) {

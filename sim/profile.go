@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -211,7 +212,7 @@ func LookupProfile(name string) (Profile, error) {
 			return p, nil
 		}
 	}
-	return Profile{}, fmt.Errorf("looking up profile %q: unknown (have %v)", name, ProfileNames())
+	return Profile{}, fmt.Errorf("looking up profile %q: unknown (have %s)", name, strings.Join(ProfileNames(), ", "))
 }
 
 // ProfileNames lists the built-in profiles.
