@@ -450,7 +450,7 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 
 	b.WriteString("\n## Per variant and stage\n\n")
 	vh := []string{"variant", "sessions", "window (s)", "sessions done", "turns ok", "turns failed",
-		"prompt tokens (server)", "prompt tokens (nominal)", "send lag p50 / p99 (ms)", "started = completed + failed + in flight"}
+		"prompt tokens per turn, mean (server)", "prompt tokens per turn, mean (nominal)", "send lag p50 / p99 (ms)", "started = completed + failed + in flight"}
 	var vrows [][]string
 	for _, s := range sums {
 		acc := fmt.Sprintf("%d = %d + %d + %d", s.Accounting.Started, s.Accounting.Completed, s.Accounting.Failed, s.Accounting.InFlight)
@@ -465,6 +465,8 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		})
 	}
 	mdTable(&b, vh, vrows)
+	b.WriteString("\nSend lag: how late the harness sent turns after the closed loop wanted them (sent - intended); " +
+		"a closed loop measures the latency of the sessions it holds, not of an arrival rate: when the server slows, sessions send less often.\n")
 
 	var side [][]string
 	for _, s := range sums {
