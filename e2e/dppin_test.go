@@ -206,3 +206,47 @@ func TestRouterKeepsMissingRanksOut(t *testing.T) {
 		t.Errorf("card warning does not name exactly the missing ranks: %s", warning)
 	}
 }
+
+// A server started with --api-key: the router's pinning probes carry
+// Config.APIKey, so the check decides ("honored"); without it they get 401
+// and the verdict is "unverified", saying so.
+func TestRouterPinningCheckWithAPIKey(t *testing.T) {
+	for _, key := range []string{"s3cret", ""} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: 1, DataParallelSize: 2, Speed: 20, ReplyTokens: 4, APIKey: "s3cret"})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		cfg, err := router.ConfigForURLs([]string{cl.URLs()[0] + ",dp_ranks=2"}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Clock = cl.Clock()
+		cfg.APIKey = key
+		rt, err := router.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); rt.Run(ctx) }()
+		var p *router.PinCheck
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			p = rt.Status().Models[0].Replicas[0].DPPinning
+			if (p != nil && p.Verdict != router.PinPending) || time.Now().After(deadline) {
+				break
+			}
+		}
+		want, detail := router.PinHonored, "each of 2 ranks"
+		if key == "" {
+			want, detail = router.PinUnverified, "status 401"
+		}
+		if p == nil || p.Verdict != want || !strings.Contains(p.Detail, detail) {
+			t.Errorf("key %q: dp_pinning %+v, want %q with %q", key, p, want, detail)
+		}
+		cancel()
+		<-done
+		cl.Close()
+	}
+}

@@ -188,7 +188,7 @@ func (rn *runner) setup(ctx context.Context) error {
 		rn.client = cfg.Client
 	} else {
 		if rn.sc.Model == "" {
-			model, err := ResolveModel(ctx, rn.http, cfg.BaseURL)
+			model, err := ResolveModel(ctx, rn.http, cfg.BaseURL, cfg.Header)
 			if err != nil {
 				return fmt.Errorf("running benchmark: %w", err)
 			}
@@ -265,8 +265,9 @@ func NewClient(sc *Scenario, baseURL string, hc *http.Client, header http.Header
 }
 
 // ResolveModel asks GET {baseURL}/v1/models for the served model and returns the
-// first id.
-func ResolveModel(ctx context.Context, hc *http.Client, baseURL string) (string, error) {
+// first id. header (e.g. the API key's Authorization) is sent with the request;
+// it may be nil.
+func ResolveModel(ctx context.Context, hc *http.Client, baseURL string, header http.Header) (string, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
@@ -276,6 +277,9 @@ func ResolveModel(ctx context.Context, hc *http.Client, baseURL string) (string,
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", fmt.Errorf("asking the served model: %w", err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

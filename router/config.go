@@ -79,8 +79,12 @@ type Config struct {
 	// dp_ranks > 1 honours X-Data-Parallel-Rank (CheckDPPinning: two one-token
 	// requests per rank; the verdict goes to the log and /status). Default false:
 	// the check runs.
-	SkipPinningCheck bool          `yaml:"skip_pinning_check"`
-	Models           []ModelConfig `yaml:"models"`
+	SkipPinningCheck bool `yaml:"skip_pinning_check"`
+	// APIKey is the servers' --api-key, sent as "Authorization: Bearer <key>" on
+	// the router's own /v1 requests (the pinning probes). Clients' requests
+	// are forwarded with their own headers, untouched. Default "": none.
+	APIKey string        `yaml:"api_key"`
+	Models []ModelConfig `yaml:"models"`
 
 	// Clock gives simulated time; nil means wall time (speed 1). Set it to the
 	// simulator's scaled clock when the upstreams run faster than real time.

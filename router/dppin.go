@@ -69,9 +69,10 @@ const (
 // on engine k.
 //
 // model is the served model name for the probes; "" or "*" asks GET base/v1/models
-// and uses the first id. The probes carry no credentials: a server started with
-// --api-key answers 401 and the verdict is PinUnverified. hc nil uses a client with a
-// 30 s timeout. The check sends 2 x ranks requests of a few prompt tokens each.
+// and uses the first id. The probes carry only what hc's transport adds: for a
+// server started with --api-key it must add the Authorization header (else 401
+// and PinUnverified). hc nil uses a plain client with a 30 s timeout. The check
+// sends 2 x ranks requests of a few prompt tokens each.
 func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ranks int) PinCheck {
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}

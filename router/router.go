@@ -502,6 +502,9 @@ func (rt *Router) checkPinning(ctx context.Context, t *target) {
 	}
 	model := t.pool.Model
 	hc := &http.Client{Transport: rt.client.Transport, Timeout: pinProbeTimeout}
+	if k := rt.cfg.APIKey; k != "" {
+		hc.Transport = bearerTransport{base: rt.client.Transport, value: "Bearer " + k}
+	}
 	pc := CheckDPPinning(ctx, hc, t.url.String(), model, len(t.replicas))
 	if ctx.Err() != nil {
 		return
@@ -739,4 +742,17 @@ func (rt *Router) ListenAndServe(ctx context.Context, grace time.Duration) error
 	wg.Wait()
 	close(errc)
 	return <-errc
+}
+
+// bearerTransport sets the Authorization header on every request it carries
+// (Config.APIKey on the router's own requests).
+type bearerTransport struct {
+	base  http.RoundTripper
+	value string
+}
+
+func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", t.value)
+	return t.base.RoundTrip(r)
 }

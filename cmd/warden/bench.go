@@ -124,6 +124,7 @@ Ctrl-C stops after writing what is complete.`,
 	f.BoolVar(&o.Virtual, "virtual", false, "run in deterministic virtual time (no HTTP)")
 	f.StringSliceVar(&o.Replicas, "replicas", nil, "real vLLM servers: comma-separated base URLs (or name=URL)")
 	f.IntVar(&o.DPRanks, "dp-ranks", 0, "with one --replicas URL: number of data-parallel ranks behind it")
+	f.StringVar(&o.APIKey, "api-key", "", "with --replicas: the key of servers started with vllm serve --api-key, sent as \"Authorization: Bearer KEY\" on /v1 requests (default $VLLM_API_KEY)")
 	f.BoolVar(&o.SkipPinningCheck, "skip-pinning-check", false, "with --dp-ranks: do not check (2 one-token requests per rank) that the server honours X-Data-Parallel-Rank; without this flag a server that ignores it stops the run")
 	f.StringVar(&o.RouterURL, "router", "", "an already running warden router's API root")
 	f.StringVar(&o.AdminURL, "admin-url", "", "with --router: its admin API root (e.g. http://127.0.0.1:8081)")
@@ -155,6 +156,9 @@ func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
 	}
 	if o.OverflowThreshold < 0 {
 		errs = append(errs, fmt.Errorf("--overflow-threshold %d: must be 0 (auto) or positive", o.OverflowThreshold))
+	}
+	if !f.Changed("api-key") {
+		o.APIKey = os.Getenv("VLLM_API_KEY") // not the flag's default: --help would print it
 	}
 	if f.Changed("dp-ranks") {
 		switch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -96,6 +97,9 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 			}
 			if skipPin {
 				cfg.SkipPinningCheck = true
+			}
+			if k := os.Getenv("VLLM_API_KEY"); k != "" && cfg.APIKey == "" {
+				cfg.APIKey = k // the servers' key for the router's own /v1 requests
 			}
 			if err := cfg.Validate(); err != nil {
 				return err

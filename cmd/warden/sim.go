@@ -78,6 +78,7 @@ Example:
 	f.StringVar(&cfg.Host, "host", cfg.Host, "address to listen on")
 	f.IntVar(&cfg.BasePort, "base-port", cfg.BasePort, "server i listens on base-port+i (0 = random free ports)")
 	f.BoolVar(&cfg.DevMode, "dev-mode", cfg.DevMode, "enable POST /reset_prefix_cache (vLLM's VLLM_SERVER_DEV_MODE=1)")
+	f.StringVar(&cfg.APIKey, "api-key", "", "require \"Authorization: Bearer KEY\" on /v1 paths, as vllm serve --api-key does")
 	f.BoolVar(&cfg.IgnoreRankHeader, "ignore-rank-header", false, "ignore X-data-parallel-rank and let the internal balancer place every request, as a vLLM that does not read the header does (to try the router's pinning check)")
 	return cmd
 }

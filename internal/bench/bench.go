@@ -64,6 +64,11 @@ type Options struct {
 	// number of DP ranks behind it.
 	Replicas []string
 	DPRanks  int
+	// APIKey, when set, is sent as "Authorization: Bearer <key>" on every /v1
+	// request to real servers (turns, pre-flight, pinning probes), for servers
+	// started with vllm serve --api-key. With an external router the router
+	// forwards it.
+	APIKey string
 	// SkipPinningCheck skips the pre-flight check that a server with DP ranks
 	// honours X-Data-Parallel-Rank (router.CheckDPPinning). Without it a server
 	// that ignores the header stops the run: both variants would measure vLLM's
@@ -264,10 +269,16 @@ func runHTTP(ctx context.Context, o Options) error {
 	if o.RouterURL != "" {
 		nameLikeRouter(ctx, progress, rcfgs, o.AdminURL, o.AdminToken)
 	}
-	if _, err := Preflight(ctx, progress, servers, o.Scenario); err != nil {
+	hc := &http.Client{}
+	if o.APIKey != "" {
+		auth := http.Header{"Authorization": {"Bearer " + o.APIKey}}
+		rc.Header = auth
+		hc.Transport = headerTransport{base: http.DefaultTransport, header: auth}
+	}
+	if _, err := Preflight(ctx, progress, servers, o.Scenario, hc); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	pinNotes, err := checkPinning(ctx, progress, rcfgs, o.Scenario.Model, o.SkipPinningCheck)
+	pinNotes, err := checkPinning(ctx, progress, rcfgs, o.Scenario.Model, o.SkipPinningCheck, hc)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -335,7 +346,7 @@ func runHTTP(ctx context.Context, o Options) error {
 // results say whether "stayed on replica" means where requests ran); a server
 // that ignores X-Data-Parallel-Rank or has fewer ranks than given is an error,
 // an undecided check a warning. With skip it checks nothing and notes that.
-func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig, model string, skip bool) ([]string, error) {
+func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig, model string, skip bool, hc *http.Client) ([]string, error) {
 	var notes []string
 	for _, r := range rcfgs {
 		if r.DPRanks < 2 {
@@ -347,7 +358,7 @@ func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig
 			notes = append(notes, n)
 			continue
 		}
-		pc := router.CheckDPPinning(ctx, nil, r.URL, model, r.DPRanks)
+		pc := router.CheckDPPinning(ctx, &http.Client{Transport: hc.Transport, Timeout: 30 * time.Second}, r.URL, model, r.DPRanks)
 		switch pc.Verdict {
 		case router.PinIgnored:
 			return nil, fmt.Errorf("pre-flight: %s is not honoured: %s; the affinity-on variant would measure vLLM's balancer again (--skip-pinning-check runs anyway)", router.HeaderDPRank, pc.Detail)
@@ -361,6 +372,20 @@ func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig
 		notes = append(notes, fmt.Sprintf("DP pinning (%s) %s: %s", router.HeaderDPRank, pc.Verdict, pc.Detail))
 	}
 	return notes, nil
+}
+
+// headerTransport adds header to every request it carries (the API key).
+type headerTransport struct {
+	base   http.RoundTripper
+	header http.Header
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.header {
+		r.Header[k] = v
+	}
+	return t.base.RoundTrip(r)
 }
 
 func withDPRanks(specs []string, ranks int) []string {

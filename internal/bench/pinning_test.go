@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -38,13 +39,13 @@ func TestBenchPreflightChecksPinning(t *testing.T) {
 		} else {
 			var progress bytes.Buffer
 			rcfgs := []router.ReplicaConfig{{URL: cl.URLs()[0], DPRanks: 4}}
-			notes, err := checkPinning(ctx, &progress, rcfgs, "", false)
+			notes, err := checkPinning(ctx, &progress, rcfgs, "", false, &http.Client{})
 			if err != nil || !strings.Contains(progress.String(), "pins ranks") || len(notes) != 1 || !strings.Contains(notes[0], "honored") {
 				t.Errorf("server honouring the header: err %v, progress %q, notes %q", err, progress.String(), notes)
 			}
 			// Skipped: nothing sent, a warning and a manifest note say so.
 			progress.Reset()
-			notes, err = checkPinning(ctx, &progress, rcfgs, "", true)
+			notes, err = checkPinning(ctx, &progress, rcfgs, "", true, &http.Client{})
 			if err != nil || !strings.Contains(progress.String(), "not checked") || len(notes) != 1 || !strings.Contains(notes[0], "--skip-pinning-check") {
 				t.Errorf("skipped: err %v, progress %q, notes %q", err, progress.String(), notes)
 			}

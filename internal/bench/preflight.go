@@ -33,9 +33,15 @@ type ServerInfo struct {
 // Preflight asks every server what it serves (GET /v1/models, /version, /metrics),
 // prints it to w, and refuses with a clear error when the scenario's longest
 // session cannot fit max_model_len or the scenario's model is not served.
-func Preflight(ctx context.Context, w io.Writer, servers []string, sc *loadgen.Scenario) ([]ServerInfo, error) {
+//
+// hc is the client for these requests (it carries the API key, if any); nil
+// means a plain client. Every request has a 20 s timeout.
+func Preflight(ctx context.Context, w io.Writer, servers []string, sc *loadgen.Scenario, hc *http.Client) ([]ServerInfo, error) {
 	sc = sc.WithDefaults()
-	hc := &http.Client{Timeout: 20 * time.Second}
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	hc = &http.Client{Transport: hc.Transport, Timeout: 20 * time.Second}
 	need := LongestPromptEstimate(sc)
 	var (
 		infos []ServerInfo
@@ -131,6 +137,9 @@ func probe(ctx context.Context, hc *http.Client, base string) (ServerInfo, error
 	code, err := getJSON(ctx, hc, base+"/v1/models", &models)
 	if err != nil {
 		return info, fmt.Errorf("pre-flight %s: GET /v1/models: %w (is the server up?)", base, err)
+	}
+	if code == http.StatusUnauthorized {
+		return info, fmt.Errorf("pre-flight %s: GET /v1/models: http 401: the server wants an API key (vllm serve --api-key): give it with --api-key or $VLLM_API_KEY", base)
 	}
 	if code != http.StatusOK {
 		return info, fmt.Errorf("pre-flight %s: GET /v1/models: http %d", base, code)

@@ -46,6 +46,12 @@ type Config struct {
 	// vllm-project/vllm PR #42330 for one such endpoint). For testing the router's
 	// pinning check (router.CheckDPPinning). Default false: the header pins.
 	IgnoreRankHeader bool
+	// APIKey, when set, is required as "Authorization: Bearer <key>" on every
+	// path under /v1 (401 {"error": "Unauthorized"} otherwise), as vLLM's
+	// --api-key does (AuthenticationMiddleware in
+	// vllm/entrypoints/openai/server_utils.py: /health, /metrics and /version
+	// stay open). Default "": no authentication.
+	APIKey string
 	// Profile names a built-in sim.Profile. Default "a4000-qwen3-4b".
 	Profile string
 	// Model is the served model name (--served-model-name). Default: the profile's

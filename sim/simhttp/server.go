@@ -2,6 +2,7 @@ package simhttp
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -106,8 +107,17 @@ func (s *Server) Model() string { return s.cfg.Model }
 // Clock returns the simulated clock the server runs on.
 func (s *Server) Clock() *simclock.Scaled { return s.clock }
 
-// ServeHTTP serves vLLM's API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves vLLM's API (behind Config.APIKey's check on /v1 paths).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if k := s.cfg.APIKey; k != "" && r.Method != http.MethodOptions && strings.HasPrefix(r.URL.Path, "/v1") &&
+		subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+k)) != 1 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, `{"error":"Unauthorized"}`)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 func (s *Server) routes() {
 	m := http.NewServeMux()

@@ -293,3 +293,33 @@ func TestSimulatedTimeIsExact(t *testing.T) {
 		t.Errorf("TTFT %v s over %d requests, want %v s", h.sum, h.count, want)
 	}
 }
+
+// With APIKey, /v1 paths need "Authorization: Bearer <key>" (401 otherwise, a
+// wrong key too); /health, /metrics and /version stay open, as with vLLM's
+// --api-key.
+func TestAPIKeyGuardsV1Only(t *testing.T) {
+	_, ts := newTestServer(t, func(c *Config) { c.APIKey = "k" })
+	get := func(path, auth string) int {
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path, auth string
+		want       int
+	}{
+		{"/v1/models", "", 401}, {"/v1/models", "Bearer nope", 401}, {"/v1/models", "Bearer k", 200},
+		{"/health", "", 200}, {"/metrics", "", 200}, {"/version", "", 200},
+	} {
+		if got := get(tc.path, tc.auth); got != tc.want {
+			t.Errorf("GET %s with %q: %d, want %d", tc.path, tc.auth, got, tc.want)
+		}
+	}
+}
