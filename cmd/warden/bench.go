@@ -157,7 +157,10 @@ func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
 	if o.OverflowThreshold < 0 {
 		errs = append(errs, fmt.Errorf("--overflow-threshold %d: must be 0 (auto) or positive", o.OverflowThreshold))
 	}
-	if !f.Changed("api-key") {
+	switch {
+	case f.Changed("api-key") && len(o.Replicas) == 0:
+		errs = append(errs, errors.New("--api-key goes with --replicas (real servers); the embedded simulator needs none"))
+	case !f.Changed("api-key") && len(o.Replicas) > 0:
 		o.APIKey = os.Getenv("VLLM_API_KEY") // not the flag's default: --help would print it
 	}
 	if f.Changed("dp-ranks") {

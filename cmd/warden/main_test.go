@@ -118,6 +118,7 @@ func TestBenchRejectsOutOfRangeFlags(t *testing.T) {
 		{"--dp-ranks", "4"},
 		{"--profile", "nope"},
 		{"--virtual", "--replicas", "http://127.0.0.1:9"},
+		{"--api-key", "k", "--virtual"},
 	}
 	for _, c := range cases {
 		_, err := run(t, append([]string{"bench"}, c...)...)
