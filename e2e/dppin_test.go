@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -55,35 +54,12 @@ func TestDPPinningCheckOverSimulator(t *testing.T) {
 // probes are never sent and /status says "skipped".
 func TestRouterChecksPinningAtStart(t *testing.T) {
 	for _, skip := range []bool{false, true} {
-		ctx, cancel := context.WithCancel(context.Background())
-		cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 4, IgnoreRankHeader: true})
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		cfg, err := router.ConfigForURLs([]string{cl.URLs()[0] + ",dp_ranks=4"}, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var logs syncBuffer
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		cfg.Clock = cl.Clock()
-		cfg.SkipPinningCheck = skip
-		rt, err := router.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { defer close(done); rt.Run(ctx) }()
+		f := startPinFleet(t, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 4, IgnoreRankHeader: true}, 4,
+			func(c *router.Config) { c.SkipPinningCheck = skip })
+		rt, url := f.rt, f.sim.URLs()[0]
 		if !skip {
-			var reps []router.ReplicaReport
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				reps = rt.Status().Models[0].Replicas
-				if p := reps[0].DPPinning; (p != nil && p.Verdict != router.PinPending) || time.Now().After(deadline) {
-					break
-				}
-			}
-			for _, r := range reps {
+			f.verdict()
+			for _, r := range rt.Status().Models[0].Replicas {
 				if r.DPPinning == nil || r.DPPinning.Verdict != router.PinIgnored {
 					t.Errorf("replica %s: dp_pinning %+v, want ignored", r.Name, r.DPPinning)
 				}
@@ -93,33 +69,82 @@ func TestRouterChecksPinningAtStart(t *testing.T) {
 			if err := router.RenderCard(&card, rt.Card(), 0); err != nil {
 				t.Fatal(err)
 			}
-			if c := card.String(); !strings.Contains(c, `data-pinning="ignored"`) || !strings.Contains(c, "r0/rank3") || strings.Contains(c, cl.URLs()[0]) {
+			if c := card.String(); !strings.Contains(c, `data-pinning="ignored"`) || !strings.Contains(c, "r0/rank3") || strings.Contains(c, url) {
 				t.Errorf("card: no pinning warning with the ranks' names, or the URL shown:\n%s", c)
 			}
-			if s := logs.String(); !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "DP pinning check") || !strings.Contains(s, cl.URLs()[0]) {
+			if s := f.logs.String(); !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "DP pinning check") || !strings.Contains(s, url) {
 				t.Errorf("no error logged for the ignored header:\n%s", s)
 			}
-		} else {
-			// Wait until the router has scraped the server (the scrape loop starts
-			// with the probes' goroutine), then check no request was finished.
-			for deadline := time.Now().Add(10 * time.Second); rt.Status().Models[0].Replicas[0].KVCapacityTokens == 0; time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("no scrape within 10 s")
-				}
-			}
-			time.Sleep(200 * time.Millisecond)
-			var finished int64
-			for _, e := range cl.Engines() {
-				st := e.Stats()
-				finished += st.RequestsFinished + st.PromptTokens
-			}
-			if p := rt.Status().Models[0].Replicas[0].DPPinning; finished != 0 || p == nil || p.Verdict != router.PinSkipped {
-				t.Errorf("skip_pinning_check: %d requests finished on the server, dp_pinning %+v", finished, rt.Status().Models[0].Replicas[0].DPPinning)
+			continue
+		}
+		// Wait until the router has scraped the server (the scrape loop starts
+		// with the probes' goroutine), then check no request was finished.
+		for deadline := time.Now().Add(10 * time.Second); rt.Status().Models[0].Replicas[0].KVCapacityTokens == 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no scrape within 10 s")
 			}
 		}
+		time.Sleep(200 * time.Millisecond)
+		var finished int64
+		for _, e := range f.sim.Engines() {
+			st := e.Stats()
+			finished += st.RequestsFinished + st.PromptTokens
+		}
+		if p := rt.Status().Models[0].Replicas[0].DPPinning; finished != 0 || p == nil || p.Verdict != router.PinSkipped {
+			t.Errorf("skip_pinning_check: %d requests finished on the server, dp_pinning %+v", finished, p)
+		}
+	}
+}
+
+// pinFleet is a simulated DP server with a router in front of it (one URL with
+// dp_ranks ranks), running until the test ends.
+type pinFleet struct {
+	sim  *simhttp.Cluster
+	rt   *router.Router
+	logs *syncBuffer
+}
+
+// startPinFleet starts the simulator (simCfg) and a router over its one URL with
+// dp_ranks set, changed by mutate, logging into fleet.logs.
+func startPinFleet(t *testing.T, simCfg simhttp.Config, dpRanks int, mutate func(*router.Config)) *pinFleet {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cl, err := simhttp.Start(ctx, simCfg)
+	if err != nil {
 		cancel()
-		<-done
+		t.Fatal(err)
+	}
+	cfg, err := router.ConfigForURLs([]string{fmt.Sprintf("%s,dp_ranks=%d", cl.URLs()[0], dpRanks)}, true)
+	if err != nil {
+		cancel()
 		cl.Close()
+		t.Fatal(err)
+	}
+	f := &pinFleet{sim: cl, logs: &syncBuffer{}}
+	cfg.Logger = slog.New(slog.NewTextHandler(f.logs, nil))
+	cfg.Clock = cl.Clock()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if f.rt, err = router.New(cfg); err != nil {
+		cancel()
+		cl.Close()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); f.rt.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; cl.Close() })
+	return f
+}
+
+// verdict waits (up to 10 s) for the pinning check to end and returns the
+// first replica's dp_pinning (nil, or still pending, when it did not end).
+func (f *pinFleet) verdict() *router.PinCheck {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		p := f.rt.Status().Models[0].Replicas[0].DPPinning
+		if (p != nil && p.Verdict != router.PinPending) || time.Now().After(deadline) {
+			return p
+		}
 	}
 }
 
@@ -145,39 +170,13 @@ func (s *syncBuffer) String() string {
 // the router keeps the ranks the server does not have out of placement, so
 // conversations get answers instead of vLLM's 400 for an out-of-range rank.
 func TestRouterKeepsMissingRanksOut(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 8})
-	if err != nil {
-		t.Fatal(err)
+	f := startPinFleet(t, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 8}, 8,
+		func(c *router.Config) { c.HealthInterval = 200 * time.Millisecond }) // health checks run after the verdict too
+	rt, cl := f.rt, f.sim
+	if p := f.verdict(); p == nil || p.Verdict != router.PinRankMismatch {
+		t.Fatalf("dp_pinning %+v, want rank-mismatch", p)
 	}
-	defer cl.Close()
-	cfg, err := router.ConfigForURLs([]string{cl.URLs()[0] + ",dp_ranks=8"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.Clock = cl.Clock()
-	cfg.HealthInterval = 200 * time.Millisecond // health checks run after the verdict too
-	rt, err := router.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); rt.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		p := rt.Status().Models[0].Replicas[0].DPPinning
-		if p != nil && p.Verdict != router.PinPending {
-			if p.Verdict != router.PinRankMismatch {
-				t.Fatalf("verdict %q (%s), want rank-mismatch", p.Verdict, p.Detail)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no verdict within 10 s")
-		}
-	}
+	ctx := context.Background()
 	time.Sleep(100 * time.Millisecond) // let a health check run after the verdict
 	srv := httptest.NewServer(rt.Handler())
 	defer srv.Close()
@@ -212,41 +211,14 @@ func TestRouterKeepsMissingRanksOut(t *testing.T) {
 // and the verdict is "unverified", saying so.
 func TestRouterPinningCheckWithAPIKey(t *testing.T) {
 	for _, key := range []string{"s3cret", ""} {
-		ctx, cancel := context.WithCancel(context.Background())
-		cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: 1, DataParallelSize: 2, Speed: 20, ReplyTokens: 4, APIKey: "s3cret"})
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		cfg, err := router.ConfigForURLs([]string{cl.URLs()[0] + ",dp_ranks=2"}, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		cfg.Clock = cl.Clock()
-		cfg.APIKey = key
-		rt, err := router.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { defer close(done); rt.Run(ctx) }()
-		var p *router.PinCheck
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			p = rt.Status().Models[0].Replicas[0].DPPinning
-			if (p != nil && p.Verdict != router.PinPending) || time.Now().After(deadline) {
-				break
-			}
-		}
+		f := startPinFleet(t, simhttp.Config{Replicas: 1, DataParallelSize: 2, Speed: 20, ReplyTokens: 4, APIKey: "s3cret"}, 2,
+			func(c *router.Config) { c.APIKey = key })
 		want, detail := router.PinHonored, "each of 2 ranks"
 		if key == "" {
 			want, detail = router.PinUnverified, "status 401"
 		}
-		if p == nil || p.Verdict != want || !strings.Contains(p.Detail, detail) {
+		if p := f.verdict(); p == nil || p.Verdict != want || !strings.Contains(p.Detail, detail) {
 			t.Errorf("key %q: dp_pinning %+v, want %q with %q", key, p, want, detail)
 		}
-		cancel()
-		<-done
-		cl.Close()
 	}
 }
