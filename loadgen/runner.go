@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/vllmapi"
 )
 
 // Runner defaults.
@@ -188,9 +188,9 @@ func (rn *runner) setup(ctx context.Context) error {
 		rn.client = cfg.Client
 	} else {
 		if rn.sc.Model == "" {
-			model, err := ResolveModel(ctx, rn.http, cfg.BaseURL, cfg.Header)
+			model, err := vllmapi.FirstModel(ctx, rn.http, cfg.BaseURL, cfg.Header)
 			if err != nil {
-				return fmt.Errorf("running benchmark: %w", err)
+				return fmt.Errorf("running benchmark: asking the served model: %w", err)
 			}
 			rn.sc.Model = model
 		}
@@ -262,45 +262,6 @@ func NewClient(sc *Scenario, baseURL string, hc *http.Client, header http.Header
 	}
 	return &OpenAIClient{BaseURL: baseURL, Model: sc.Model, MaxTokens: sc.MaxOutputTokens,
 		SessionHeader: sc.SessionHeader, Header: header, HTTP: hc, Timeout: sc.RequestTimeout}
-}
-
-// ResolveModel asks GET {baseURL}/v1/models for the served model and returns the
-// first id. header (e.g. the API key's Authorization) is sent with the request;
-// it may be nil.
-func ResolveModel(ctx context.Context, hc *http.Client, baseURL string, header http.Header) (string, error) {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	url := strings.TrimSuffix(baseURL, "/") + "/v1/models"
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", fmt.Errorf("asking the served model: %w", err)
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("asking the served model: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("asking the served model: GET %s: http %d", url, resp.StatusCode)
-	}
-	var body struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
-		return "", fmt.Errorf("asking the served model: decoding %s: %w", url, err)
-	}
-	if len(body.Data) == 0 || body.Data[0].ID == "" {
-		return "", fmt.Errorf("asking the served model: %s lists no model", url)
-	}
-	return body.Data[0].ID, nil
 }
 
 // lockedWriter serialises writes from the central and scraper goroutines.

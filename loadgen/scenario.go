@@ -461,13 +461,8 @@ func prefixLine(source, msg string) string {
 
 // tidyYAMLError rewrites yaml.v3 messages to name fields as the schema does.
 func tidyYAMLError(msg string) string {
-	msg = strings.ReplaceAll(msg, " in type loadgen.scenarioFile", "")
-	msg = strings.ReplaceAll(msg, " in type loadgen.SideRequests", "")
 	msg = strings.ReplaceAll(msg, " into loadgen.SideRequests", " into a map (turns, prompt_tokens, max_output_tokens)")
-	if strings.Contains(msg, "time.Duration") {
-		msg += ` (durations are Go duration strings such as "3m" or "500ms")`
-	}
-	return msg
+	return yamlpos.Tidy(msg)
 }
 
 // intFields are the scenario's integer fields that yaml.v3 would fill from a

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -178,13 +177,10 @@ func parseConfig(data []byte, source string) (Config, error) {
 			return Config{}, fmt.Errorf("decoding router config: %w", err)
 		}
 		// yaml.v3 names Go types ("field x not found in type router.Config");
-		// a user wrote YAML keys, so drop the Go type names.
+		// a user wrote YAML keys (yamlpos.Tidy).
 		errs := make([]error, len(te.Errors))
 		for i, e := range te.Errors {
-			msg := yamlpos.NameField(goTypeSuffix.ReplaceAllString(e, ""), lines)
-			if strings.Contains(e, "time.Duration") {
-				msg += ` (durations are Go duration strings such as "5s" or "1h")`
-			}
+			msg := yamlpos.NameField(yamlpos.Tidy(e), lines)
 			if rest, ok := strings.CutPrefix(msg, "line "); ok && source != "" {
 				msg = source + ":" + rest
 			}
@@ -202,9 +198,6 @@ func parseConfig(data []byte, source string) (Config, error) {
 	cfg.source, cfg.lines = source, lines
 	return cfg, nil
 }
-
-// goTypeSuffix matches yaml.v3's " in type pkg.Type" tail of a field error.
-var goTypeSuffix = regexp.MustCompile(` in type [A-Za-z0-9_.\[\]*]+`)
 
 // LoadConfig reads and decodes the YAML file at path (see ParseConfig).
 func LoadConfig(path string) (Config, error) {

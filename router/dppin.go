@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 )
 
@@ -85,7 +86,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 		return unverified("%s: %d DP rank(s), nothing to pin", base, ranks)
 	}
 	if model == "" || model == "*" {
-		m, err := firstModel(ctx, hc, base)
+		m, err := vllmapi.FirstModel(ctx, hc, base, nil)
 		if err != nil {
 			return unverified("%s: %v", base, err)
 		}
@@ -222,34 +223,6 @@ func pinProbe(ctx context.Context, hc *http.Client, base, model string, rank int
 		return fmt.Errorf("status %d: %.200s", resp.StatusCode, bytes.TrimSpace(b))
 	}
 	return nil
-}
-
-// firstModel returns the first id of GET base/v1/models.
-func firstModel(ctx context.Context, hc *http.Client, base string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /v1/models: status %d", resp.StatusCode)
-	}
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil {
-		return "", fmt.Errorf("GET /v1/models: %w", err)
-	}
-	if len(list.Data) == 0 || list.Data[0].ID == "" {
-		return "", fmt.Errorf("GET /v1/models lists no model")
-	}
-	return list.Data[0].ID, nil
 }
 
 // scrapeOnce fetches and parses one /metrics body.

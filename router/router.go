@@ -503,7 +503,7 @@ func (rt *Router) checkPinning(ctx context.Context, t *target) {
 	model := t.pool.Model
 	hc := &http.Client{Transport: rt.client.Transport, Timeout: pinProbeTimeout}
 	if k := rt.cfg.APIKey; k != "" {
-		hc.Transport = bearerTransport{base: rt.client.Transport, value: "Bearer " + k}
+		hc.Transport = BearerTransport(rt.client.Transport, k)
 	}
 	pc := CheckDPPinning(ctx, hc, t.url.String(), model, len(t.replicas))
 	if ctx.Err() != nil {
@@ -608,17 +608,9 @@ func (rt *Router) checkHealth(ctx context.Context, t *target) {
 }
 
 func (rt *Router) scrape(ctx context.Context, t *target) {
-	resp, err := rt.get(ctx, t, "/metrics")
-	if err != nil {
-		rt.log.Debug("scrape failed", "url", t.url.String(), "err", err)
-		return
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		rt.log.Debug("scrape failed", "url", t.url.String(), "status", resp.StatusCode)
-		return
-	}
-	snap, err := vllmmetrics.Parse(resp.Body)
+	u := *t.url
+	u.Path = singleJoin(u.Path, "/metrics")
+	snap, err := scrapeOnce(ctx, rt.client, u.String())
 	if err != nil {
 		rt.log.Debug("scrape failed", "url", t.url.String(), "err", err)
 		return
@@ -744,8 +736,16 @@ func (rt *Router) ListenAndServe(ctx context.Context, grace time.Duration) error
 	return <-errc
 }
 
-// bearerTransport sets the Authorization header on every request it carries
-// (Config.APIKey on the router's own requests).
+// BearerTransport returns a RoundTripper that sends every request through base
+// (nil: http.DefaultTransport) with "Authorization: Bearer <key>", for a vLLM
+// server started with --api-key (Config.APIKey; warden bench --api-key).
+func BearerTransport(base http.RoundTripper, key string) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return bearerTransport{base: base, value: "Bearer " + key}
+}
+
 type bearerTransport struct {
 	base  http.RoundTripper
 	value string

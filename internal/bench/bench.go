@@ -273,7 +273,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	if o.APIKey != "" {
 		auth := http.Header{"Authorization": {"Bearer " + o.APIKey}}
 		rc.Header = auth
-		hc.Transport = headerTransport{base: http.DefaultTransport, header: auth}
+		hc.Transport = router.BearerTransport(nil, o.APIKey)
 	}
 	if _, err := Preflight(ctx, progress, servers, o.Scenario, hc); err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -372,20 +372,6 @@ func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig
 		notes = append(notes, fmt.Sprintf("DP pinning (%s) %s: %s", router.HeaderDPRank, pc.Verdict, pc.Detail))
 	}
 	return notes, nil
-}
-
-// headerTransport adds header to every request it carries (the API key).
-type headerTransport struct {
-	base   http.RoundTripper
-	header http.Header
-}
-
-func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	for k, v := range t.header {
-		r.Header[k] = v
-	}
-	return t.base.RoundTrip(r)
 }
 
 func withDPRanks(specs []string, ranks int) []string {

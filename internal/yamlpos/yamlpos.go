@@ -5,6 +5,7 @@
 package yamlpos
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -92,4 +93,18 @@ func NameField(msg string, lines map[string]int) string {
 		return "line " + n + ": " + best + tail[len(leaf):]
 	}
 	return "line " + n + ": " + best + ": " + tail
+}
+
+// goTypeSuffix matches yaml.v3's " in type pkg.Type" tail of a field error.
+var goTypeSuffix = regexp.MustCompile(` in type [A-Za-z0-9_.\[\]*]+`)
+
+// Tidy rewrites a yaml.v3 decoding message for someone who wrote YAML, not Go:
+// it drops the Go type names (" in type router.Config") and, when a duration
+// failed to decode, says how durations are written.
+func Tidy(msg string) string {
+	msg = goTypeSuffix.ReplaceAllString(msg, "")
+	if strings.Contains(msg, "time.Duration") {
+		msg += ` (durations are Go duration strings such as "5s", "3m" or "500ms")`
+	}
+	return msg
 }
