@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
@@ -119,10 +119,10 @@ func converse(ctx context.Context, base, model, key string, anthropic bool, seed
 		}
 		req.Header.Set("Content-Type", "application/json")
 		if anthropic {
-			req.Header.Set(router.HeaderClaudeSession, key)
+			req.Header.Set(routerhttp.HeaderClaudeSession, key)
 			req.Header.Set("anthropic-version", "2023-06-01")
 		} else {
-			req.Header.Set(router.HeaderSessionID, key)
+			req.Header.Set(routerhttp.HeaderSessionID, key)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -236,9 +236,9 @@ func TestStatusCardInChromium(t *testing.T) {
 		t.Fatalf("the card never showed every replica busy: %+v", f.rt.Card().Models[0].Replicas)
 	}
 
-	dom := string(chromium(t, bin, f.url+router.CardPath+"?refresh=0", "--dump-dom"))
+	dom := string(chromium(t, bin, f.url+routerhttp.CardPath+"?refresh=0", "--dump-dom"))
 	shot := filepath.Join(t.TempDir(), "status-card.png")
-	chromium(t, bin, f.url+router.CardPath, "--screenshot="+shot)
+	chromium(t, bin, f.url+routerhttp.CardPath, "--screenshot="+shot)
 	stopLoad()
 
 	want := map[string]bool{}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
@@ -27,16 +27,16 @@ func TestDPPinningCheckOverSimulator(t *testing.T) {
 			cancel()
 			t.Fatal(err)
 		}
-		got := router.CheckDPPinning(ctx, nil, cl.URLs()[0], "", 4)
+		got := routerhttp.CheckDPPinning(ctx, nil, cl.URLs()[0], "", 4)
 		// dp_ranks larger than the server's DP size: refused before any probe.
-		if wrong := router.CheckDPPinning(ctx, nil, cl.URLs()[0], "", 8); wrong.Verdict != router.PinRankMismatch {
+		if wrong := routerhttp.CheckDPPinning(ctx, nil, cl.URLs()[0], "", 8); wrong.Verdict != routerhttp.PinRankMismatch {
 			t.Errorf("dp_ranks 8 on a 4-rank server: %q (%s), want rank-mismatch", wrong.Verdict, wrong.Detail)
 		}
 		cl.Close()
 		cancel()
-		want := router.PinHonored
+		want := routerhttp.PinHonored
 		if ignore {
-			want = router.PinIgnored
+			want = routerhttp.PinIgnored
 		}
 		if got.Verdict != want {
 			t.Errorf("ignore header %v: verdict %q (%s), want %q", ignore, got.Verdict, got.Detail, want)
@@ -55,18 +55,18 @@ func TestDPPinningCheckOverSimulator(t *testing.T) {
 func TestRouterChecksPinningAtStart(t *testing.T) {
 	for _, skip := range []bool{false, true} {
 		f := startPinFleet(t, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 4, IgnoreRankHeader: true}, 4,
-			func(c *router.Config) { c.SkipPinningCheck = skip })
+			func(c *routerhttp.Config) { c.SkipPinningCheck = skip })
 		rt, url := f.rt, f.sim.URLs()[0]
 		if !skip {
 			f.verdict()
 			for _, r := range rt.Status().Models[0].Replicas {
-				if r.DPPinning == nil || r.DPPinning.Verdict != router.PinIgnored {
+				if r.DPPinning == nil || r.DPPinning.Verdict != routerhttp.PinIgnored {
 					t.Errorf("replica %s: dp_pinning %+v, want ignored", r.Name, r.DPPinning)
 				}
 			}
 			// The replica card warns, naming the ranks but not the URL.
 			var card bytes.Buffer
-			if err := router.RenderCard(&card, rt.Card(), 0); err != nil {
+			if err := routerhttp.RenderCard(&card, rt.Card(), 0); err != nil {
 				t.Fatal(err)
 			}
 			if c := card.String(); !strings.Contains(c, `data-pinning="ignored"`) || !strings.Contains(c, "r0/rank3") || strings.Contains(c, url) {
@@ -90,7 +90,7 @@ func TestRouterChecksPinningAtStart(t *testing.T) {
 			st := e.Stats()
 			finished += st.RequestsFinished + st.PromptTokens
 		}
-		if p := rt.Status().Models[0].Replicas[0].DPPinning; finished != 0 || p == nil || p.Verdict != router.PinSkipped {
+		if p := rt.Status().Models[0].Replicas[0].DPPinning; finished != 0 || p == nil || p.Verdict != routerhttp.PinSkipped {
 			t.Errorf("skip_pinning_check: %d requests finished on the server, dp_pinning %+v", finished, p)
 		}
 	}
@@ -100,13 +100,13 @@ func TestRouterChecksPinningAtStart(t *testing.T) {
 // dp_ranks ranks), running until the test ends.
 type pinFleet struct {
 	sim  *simhttp.Cluster
-	rt   *router.Router
+	rt   *routerhttp.Router
 	logs *syncBuffer
 }
 
 // startPinFleet starts the simulator (simCfg) and a router over its one URL with
 // dp_ranks set, changed by mutate, logging into fleet.logs.
-func startPinFleet(t *testing.T, simCfg simhttp.Config, dpRanks int, mutate func(*router.Config)) *pinFleet {
+func startPinFleet(t *testing.T, simCfg simhttp.Config, dpRanks int, mutate func(*routerhttp.Config)) *pinFleet {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cl, err := simhttp.Start(ctx, simCfg)
@@ -114,7 +114,7 @@ func startPinFleet(t *testing.T, simCfg simhttp.Config, dpRanks int, mutate func
 		cancel()
 		t.Fatal(err)
 	}
-	cfg, err := router.ConfigForURLs([]string{fmt.Sprintf("%s,dp_ranks=%d", cl.URLs()[0], dpRanks)}, true)
+	cfg, err := routerhttp.ConfigForURLs([]string{fmt.Sprintf("%s,dp_ranks=%d", cl.URLs()[0], dpRanks)}, true)
 	if err != nil {
 		cancel()
 		cl.Close()
@@ -126,7 +126,7 @@ func startPinFleet(t *testing.T, simCfg simhttp.Config, dpRanks int, mutate func
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	if f.rt, err = router.New(cfg); err != nil {
+	if f.rt, err = routerhttp.New(cfg); err != nil {
 		cancel()
 		cl.Close()
 		t.Fatal(err)
@@ -139,10 +139,10 @@ func startPinFleet(t *testing.T, simCfg simhttp.Config, dpRanks int, mutate func
 
 // verdict waits (up to 10 s) for the pinning check to end and returns the
 // first replica's dp_pinning (nil, or still pending, when it did not end).
-func (f *pinFleet) verdict() *router.PinCheck {
+func (f *pinFleet) verdict() *routerhttp.PinCheck {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		p := f.rt.Status().Models[0].Replicas[0].DPPinning
-		if (p != nil && p.Verdict != router.PinPending) || time.Now().After(deadline) {
+		if (p != nil && p.Verdict != routerhttp.PinPending) || time.Now().After(deadline) {
 			return p
 		}
 	}
@@ -171,9 +171,9 @@ func (s *syncBuffer) String() string {
 // conversations get answers instead of vLLM's 400 for an out-of-range rank.
 func TestRouterKeepsMissingRanksOut(t *testing.T) {
 	f := startPinFleet(t, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 8}, 8,
-		func(c *router.Config) { c.HealthInterval = 200 * time.Millisecond }) // health checks run after the verdict too
+		func(c *routerhttp.Config) { c.HealthInterval = 200 * time.Millisecond }) // health checks run after the verdict too
 	rt, cl := f.rt, f.sim
-	if p := f.verdict(); p == nil || p.Verdict != router.PinRankMismatch {
+	if p := f.verdict(); p == nil || p.Verdict != routerhttp.PinRankMismatch {
 		t.Fatalf("dp_pinning %+v, want rank-mismatch", p)
 	}
 	ctx := context.Background()
@@ -192,7 +192,7 @@ func TestRouterKeepsMissingRanksOut(t *testing.T) {
 	}
 	// The card names the missing ranks only.
 	var card bytes.Buffer
-	if err := router.RenderCard(&card, rt.Card(), 0); err != nil {
+	if err := routerhttp.RenderCard(&card, rt.Card(), 0); err != nil {
 		t.Fatal(err)
 	}
 	c := card.String()
@@ -212,10 +212,10 @@ func TestRouterKeepsMissingRanksOut(t *testing.T) {
 func TestRouterPinningCheckWithAPIKey(t *testing.T) {
 	for _, key := range []string{"s3cret", ""} {
 		f := startPinFleet(t, simhttp.Config{Replicas: 1, DataParallelSize: 2, Speed: 20, ReplyTokens: 4, APIKey: "s3cret"}, 2,
-			func(c *router.Config) { c.APIKey = key })
-		want, detail := router.PinHonored, "each of 2 ranks"
+			func(c *routerhttp.Config) { c.APIKey = key })
+		want, detail := routerhttp.PinHonored, "each of 2 ranks"
 		if key == "" {
-			want, detail = router.PinUnverified, "status 401"
+			want, detail = routerhttp.PinUnverified, "status 401"
 		}
 		if p := f.verdict(); p == nil || p.Verdict != want || !strings.Contains(p.Detail, detail) {
 			t.Errorf("key %q: dp_pinning %+v, want %q with %q", key, p, want, detail)

@@ -14,14 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
 // fleet is a simulated vLLM cluster with the router in front, all on loopback.
 type fleet struct {
 	sim *simhttp.Cluster
-	rt  *router.Router
+	rt  *routerhttp.Router
 	url string // the router's main listener (API, /metrics, /status/card)
 	log *requestLog
 }
@@ -37,7 +37,7 @@ func startFleet(t *testing.T, simCfg simhttp.Config, maxNumSeqs int) *fleet {
 		cancel()
 		t.Fatalf("starting simulator: %v", err)
 	}
-	cfg, err := router.ConfigForURLs(cl.URLs(), true)
+	cfg, err := routerhttp.ConfigForURLs(cl.URLs(), true)
 	if err != nil {
 		cancel()
 		cl.Close()
@@ -46,7 +46,7 @@ func startFleet(t *testing.T, simCfg simhttp.Config, maxNumSeqs int) *fleet {
 	cfg.Models[0].MaxNumSeqs = maxNumSeqs
 	cfg.Clock = cl.Clock()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := router.New(cfg)
+	rt, err := routerhttp.New(cfg)
 	if err != nil {
 		cancel()
 		cl.Close()
@@ -129,7 +129,7 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 		l.mu.Lock()
 		l.active++
 		l.mu.Unlock()
-		rec := routed{Path: r.URL.Path, BodyBytes: len(body), Agent: r.Header.Get(router.HeaderClaudeAgent)}
+		rec := routed{Path: r.URL.Path, BodyBytes: len(body), Agent: r.Header.Get(routerhttp.HeaderClaudeAgent)}
 		var b struct {
 			Model     string            `json:"model"`
 			MaxTokens int               `json:"max_tokens"`
@@ -141,7 +141,7 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 		}
 		_ = json.Unmarshal(body, &b)
 		rec.Model, rec.MaxTokens, rec.Stream, rec.Messages = b.Model, b.MaxTokens, b.Stream, len(b.Messages)
-		rec.Session = r.Header.Get(router.HeaderClaudeSession)
+		rec.Session = r.Header.Get(routerhttp.HeaderClaudeSession)
 		if rec.Session == "" && strings.HasPrefix(b.Metadata.UserID, "{") {
 			var uid struct {
 				SessionID string `json:"session_id"`
@@ -151,7 +151,7 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 			}
 		}
 		if rec.Session == "" {
-			rec.Session = r.Header.Get(router.HeaderSessionID)
+			rec.Session = r.Header.Get(routerhttp.HeaderSessionID)
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		// Deferred: a handler that panics (the reverse proxy's
@@ -159,8 +159,8 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 		// counted as running, so all() does not wait for it.
 		defer func() {
 			rec.Status = sw.status
-			rec.Replica = sw.Header().Get(router.HeaderReplica)
-			rec.Decision = sw.Header().Get(router.HeaderDecision)
+			rec.Replica = sw.Header().Get(routerhttp.HeaderReplica)
+			rec.Decision = sw.Header().Get(routerhttp.HeaderDecision)
 			l.mu.Lock()
 			l.reqs = append(l.reqs, rec)
 			l.active--

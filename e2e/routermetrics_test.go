@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/lmwarden/warden/internal/vllmmetrics"
-	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
@@ -32,7 +32,7 @@ func TestRouterMetricsCarryWorkingSetAndUsage(t *testing.T) {
 	}
 	f.log.all() // waits for the handlers, so their usage is counted
 
-	var reps []router.ReplicaReport
+	var reps []routerhttp.ReplicaReport
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		reps = f.rt.Status().Models[0].Replicas
 		if reps[0].KVCapacityTokens > 0 && reps[1].KVCapacityTokens > 0 {
@@ -55,8 +55,8 @@ func TestRouterMetricsCarryWorkingSetAndUsage(t *testing.T) {
 	}
 	// got[series][replica]
 	got := map[string]map[string]float64{}
-	for _, name := range []string{router.MetricLiveConversations, router.MetricLiveTokens,
-		router.MetricKVCapacityTokens, router.MetricUsagePrompt, router.MetricUsageCached} {
+	for _, name := range []string{routerhttp.MetricLiveConversations, routerhttp.MetricLiveTokens,
+		routerhttp.MetricKVCapacityTokens, routerhttp.MetricUsagePrompt, routerhttp.MetricUsageCached} {
 		fam, ok := fams[name]
 		if !ok {
 			t.Fatalf("/metrics has no %s", name)
@@ -86,11 +86,11 @@ func TestRouterMetricsCarryWorkingSetAndUsage(t *testing.T) {
 	var live, prompt, cached float64
 	for _, r := range reps {
 		for name, want := range map[string]float64{
-			router.MetricLiveConversations: float64(r.Live),
-			router.MetricLiveTokens:        float64(r.LiveTokens),
-			router.MetricKVCapacityTokens:  float64(r.KVCapacityTokens),
-			router.MetricUsagePrompt:       float64(r.UsagePromptTokens),
-			router.MetricUsageCached:       float64(r.UsageCachedTokens),
+			routerhttp.MetricLiveConversations: float64(r.Live),
+			routerhttp.MetricLiveTokens:        float64(r.LiveTokens),
+			routerhttp.MetricKVCapacityTokens:  float64(r.KVCapacityTokens),
+			routerhttp.MetricUsagePrompt:       float64(r.UsagePromptTokens),
+			routerhttp.MetricUsageCached:       float64(r.UsageCachedTokens),
 		} {
 			if g, ok := got[name][r.Name]; !ok || g != want {
 				t.Errorf("%s{replica=%q} = %v (present %v), /status says %v", name, r.Name, g, ok, want)
@@ -99,9 +99,9 @@ func TestRouterMetricsCarryWorkingSetAndUsage(t *testing.T) {
 		if float64(r.KVCapacityTokens) != wantCap {
 			t.Errorf("replica %s: KV capacity %d tokens, want (%d-1) x %d", r.Name, r.KVCapacityTokens, blocks, blockSize)
 		}
-		live += got[router.MetricLiveConversations][r.Name]
-		prompt += got[router.MetricUsagePrompt][r.Name]
-		cached += got[router.MetricUsageCached][r.Name]
+		live += got[routerhttp.MetricLiveConversations][r.Name]
+		prompt += got[routerhttp.MetricUsagePrompt][r.Name]
+		cached += got[routerhttp.MetricUsageCached][r.Name]
 	}
 	if live != 2 || prompt < 6*600 || cached < 4*600 || cached >= prompt {
 		t.Fatalf("metrics: %v live conversations (want 2), %v prompt and %v cached tokens over 6 turns", live, prompt, cached)

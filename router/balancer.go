@@ -105,6 +105,14 @@ type Decision struct {
 
 // Balancer defaults.
 const (
+	// MinMeasuredPromptTokens: while the responses report no prompt size, bytes
+	// per token is measured as the request body bytes the router sent to the
+	// replicas over the rate window divided by the prompt tokens they counted
+	// (vllm:prompt_tokens_total) over the same window, once that window holds at
+	// least this many prompt tokens (Balancer.ObserveSizeWindow).
+	MinMeasuredPromptTokens = 10_000
+	// DefaultScrapeInterval is how often the router scrapes each upstream's /metrics.
+	DefaultScrapeInterval = time.Second
 	// DefaultStaleAfter: scraped gauges older than this are ignored (3 x the
 	// router's DefaultScrapeInterval).
 	DefaultStaleAfter = 3 * DefaultScrapeInterval
@@ -204,10 +212,10 @@ const (
 
 // Size calibration (Balancer.ObserveSize): each observation keeps sizeDecay of
 // the sums before it (a memory of about 200 requests), and the ratio is used
-// once sizeMinSeen requests were seen.
+// once SizeMinSeen requests were seen.
 const (
 	sizeDecay   = 0.995
-	sizeMinSeen = 8
+	SizeMinSeen = 8
 )
 
 type replica struct {
@@ -457,7 +465,7 @@ func (b *Balancer) Unplace(sessionKey string, i int) bool {
 // was bodyBytes long and the server counted promptTokens (usage prompt_tokens,
 // or input_tokens plus the cache counts on the Anthropic API). Ignored when
 // either is <= 0. The ratio of the decayed sums replaces BytesPerTokenEstimate
-// once sizeMinSeen requests were seen, so the estimate follows the served
+// once SizeMinSeen requests were seen, so the estimate follows the served
 // tokenizer and chat template instead of English's 4 bytes per token (the
 // simulator's pseudo-words run at about 3.5 bytes per token, a JSON body of
 // Claude Code tool definitions differently again).
@@ -490,7 +498,7 @@ func (b *Balancer) ObserveSizeWindow(bodyBytes, promptTokens float64) {
 }
 
 // BytesPerToken returns the body bytes per prompt token the prompt estimates use
-// and its source: the responses (ObserveSize) once sizeMinSeen of them reported
+// and its source: the responses (ObserveSize) once SizeMinSeen of them reported
 // their prompt size, else the latest /metrics window (ObserveSizeWindow), else
 // the assumed BytesPerTokenEstimate.
 func (b *Balancer) BytesPerToken() (float64, SizeSource) {
@@ -514,7 +522,7 @@ func (b *Balancer) tokensPerByte() (float64, SizeSource) {
 // sizeMeasured reports whether ObserveSize has seen enough requests for its
 // ratio to replace BytesPerTokenEstimate (caller holds mu).
 func (b *Balancer) sizeMeasured() bool {
-	return b.sizeSeen >= sizeMinSeen && b.sizeBytes > 0 && b.sizeTokens > 0
+	return b.sizeSeen >= SizeMinSeen && b.sizeBytes > 0 && b.sizeTokens > 0
 }
 
 // estimateTokens is the prompt estimate for a body of n bytes (caller holds mu).
@@ -524,6 +532,15 @@ func (b *Balancer) estimateTokens(n int) int {
 		return EstimatePromptTokens(n)
 	}
 	return int(float64(n) * tpb)
+}
+
+// EstimateTokens is the prompt-token estimate the policies use for a request body
+// of n bytes: n times the measured tokens per byte, or EstimatePromptTokens(n)
+// before anything was measured (BytesPerToken says which).
+func (b *Balancer) EstimateTokens(n int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.estimateTokens(n)
 }
 
 // ObserveEngine records scraped engine load for replica i (from /metrics, or read

@@ -1,32 +1,16 @@
 package router
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
 )
-
-// fakeClock is a manually stepped clock, safe for concurrent reads.
-type fakeClock struct{ t atomic.Int64 }
-
-func (c *fakeClock) Now() time.Duration      { return time.Duration(c.t.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.t.Add(int64(d)) }
-
-// SleepUntil returns at once when t has passed, else when ctx ends: the fake clock
-// only moves when a test advances it.
-func (c *fakeClock) SleepUntil(ctx context.Context, t time.Duration) error {
-	if c.Now() >= t {
-		return ctx.Err()
-	}
-	<-ctx.Done()
-	return ctx.Err()
-}
 
 func names(n int) []string {
 	out := make([]string, n)
@@ -36,9 +20,9 @@ func names(n int) []string {
 	return out
 }
 
-func newTestBalancer(t testing.TB, n int, affinity bool, mod func(*BalancerConfig)) (*Balancer, *fakeClock) {
+func newTestBalancer(t testing.TB, n int, affinity bool, mod func(*BalancerConfig)) (*Balancer, *simclock.Manual) {
 	t.Helper()
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	cfg := BalancerConfig{Replicas: names(n), Affinity: affinity, MaxNumSeqs: 32, Seed: 1, Now: clk.Now}
 	if mod != nil {
 		mod(&cfg)
@@ -578,7 +562,7 @@ func TestUnplaceForgetsOnlyAnUnusedPlacement(t *testing.T) {
 }
 
 // Acquire estimates a prompt from the body size: 4 bytes per token until
-// ObserveSize has seen sizeMinSeen requests, then the measured ratio.
+// ObserveSize has seen SizeMinSeen requests, then the measured ratio.
 func TestBodySizeEstimateCalibrates(t *testing.T) {
 	var got []int
 	b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) {
@@ -592,7 +576,7 @@ func TestBodySizeEstimateCalibrates(t *testing.T) {
 		b.Release(d.Replica)
 	}
 	acquire(Facts{SessionKey: "a", BodyBytes: 40_000})
-	for range sizeMinSeen - 1 {
+	for range SizeMinSeen - 1 {
 		b.ObserveSize(39_908, 11_357) // the simulator: 3.5 bytes per token
 	}
 	b.ObserveSize(0, 100) // ignored
@@ -608,5 +592,18 @@ func TestBodySizeEstimateCalibrates(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("decision %d: prompt estimate %d, want %d", i, got[i], want[i])
 		}
+	}
+}
+
+// Before any scrape or response the ratio is the assumed 4 bytes per token,
+// and /status says so.
+func TestBytesPerTokenAssumedAtStart(t *testing.T) {
+	b, _ := newTestBalancer(t, 1, true, nil)
+	if r, src := b.BytesPerToken(); r != BytesPerTokenEstimate || src != SizeAssumed {
+		t.Errorf("BytesPerToken = %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
+	}
+	b.ObserveSizeWindow(30_000, MinMeasuredPromptTokens-1) // too few tokens: ignored
+	if r, src := b.BytesPerToken(); r != BytesPerTokenEstimate || src != SizeAssumed {
+		t.Errorf("after a short window: %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
 	}
 }

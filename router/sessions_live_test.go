@@ -5,10 +5,12 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
 )
 
 func TestSessionTableLiveCounts(t *testing.T) {
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	tab := NewSessionTable(clk.Now, time.Hour, 100, 5*time.Minute)
 	tab.SetLiveWindow(30 * time.Second)
 	tab.grow(2)
@@ -59,7 +61,7 @@ func TestSessionTableAdaptiveLiveWindow(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := &fakeClock{}
+			clk := &simclock.Manual{}
 			tab := NewSessionTable(clk.Now, 24*time.Hour, 1000, time.Hour)
 			tab.grow(1)
 			if tab.LiveWindow() != DefaultLiveWindow {
@@ -99,7 +101,7 @@ func TestSessionTableLiveMatchesModel(t *testing.T) {
 	for _, adapt := range []bool{false, true} {
 		t.Run(fmt.Sprint("changing window ", adapt), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(5, 6))
-			clk := &fakeClock{}
+			clk := &simclock.Manual{}
 			tab := NewSessionTable(clk.Now, ttl, maxN, time.Minute)
 			win := 30 * time.Second
 			tab.SetLiveWindow(win)

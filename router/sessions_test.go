@@ -6,10 +6,12 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
 )
 
 func TestSessionTableTTL(t *testing.T) {
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	tab := NewSessionTable(clk.Now, time.Hour, 10, time.Minute)
 	tab.grow(2)
 	tab.Set("a", 1)
@@ -31,7 +33,7 @@ func TestSessionTableTTL(t *testing.T) {
 }
 
 func TestSessionTableLRUBound(t *testing.T) {
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	tab := NewSessionTable(clk.Now, time.Hour, 3, time.Minute)
 	for i, k := range []string{"a", "b", "c"} {
 		tab.Set(k, i)
@@ -66,7 +68,7 @@ func TestSessionTableMatchesModel(t *testing.T) {
 		window = time.Minute
 	)
 	rng := rand.New(rand.NewPCG(3, 4))
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	tab := NewSessionTable(clk.Now, ttl, maxN, window)
 	tab.grow(reps)
 	model := map[string]*ent{}
@@ -133,7 +135,7 @@ func TestSessionTableMatchesModel(t *testing.T) {
 }
 
 func TestSessionTableReset(t *testing.T) {
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	tab := NewSessionTable(clk.Now, 0, 0, 0)
 	tab.Set("a", 2)
 	tab.Reset()
@@ -232,7 +234,7 @@ func BenchmarkAcquireShortestQueue(b *testing.B) {
 func BenchmarkSessionTable1M(b *testing.B) {
 	const n = 1_000_000
 	keys := sessionKeys(n)
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
 )
 
 func healthy(n int) []ReplicaState {
@@ -333,7 +335,7 @@ func TestBalancerPolicySelection(t *testing.T) {
 		{"round-robin", "", true},
 	} {
 		t.Run("policy="+tc.name, func(t *testing.T) {
-			clk := &fakeClock{}
+			clk := &simclock.Manual{}
 			b, err := NewBalancer(BalancerConfig{Replicas: names(2), Affinity: true, Policy: tc.name, Now: clk.Now})
 			if tc.bad {
 				if err == nil || !strings.Contains(err.Error(), "policy") {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 )
 
 func newRouteCmd() *cobra.Command {
@@ -61,14 +62,14 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var (
-				cfg router.Config
+				cfg routerhttp.Config
 				err error
 			)
 			switch {
 			case configPath != "" && len(replicas) > 0:
 				return errors.New("give either --config or --replica, not both")
 			case configPath != "":
-				if cfg, err = router.LoadConfig(configPath); err != nil {
+				if cfg, err = routerhttp.LoadConfig(configPath); err != nil {
 					return err
 				}
 			case len(replicas) > 0:
@@ -76,12 +77,12 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 				if err != nil {
 					return fmt.Errorf("--affinity: %w", err)
 				}
-				if cfg, err = router.ConfigForURLs(replicas, on); err != nil {
+				if cfg, err = routerhttp.ConfigForURLs(replicas, on); err != nil {
 					return err
 				}
 				for i := range cfg.Models {
 					cfg.Models[i].MaxNumSeqs = maxNumSeqs
-					cfg.Models[i].OverflowThreshold = router.Threshold(threshold)
+					cfg.Models[i].OverflowThreshold = routerhttp.Threshold(threshold)
 				}
 			default:
 				return errors.New("no replicas: give --replica URL (repeatable) or --config FILE")
@@ -104,7 +105,7 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			rt, err := router.New(cfg)
+			rt, err := routerhttp.New(cfg)
 			if err != nil {
 				return err
 			}
@@ -115,8 +116,8 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 	f.StringVar(&configPath, "config", "", "router YAML config (models, replicas, thresholds)")
 	f.StringArrayVar(&replicas, "replica", nil, "replica base URL, repeatable: URL, name=URL, or URL,dp_ranks=N")
 	f.StringVar(&affinity, "affinity", "on", "session affinity for --replica mode: on or off")
-	f.StringVar(&listen, "listen", router.DefaultListen, "API listen address")
-	f.StringVar(&adminAddr, "admin-listen", router.DefaultAdminListen, "admin API listen address (keep it on loopback)")
+	f.StringVar(&listen, "listen", routerhttp.DefaultListen, "API listen address")
+	f.StringVar(&adminAddr, "admin-listen", routerhttp.DefaultAdminListen, "admin API listen address (keep it on loopback)")
 	f.StringVar(&adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
 	f.IntVar(&threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4)")
 	f.IntVar(&maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32)")
@@ -137,7 +138,7 @@ func parseOnOff(s string) (bool, error) {
 // serveRouter runs the router's listeners (the admin one unless AdminListen is
 // "-") and background loops until ctx is done, letting requests in flight finish
 // for up to 10 s (Router.ListenAndServe).
-func serveRouter(ctx context.Context, rt *router.Router, cfg router.Config) error {
+func serveRouter(ctx context.Context, rt *routerhttp.Router, cfg routerhttp.Config) error {
 	if cfg.AdminToken == "" && cfg.AdminListen != "-" {
 		slog.Warn("the admin API has no bearer token: anyone who can reach it can switch affinity and thresholds; set --admin-token or admin_token", "admin", cfg.AdminListen)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 )
 
 // Before each variant the harness makes a router it did not start forget its
@@ -13,13 +14,13 @@ import (
 // fresh-user finding: its first turns all went to the first run's homes) and
 // switches affinity.
 func TestAdminSwitchResetsHomes(t *testing.T) {
-	cfg, err := router.ConfigForURLs([]string{"http://127.0.0.1:9", "http://127.0.0.1:10"}, true)
+	cfg, err := routerhttp.ConfigForURLs([]string{"http://127.0.0.1:9", "http://127.0.0.1:10"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.AdminToken = "tok"
 	cfg.HealthInterval, cfg.ScrapeInterval = -1, -1
-	rt, err := router.New(cfg)
+	rt, err := routerhttp.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

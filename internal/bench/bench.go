@@ -36,6 +36,7 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/report"
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
@@ -59,7 +60,7 @@ type Options struct {
 
 	Virtual bool // run in virtual time (no HTTP)
 
-	// Real servers: replica specs as router.ParseReplicaSpec takes them ("URL",
+	// Real servers: replica specs as routerhttp.ParseReplicaSpec takes them ("URL",
 	// "name=URL", "URL,dp_ranks=N"). DPRanks, when > 0 and one URL is given, is the
 	// number of DP ranks behind it.
 	Replicas []string
@@ -70,7 +71,7 @@ type Options struct {
 	// forwards it.
 	APIKey string
 	// SkipPinningCheck skips the pre-flight check that a server with DP ranks
-	// honours X-Data-Parallel-Rank (router.CheckDPPinning). Without it a server
+	// honours X-Data-Parallel-Rank (routerhttp.CheckDPPinning). Without it a server
 	// that ignores the header stops the run: both variants would measure vLLM's
 	// own balancer.
 	SkipPinningCheck bool
@@ -273,7 +274,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	if o.APIKey != "" {
 		auth := http.Header{"Authorization": {"Bearer " + o.APIKey}}
 		rc.Header = auth
-		hc.Transport = router.BearerTransport(nil, o.APIKey)
+		hc.Transport = routerhttp.BearerTransport(nil, o.APIKey)
 	}
 	if _, err := Preflight(ctx, progress, servers, o.Scenario, hc); err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -299,7 +300,7 @@ func runHTTP(ctx context.Context, o Options) error {
 		}
 	}
 	if rc.BaseURL == "" {
-		rcfg, err := router.ConfigForURLs(specs, true)
+		rcfg, err := routerhttp.ConfigForURLs(specs, true)
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
@@ -309,10 +310,10 @@ func runHTTP(ctx context.Context, o Options) error {
 		rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		for i := range rcfg.Models {
 			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
-			rcfg.Models[i].OverflowThreshold = router.Threshold(o.OverflowThreshold)
+			rcfg.Models[i].OverflowThreshold = routerhttp.Threshold(o.OverflowThreshold)
 			rcfg.Models[i].Policy = o.Policy
 		}
-		rt, err := router.New(rcfg)
+		rt, err := routerhttp.New(rcfg)
 		if err != nil {
 			return fmt.Errorf("bench: starting router: %w", err)
 		}
@@ -341,35 +342,35 @@ func runHTTP(ctx context.Context, o Options) error {
 	return err
 }
 
-// checkPinning runs router.CheckDPPinning on every server with more than one DP
+// checkPinning runs routerhttp.CheckDPPinning on every server with more than one DP
 // rank, prints each verdict to w and returns it as a manifest note (so the
 // results say whether "stayed on replica" means where requests ran); a server
 // that ignores X-Data-Parallel-Rank or has fewer ranks than given is an error,
 // an undecided check a warning. With skip it checks nothing and notes that.
-func checkPinning(ctx context.Context, w io.Writer, rcfgs []router.ReplicaConfig, model string, skip bool, hc *http.Client) ([]string, error) {
+func checkPinning(ctx context.Context, w io.Writer, rcfgs []routerhttp.ReplicaConfig, model string, skip bool, hc *http.Client) ([]string, error) {
 	var notes []string
 	for _, r := range rcfgs {
 		if r.DPRanks < 2 {
 			continue
 		}
 		if skip {
-			n := fmt.Sprintf("DP pinning not checked for %s (--skip-pinning-check): if the server ignores %s, stayed-on-replica counts the rank the router chose, not the one that served", r.URL, router.HeaderDPRank)
+			n := fmt.Sprintf("DP pinning not checked for %s (--skip-pinning-check): if the server ignores %s, stayed-on-replica counts the rank the router chose, not the one that served", r.URL, routerhttp.HeaderDPRank)
 			fmt.Fprintf(w, "pre-flight: warning: %s\n", n)
 			notes = append(notes, n)
 			continue
 		}
-		pc := router.CheckDPPinning(ctx, &http.Client{Transport: hc.Transport, Timeout: 30 * time.Second}, r.URL, model, r.DPRanks)
+		pc := routerhttp.CheckDPPinning(ctx, &http.Client{Transport: hc.Transport, Timeout: 30 * time.Second}, r.URL, model, r.DPRanks)
 		switch pc.Verdict {
-		case router.PinIgnored:
-			return nil, fmt.Errorf("pre-flight: %s is not honoured: %s; the affinity-on variant would measure vLLM's balancer again (--skip-pinning-check runs anyway)", router.HeaderDPRank, pc.Detail)
-		case router.PinRankMismatch:
+		case routerhttp.PinIgnored:
+			return nil, fmt.Errorf("pre-flight: %s is not honoured: %s; the affinity-on variant would measure vLLM's balancer again (--skip-pinning-check runs anyway)", routerhttp.HeaderDPRank, pc.Detail)
+		case routerhttp.PinRankMismatch:
 			return nil, fmt.Errorf("pre-flight: %s (--dp-ranks)", pc.Detail)
-		case router.PinUnverified:
-			fmt.Fprintf(w, "pre-flight: warning: could not check that %s pins ranks: %s\n", router.HeaderDPRank, pc.Detail)
-		case router.PinHonored:
-			fmt.Fprintf(w, "pre-flight: %s pins ranks: %s\n", router.HeaderDPRank, pc.Detail)
+		case routerhttp.PinUnverified:
+			fmt.Fprintf(w, "pre-flight: warning: could not check that %s pins ranks: %s\n", routerhttp.HeaderDPRank, pc.Detail)
+		case routerhttp.PinHonored:
+			fmt.Fprintf(w, "pre-flight: %s pins ranks: %s\n", routerhttp.HeaderDPRank, pc.Detail)
 		}
-		notes = append(notes, fmt.Sprintf("DP pinning (%s) %s: %s", router.HeaderDPRank, pc.Verdict, pc.Detail))
+		notes = append(notes, fmt.Sprintf("DP pinning (%s) %s: %s", routerhttp.HeaderDPRank, pc.Verdict, pc.Detail))
 	}
 	return notes, nil
 }
@@ -381,10 +382,10 @@ func withDPRanks(specs []string, ranks int) []string {
 	return []string{fmt.Sprintf("%s,dp_ranks=%d", specs[0], ranks)}
 }
 
-func replicaConfigs(specs []string) ([]router.ReplicaConfig, error) {
-	var out []router.ReplicaConfig
+func replicaConfigs(specs []string) ([]routerhttp.ReplicaConfig, error) {
+	var out []routerhttp.ReplicaConfig
 	for _, s := range specs {
-		rc, err := router.ParseReplicaSpec(s)
+		rc, err := routerhttp.ParseReplicaSpec(s)
 		if err != nil {
 			return nil, err
 		}
@@ -399,7 +400,7 @@ func replicaConfigs(specs []string) ([]router.ReplicaConfig, error) {
 // X-Warden-Replica header) and series.csv (the harness's own scrapes) name the
 // replicas alike. A replica the router does not list, or a /status that cannot
 // be read, keeps the default name r<i> and gets a warning on progress.
-func nameLikeRouter(ctx context.Context, progress io.Writer, rcfgs []router.ReplicaConfig, admin, token string) {
+func nameLikeRouter(ctx context.Context, progress io.Writer, rcfgs []routerhttp.ReplicaConfig, admin, token string) {
 	names, err := routerReplicaNames(ctx, admin, token)
 	if err != nil {
 		fmt.Fprintf(progress, "warning: %v; replicas given as URLs are named r0, r1, ... (give them as name=URL to match the router's names)\n", err)
@@ -437,7 +438,7 @@ func routerReplicaNames(ctx context.Context, admin, token string) (map[string]st
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("reading the router's replica names from %s/status: status %d", admin, resp.StatusCode)
 	}
-	var st router.Status
+	var st routerhttp.Status
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st); err != nil {
 		return nil, fmt.Errorf("reading the router's replica names from %s/status: %w", admin, err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/loadgen"
-	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
@@ -38,7 +38,7 @@ func TestBenchPreflightChecksPinning(t *testing.T) {
 			}
 		} else {
 			var progress bytes.Buffer
-			rcfgs := []router.ReplicaConfig{{URL: cl.URLs()[0], DPRanks: 4}}
+			rcfgs := []routerhttp.ReplicaConfig{{URL: cl.URLs()[0], DPRanks: 4}}
 			notes, err := checkPinning(ctx, &progress, rcfgs, "", false, &http.Client{})
 			if err != nil || !strings.Contains(progress.String(), "pins ranks") || len(notes) != 1 || !strings.Contains(notes[0], "honored") {
 				t.Errorf("server honouring the header: err %v, progress %q, notes %q", err, progress.String(), notes)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 )
 
 // With an outside router, replicas given as bare URLs take the router's own
@@ -15,14 +15,14 @@ import (
 // series.csv (harness scrapes) line up; a DP-rank URL takes the base name; a URL
 // the router does not list keeps r<i> with a warning (fresh-user finding).
 func TestReplicasTakeTheRouterNames(t *testing.T) {
-	cfg, err := router.ConfigForURLs([]string{"alpha=http://127.0.0.1:9/", "beta=http://127.0.0.1:10"}, true)
+	cfg, err := routerhttp.ConfigForURLs([]string{"alpha=http://127.0.0.1:9/", "beta=http://127.0.0.1:10"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Models[0].Replicas[1].DPRanks = 2
 	cfg.AdminToken = "tok"
 	cfg.HealthInterval, cfg.ScrapeInterval = -1, -1
-	rt, err := router.New(cfg)
+	rt, err := routerhttp.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ package simclock
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,3 +76,23 @@ func (c *Scaled) SleepUntil(ctx context.Context, t time.Duration) error {
 }
 
 var _ Clock = (*Scaled)(nil)
+
+// Manual is a Clock that moves only when Advance is called; tests step it instead
+// of sleeping. Safe for concurrent use. The zero value starts at 0.
+type Manual struct{ t atomic.Int64 }
+
+// Now returns the time set so far.
+func (c *Manual) Now() time.Duration { return time.Duration(c.t.Load()) }
+
+// Advance moves the clock forward by d.
+func (c *Manual) Advance(d time.Duration) { c.t.Add(int64(d)) }
+
+// SleepUntil returns at once when t has passed, else when ctx ends: a Manual clock
+// does not wake sleepers when advanced.
+func (c *Manual) SleepUntil(ctx context.Context, t time.Duration) error {
+	if c.Now() >= t {
+		return ctx.Err()
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}

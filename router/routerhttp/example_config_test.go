@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"io"
@@ -9,10 +9,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
 )
 
 // exampleConfig is the example shipped with docs/router.md.
-const exampleConfig = "../docs/router.example.yaml"
+const exampleConfig = "../../docs/router.example.yaml"
 
 // TestExampleConfig: the documented example parses strictly, validates, builds a
 // Router with the replicas it describes, and names every field of the schema.
@@ -36,7 +38,7 @@ func TestExampleConfig(t *testing.T) {
 	}
 
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.Clock = &fakeClock{}
+	cfg.Clock = &simclock.Manual{}
 	rt, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

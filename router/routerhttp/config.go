@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lmwarden/warden/internal/yamlpos"
+	"github.com/lmwarden/warden/router"
 
 	"github.com/lmwarden/warden/internal/simclock"
 )
@@ -27,8 +28,6 @@ const (
 	// DefaultBodyLimit bounds a request body. Claude Code bodies run 50-100 KB at
 	// the start of a conversation and grow with it; a 200k-token context is ~1 MB.
 	DefaultBodyLimit = 32 << 20
-	// DefaultScrapeInterval is how often the router scrapes each upstream's /metrics.
-	DefaultScrapeInterval = time.Second
 	// DefaultHealthInterval is how often the router calls each upstream's /health.
 	DefaultHealthInterval = 5 * time.Second
 	// DefaultDialTimeout bounds connecting to an upstream; a refused or timed-out
@@ -220,7 +219,7 @@ func (c Config) WithDefaults() Config {
 		c.BodyLimit = DefaultBodyLimit
 	}
 	if c.ScrapeInterval == 0 {
-		c.ScrapeInterval = DefaultScrapeInterval
+		c.ScrapeInterval = router.DefaultScrapeInterval
 	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = DefaultHealthInterval
@@ -229,16 +228,16 @@ func (c Config) WithDefaults() Config {
 		c.DialTimeout = DefaultDialTimeout
 	}
 	if c.SessionTTL == 0 {
-		c.SessionTTL = DefaultSessionTTL
+		c.SessionTTL = router.DefaultSessionTTL
 	}
 	if c.MaxSessions == 0 {
-		c.MaxSessions = DefaultMaxSessions
+		c.MaxSessions = router.DefaultMaxSessions
 	}
 	if c.SessionHeaders == nil {
 		c.SessionHeaders = append([]string(nil), DefaultSessionHeaders...)
 	}
 	if c.SnapshotInterval == 0 {
-		c.SnapshotInterval = DefaultSnapshotInterval
+		c.SnapshotInterval = router.DefaultSnapshotInterval
 	}
 	if c.Clock == nil {
 		c.Clock = simclock.NewScaled(1)
@@ -253,7 +252,7 @@ func (c Config) WithDefaults() Config {
 			m.Affinity = &on
 		}
 		if m.MaxNumSeqs == 0 {
-			m.MaxNumSeqs = DefaultMaxNumSeqs
+			m.MaxNumSeqs = router.DefaultMaxNumSeqs
 		}
 		m.Replicas = append([]ReplicaConfig(nil), m.Replicas...)
 		for j := range m.Replicas {
@@ -312,8 +311,8 @@ func (c Config) Validate() error {
 		if m.OverflowThreshold < 0 {
 			bad(p+".overflow_threshold", "%d is negative", m.OverflowThreshold)
 		}
-		if !ValidPolicy(m.Policy) {
-			bad(p+".policy", "%q is unknown (have %s)", m.Policy, strings.Join(PolicyNames(), ", "))
+		if !router.ValidPolicy(m.Policy) {
+			bad(p+".policy", "%q is unknown (have %s)", m.Policy, strings.Join(router.PolicyNames(), ", "))
 		}
 		if len(m.Replicas) == 0 {
 			bad(p+".replicas", "at least one replica is required")

@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"bytes"
@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/router"
 )
 
 func sampleCard() Card {
@@ -30,7 +32,7 @@ func sampleCard() Card {
 			Fleet: CardReplica{Name: "fleet", Requests: 12345, HitRate: 0.9, HitRateSince: 0.85, CachedPerS: 9000, ComputedPerS: 1000,
 				Conversations: 2, ContextTokens: 150_000, KVTokens: 100_000, KVUsage: 0.21},
 			Capacity: CardCapacity{Conversations: 2, Demand: 150_000, Capacity: 100_000, Reporting: 1, Replicas: 2, Over: true,
-				BytesPerToken: 3.62, Measured: true, Source: SizeResponses},
+				BytesPerToken: 3.62, Measured: true, Source: router.SizeResponses},
 		}},
 	}
 }
@@ -239,7 +241,7 @@ func TestConvTracker(t *testing.T) {
 		key     string
 		bytes   int
 		replica int
-		reason  Reason
+		reason  router.Reason
 	}
 	tests := []struct {
 		name    string
@@ -251,37 +253,37 @@ func TestConvTracker(t *testing.T) {
 	}{
 		{
 			name:   "latest larger body wins; side requests do not shrink it",
-			steps:  []step{{0, "a", 4000, 0, ReasonPlaced}, {time.Second, "a", 8000, 0, ReasonSticky}, {2 * time.Second, "a", 400, 0, ReasonSticky}},
+			steps:  []step{{0, "a", 4000, 0, router.ReasonPlaced}, {time.Second, "a", 8000, 0, router.ReasonSticky}, {2 * time.Second, "a", 400, 0, router.ReasonSticky}},
 			at:     3 * time.Second,
 			perRep: []convLoad{{1, 8000}, {0, 0}}, total: convLoad{1, 8000},
 		},
 		{
 			name:   "overflow does not move the conversation",
-			steps:  []step{{0, "a", 4000, 1, ReasonPlaced}, {time.Second, "a", 4400, 0, ReasonOverflow}},
+			steps:  []step{{0, "a", 4000, 1, router.ReasonPlaced}, {time.Second, "a", 4400, 0, router.ReasonOverflow}},
 			at:     time.Second,
 			perRep: []convLoad{{0, 0}, {1, 4400}}, total: convLoad{1, 4400},
 		},
 		{
 			name:   "keyless requests are not conversations",
-			steps:  []step{{0, "", 4000, 1, ReasonNoKey}, {time.Second, "a", 400, 0, ReasonPlaced}},
+			steps:  []step{{0, "", 4000, 1, router.ReasonNoKey}, {time.Second, "a", 400, 0, router.ReasonPlaced}},
 			at:     time.Second,
 			perRep: []convLoad{{1, 400}, {0, 0}}, total: convLoad{1, 400},
 		},
 		{
 			name:   "rehome moves it",
-			steps:  []step{{0, "a", 4000, 1, ReasonPlaced}, {time.Second, "a", 4000, 0, ReasonRehome}},
+			steps:  []step{{0, "a", 4000, 1, router.ReasonPlaced}, {time.Second, "a", 4000, 0, router.ReasonRehome}},
 			at:     time.Second,
 			perRep: []convLoad{{1, 4000}, {0, 0}}, total: convLoad{1, 4000},
 		},
 		{
 			name:   "idle conversations are not active; a stale maximum is replaced",
-			steps:  []step{{0, "a", 40_000, 0, ReasonPlaced}, {0, "b", 4000, 1, ReasonPlaced}, {6 * time.Minute, "a", 400, 0, ReasonSticky}},
+			steps:  []step{{0, "a", 40_000, 0, router.ReasonPlaced}, {0, "b", 4000, 1, router.ReasonPlaced}, {6 * time.Minute, "a", 400, 0, router.ReasonSticky}},
 			at:     6 * time.Minute,
 			perRep: []convLoad{{1, 400}, {0, 0}}, total: convLoad{1, 400},
 		},
 		{
 			name:    "table bound",
-			steps:   []step{{0, "a", 4000, 0, ReasonPlaced}, {0, "b", 4000, 1, ReasonPlaced}},
+			steps:   []step{{0, "a", 4000, 0, router.ReasonPlaced}, {0, "b", 4000, 1, router.ReasonPlaced}},
 			at:      time.Second,
 			maxConv: 1,
 			perRep:  []convLoad{{1, 4000}, {0, 0}}, total: convLoad{1, 4000},
@@ -295,7 +297,7 @@ func TestConvTracker(t *testing.T) {
 			}
 			c := newConvTracker(win, max)
 			for _, s := range tc.steps {
-				c.note(s.at, s.key, s.bytes, Decision{Replica: s.replica, Reason: s.reason})
+				c.note(s.at, s.key, s.bytes, router.Decision{Replica: s.replica, Reason: s.reason})
 			}
 			per, total := c.load(tc.at, 2)
 			if fmt.Sprint(per) != fmt.Sprint(tc.perRep) || total != tc.total {
@@ -365,7 +367,7 @@ func observeText(t *testing.T, rt *Router, tg *target, text string) {
 // TestRouterCard feeds scrapes and routed requests into a Router and checks the
 // card built from them, and that both listeners serve it.
 func TestRouterCard(t *testing.T) {
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: clk,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Models: []ModelConfig{{Name: "m", MaxNumSeqs: 32, Replicas: []ReplicaConfig{
@@ -382,14 +384,14 @@ func TestRouterCard(t *testing.T) {
 	clk.Advance(10 * time.Second)
 	observeText(t, rt, rt.targets[0], metricsText(engineVals{"0", 2, 0, 0.5, 2000, 1700, 300, 1700, 100, 16, -1}))
 	for i, key := range []string{"a", "b", "c"} {
-		d, err := pool.Balancer.Acquire(Facts{SessionKey: key})
+		d, err := pool.Balancer.Acquire(router.Facts{SessionKey: key})
 		if err != nil {
 			t.Fatal(err)
 		}
 		rt.noteRoute(pool, key, 4000*(i+1), d)
 		pool.Balancer.Release(d.Replica)
 	}
-	rt.noteRoute(pool, "", 1<<20, Decision{}) // keyless: not a conversation
+	rt.noteRoute(pool, "", 1<<20, router.Decision{}) // keyless: not a conversation
 
 	card := rt.Card()
 	if len(card.Models) != 1 || len(card.Models[0].Replicas) != 3 {
@@ -411,7 +413,7 @@ func TestRouterCard(t *testing.T) {
 	}
 	// Conversations: 1000 + 2000 + 3000 tokens over three replicas' 3 x (100 - 1) x 16
 	// tokens of KV (block 0 is vLLM's null block).
-	want := CardCapacity{Conversations: 3, Demand: 6000, Capacity: 4752, Reporting: 3, Replicas: 3, Over: true, BytesPerToken: CharsPerToken, Source: SizeAssumed}
+	want := CardCapacity{Conversations: 3, Demand: 6000, Capacity: 4752, Reporting: 3, Replicas: 3, Over: true, BytesPerToken: CharsPerToken, Source: router.SizeAssumed}
 	if m.Capacity != want {
 		t.Errorf("capacity = %+v, want %+v", m.Capacity, want)
 	}
@@ -450,7 +452,7 @@ func TestRouterCard(t *testing.T) {
 // bytes with the ratio measured from /metrics; a later window with too few
 // tokens keeps it; responses that report their prompt size take over from it.
 func TestCardMeasuredBytesPerToken(t *testing.T) {
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: clk,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Models: []ModelConfig{{Name: "m", Replicas: []ReplicaConfig{{URL: "http://127.0.0.1:1"}}}}}
@@ -465,65 +467,48 @@ func TestCardMeasuredBytesPerToken(t *testing.T) {
 	scrape(0)
 	clk.Advance(time.Second)
 	// 30,000 bytes routed while the engine counted 10,000 prompt tokens: 3 bytes/token.
-	rt.noteRoute(pool, "a", 12_000, Decision{Replica: 0, Reason: ReasonPlaced})
-	rt.noteRoute(pool, "", 18_000, Decision{Replica: 0, Reason: ReasonNoKey})
+	rt.noteRoute(pool, "a", 12_000, router.Decision{Replica: 0, Reason: router.ReasonPlaced})
+	rt.noteRoute(pool, "", 18_000, router.Decision{Replica: 0, Reason: router.ReasonNoKey})
 	scrape(10_000)
 	c := rt.Card().Models[0].Capacity
-	if !c.Measured || c.Source != SizeMetrics || c.BytesPerToken != 3 || c.Demand != 4000 || c.Capacity != 15_984 || c.Over {
+	if !c.Measured || c.Source != router.SizeMetrics || c.BytesPerToken != 3 || c.Demand != 4000 || c.Capacity != 15_984 || c.Over {
 		t.Errorf("capacity = %+v; want 3 bytes/token from metrics, demand 4000, capacity 999 x 16", c)
 	}
-	estimate := func(n int) int {
-		pool.Balancer.mu.Lock()
-		defer pool.Balancer.mu.Unlock()
-		return pool.Balancer.estimateTokens(n)
-	}
+	estimate := pool.Balancer.EstimateTokens
 	if e := estimate(3000); e != 1000 {
 		t.Errorf("policies' estimate of 3,000 bytes: %d tokens, want 1,000 (the metrics ratio)", e)
 	}
 	// Too few prompt tokens in the window: the last measured ratio stays.
 	clk.Advance(time.Minute)
 	scrape(10_500)
-	if c := rt.Card().Models[0].Capacity; c.Source != SizeMetrics || c.BytesPerToken != 3 {
+	if c := rt.Card().Models[0].Capacity; c.Source != router.SizeMetrics || c.BytesPerToken != 3 {
 		t.Errorf("capacity = %+v; want the last measured 3 bytes/token", c)
 	}
 	// Responses report their prompt size (2 bytes per token): they take over.
-	for range sizeMinSeen {
+	for range router.SizeMinSeen {
 		pool.Balancer.ObserveSize(2000, 1000)
 	}
-	if c := rt.Card().Models[0].Capacity; c.Source != SizeResponses || c.BytesPerToken != 2 || c.Demand != 6000 {
+	if c := rt.Card().Models[0].Capacity; c.Source != router.SizeResponses || c.BytesPerToken != 2 || c.Demand != 6000 {
 		t.Errorf("capacity = %+v; want 2 bytes/token from responses, demand 6000", c)
 	}
-	if st := rt.Status().Models[0]; st.BytesPerTokenSource != SizeResponses || st.BytesPerToken != 2 {
+	if st := rt.Status().Models[0]; st.BytesPerTokenSource != router.SizeResponses || st.BytesPerToken != 2 {
 		t.Errorf("/status: %.2f bytes/token from %s, want 2 from responses", st.BytesPerToken, st.BytesPerTokenSource)
-	}
-}
-
-// Before any scrape or response the ratio is the assumed 4 bytes per token,
-// and /status says so.
-func TestBytesPerTokenAssumedAtStart(t *testing.T) {
-	b, _ := newTestBalancer(t, 1, true, nil)
-	if r, src := b.BytesPerToken(); r != BytesPerTokenEstimate || src != SizeAssumed {
-		t.Errorf("BytesPerToken = %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
-	}
-	b.ObserveSizeWindow(30_000, MinMeasuredPromptTokens-1) // too few tokens: ignored
-	if r, src := b.BytesPerToken(); r != BytesPerTokenEstimate || src != SizeAssumed {
-		t.Errorf("after a short window: %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
 	}
 }
 
 // BenchmarkNoteRoute: the per-request cost the card adds to the proxy (OnRoute):
 // one conversation update among 10,000 active ones.
 func BenchmarkNoteRoute(b *testing.B) {
-	c := newConvTracker(DefaultActiveWindow, DefaultMaxTrackedConversations)
+	c := newConvTracker(router.DefaultActiveWindow, DefaultMaxTrackedConversations)
 	keys := make([]string, 10_000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-		c.note(0, keys[i], 50_000, Decision{Replica: i % 8, Reason: ReasonPlaced})
+		c.note(0, keys[i], 50_000, router.Decision{Replica: i % 8, Reason: router.ReasonPlaced})
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		c.note(time.Millisecond, keys[i%len(keys)], 60_000, Decision{Replica: i % 8, Reason: ReasonSticky})
+		c.note(time.Millisecond, keys[i%len(keys)], 60_000, router.Decision{Replica: i % 8, Reason: router.ReasonSticky})
 		i++
 	}
 }
@@ -531,7 +516,7 @@ func BenchmarkNoteRoute(b *testing.B) {
 // BenchmarkRenderCard: building and rendering the card of an 8-replica router
 // with 1,000 active conversations.
 func BenchmarkRenderCard(b *testing.B) {
-	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: &fakeClock{},
+	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: &simclock.Manual{},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Models: []ModelConfig{{Name: "m", Replicas: []ReplicaConfig{{URL: "http://127.0.0.1:1", DPRanks: 8}}}}}
 	rt, err := New(cfg)
@@ -540,7 +525,7 @@ func BenchmarkRenderCard(b *testing.B) {
 	}
 	pool := rt.Pools()[0]
 	for i := range 1000 {
-		rt.noteRoute(pool, fmt.Sprint("s", i), 40_000, Decision{Replica: i % 8, Reason: ReasonPlaced})
+		rt.noteRoute(pool, fmt.Sprint("s", i), 40_000, router.Decision{Replica: i % 8, Reason: router.ReasonPlaced})
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"hash/maphash"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/router"
 )
 
 // Status card inputs: a short rolling window of scrape samples per replica (for
@@ -28,13 +29,7 @@ const (
 	// is the usual figure for English text and code with BPE tokenizers; JSON
 	// escaping and field names make a request body somewhat longer than its
 	// prompt, so the estimate leans high.
-	CharsPerToken = BytesPerTokenEstimate
-	// MinMeasuredPromptTokens: while the responses report no prompt size, bytes
-	// per token is measured as the request body bytes the router sent to the
-	// replicas over the rate window divided by the prompt tokens they counted
-	// (vllm:prompt_tokens_total) over the same window, once that window holds at
-	// least this many prompt tokens (Balancer.ObserveSizeWindow).
-	MinMeasuredPromptTokens = 10_000
+	CharsPerToken = router.BytesPerTokenEstimate
 	// DefaultMaxTrackedConversations bounds the card's conversation table (about
 	// 40 bytes each); beyond it new conversations are not tracked until idle ones
 	// are pruned.
@@ -259,7 +254,7 @@ func (rt *Router) cardWindow(pool *Pool, i int) (rateWindow, bool) {
 
 // noteRoute is the Proxy's OnRoute hook: it counts the body bytes sent to the
 // replica and updates the routed conversation's context estimate.
-func (rt *Router) noteRoute(pool *Pool, key string, bodyBytes int, d Decision) {
+func (rt *Router) noteRoute(pool *Pool, key string, bodyBytes int, d router.Decision) {
 	if c := rt.convs[pool]; c != nil {
 		c.note(rt.clock.Now(), key, bodyBytes, d)
 	}
@@ -303,7 +298,7 @@ func newConvTracker(window time.Duration, max int) *convTracker {
 	return &convTracker{seed: maphash.MakeSeed(), window: window, max: max, m: map[uint64]convEntry{}}
 }
 
-func (c *convTracker) note(now time.Duration, key string, bodyBytes int, d Decision) {
+func (c *convTracker) note(now time.Duration, key string, bodyBytes int, d router.Decision) {
 	var h uint64
 	if key != "" {
 		h = maphash.String(c.seed, key)
@@ -333,7 +328,7 @@ func (c *convTracker) note(now time.Duration, key string, bodyBytes int, d Decis
 	if ok && now-e.last > c.window {
 		e = convEntry{replica: e.replica} // idle past the window: a fresh start
 	}
-	if d.Reason != ReasonOverflow || !ok {
+	if d.Reason != router.ReasonOverflow || !ok {
 		e.replica = int32(d.Replica)
 	}
 	if size >= e.bytes || now-e.maxAt > c.window {

@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/router"
 )
 
 // probeTimeout bounds one /health or /metrics request (wall time).
@@ -107,11 +108,11 @@ func New(cfg Config) (*Router, error) {
 			}
 			targets = append(targets, t)
 		}
-		stale := DefaultStaleAfter
+		stale := router.DefaultStaleAfter
 		if cfg.ScrapeInterval > 0 {
 			stale = 3 * cfg.ScrapeInterval
 		}
-		b, err := NewBalancer(BalancerConfig{
+		b, err := router.NewBalancer(router.BalancerConfig{
 			Replicas:          names,
 			Affinity:          *m.Affinity,
 			MaxNumSeqs:        m.MaxNumSeqs,
@@ -129,7 +130,7 @@ func New(cfg Config) (*Router, error) {
 		}
 		pool.Balancer = b
 		pools = append(pools, pool)
-		rt.convs[pool] = newConvTracker(DefaultActiveWindow, DefaultMaxTrackedConversations)
+		rt.convs[pool] = newConvTracker(router.DefaultActiveWindow, DefaultMaxTrackedConversations)
 		rt.targets = append(rt.targets, targets...)
 	}
 	rt.metrics = NewMetrics(func() []*Pool { return pools })
@@ -311,8 +312,8 @@ func (rt *Router) SetOverflowThreshold(model string, n int) error {
 // SetPolicy switches the affinity-on policy (PolicyNames; "" = default) of model,
 // or of every model when model is "" or "*".
 func (rt *Router) SetPolicy(model, name string) error {
-	if !ValidPolicy(name) {
-		return fmt.Errorf("setting policy: %q is unknown (have %s)", name, strings.Join(PolicyNames(), ", "))
+	if !router.ValidPolicy(name) {
+		return fmt.Errorf("setting policy: %q is unknown (have %s)", name, strings.Join(router.PolicyNames(), ", "))
 	}
 	pools, err := rt.poolsFor(model)
 	if err != nil {
@@ -355,15 +356,15 @@ type ModelStatus struct {
 	// estimates and the status card use; BytesPerTokenSource says where it comes
 	// from (Balancer.BytesPerToken: "responses", "metrics" or "assumed") and
 	// BytesPerTokenMeasured whether it is not the assumed 4.
-	BytesPerToken         float64         `json:"bytes_per_token"`
-	BytesPerTokenMeasured bool            `json:"bytes_per_token_measured"`
-	BytesPerTokenSource   SizeSource      `json:"bytes_per_token_source"`
-	Replicas              []ReplicaReport `json:"replicas"`
+	BytesPerToken         float64           `json:"bytes_per_token"`
+	BytesPerTokenMeasured bool              `json:"bytes_per_token_measured"`
+	BytesPerTokenSource   router.SizeSource `json:"bytes_per_token_source"`
+	Replicas              []ReplicaReport   `json:"replicas"`
 }
 
 // ReplicaReport is ReplicaStatus plus what only the HTTP router knows.
 type ReplicaReport struct {
-	ReplicaStatus
+	router.ReplicaStatus
 	URL  string `json:"url"`
 	Rank *int   `json:"dp_rank,omitempty"`
 	// DPPinning is whether the server behind URL honours X-Data-Parallel-Rank
@@ -387,7 +388,7 @@ func (rt *Router) Status() Status {
 		n, auto := b.OverflowThreshold()
 		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
 		ms.BytesPerToken, ms.BytesPerTokenSource = b.BytesPerToken()
-		ms.BytesPerTokenMeasured = ms.BytesPerTokenSource != SizeAssumed
+		ms.BytesPerTokenMeasured = ms.BytesPerTokenSource != router.SizeAssumed
 		ups := pool.UpstreamList()
 		for i, s := range b.Status() {
 			if i >= len(ups) {
@@ -631,7 +632,7 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 		kvTokens             int64 // (num_gpu_blocks - 1) x block_size, summed
 	}
 	rt.recordCard(t, snap, at)
-	if _, src := t.pool.Balancer.BytesPerToken(); src != SizeResponses {
+	if _, src := t.pool.Balancer.BytesPerToken(); src != router.SizeResponses {
 		// The /metrics ratio is only a fallback: once the responses have
 		// calibrated the estimate, do not recompute it on every scrape.
 		t.pool.Balancer.ObserveSizeWindow(rt.windowBytesPerToken(t.pool))

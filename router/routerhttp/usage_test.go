@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"io"
@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/warden/router"
 )
 
 // feedAll gives the scanner b in pieces of size k (all at once when k <= 0).
@@ -179,27 +181,23 @@ func TestProxyCalibratesPromptEstimate(t *testing.T) {
 	})
 	f := newFront(t, true, nil, up)
 	bal := f.pool().Balancer
-	estimate := func(n int) int {
-		bal.mu.Lock()
-		defer bal.mu.Unlock()
-		return bal.estimateTokens(n)
-	}
+	estimate := bal.EstimateTokens
 	if e := estimate(4000); e != 1000 {
 		t.Fatalf("before any response: %d tokens for 4,000 bytes, want 1,000", e)
 	}
-	for range sizeMinSeen {
+	for range router.SizeMinSeen {
 		if resp, _ := f.post(t, "/v1/chat/completions", map[string]string{HeaderClaudeSession: "s"}, chatBody("m")); resp.StatusCode != 200 {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 	}
-	if ratio, src := bal.BytesPerToken(); src != SizeResponses || ratio < 1.9 || ratio > 2.1 {
+	if ratio, src := bal.BytesPerToken(); src != router.SizeResponses || ratio < 1.9 || ratio > 2.1 {
 		t.Errorf("BytesPerToken %.2f from %s, want about 2 from responses", ratio, src)
 	}
-	if st := f.rt.Status(); !st.Models[0].BytesPerTokenMeasured || st.Models[0].BytesPerTokenSource != SizeResponses {
+	if st := f.rt.Status(); !st.Models[0].BytesPerTokenMeasured || st.Models[0].BytesPerTokenSource != router.SizeResponses {
 		t.Errorf("/status does not say the ratio was measured: %+v", st.Models[0])
 	}
 	body := len(chatBody("m"))
 	if want := int(4000 * float64(body/2) / float64(body)); estimate(4000) != want {
-		t.Errorf("after %d responses: %d tokens for 4,000 bytes, want %d (the server's 1 per 2 bytes)", sizeMinSeen, estimate(4000), want)
+		t.Errorf("after %d responses: %d tokens for 4,000 bytes, want %d (the server's 1 per 2 bytes)", router.SizeMinSeen, estimate(4000), want)
 	}
 }

@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"net/http"
@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/router"
 )
 
 // Router metric names (Prometheus text format on the main listener's /metrics).
@@ -96,7 +97,7 @@ func (m *Metrics) observeTTFB(model, replica string, d time.Duration) {
 	}
 }
 
-func (m *Metrics) countRequest(model, replica string, r Reason) {
+func (m *Metrics) countRequest(model, replica string, r router.Reason) {
 	if m != nil {
 		m.requests.WithLabelValues(model, replica, r.String()).Inc()
 	}
@@ -157,7 +158,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			if s.ScrapeAgeS >= 0 {
 				ch <- prometheus.MustNewConstMetric(descScrapeAge, prometheus.GaugeValue, s.ScrapeAgeS, pool.Model, s.Name)
 			}
-			for _, r := range Reasons {
+			for _, r := range router.Reasons {
 				ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(s.ServedBy[r.String()]), pool.Model, s.Name, r.String())
 			}
 			ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(s.Live), pool.Model, s.Name)

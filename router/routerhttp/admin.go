@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/lmwarden/warden/router"
 )
 
 // AdminHandler serves the admin API, meant for a loopback listener. When
@@ -135,11 +137,11 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 			if err == nil {
 				err = errors.New(`"policy" is missing`)
 			}
-			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"policy": %q}: %w`, strings.Join(PolicyNames(), "|"), err))
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"policy": %q}: %w`, strings.Join(router.PolicyNames(), "|"), err))
 			return
 		}
-		if !ValidPolicy(*body.Policy) {
-			adminError(w, http.StatusBadRequest, fmt.Errorf("policy %q is unknown (have %s)", *body.Policy, strings.Join(PolicyNames(), ", ")))
+		if !router.ValidPolicy(*body.Policy) {
+			adminError(w, http.StatusBadRequest, fmt.Errorf("policy %q is unknown (have %s)", *body.Policy, strings.Join(router.PolicyNames(), ", ")))
 			return
 		}
 		if err := rt.SetPolicy(model, *body.Policy); err != nil {

@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"encoding/json"
@@ -8,12 +8,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/warden/internal/simclock"
 )
 
 func newAdmin(t *testing.T, token string, models ...string) (*Router, *httptest.Server) {
 	t.Helper()
 	cfg := Config{AdminToken: token, HealthInterval: -1, ScrapeInterval: -1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: &fakeClock{}}
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: &simclock.Manual{}}
 	for _, m := range models {
 		cfg.Models = append(cfg.Models, ModelConfig{Name: m, Replicas: []ReplicaConfig{{URL: "http://127.0.0.1:1"}, {URL: "http://127.0.0.1:2"}}})
 	}

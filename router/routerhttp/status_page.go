@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lmwarden/warden/router"
 )
 
 // CardPath is where the HTML status card is served, on the main listener (Handler)
@@ -109,7 +111,7 @@ type CardCapacity struct {
 	// responses' prompt_tokens or the /metrics window (Source), or CharsPerToken.
 	BytesPerToken float64
 	Measured      bool
-	Source        SizeSource
+	Source        router.SizeSource
 }
 
 // Ratio is Demand / Capacity, or -1 when the capacity is unknown.
@@ -147,9 +149,9 @@ func (rt *Router) Card() Card {
 			cr := CardReplica{
 				Name: rep.Name, Healthy: rep.Healthy, ScrapeFresh: rep.ScrapeFresh, ScrapeAgeS: rep.ScrapeAgeS,
 				Requests: rep.ServedTotal,
-				Sticky:   rep.ServedBy[ReasonSticky.String()], Placed: rep.ServedBy[ReasonPlaced.String()],
+				Sticky:   rep.ServedBy[router.ReasonSticky.String()], Placed: rep.ServedBy[router.ReasonPlaced.String()],
 				// Arrived by overflow: served away from home once, or moved here for good.
-				Overflow:      rep.ServedBy[ReasonOverflow.String()] + rep.ServedBy[ReasonMoved.String()],
+				Overflow:      rep.ServedBy[router.ReasonOverflow.String()] + rep.ServedBy[router.ReasonMoved.String()],
 				SessionsHomed: rep.Sessions, InFlight: rep.InFlight,
 				Running: rep.Running, Waiting: rep.Waiting, KVUsage: rep.KVUsage,
 				HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
@@ -245,7 +247,7 @@ func (rt *Router) Card() Card {
 		cm.Capacity.Conversations = total.Conversations
 		cm.Capacity.Demand = fleet.ContextTokens
 		cm.Capacity.BytesPerToken, cm.Capacity.Source = bpt, src
-		cm.Capacity.Measured = src != SizeAssumed
+		cm.Capacity.Measured = src != router.SizeAssumed
 		cm.Capacity.Capacity = fleet.KVTokens
 		cm.Capacity.Replicas = n
 		cm.Capacity.Over = cm.Capacity.Capacity > 0 && cm.Capacity.Demand > cm.Capacity.Capacity
@@ -257,7 +259,7 @@ func (rt *Router) Card() Card {
 // otherReasons sums the decisions that have no column of their own and lists
 // them in Reasons order (then any unknown reason by name).
 func otherReasons(by map[string]uint64) (uint64, string) {
-	own := map[string]bool{ReasonSticky.String(): true, ReasonPlaced.String(): true, ReasonOverflow.String(): true, ReasonMoved.String(): true}
+	own := map[string]bool{router.ReasonSticky.String(): true, router.ReasonPlaced.String(): true, router.ReasonOverflow.String(): true, router.ReasonMoved.String(): true}
 	var sum uint64
 	var parts []string
 	seen := map[string]bool{}
@@ -269,7 +271,7 @@ func otherReasons(by map[string]uint64) (uint64, string) {
 		sum += by[name]
 		parts = append(parts, name+" "+fmtCount(by[name]))
 	}
-	for _, r := range Reasons {
+	for _, r := range router.Reasons {
 		add(r.String())
 	}
 	names := make([]string, 0, len(by))

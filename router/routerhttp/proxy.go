@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lmwarden/warden/router"
 )
 
 // DefaultMaxAttempts bounds how many replicas one request is tried on when
@@ -49,7 +51,7 @@ type Upstream struct {
 // with AddUpstream and read with Upstream / UpstreamList (Router.AddReplica).
 type Pool struct {
 	Model     string // model name, or WildcardModel
-	Balancer  *Balancer
+	Balancer  *router.Balancer
 	Upstreams []Upstream
 
 	mu sync.RWMutex // guards Upstreams once the pool serves
@@ -92,7 +94,7 @@ type ProxyConfig struct {
 	// replica is chosen (before forwarding), with the session key ("" when none),
 	// the body size in bytes and the decision. It runs on the request's goroutine
 	// and must be fast and non-blocking (the Router feeds its status card with it).
-	OnRoute func(pool *Pool, key string, bodyBytes int, d Decision)
+	OnRoute func(pool *Pool, key string, bodyBytes int, d router.Decision)
 }
 
 // Proxy is the router's http.Handler for the API: it reads each request's model
@@ -134,7 +136,7 @@ type Proxy struct {
 	rp          *httputil.ReverseProxy
 	m           *Metrics
 	log         *slog.Logger
-	onRoute     func(pool *Pool, key string, bodyBytes int, d Decision)
+	onRoute     func(pool *Pool, key string, bodyBytes int, d router.Decision)
 
 	liveMu sync.Mutex
 	live   map[liveKey]map[*call]struct{} // requests in flight per replica (AbortSilent)
@@ -348,12 +350,12 @@ type callKey struct{}
 type call struct {
 	pool    *Pool
 	api     apiKind
-	facts   Facts
+	facts   router.Facts
 	body    []byte
 	inURL   url.URL
 	counted bool // holds an in-flight count (false for /v1/models forwarding)
 	held    bool
-	dec     Decision
+	dec     router.Decision
 
 	attempts     int
 	sentAt       time.Time
@@ -440,7 +442,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.failModel(w, api, info.Model, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
 		return
 	}
-	c := &call{pool: pool, api: api, facts: Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == "/v1/messages/count_tokens"}, body: body, inURL: *r.URL, counted: true}
+	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == "/v1/messages/count_tokens"}, body: body, inURL: *r.URL, counted: true}
 	t0 := time.Now()
 	d, err := pool.Balancer.Acquire(c.facts)
 	p.m.observeDecision(time.Since(t0))
@@ -467,7 +469,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if c.status == http.StatusOK && c.streamBroken == nil && c.usage.prompt > 0 {
 			pool.Balancer.ObserveSize(len(c.body), c.usage.prompt)
 		}
-		if c.dec.Reason == ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
+		if c.dec.Reason == router.ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
 			pool.Balancer.Unplace(c.facts.SessionKey, c.dec.Replica)
 		}
 		v := recover()
@@ -822,12 +824,12 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
 		pool := p.wildcard
 		for i := range pool.UpstreamList() {
 			if pool.Balancer.Healthy(i) {
-				c := &call{pool: pool, inURL: *r.URL, dec: Decision{Replica: i}}
+				c := &call{pool: pool, inURL: *r.URL, dec: router.Decision{Replica: i}}
 				p.forward(w, r, c)
 				return
 			}
 		}
-		p.fail(w, apiOpenAI, ErrNoReplica, false)
+		p.fail(w, apiOpenAI, router.ErrNoReplica, false)
 		return
 	}
 	type model struct {

@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
 )
 
 func TestHealthCheckMarksReplicas(t *testing.T) {
@@ -112,7 +114,7 @@ func TestListenAndServeStopsWithContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Clock = &fakeClock{}
+	cfg.Clock = &simclock.Manual{}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	rt, err := New(cfg)
 	if err != nil {

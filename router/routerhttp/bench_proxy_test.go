@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/router"
 )
 
 // BenchmarkProxyStream: one streamed chat completion of 64 SSE events through the
@@ -102,7 +104,7 @@ func BenchmarkMetricsPerRequest(b *testing.B) {
 	for b.Loop() {
 		m.observeDecision(time.Microsecond)
 		m.observeTTFB("qwen3-4b", "r0", time.Millisecond)
-		m.countRequest("qwen3-4b", "r0", ReasonSticky)
+		m.countRequest("qwen3-4b", "r0", router.ReasonSticky)
 		m.countResponse("qwen3-4b", http.StatusOK)
 	}
 }

@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/lmwarden/warden/router"
 )
 
 // StatusClientClosed is the status logged when the client went away before the
@@ -38,7 +40,7 @@ func StatusFor(err error, clientGone bool) int {
 		return http.StatusMethodNotAllowed
 	case errors.Is(err, errTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, ErrNoReplica):
+	case errors.Is(err, router.ErrNoReplica):
 		return http.StatusServiceUnavailable
 	case clientGone:
 		return StatusClientClosed

@@ -1,4 +1,4 @@
-package router
+package routerhttp
 
 import (
 	"bufio"
@@ -15,6 +15,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/router"
 )
 
 // guard bounds waits on channels so a broken proxy fails a test instead of hanging
@@ -109,7 +112,7 @@ type front struct {
 	rt    *Router
 	srv   *httptest.Server
 	done  chan string
-	clock *fakeClock
+	clock *simclock.Manual
 }
 
 func newFront(t *testing.T, affinity bool, mod func(*Config), stubs ...*stub) *front {
@@ -122,7 +125,7 @@ func newFront(t *testing.T, affinity bool, mod func(*Config), stubs ...*stub) *f
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &fakeClock{}
+	clk := &simclock.Manual{}
 	cfg.Clock = clk
 	cfg.HealthInterval, cfg.ScrapeInterval = -1, -1
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -696,7 +699,7 @@ func TestDPRanksAreSeparateReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Clock = &fakeClock{}
+	cfg.Clock = &simclock.Manual{}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	rt, err := New(cfg)
 	if err != nil {
@@ -818,8 +821,8 @@ func TestStatusFor(t *testing.T) {
 		want int
 	}{
 		{nil, false, 200},
-		{ErrNoReplica, false, 503},
-		{fmt.Errorf("x: %w", ErrNoReplica), true, 503},
+		{router.ErrNoReplica, false, 503},
+		{fmt.Errorf("x: %w", router.ErrNoReplica), true, 503},
 		{context.Canceled, true, 499},
 		{context.DeadlineExceeded, false, 504},
 		{io.ErrUnexpectedEOF, false, 502},

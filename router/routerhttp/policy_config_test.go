@@ -1,9 +1,11 @@
-package router
+package routerhttp
 
 import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/warden/router"
 )
 
 func TestModelConfigPolicy(t *testing.T) {
@@ -13,8 +15,8 @@ func TestModelConfigPolicy(t *testing.T) {
 		bad        string // substring of the validation error
 	}{
 		{"default", "", "", ""},
-		{"sticky", "    policy: sticky\n", PolicySticky, ""},
-		{"session-hash", "    policy: session-hash\n", PolicySessionHash, ""},
+		{"sticky", "    policy: sticky\n", router.PolicySticky, ""},
+		{"session-hash", "    policy: session-hash\n", router.PolicySessionHash, ""},
 		{"unknown", "    policy: fastest\n", "", "models[0].policy"},
 	}
 	for _, tc := range tests {
@@ -62,7 +64,7 @@ func TestAdminPolicy(t *testing.T) {
 		t.Fatalf("put all: %d %s", code, body)
 	}
 	for _, ms := range rt.Status().Models {
-		if ms.Policy != PolicySessionHash {
+		if ms.Policy != router.PolicySessionHash {
 			t.Fatalf("status %s: policy %q", ms.Model, ms.Policy)
 		}
 	}
