@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
@@ -257,7 +257,7 @@ func TestClaudeCodeThroughRouter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snap, err := vllmmetrics.Parse(resp.Body)
+		snap, err := scrape.Parse(resp.Body)
 		resp.Body.Close()
 		if err != nil || len(snap.Engines) == 0 {
 			t.Fatalf("scraping %s: %v", r.Name, err)

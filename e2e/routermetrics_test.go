@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
@@ -76,7 +76,7 @@ func TestRouterMetricsCarryWorkingSetAndUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := vllmmetrics.Parse(simResp.Body)
+	snap, err := scrape.Parse(simResp.Body)
 	simResp.Body.Close()
 	if err != nil || len(snap.Engines) != 1 || snap.Engines[0].NumGPUBlocks == 0 {
 		t.Fatalf("simulator /metrics: %v %+v", err, snap)

@@ -74,9 +74,9 @@ type SideRequest struct {
 	MaxTokens int
 }
 
-// system returns the system prompt tr is sent with: its side request's, else its
+// SystemPrompt returns the system prompt tr is sent with: its side request's, else its
 // session's ("" when it has neither).
-func (tr *TurnRequest) system() string {
+func (tr *TurnRequest) SystemPrompt() string {
 	switch {
 	case tr.Side != nil:
 		return tr.Side.System
@@ -86,9 +86,9 @@ func (tr *TurnRequest) system() string {
 	return ""
 }
 
-// maxTokens returns the output limit tr is sent with: its side request's, else
+// OutputLimit returns the output limit tr is sent with: its side request's, else
 // the client's turn limit.
-func (tr *TurnRequest) maxTokens(turnLimit int) int {
+func (tr *TurnRequest) OutputLimit(turnLimit int) int {
 	if tr.Side != nil {
 		return tr.Side.MaxTokens
 	}

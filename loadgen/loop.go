@@ -110,7 +110,7 @@ func (l *Loop) Windows() []StageWindow {
 	if l.stopAt <= l.start {
 		return nil
 	}
-	last := l.windowIndex(l.stopAt)
+	last := l.WindowIndex(l.stopAt)
 	out := append([]StageWindow(nil), l.windows[:last+1]...)
 	for i := range out {
 		if out[i].End > l.stopAt {
@@ -135,8 +135,8 @@ func (l *Loop) Variant() Variant {
 	return Variant{Name: l.variant, Affinity: aff, Stages: ws, Complete: complete}
 }
 
-// windowIndex returns the stage window containing t, clamped to the first and last.
-func (l *Loop) windowIndex(t time.Duration) int {
+// WindowIndex returns the index of the stage window containing t, clamped to the first and last.
+func (l *Loop) WindowIndex(t time.Duration) int {
 	if t < l.start || len(l.windows) == 0 {
 		return 0
 	}
@@ -194,7 +194,7 @@ func (l *Loop) Sent(tr TurnRequest, now time.Duration) {
 	if s := l.live[tr.Session.ID]; s == nil || s != tr.Session || tr.Turn != s.next-1 {
 		return // not the session's current turn
 	}
-	l.open[k] = l.windowIndex(now)
+	l.open[k] = l.WindowIndex(now)
 }
 
 // Finish records the outcome of a turn (r.Session, r.Turn) that ended at the
@@ -218,10 +218,10 @@ func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
 	k := turnKey{r.Session, r.Turn}
 	ws, ok := l.open[k]
 	if !ok {
-		ws = l.windowIndex(r.Sent)
+		ws = l.WindowIndex(r.Sent)
 	}
 	delete(l.open, k)
-	wd := max(l.windowIndex(now), ws)
+	wd := max(l.WindowIndex(now), ws)
 	for i := ws; i < wd; i++ {
 		l.windows[i].Started++
 		l.windows[i].InFlight++
@@ -260,7 +260,7 @@ func (l *Loop) Stop(now time.Duration) {
 	if l.stopped {
 		return
 	}
-	last := l.windowIndex(now)
+	last := l.WindowIndex(now)
 	for _, ws := range l.open {
 		for i := ws; i <= max(last, ws); i++ {
 			l.windows[i].Started++

@@ -127,7 +127,7 @@ func TestAccountingStartedEqualsCompletedFailedInFlight(t *testing.T) {
 		{"with failures", []int{4, 6, 2}, 0.2, 500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sc := testScenario()
+			sc := TinyScenario()
 			sc.Stages, sc.ThinkTime = tc.stages, tc.think
 			s := newSim(sc, "off", 9)
 			s.failP = tc.failP
@@ -171,7 +171,7 @@ func TestAccountingStartedEqualsCompletedFailedInFlight(t *testing.T) {
 }
 
 func TestCheckDetectsDroppedTurn(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	v := newSim(sc, "off", 1).runAll()
 	if err := v.Check(); err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestCheckDetectsDroppedTurn(t *testing.T) {
 // Sessions carry over at a boundary: raising the level adds sessions without
 // restarting the running ones.
 func TestLoopRampCarriesOverSessions(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	sc.Stages = []int{2, 5}
 	w := NewWorkload(sc)
 	l := NewLoop(sc, w, "off", 0)
@@ -236,7 +236,7 @@ func TestLoopRampCarriesOverSessions(t *testing.T) {
 // Peers case 15: the loop intends each next turn at the previous turn's end + think
 // time, and the Result keeps intended and actual send apart.
 func TestIntendedIsPreviousDonePlusThink(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	sc.ThinkTime = 1500 * time.Millisecond
 	l := NewLoop(sc, NewWorkload(sc), "on", 0)
 	tr := l.StartStage(0, 0)[0]
@@ -260,7 +260,7 @@ func TestIntendedIsPreviousDonePlusThink(t *testing.T) {
 // the session and turn only: the same session waits the same in another variant,
 // and the gaps of one session differ from turn to turn.
 func TestThinkTimeSpreadDraws(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	sc.Turns = 6
 	sc.ThinkTime, sc.ThinkSpread = 5*time.Second, DurationRange{Min: time.Second, Max: 9 * time.Second}
 	w := NewWorkload(sc)
@@ -308,7 +308,7 @@ func TestThinkTimeSpreadDraws(t *testing.T) {
 // An ended session is replaced while below the level; a failed turn ends its
 // session and its replacement waits for the failure backoff.
 func TestLoopReplacesEndedSessions(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	sc.Turns = 1
 	sc.Stages = []int{1}
 	sc.ThinkTime = 100 * time.Millisecond
@@ -340,7 +340,7 @@ func TestLoopReplacesEndedSessions(t *testing.T) {
 // A later stage with fewer sessions lets the count drain: ended sessions are not
 // replaced until it is below the new level.
 func TestLoopDrainsToLowerLevel(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	sc.Turns = 1
 	sc.Stages = []int{3, 1}
 	l := NewLoop(sc, NewWorkload(sc), "off", 0)
@@ -364,7 +364,7 @@ func TestLoopDrainsToLowerLevel(t *testing.T) {
 }
 
 func TestStopCountsInFlightAndCutsStage(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	sc.Stages = []int{2, 2, 2}
 	l := NewLoop(sc, NewWorkload(sc), "off", 0)
 	for _, tr := range l.StartStage(0, 0) {
@@ -394,7 +394,7 @@ func TestStopCountsInFlightAndCutsStage(t *testing.T) {
 // Both variants get the same sessions (same content) in the same order, under
 // keys of their own so the router sees new conversations in each variant.
 func TestSameSessionsInBothVariants(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	firsts := map[string][]string{}
 	keys := map[string][]string{}
 	for _, v := range []string{"off", "on"} {

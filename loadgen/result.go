@@ -117,3 +117,8 @@ type SeriesSample struct {
 	GenerationTokens float64       `json:"generation_tokens"`
 	Preemptions      float64       `json:"preemptions"`
 }
+
+// DefaultScrapeInterval is the simulated gap between two polls of every replica's
+// engine counters (SeriesSample): the HTTP runner scrapes /metrics that often
+// (wall gap = interval / speed), the virtual world reads the engines that often.
+const DefaultScrapeInterval = time.Second

@@ -645,3 +645,21 @@ func decodeSpread[T int | time.Duration](n *yaml.Node, what, unit, m, j string) 
 	}
 	return fail(n.Line, "%s: %s", what, want)
 }
+
+// TinyScenario is a small, fast scenario for tests of the loop, the runner and
+// their callers: stages of 2 and 4 sessions of 10 s, 3 turns of 50+80/20 prompt
+// tokens and 8 output tokens, seed 42, both variants.
+func TinyScenario() *Scenario {
+	return (&Scenario{
+		Name:               "test",
+		Seed:               42,
+		SystemPromptTokens: 50,
+		FirstTurnTokens:    80,
+		TurnTokens:         20,
+		Turns:              3,
+		MaxOutputTokens:    8,
+		Stages:             []int{2, 4},
+		StageDuration:      10 * time.Second,
+		Variants:           []string{"off", "on"},
+	}).WithDefaults()
+}

@@ -43,7 +43,7 @@ func TestSideRequestsScenario(t *testing.T) {
 // with the session's key, but never waits for one: finishing it changes nothing,
 // and the accounting (peers.md case 14) stays that of the turns alone.
 func TestLoopSendsSideRequestsBesideTurns(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	sc.Turns, sc.Stages = 3, []int{2, 3}
 	sc.SideRequests = &SideRequests{Turns: []int{0, 2}}
 	s := newSim(sc, "on", 4)

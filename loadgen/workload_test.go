@@ -24,7 +24,7 @@ func play(s *Session) []TurnRequest {
 }
 
 func TestWorkloadDeterministic(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	a, b := NewWorkload(sc), NewWorkload(sc)
 	if a.SystemPrompt() != b.SystemPrompt() || a.DeviceID() != b.DeviceID() {
 		t.Fatal("same seed, different system prompt or device")
@@ -50,7 +50,7 @@ func TestWorkloadDeterministic(t *testing.T) {
 // reply, then one new user message. The system prompt is shared by all sessions and
 // the first user message is unique to each.
 func TestPrefixStability(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	sc.Turns = 5
 	w := NewWorkload(sc)
 	s := w.Session(7)
@@ -101,7 +101,7 @@ func TestPrefixStability(t *testing.T) {
 }
 
 func TestNominalTokenCounts(t *testing.T) {
-	sc := testScenario()
+	sc := TinyScenario()
 	sc.FirstTurnSpread = TokenRange{Min: 70, Max: 90}
 	sc.TurnSpread = TokenRange{Min: 10, Max: 30}
 	w := NewWorkload(sc)
@@ -140,7 +140,7 @@ func TestNominalTokenCounts(t *testing.T) {
 }
 
 func TestVocabularyHasVariedPseudoWords(t *testing.T) {
-	w := NewWorkload(testScenario())
+	w := NewWorkload(TinyScenario())
 	if len(w.vocab) != VocabularySize {
 		t.Fatalf("%d words", len(w.vocab))
 	}
@@ -165,7 +165,7 @@ func TestVocabularyHasVariedPseudoWords(t *testing.T) {
 }
 
 func TestSessionKeyAndUserID(t *testing.T) {
-	w := NewWorkload(testScenario())
+	w := NewWorkload(TinyScenario())
 	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	keys := map[string]bool{}
 	for i := range int64(100) {
@@ -191,7 +191,7 @@ func TestSessionKeyAndUserID(t *testing.T) {
 }
 
 func TestSessionProtocol(t *testing.T) {
-	s := NewWorkload(testScenario()).Session(0)
+	s := NewWorkload(TinyScenario()).Session(0)
 	if _, ok := s.NextTurn(0); !ok {
 		t.Fatal("first turn refused")
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/virtual"
 	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/loadgen/loadgenhttp"
 	"github.com/lmwarden/warden/report"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp"
@@ -215,7 +216,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	cleanups = append(cleanups, cancelBackground)
 
 	clock := simclock.NewScaled(1)
-	rc := loadgen.RunConfig{
+	rc := loadgenhttp.RunConfig{
 		Scenario: o.Scenario, Clock: clock, ResultsDir: o.OutDir, Progress: o.Progress,
 		RunID: o.RunID, Versions: versions(), Policy: o.Policy,
 	}
@@ -293,10 +294,10 @@ func runHTTP(ctx context.Context, o Options) error {
 		rc.ResetURLs = append(rc.ResetURLs, base)
 		if r.DPRanks > 0 {
 			for k := 0; k < r.DPRanks; k++ {
-				rc.Replicas = append(rc.Replicas, loadgen.ReplicaMetrics{Name: fmt.Sprintf("%s/rank%d", name, k), URL: base + "/metrics", Engine: fmt.Sprint(k)})
+				rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: fmt.Sprintf("%s/rank%d", name, k), URL: base + "/metrics", Engine: fmt.Sprint(k)})
 			}
 		} else {
-			rc.Replicas = append(rc.Replicas, loadgen.ReplicaMetrics{Name: name, URL: base + "/metrics"})
+			rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: name, URL: base + "/metrics"})
 		}
 	}
 	if rc.BaseURL == "" {
@@ -338,7 +339,7 @@ func runHTTP(ctx context.Context, o Options) error {
 			fmt.Fprintf(o.Progress, "router: %s (admin %s)\n", apiURL, adminURL)
 		}
 	}
-	_, err = loadgen.Run(ctx, rc)
+	_, err = loadgenhttp.Run(ctx, rc)
 	return err
 }
 

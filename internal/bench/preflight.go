@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/loadgen"
 )
@@ -156,16 +157,7 @@ func probe(ctx context.Context, hc *http.Client, base string) (ServerInfo, error
 	if code, err := getJSON(ctx, hc, base+"/version", &ver); err == nil && code == http.StatusOK {
 		info.Version = ver.Version
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return info, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return info, fmt.Errorf("pre-flight %s: GET /metrics: %w", base, err)
-	}
-	defer resp.Body.Close()
-	snap, err := vllmmetrics.Parse(io.LimitReader(resp.Body, 32<<20))
+	snap, err := scrape.Fetch(ctx, hc, base+"/metrics", "")
 	if err != nil {
 		return info, fmt.Errorf("pre-flight %s: %w", base, err)
 	}

@@ -1,9 +1,12 @@
 // Package vllmmetrics names the vLLM Prometheus series that the router, the harness
-// and the simulator share, and parses a /metrics body into per-engine samples.
+// and the simulator share, and holds one parsed /metrics body as per-engine samples
+// (Snapshot). Parsing and fetching live in internal/scrape, so this package links
+// no HTTP (expfmt does) and the pure cores and the report can use the names.
 //
 // Names come from vLLM's V1 metrics (vllm/v1/metrics/loggers.py, PrometheusStatLogger).
 // Every V1 series carries model_name and, since data parallelism was added, an engine
 // label ("0".."N-1", one per DP rank). Older servers used other names; the parser
+// (internal/scrape)
 // accepts them as fallbacks:
 //
 //	vllm:kv_cache_usage_perc          <- vllm:gpu_cache_usage_perc (before v0.10)
@@ -23,15 +26,7 @@ package vllmmetrics
 import (
 	"errors"
 	"fmt"
-	"io"
-	"math"
-	"sort"
-	"strconv"
 	"strings"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // Series names exported by vLLM V1 (vllm/v1/metrics/loggers.py). Counter names are
@@ -52,9 +47,9 @@ const (
 	E2ERequestLatency   = "vllm:e2e_request_latency_seconds"
 	RequestQueueTime    = "vllm:request_queue_time_seconds"
 	PrefillKVComputed   = "vllm:request_prefill_kv_computed_tokens"
-	legacyKVCacheUsage  = "vllm:gpu_cache_usage_perc"
-	legacyPrefixQueries = "vllm:gpu_prefix_cache_queries_total"
-	legacyPrefixHits    = "vllm:gpu_prefix_cache_hits_total"
+	LegacyKVCacheUsage  = "vllm:gpu_cache_usage_perc"
+	LegacyPrefixQueries = "vllm:gpu_prefix_cache_queries_total"
+	LegacyPrefixHits    = "vllm:gpu_prefix_cache_hits_total"
 )
 
 // TTFTBuckets are the upper bounds (seconds) of vllm:time_to_first_token_seconds in
@@ -100,171 +95,6 @@ type Snapshot struct {
 
 // ErrMissingSeries is wrapped by Require when a series is absent.
 var ErrMissingSeries = errors.New("series missing from /metrics")
-
-// Parse reads a Prometheus text exposition and returns the vLLM series per engine.
-// It fails when the text cannot be parsed; a body with no vLLM series at all gives
-// an empty Snapshot (callers decide with Require whether that is an error).
-func Parse(r io.Reader) (*Snapshot, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("parsing /metrics text: %w", err)
-	}
-	byEngine := map[string]*Engine{}
-	var cacheDefault struct {
-		bs, nb int
-		ok     bool
-	}
-	get := func(m *dto.Metric) *Engine {
-		var modelName, engine string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "model_name":
-				modelName = l.GetValue()
-			case "engine":
-				engine = l.GetValue()
-			}
-		}
-		e := byEngine[engine]
-		if e == nil {
-			e = &Engine{Model: modelName, Engine: engine, Present: map[string]bool{}, PrefixUnit: "tokens"}
-			byEngine[engine] = e
-		}
-		if e.Model == "" {
-			// cache_config_info carries no model_name and may be read first.
-			e.Model = modelName
-		}
-		return e
-	}
-	type field struct {
-		canonical string
-		gauge     bool
-		set       func(e *Engine) *float64
-	}
-	fields := map[string]field{
-		NumRequestsRunning:  {NumRequestsRunning, true, func(e *Engine) *float64 { return &e.Running }},
-		NumRequestsWaiting:  {NumRequestsWaiting, true, func(e *Engine) *float64 { return &e.Waiting }},
-		KVCacheUsagePerc:    {KVCacheUsagePerc, true, func(e *Engine) *float64 { return &e.KVUsage }},
-		legacyKVCacheUsage:  {KVCacheUsagePerc, true, func(e *Engine) *float64 { return &e.KVUsage }},
-		PrefixCacheQueries:  {PrefixCacheQueries, false, func(e *Engine) *float64 { return &e.PrefixQueries }},
-		legacyPrefixQueries: {PrefixCacheQueries, false, func(e *Engine) *float64 { return &e.PrefixQueries }},
-		PrefixCacheHits:     {PrefixCacheHits, false, func(e *Engine) *float64 { return &e.PrefixHits }},
-		legacyPrefixHits:    {PrefixCacheHits, false, func(e *Engine) *float64 { return &e.PrefixHits }},
-		PromptTokens:        {PromptTokens, false, func(e *Engine) *float64 { return &e.PromptTokens }},
-		GenerationTokens:    {GenerationTokens, false, func(e *Engine) *float64 { return &e.GenerationTokens }},
-		NumPreemptions:      {NumPreemptions, false, func(e *Engine) *float64 { return &e.Preemptions }},
-		RequestSuccess:      {RequestSuccess, false, func(e *Engine) *float64 { return &e.RequestsFinished }},
-	}
-	// The current names win over legacy ones when a server exports both.
-	names := make([]string, 0, len(fams))
-	for n := range fams {
-		names = append(names, n)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		li, lj := strings.HasPrefix(names[i], "vllm:gpu_"), strings.HasPrefix(names[j], "vllm:gpu_")
-		if li != lj {
-			return li
-		}
-		return names[i] < names[j]
-	})
-	for _, name := range names {
-		fam := fams[name]
-		if f, ok := fields[name]; ok {
-			blocks := strings.Contains(fam.GetHelp(), "queried blocks") || strings.Contains(fam.GetHelp(), "cached blocks")
-			seen := map[*Engine]bool{}
-			for _, m := range fam.GetMetric() {
-				e := get(m)
-				v := value(m)
-				dst := f.set(e)
-				switch {
-				case !seen[e]:
-					*dst = v
-				case f.gauge:
-					*dst = math.Max(*dst, v)
-				default:
-					*dst += v
-				}
-				seen[e] = true
-				e.Present[f.canonical] = true
-				if blocks && (f.canonical == PrefixCacheQueries || f.canonical == PrefixCacheHits) {
-					e.PrefixUnit = "blocks"
-				}
-			}
-			continue
-		}
-		switch name {
-		case PromptTokensBySrc:
-			for _, m := range fam.GetMetric() {
-				e := get(m)
-				if e.PromptBySource == nil {
-					e.PromptBySource = map[string]float64{}
-				}
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "source" {
-						e.PromptBySource[l.GetValue()] += value(m)
-					}
-				}
-				e.Present[PromptTokensBySrc] = true
-			}
-		case CacheConfigInfo:
-			for _, m := range fam.GetMetric() {
-				// cache_config_info carries no engine label in some versions: it
-				// then applies to every engine, filled in below.
-				var bs, nb int
-				hasEngine := false
-				for _, l := range m.GetLabel() {
-					switch l.GetName() {
-					case "block_size":
-						bs, _ = strconv.Atoi(l.GetValue())
-					case "num_gpu_blocks":
-						nb, _ = strconv.Atoi(l.GetValue())
-					case "engine":
-						hasEngine = true
-					}
-				}
-				if hasEngine {
-					e := get(m)
-					e.BlockSize, e.NumGPUBlocks = bs, nb
-					e.Present[CacheConfigInfo] = true
-				} else {
-					cacheDefault.bs, cacheDefault.nb, cacheDefault.ok = bs, nb, true
-				}
-			}
-		}
-	}
-	snap := &Snapshot{}
-	for _, e := range byEngine {
-		if cacheDefault.ok && e.BlockSize == 0 {
-			e.BlockSize, e.NumGPUBlocks = cacheDefault.bs, cacheDefault.nb
-			e.Present[CacheConfigInfo] = true
-		}
-		snap.Engines = append(snap.Engines, e)
-	}
-	sort.Slice(snap.Engines, func(i, j int) bool { return engineLess(snap.Engines[i].Engine, snap.Engines[j].Engine) })
-	return snap, nil
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Untyped != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return 0
-}
-
-// engineLess orders engine labels numerically when they are numbers.
-func engineLess(a, b string) bool {
-	ai, errA := strconv.Atoi(a)
-	bi, errB := strconv.Atoi(b)
-	if errA == nil && errB == nil {
-		return ai < bi
-	}
-	return a < b
-}
 
 // Require returns an error wrapping ErrMissingSeries that names every canonical
 // series absent from some engine, or from the snapshot as a whole when it has no

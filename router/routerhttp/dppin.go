@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 )
@@ -94,7 +95,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 	}
 	// The engines the server reports: fewer than ranks is a configuration error
 	// the probes would only see as refusals; more is worth saying too.
-	snap, err := scrapeOnce(ctx, hc, base+"/metrics")
+	snap, err := scrape.Fetch(ctx, hc, base+"/metrics", "")
 	if err != nil {
 		return unverified("%s: %v", base, err)
 	}
@@ -110,7 +111,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 		}
 	}
 	finished := func() ([]float64, error) {
-		snap, err := scrapeOnce(ctx, hc, base+"/metrics")
+		snap, err := scrape.Fetch(ctx, hc, base+"/metrics", "")
 		if err != nil {
 			return nil, err
 		}
@@ -223,21 +224,4 @@ func pinProbe(ctx context.Context, hc *http.Client, base, model string, rank int
 		return fmt.Errorf("status %d: %.200s", resp.StatusCode, bytes.TrimSpace(b))
 	}
 	return nil
-}
-
-// scrapeOnce fetches and parses one /metrics body.
-func scrapeOnce(ctx context.Context, hc *http.Client, url string) (*vllmmetrics.Snapshot, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: status %d", resp.StatusCode)
-	}
-	return vllmmetrics.Parse(resp.Body)
 }

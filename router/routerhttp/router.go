@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/router"
@@ -611,7 +612,7 @@ func (rt *Router) checkHealth(ctx context.Context, t *target) {
 func (rt *Router) scrape(ctx context.Context, t *target) {
 	u := *t.url
 	u.Path = singleJoin(u.Path, "/metrics")
-	snap, err := scrapeOnce(ctx, rt.client, u.String())
+	snap, err := scrape.Fetch(ctx, rt.client, u.String(), "")
 	if err != nil {
 		rt.log.Debug("scrape failed", "url", t.url.String(), "err", err)
 		return

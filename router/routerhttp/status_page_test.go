@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/router"
@@ -357,7 +358,7 @@ func metricsText(es ...engineVals) string {
 
 func observeText(t *testing.T, rt *Router, tg *target, text string) {
 	t.Helper()
-	snap, err := vllmmetrics.Parse(strings.NewReader(text))
+	snap, err := scrape.Parse(strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
 	}

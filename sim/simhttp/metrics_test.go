@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 )
 
@@ -44,7 +45,7 @@ func TestMetricsExposition(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("/metrics %d", code)
 	}
-	snap, err := vllmmetrics.Parse(strings.NewReader(body))
+	snap, err := scrape.Parse(strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestRecordedMetricsFixtures(t *testing.T) {
 				}
 				b.WriteString(line)
 			}
-			snap, err := vllmmetrics.Parse(strings.NewReader(b.String()))
+			snap, err := scrape.Parse(strings.NewReader(b.String()))
 			if err != nil {
 				t.Fatal(err)
 			}

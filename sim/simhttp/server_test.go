@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/internal/scrape"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -100,7 +100,7 @@ func TestDPPinningAndMetrics(t *testing.T) {
 		}
 	}
 	_, body := get(t, ts.URL+"/metrics")
-	snap, err := vllmmetrics.Parse(strings.NewReader(body))
+	snap, err := scrape.Parse(strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

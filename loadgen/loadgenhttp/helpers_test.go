@@ -1,4 +1,4 @@
-package loadgen
+package loadgenhttp
 
 import (
 	"context"
@@ -61,20 +61,4 @@ func sseNamed(pairs ...string) string {
 		sb.WriteString("event: " + pairs[i] + "\ndata: " + pairs[i+1] + "\n\n")
 	}
 	return sb.String()
-}
-
-// testScenario is a small, fast scenario for loop and runner tests.
-func testScenario() *Scenario {
-	return (&Scenario{
-		Name:               "test",
-		Seed:               42,
-		SystemPromptTokens: 50,
-		FirstTurnTokens:    80,
-		TurnTokens:         20,
-		Turns:              3,
-		MaxOutputTokens:    8,
-		Stages:             []int{2, 4},
-		StageDuration:      10 * time.Second,
-		Variants:           []string{"off", "on"},
-	}).WithDefaults()
 }

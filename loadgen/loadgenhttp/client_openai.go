@@ -1,4 +1,4 @@
-package loadgen
+package loadgenhttp
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/loadgen"
 )
 
 // UserAgent is sent on every harness request.
@@ -49,12 +50,12 @@ type openAIRequest struct {
 }
 
 // Do sends tr and streams the answer; see Client.
-func (c *OpenAIClient) Do(ctx context.Context, tr TurnRequest, clock simclock.Clock) (Result, string) {
+func (c *OpenAIClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock simclock.Clock) (loadgen.Result, string) {
 	r := tr.NewResult()
-	body := openAIRequest{Model: c.Model, MaxTokens: tr.maxTokens(c.MaxTokens), Stream: true}
+	body := openAIRequest{Model: c.Model, MaxTokens: tr.OutputLimit(c.MaxTokens), Stream: true}
 	body.StreamOptions.IncludeUsage = true
 	body.Messages = make([]openAIMessage, 0, len(tr.Messages)+1)
-	if sys := tr.system(); sys != "" {
+	if sys := tr.SystemPrompt(); sys != "" {
 		body.Messages = append(body.Messages, openAIMessage{Role: "system", Content: sys})
 	}
 	for _, m := range tr.Messages {
@@ -68,7 +69,7 @@ func (c *OpenAIClient) Do(ctx context.Context, tr TurnRequest, clock simclock.Cl
 	}
 	setSessionHeader(req.Header, c.SessionHeader, tr.Session)
 	h := httpTurn{HTTP: c.HTTP, Timeout: c.Timeout}
-	reply := h.do(ctx, clock, &r, req, func(b io.Reader, r *Result) string { return parseOpenAIStream(b, clock, r) })
+	reply := h.do(ctx, clock, &r, req, func(b io.Reader, r *loadgen.Result) string { return parseOpenAIStream(b, clock, r) })
 	return r, reply
 }
 
@@ -117,7 +118,7 @@ func (c *openAIChunk) reset() {
 // tool call with a non-empty name or arguments (vLLM's first role-only chunk with
 // content "" is not one: peers.md case 10). Usage, when sent, is taken from the last
 // event carrying it (vLLM's continuous_usage_stats repeats it on every chunk).
-func parseOpenAIStream(body io.Reader, clock simclock.Clock, r *Result) string {
+func parseOpenAIStream(body io.Reader, clock simclock.Clock, r *loadgen.Result) string {
 	st := &streamState{r: r}
 	var ch openAIChunk // reused by every event of the stream (reset below)
 	var dec eventDecoder
@@ -236,12 +237,12 @@ func newJSONRequest(ctx context.Context, url string, body any, extra http.Header
 }
 
 // setSessionHeader sets the session key header of the given style.
-func setSessionHeader(h http.Header, style string, s *Session) {
+func setSessionHeader(h http.Header, style string, s *loadgen.Session) {
 	if s == nil {
 		return
 	}
 	switch style {
-	case SessionHeaderXSessionID:
+	case loadgen.SessionHeaderXSessionID:
 		h.Set("X-Session-ID", s.Key)
 	default:
 		h.Set("X-Claude-Code-Session-Id", s.Key)

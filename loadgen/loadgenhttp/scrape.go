@@ -1,17 +1,18 @@
-package loadgen
+package loadgenhttp
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/loadgen"
 )
 
 // ReplicaMetrics names one replica whose vLLM /metrics the runner scrapes.
@@ -57,7 +58,7 @@ type Scraper struct {
 // problem: a URL that could not be fetched or parsed (its replicas get no sample), an
 // engine label not found, and required series missing (that sample carries NaN for
 // them). Series a replica lacks are NaN in its sample, never 0.
-func (s *Scraper) Scrape(ctx context.Context, variant string) ([]SeriesSample, error) {
+func (s *Scraper) Scrape(ctx context.Context, variant string) ([]loadgen.SeriesSample, error) {
 	client := s.HTTP
 	if client == nil {
 		client = http.DefaultClient
@@ -75,12 +76,12 @@ func (s *Scraper) Scrape(ctx context.Context, variant string) ([]SeriesSample, e
 	}
 	byURL := map[string]*got{}
 	var errs []error
-	var out []SeriesSample
+	var out []loadgen.SeriesSample
 	for _, rm := range s.Replicas {
 		g := byURL[rm.URL]
 		if g == nil {
 			g = &got{}
-			g.snap, g.err = fetchMetrics(ctx, client, rm.URL)
+			g.snap, g.err = scrape.Fetch(ctx, client, rm.URL, UserAgent)
 			g.t = s.Clock.Now()
 			byURL[rm.URL] = g
 			if g.err != nil {
@@ -105,28 +106,6 @@ func (s *Scraper) Scrape(ctx context.Context, variant string) ([]SeriesSample, e
 		out = append(out, smp)
 	}
 	return out, errors.Join(errs...)
-}
-
-func fetchMetrics(ctx context.Context, client *http.Client, url string) (*vllmmetrics.Snapshot, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	req.Header.Set("User-Agent", UserAgent)
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("scraping %s: http %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	snap, err := vllmmetrics.Parse(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	return snap, nil
 }
 
 // pickEngine returns the engine with the label, or for "" the only engine or the sum
@@ -171,14 +150,14 @@ func pickEngine(snap *vllmmetrics.Snapshot, label string) (*vllmmetrics.Engine, 
 }
 
 // sampleOf converts one engine's scrape, NaN for every series it lacks.
-func sampleOf(e *vllmmetrics.Engine) SeriesSample {
+func sampleOf(e *vllmmetrics.Engine) loadgen.SeriesSample {
 	v := func(name string, x float64) float64 {
 		if !e.Present[name] {
 			return math.NaN()
 		}
 		return x
 	}
-	return SeriesSample{
+	return loadgen.SeriesSample{
 		Running:          v(vllmmetrics.NumRequestsRunning, e.Running),
 		Waiting:          v(vllmmetrics.NumRequestsWaiting, e.Waiting),
 		KVUsage:          v(vllmmetrics.KVCacheUsagePerc, e.KVUsage),

@@ -1,4 +1,4 @@
-package loadgen
+package loadgenhttp
 
 import (
 	"context"
@@ -15,13 +15,11 @@ import (
 
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmapi"
+	"github.com/lmwarden/warden/loadgen"
 )
 
 // Runner defaults.
 const (
-	// DefaultScrapeInterval is the simulated gap between two scrapes of every
-	// replica's /metrics (wall gap = interval / speed).
-	DefaultScrapeInterval = time.Second
 	// DefaultProgressEvery is the wall gap between two progress lines within a stage.
 	DefaultProgressEvery = 10 * time.Second
 	// DefaultMaxConsecutiveFailures aborts a run when that many turns in a row fail
@@ -33,8 +31,8 @@ const (
 
 // RunConfig configures an HTTP-world run (Run). Zero fields take defaults.
 type RunConfig struct {
-	Scenario *Scenario // required; defaults applied
-	BaseURL  string    // router (or server) root the turns go to, e.g. "http://127.0.0.1:8080"
+	Scenario *loadgen.Scenario // required; defaults applied
+	BaseURL  string            // router (or server) root the turns go to, e.g. "http://127.0.0.1:8080"
 	// Clock is the run's simulated clock (speed 1 against real servers); nil = a
 	// new simclock.Scaled at speed 1. Every instant recorded is Clock.Now().
 	Clock *simclock.Scaled
@@ -46,7 +44,7 @@ type RunConfig struct {
 	// Replicas are scraped every ScrapeInterval; a required series missing at the
 	// first scrape fails the run before any load is sent (peers.md case 13).
 	Replicas       []ReplicaMetrics
-	ScrapeInterval time.Duration // simulated; default DefaultScrapeInterval
+	ScrapeInterval time.Duration // simulated; default loadgen.DefaultScrapeInterval
 	// ResetURLs are server roots to POST /reset_prefix_cache to before each variant
 	// when Scenario.ResetCache (vLLM needs VLLM_SERVER_DEV_MODE=1; a refusal is a
 	// warning and a manifest note, not a failure).
@@ -56,11 +54,11 @@ type RunConfig struct {
 	SetAffinity func(ctx context.Context, on bool) error
 	IdleWait    time.Duration // wall cap on waiting for replicas to drain; default DefaultIdleWait
 
-	ResultsDir    string             // results/<run-id>/ to write; "" = write nothing
-	Progress      io.Writer          // progress lines; nil = none
-	ProgressEvery time.Duration      // wall; default DefaultProgressEvery
-	OnResult      func(r Result)     // called for every finished turn (from one goroutine)
-	OnSample      func(SeriesSample) // called for every series sample (from the scraper goroutine)
+	ResultsDir    string                     // results/<run-id>/ to write; "" = write nothing
+	Progress      io.Writer                  // progress lines; nil = none
+	ProgressEvery time.Duration              // wall; default DefaultProgressEvery
+	OnResult      func(r loadgen.Result)     // called for every finished turn (from one goroutine)
+	OnSample      func(loadgen.SeriesSample) // called for every series sample (from the scraper goroutine)
 
 	MaxConsecutiveFailures int // default DefaultMaxConsecutiveFailures; < 0 = never abort
 
@@ -88,7 +86,7 @@ var ErrTooManyFailures = errors.New("too many consecutive failed turns")
 // Manifest.Interrupted set, and returns the manifest with an error wrapping
 // ctx.Err(). A broken accounting (Manifest.Check) is returned as an error wrapping
 // ErrAccounting, with the manifest.
-func Run(ctx context.Context, cfg RunConfig) (*Manifest, error) {
+func Run(ctx context.Context, cfg RunConfig) (*loadgen.Manifest, error) {
 	if cfg.Scenario == nil {
 		return nil, errors.New("running benchmark: no scenario")
 	}
@@ -133,14 +131,14 @@ func Run(ctx context.Context, cfg RunConfig) (*Manifest, error) {
 
 type runner struct {
 	cfg      RunConfig
-	sc       *Scenario
+	sc       *loadgen.Scenario
 	clock    *simclock.Scaled
 	client   Client
 	http     *http.Client
-	w        *Workload
+	w        *loadgen.Workload
 	scraper  *Scraper
-	out      *ResultsWriter
-	m        *Manifest
+	out      *loadgen.ResultsWriter
+	m        *loadgen.Manifest
 	progress io.Writer
 
 	notesMu sync.Mutex
@@ -196,14 +194,14 @@ func (rn *runner) setup(ctx context.Context) error {
 		}
 		rn.client = NewClient(rn.sc, cfg.BaseURL, rn.http, cfg.Header)
 	}
-	rn.w = NewWorkload(rn.sc)
+	rn.w = loadgen.NewWorkload(rn.sc)
 	if len(cfg.Replicas) > 0 {
 		rn.scraper = &Scraper{Replicas: cfg.Replicas, HTTP: rn.http, Clock: rn.clock}
 		if _, err := rn.scraper.Scrape(ctx, ""); err != nil {
 			return fmt.Errorf("running benchmark: first scrape of replica metrics: %w", err)
 		}
 	}
-	m := &Manifest{
+	m := &loadgen.Manifest{
 		RunID:    cfg.RunID,
 		Created:  time.Now().UTC(),
 		Mode:     cfg.Mode,
@@ -242,7 +240,7 @@ func (rn *runner) setup(ctx context.Context) error {
 	}
 	rn.m = m
 	if cfg.ResultsDir != "" {
-		out, err := CreateResults(cfg.ResultsDir)
+		out, err := loadgen.CreateResults(cfg.ResultsDir)
 		if err != nil {
 			return fmt.Errorf("running benchmark: %w", err)
 		}
@@ -254,9 +252,9 @@ func (rn *runner) setup(ctx context.Context) error {
 // NewClient returns the streaming client for sc.API (OpenAIClient or
 // AnthropicClient) with the scenario's model, max output tokens, session header
 // style and request timeout.
-func NewClient(sc *Scenario, baseURL string, hc *http.Client, header http.Header) Client {
+func NewClient(sc *loadgen.Scenario, baseURL string, hc *http.Client, header http.Header) Client {
 	sc = sc.WithDefaults()
-	if sc.API == APIAnthropicMessages {
+	if sc.API == loadgen.APIAnthropicMessages {
 		return &AnthropicClient{BaseURL: baseURL, Model: sc.Model, MaxTokens: sc.MaxOutputTokens,
 			SessionHeader: sc.SessionHeader, Header: header, HTTP: hc, Timeout: sc.RequestTimeout}
 	}
@@ -278,8 +276,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // turnDone is what a turn goroutine hands back to the central goroutine.
 type turnDone struct {
-	tr    TurnRequest
-	r     Result
+	tr    loadgen.TurnRequest
+	r     loadgen.Result
 	reply string
 	sent  bool // false: canceled while waiting for its intended instant
 }
@@ -370,8 +368,8 @@ func resetPrefixCache(ctx context.Context, hc *http.Client, base string) error {
 
 // runVariant runs one variant. It returns the variant record (nil if the variant
 // never started) and an error that ends the run.
-func (rn *runner) runVariant(ctx context.Context, name string) (*Variant, error) {
-	affinity, err := AffinityOf(name)
+func (rn *runner) runVariant(ctx context.Context, name string) (*loadgen.Variant, error) {
+	affinity, err := loadgen.AffinityOf(name)
 	if err != nil {
 		return nil, fmt.Errorf("running variant: %w", err)
 	}
@@ -396,7 +394,7 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*Variant, error)
 		scrapeWG.Go(func() { rn.scrapeLoop(scrapeCtx, name) })
 	}
 
-	loop := NewLoop(rn.sc, rn.w, name, start)
+	loop := loadgen.NewLoop(rn.sc, rn.w, name, start)
 	windows := loop.Windows()
 	lastEnd := windows[len(windows)-1].End
 	st := &variantStats{
@@ -412,7 +410,7 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*Variant, error)
 	defer cancelTurns()
 	results := make(chan turnDone, 256)
 	var turns sync.WaitGroup
-	dispatch := func(trs []TurnRequest) {
+	dispatch := func(trs []loadgen.TurnRequest) {
 		st.outstanding += len(trs)
 		for _, tr := range trs {
 			turns.Go(func() {
@@ -459,7 +457,7 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*Variant, error)
 			d.tr.Session.AddReply(d.reply)
 		}
 		next := loop.Finish(&d.r, d.r.Done)
-		k := loop.windowIndex(d.r.Done)
+		k := loop.WindowIndex(d.r.Done)
 		if d.r.OK() {
 			st.ok++
 			st.stageOK[k]++
@@ -576,7 +574,7 @@ func (rn *runner) scrapeOnce(ctx context.Context, variant string) {
 func (rn *runner) scrapeLoop(ctx context.Context, variant string) {
 	iv := rn.cfg.ScrapeInterval
 	if iv <= 0 {
-		iv = DefaultScrapeInterval
+		iv = loadgen.DefaultScrapeInterval
 	}
 	t := time.NewTicker(max(rn.clock.WallDuration(iv), time.Millisecond))
 	defer t.Stop()
@@ -601,7 +599,7 @@ func splitJoined(err error) []error {
 // progressLine prints one status line: variant, stage, elapsed simulated time,
 // sessions, turns ok/failed/in flight, sessions completed, and the stage's TTFB p50.
 // Turns, sessions done and TTFB count the stage only, as summary.md does.
-func (rn *runner) progressLine(loop *Loop, st *variantStats, stage int, windows []StageWindow, what string) {
+func (rn *runner) progressLine(loop *loadgen.Loop, st *variantStats, stage int, windows []loadgen.StageWindow, what string) {
 	if rn.progress == io.Discard || stage >= len(windows) {
 		return
 	}

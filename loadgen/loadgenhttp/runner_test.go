@@ -1,4 +1,4 @@
-package loadgen
+package loadgenhttp
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/loadgen"
 )
 
 // stubServer is a fake vLLM DP server with two engines behind one URL (replicas
@@ -29,7 +30,7 @@ type stubServer struct {
 	t *testing.T
 
 	mu          sync.Mutex
-	last        map[string][]Message // session key -> messages of its last turn + reply
+	last        map[string][]loadgen.Message // session key -> messages of its last turn + reply
 	violations  []string
 	turns       int
 	resets      int
@@ -45,7 +46,7 @@ type stubServer struct {
 }
 
 func newStub(t *testing.T) (*stubServer, *httptest.Server) {
-	s := &stubServer{t: t, last: map[string][]Message{}, keys: map[string]bool{}}
+	s := &stubServer{t: t, last: map[string][]loadgen.Message{}, keys: map[string]bool{}}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	return s, srv
@@ -118,7 +119,7 @@ func (s *stubServer) chat(w http.ResponseWriter, r *http.Request, anthropic bool
 		return
 	}
 	key := r.Header.Get("X-Claude-Code-Session-Id")
-	var msgs []Message
+	var msgs []loadgen.Message
 	for _, m := range body.Messages {
 		if m.Role == "system" {
 			continue
@@ -133,7 +134,7 @@ func (s *stubServer) chat(w http.ResponseWriter, r *http.Request, anthropic bool
 		} else {
 			json.Unmarshal(m.Content, &text)
 		}
-		msgs = append(msgs, Message{Role: m.Role, Content: text})
+		msgs = append(msgs, loadgen.Message{Role: m.Role, Content: text})
 	}
 	turn := len(msgs) / 2
 	e := engineOf(key)
@@ -156,7 +157,7 @@ func (s *stubServer) chat(w http.ResponseWriter, r *http.Request, anthropic bool
 	case seen && (len(msgs) != len(prev)+1 || !slices.Equal(msgs[:len(prev)], prev)):
 		s.violations = append(s.violations, fmt.Sprintf("%s: turn %d does not extend the previous turn + reply", key, turn))
 	}
-	s.last[key] = append(slices.Clone(msgs), Message{Role: "assistant", Content: reply})
+	s.last[key] = append(slices.Clone(msgs), loadgen.Message{Role: "assistant", Content: reply})
 	s.prompt[e] += float64(promptWords)
 	s.queries[e] += float64(promptWords)
 	if seen {
@@ -206,8 +207,8 @@ func (s *stubServer) chat(w http.ResponseWriter, r *http.Request, anthropic bool
 	io.WriteString(w, sseOpenAI(finishChunk, fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, promptWords, len(words)), "[DONE]"))
 }
 
-func runScenario() *Scenario {
-	sc := testScenario()
+func runScenario() *loadgen.Scenario {
+	sc := loadgen.TinyScenario()
 	sc.Stages = []int{2, 4}
 	sc.StageDuration = 4 * time.Second
 	sc.ThinkTime = 200 * time.Millisecond
@@ -223,7 +224,7 @@ func stubReplicas(url string) []ReplicaMetrics {
 }
 
 func TestRunAgainstStubServer(t *testing.T) {
-	for _, api := range []string{APIOpenAIChat, APIAnthropicMessages} {
+	for _, api := range []string{loadgen.APIOpenAIChat, loadgen.APIAnthropicMessages} {
 		t.Run(api, func(t *testing.T) {
 			stub, srv := newStub(t)
 			sc := runScenario()
@@ -261,7 +262,7 @@ func TestRunAgainstStubServer(t *testing.T) {
 			}
 			stub.mu.Unlock()
 
-			rm, turns, series, err := ReadResults(dir)
+			rm, turns, series, err := loadgen.ReadResults(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +274,7 @@ func TestRunAgainstStubServer(t *testing.T) {
 			}
 			// Every written turn completed; per variant, the manifest's Completed
 			// and the turns attributed by Done agree (same stage rule).
-			byVariant := map[string][]Result{}
+			byVariant := map[string][]loadgen.Result{}
 			for _, r := range turns {
 				if !r.OK() {
 					t.Errorf("turn failed: %s", r.Err)
@@ -329,7 +330,7 @@ func TestRunAgainstStubServer(t *testing.T) {
 					t.Errorf("variant %s: %d samples at or before start, %d in all", v.Name, before, total)
 				}
 			}
-			for _, name := range []string{TurnsFile, SeriesFile, ManifestFile} {
+			for _, name := range []string{loadgen.TurnsFile, loadgen.SeriesFile, loadgen.ManifestFile} {
 				if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 					t.Error(err)
 				}
@@ -389,7 +390,7 @@ func TestRunCountsHungTurnsInFlight(t *testing.T) {
 	if err := m.Check(); err != nil {
 		t.Error(err)
 	}
-	_, turns, _, err := ReadResults(dir)
+	_, turns, _, err := loadgen.ReadResults(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +413,7 @@ func TestRunInterruptWritesCompletedStages(t *testing.T) {
 	m, err := Run(ctx, RunConfig{
 		Scenario: sc, BaseURL: srv.URL, Clock: simclock.NewScaled(50),
 		Replicas: stubReplicas(srv.URL), ResultsDir: dir,
-		OnResult: func(Result) {
+		OnResult: func(loadgen.Result) {
 			if n++; n == 20 {
 				cancel()
 			}
@@ -427,7 +428,7 @@ func TestRunInterruptWritesCompletedStages(t *testing.T) {
 	if err := m.Check(); err != nil {
 		t.Error(err)
 	}
-	rm, turns, _, err := ReadResults(dir)
+	rm, turns, _, err := loadgen.ReadResults(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package loadgen
+package loadgenhttp
 
 import (
 	"bufio"
@@ -26,6 +26,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/loadgen"
 )
 
 // Capacity benchmark parameters (issue #5, "harness capacity").
@@ -315,7 +316,7 @@ type staggerClient struct {
 	Initial int64         // sessions with ID < Initial are staggered
 }
 
-func (c staggerClient) Do(ctx context.Context, tr TurnRequest, clock simclock.Clock) (Result, string) {
+func (c staggerClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock simclock.Clock) (loadgen.Result, string) {
 	if tr.Turn == 0 && tr.Session != nil && tr.Session.ID < c.Initial {
 		if err := clock.SleepUntil(ctx, tr.Intended+time.Duration(tr.Session.ID)*c.Step); err != nil {
 			r := tr.NewResult()
@@ -333,7 +334,7 @@ func (c staggerClient) Do(ctx context.Context, tr TurnRequest, clock simclock.Cl
 // think, not before the stage start: the Loop creates a replacement when its
 // predecessor ends) to the Done of its last turn (or to the end, when its last turn
 // was not recorded). It returns the mean and the minimum over the samples.
-func activeSessions(results []Result, think, stageStart, from, to, step time.Duration) (mean float64, least int) {
+func activeSessions(results []loadgen.Result, think, stageStart, from, to, step time.Duration) (mean float64, least int) {
 	type span struct{ start, end time.Duration }
 	spans := map[int64]*span{}
 	for _, r := range results {
@@ -553,7 +554,7 @@ func benchCapacity(b *testing.B, c capacityCase) {
 			stub = startStubInProcess(capacityTokens, c.pace)
 		}
 
-		sc := (&Scenario{
+		sc := (&loadgen.Scenario{
 			Name:               "capacity",
 			Seed:               7,
 			Model:              "stub-model",
@@ -577,7 +578,7 @@ func benchCapacity(b *testing.B, c capacityCase) {
 		if step := c.staggerStep(); step > 0 {
 			client = staggerClient{Inner: client, Step: step, Initial: capacitySessions}
 		}
-		var results []Result
+		var results []loadgen.Result
 		load0 := loadAverage()
 		rt0, t0 := readRuntime(), time.Now()
 		m, err := Run(context.Background(), RunConfig{
@@ -586,7 +587,7 @@ func benchCapacity(b *testing.B, c capacityCase) {
 			Clock:    clock,
 			HTTP:     hc,
 			Client:   client,
-			OnResult: func(r Result) { results = append(results, r) },
+			OnResult: func(r loadgen.Result) { results = append(results, r) },
 			RunID:    "capacity",
 		})
 		rt1, el := readRuntime(), time.Since(t0)

@@ -1,4 +1,4 @@
-package loadgen
+package loadgenhttp
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/loadgen"
 )
 
 // Client sends one turn and streams its response. Do never returns an error: a
@@ -23,7 +24,7 @@ import (
 // Result with every instant taken from clock (simulated time) and the reply text
 // (the concatenated streamed content) for Session.AddReply.
 type Client interface {
-	Do(ctx context.Context, tr TurnRequest, clock simclock.Clock) (Result, string)
+	Do(ctx context.Context, tr loadgen.TurnRequest, clock simclock.Clock) (loadgen.Result, string)
 }
 
 // MaxEventSize bounds one SSE event (bytes); a larger event fails the turn. go-sse's
@@ -57,7 +58,7 @@ type wallDurationer interface {
 //   - an error event fails the turn even inside an HTTP 200 stream;
 //   - a stream that ends without its terminator ([DONE] / message_stop) fails.
 type streamState struct {
-	r          *Result
+	r          *loadgen.Result
 	reply      strings.Builder
 	sawEvent   bool
 	sawToken   bool
@@ -216,8 +217,8 @@ type httpTurn struct {
 	Timeout time.Duration // simulated; 0 = none
 }
 
-func (h httpTurn) do(ctx context.Context, clock simclock.Clock, r *Result, req *http.Request,
-	parse func(body io.Reader, r *Result) string) string {
+func (h httpTurn) do(ctx context.Context, clock simclock.Clock, r *loadgen.Result, req *http.Request,
+	parse func(body io.Reader, r *loadgen.Result) string) string {
 	var cancel context.CancelFunc
 	if h.Timeout > 0 {
 		d := h.Timeout

@@ -1,13 +1,15 @@
-package vllmmetrics
+package scrape
 
 import (
 	"errors"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/warden/internal/vllmmetrics"
 )
 
-func parseFile(t *testing.T, name string) *Snapshot {
+func parseFile(t *testing.T, name string) *vllmmetrics.Snapshot {
 	t.Helper()
 	f, err := os.Open("testdata/" + name)
 	if err != nil {
@@ -35,8 +37,8 @@ func TestParseRecordedV1Engine0(t *testing.T) {
 	if e.PrefixQueries != 32 {
 		t.Errorf("prefix queries = %v, want 32", e.PrefixQueries)
 	}
-	if !e.Present[PrefixCacheHits] || e.PrefixHits != 0 {
-		t.Errorf("prefix hits present=%v value=%v, want present 0 (legacy name fallback)", e.Present[PrefixCacheHits], e.PrefixHits)
+	if !e.Present[vllmmetrics.PrefixCacheHits] || e.PrefixHits != 0 {
+		t.Errorf("prefix hits present=%v value=%v, want present 0 (legacy name fallback)", e.Present[vllmmetrics.PrefixCacheHits], e.PrefixHits)
 	}
 	if e.KVUsage <= 0 || e.KVUsage > 1e-4 {
 		t.Errorf("kv usage = %v", e.KVUsage)
@@ -53,16 +55,16 @@ func TestParseRecordedEarlyV1WithoutEngineLabel(t *testing.T) {
 		t.Fatalf("want one unlabelled engine, got %+v", s.Engines)
 	}
 	e := s.Engines[0]
-	if !e.Present[KVCacheUsagePerc] {
+	if !e.Present[vllmmetrics.KVCacheUsagePerc] {
 		t.Error("gpu_cache_usage_perc not read as kv usage")
 	}
-	if !e.Present[NumRequestsRunning] || !e.Present[NumRequestsWaiting] {
+	if !e.Present[vllmmetrics.NumRequestsRunning] || !e.Present[vllmmetrics.NumRequestsWaiting] {
 		t.Error("running/waiting not read")
 	}
 	// The excerpt stops right after the TYPE line of the block-counted queries
 	// series, so it carries no sample: Require must say so rather than read 0.
-	err := s.Require(PrefixCacheQueries)
-	if !errors.Is(err, ErrMissingSeries) {
+	err := s.Require(vllmmetrics.PrefixCacheQueries)
+	if !errors.Is(err, vllmmetrics.ErrMissingSeries) {
 		t.Errorf("Require(prefix queries) = %v, want ErrMissingSeries", err)
 	}
 }
@@ -93,7 +95,7 @@ vllm:request_success_total{engine="1",finished_reason="stop",model_name="m"} 2
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e0, e1 := s.Engine("0"), s.Engine("1"); e0 == nil || e1 == nil || e0.RequestsFinished != 9 || e1.RequestsFinished != 2 || !e0.Present[RequestSuccess] {
+	if e0, e1 := s.Engine("0"), s.Engine("1"); e0 == nil || e1 == nil || e0.RequestsFinished != 9 || e1.RequestsFinished != 2 || !e0.Present[vllmmetrics.RequestSuccess] {
 		t.Fatalf("finished counts: %+v %+v, want 9 and 2", e0, e1)
 	}
 }
@@ -119,7 +121,7 @@ vllm:prefix_cache_hits_total{engine="1",model_name="m"} 5
 	if len(s.Engines) != 2 || s.Engines[0].Engine != "0" || s.Engines[1].Engine != "1" {
 		t.Fatalf("engines = %+v", s.Engines)
 	}
-	err = s.Require(NumRequestsRunning, PrefixCacheHits)
+	err = s.Require(vllmmetrics.NumRequestsRunning, vllmmetrics.PrefixCacheHits)
 	if err == nil || !strings.Contains(err.Error(), `engine "0" lacks vllm:prefix_cache_hits_total`) {
 		t.Fatalf("Require = %v", err)
 	}
@@ -130,7 +132,7 @@ vllm:prefix_cache_hits_total{engine="1",model_name="m"} 5
 		t.Fatal(err)
 	}
 	empty, _ := Parse(strings.NewReader(""))
-	if err := empty.Require(NumRequestsRunning); !errors.Is(err, ErrMissingSeries) {
+	if err := empty.Require(vllmmetrics.NumRequestsRunning); !errors.Is(err, vllmmetrics.ErrMissingSeries) {
 		t.Errorf("empty body Require = %v", err)
 	}
 }
@@ -142,7 +144,7 @@ func TestCounterDeltaTreatsDecreaseAsReset(t *testing.T) {
 		{100, 7, 7}, // server restarted: 7 counted since
 	}
 	for _, c := range cases {
-		if got := CounterDelta(c.prev, c.cur); got != c.want {
+		if got := vllmmetrics.CounterDelta(c.prev, c.cur); got != c.want {
 			t.Errorf("CounterDelta(%v,%v) = %v, want %v", c.prev, c.cur, got, c.want)
 		}
 	}

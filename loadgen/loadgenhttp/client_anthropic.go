@@ -1,4 +1,4 @@
-package loadgen
+package loadgenhttp
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/loadgen"
 )
 
 // AnthropicVersion is the anthropic-version header Claude Code sends (brief clients.md).
@@ -56,14 +57,14 @@ type anthropicMetadata struct {
 }
 
 // Do sends tr and streams the answer; see Client.
-func (c *AnthropicClient) Do(ctx context.Context, tr TurnRequest, clock simclock.Clock) (Result, string) {
+func (c *AnthropicClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock simclock.Clock) (loadgen.Result, string) {
 	r := tr.NewResult()
-	body := anthropicRequest{Model: c.Model, MaxTokens: tr.maxTokens(c.MaxTokens), Stream: true}
-	if sys := tr.system(); sys != "" {
+	body := anthropicRequest{Model: c.Model, MaxTokens: tr.OutputLimit(c.MaxTokens), Stream: true}
+	if sys := tr.SystemPrompt(); sys != "" {
 		body.System = []anthropicBlock{{Type: "text", Text: sys}}
 	}
 	if tr.Session != nil {
-		if c.SessionHeader != SessionHeaderXSessionID {
+		if c.SessionHeader != loadgen.SessionHeaderXSessionID {
 			body.Metadata = &anthropicMetadata{UserID: tr.Session.UserID()}
 		}
 	}
@@ -80,7 +81,7 @@ func (c *AnthropicClient) Do(ctx context.Context, tr TurnRequest, clock simclock
 	req.Header.Set("anthropic-version", AnthropicVersion)
 	setSessionHeader(req.Header, c.SessionHeader, tr.Session)
 	h := httpTurn{HTTP: c.HTTP, Timeout: c.Timeout}
-	reply := h.do(ctx, clock, &r, req, func(b io.Reader, r *Result) string { return parseAnthropicStream(b, clock, r) })
+	reply := h.do(ctx, clock, &r, req, func(b io.Reader, r *loadgen.Result) string { return parseAnthropicStream(b, clock, r) })
 	return r, reply
 }
 
@@ -122,7 +123,7 @@ var anthropicIgnored = map[string]bool{"ping": true, "content_block_start": true
 // this sum also handles), CachedTokens is cache_read_input_tokens (-1 when never
 // reported), and output_tokens is taken from the last usage carrying it
 // (message_delta holds the final count).
-func parseAnthropicStream(body io.Reader, clock simclock.Clock, r *Result) string {
+func parseAnthropicStream(body io.Reader, clock simclock.Clock, r *loadgen.Result) string {
 	st := &streamState{r: r}
 	var in, read, create int
 	var haveIn bool

@@ -1,4 +1,4 @@
-package loadgen
+package loadgenhttp
 
 import (
 	"context"
@@ -13,16 +13,18 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/lmwarden/warden/loadgen"
 )
 
 // parse runs an API's stream parser over body, read one byte at a time (so every
 // event is split across reads).
-func parse(api, body string) (Result, string) {
-	r := TurnRequest{}.NewResult()
+func parse(api, body string) (loadgen.Result, string) {
+	r := loadgen.TurnRequest{}.NewResult()
 	clk := newStepClock()
 	rd := iotest.OneByteReader(strings.NewReader(body))
 	var reply string
-	if api == APIAnthropicMessages {
+	if api == loadgen.APIAnthropicMessages {
 		reply = parseAnthropicStream(rd, clk, &r)
 	} else {
 		reply = parseOpenAIStream(rd, clk, &r)
@@ -50,7 +52,7 @@ func content(s string) string {
 func TestRoleOnlyFirstChunkIsNotFirstToken(t *testing.T) {
 	t.Run("fixture", func(t *testing.T) {
 		// The recorded vLLM stream: role-only chunk, then content "v" (cut after that).
-		r, reply := parse(APIOpenAIChat, readFixture(t, "vllm-chat-stream.txt"))
+		r, reply := parse(loadgen.APIOpenAIChat, readFixture(t, "vllm-chat-stream.txt"))
 		if r.FirstEvent == 0 || r.FirstToken == 0 {
 			t.Fatalf("FirstEvent %v FirstToken %v: want both set", r.FirstEvent, r.FirstToken)
 		}
@@ -66,7 +68,7 @@ func TestRoleOnlyFirstChunkIsNotFirstToken(t *testing.T) {
 		}
 	})
 	t.Run("role chunk alone", func(t *testing.T) {
-		r, _ := parse(APIOpenAIChat, sseOpenAI(roleChunk, finishChunk, "[DONE]"))
+		r, _ := parse(loadgen.APIOpenAIChat, sseOpenAI(roleChunk, finishChunk, "[DONE]"))
 		if r.FirstToken != 0 || r.LastToken != 0 {
 			t.Errorf("FirstToken %v LastToken %v: want none for a stream without content", r.FirstToken, r.LastToken)
 		}
@@ -79,7 +81,7 @@ func TestRoleOnlyFirstChunkIsNotFirstToken(t *testing.T) {
 		emptyTool := `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":""}}]}}]}`
 		tool := `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\""}}]}}]}`
 		for name, first := range map[string]string{"reasoning": reasoning, "tool": tool} {
-			r, _ := parse(APIOpenAIChat, sseOpenAI(roleChunk, emptyTool, first, "[DONE]"))
+			r, _ := parse(loadgen.APIOpenAIChat, sseOpenAI(roleChunk, emptyTool, first, "[DONE]"))
 			// events: role (1st Now), empty tool (2nd), token (3rd), [DONE]
 			if r.FirstToken == 0 || r.FirstToken <= r.FirstEvent {
 				t.Errorf("%s: FirstToken %v FirstEvent %v", name, r.FirstToken, r.FirstEvent)
@@ -90,7 +92,7 @@ func TestRoleOnlyFirstChunkIsNotFirstToken(t *testing.T) {
 		}
 	})
 	t.Run("anthropic content_block_start is not a token", func(t *testing.T) {
-		r, reply := parse(APIAnthropicMessages, readFixture(t, "anthropic-stream.txt"))
+		r, reply := parse(loadgen.APIAnthropicMessages, readFixture(t, "anthropic-stream.txt"))
 		if r.Err != "" {
 			t.Fatalf("Err %q", r.Err)
 		}
@@ -124,7 +126,7 @@ func TestUsageAndDoneEventsAreNotTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, _ := parse(APIOpenAIChat, tt.body)
+			r, _ := parse(loadgen.APIOpenAIChat, tt.body)
 			if !r.OK() {
 				t.Fatalf("turn failed: %s", r.Err)
 			}
@@ -140,7 +142,7 @@ func TestUsageAndDoneEventsAreNotTokens(t *testing.T) {
 		})
 	}
 	t.Run("anthropic", func(t *testing.T) {
-		r, reply := parse(APIAnthropicMessages, readFixture(t, "anthropic-stream-tool-use.txt"))
+		r, reply := parse(loadgen.APIAnthropicMessages, readFixture(t, "anthropic-stream-tool-use.txt"))
 		if !r.OK() {
 			t.Fatalf("turn failed: %s", r.Err)
 		}
@@ -152,7 +154,7 @@ func TestUsageAndDoneEventsAreNotTokens(t *testing.T) {
 		}
 	})
 	t.Run("anthropic cache read", func(t *testing.T) {
-		r, reply := parse(APIAnthropicMessages, readFixture(t, "anthropic-stream-cache-read.txt"))
+		r, reply := parse(loadgen.APIAnthropicMessages, readFixture(t, "anthropic-stream-cache-read.txt"))
 		if !r.OK() {
 			t.Fatalf("turn failed: %s", r.Err)
 		}
@@ -172,7 +174,7 @@ func TestUsageAndDoneEventsAreNotTokens(t *testing.T) {
 			"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}`,
 			"message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}`,
 			"message_stop", `{"type":"message_stop"}`)
-		r, _ := parse(APIAnthropicMessages, body)
+		r, _ := parse(loadgen.APIAnthropicMessages, body)
 		if !r.OK() || r.PromptTokens != 4016 || r.CachedTokens != 4000 || r.OutputTokens != 2 {
 			t.Errorf("ok %v prompt %d cached %d out %d, want true 4016 4000 2", r.OK(), r.PromptTokens, r.CachedTokens, r.OutputTokens)
 		}
@@ -184,25 +186,25 @@ func TestErrorEventInsideOKStreamFailsTurn(t *testing.T) {
 	tests := []struct {
 		name, api, body, want string
 	}{
-		{"openai error object", APIOpenAIChat,
+		{"openai error object", loadgen.APIOpenAIChat,
 			sseOpenAI(roleChunk, content("a"), `{"error":{"object":"error","message":"out of KV cache","type":"InternalServerError","code":500}}`, "[DONE]"),
 			"out of KV cache"},
-		{"openai error response", APIOpenAIChat,
+		{"openai error response", loadgen.APIOpenAIChat,
 			sseOpenAI(roleChunk, `{"object":"error","message":"engine dead","type":"EngineDeadError","code":500}`, "[DONE]"),
 			"engine dead"},
-		{"anthropic error event", APIAnthropicMessages,
+		{"anthropic error event", loadgen.APIAnthropicMessages,
 			sseNamed("message_start", `{"type":"message_start","message":{"usage":{"input_tokens":3}}}`,
 				"error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`,
 				"message_stop", `{"type":"message_stop"}`),
 			"Overloaded"},
-		{"anthropic error without event name", APIAnthropicMessages,
+		{"anthropic error without event name", loadgen.APIAnthropicMessages,
 			"data: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"boom\"}}\n\n",
 			"boom"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, via := range []string{"parser", "http"} {
-				var r Result
+				var r loadgen.Result
 				if via == "parser" {
 					r, _ = parse(tt.api, tt.body)
 				} else {
@@ -211,10 +213,10 @@ func TestErrorEventInsideOKStreamFailsTurn(t *testing.T) {
 						io.WriteString(w, tt.body)
 					}))
 					defer srv.Close()
-					sc := testScenario()
+					sc := loadgen.TinyScenario()
 					sc.API = tt.api
 					c := NewClient(sc, srv.URL, srv.Client(), nil)
-					tr, _ := NewWorkload(sc).Session(0).NextTurn(0)
+					tr, _ := loadgen.NewWorkload(sc).Session(0).NextTurn(0)
 					r, _ = c.Do(context.Background(), tr, newStepClock())
 					if r.Status != 200 {
 						t.Fatalf("%s: status %d", via, r.Status)
@@ -233,13 +235,13 @@ func TestErrorEventInsideOKStreamFailsTurn(t *testing.T) {
 
 func TestStreamCutBeforeTerminatorFails(t *testing.T) {
 	tests := []struct{ name, api, body string }{
-		{"openai no DONE", APIOpenAIChat, sseOpenAI(roleChunk, content("a"), usageChunk)},
-		{"openai half event", APIOpenAIChat, sseOpenAI(roleChunk, content("a")) + "data: [DO"},
-		{"anthropic no message_stop", APIAnthropicMessages, sseNamed(
+		{"openai no DONE", loadgen.APIOpenAIChat, sseOpenAI(roleChunk, content("a"), usageChunk)},
+		{"openai half event", loadgen.APIOpenAIChat, sseOpenAI(roleChunk, content("a")) + "data: [DO"},
+		{"anthropic no message_stop", loadgen.APIAnthropicMessages, sseNamed(
 			"message_start", `{"type":"message_start","message":{"usage":{"input_tokens":3}}}`,
 			"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}`)},
-		{"empty body", APIOpenAIChat, ""},
-		{"not json", APIOpenAIChat, sseOpenAI("{nope", "[DONE]")},
+		{"empty body", loadgen.APIOpenAIChat, ""},
+		{"not json", loadgen.APIOpenAIChat, sseOpenAI("{nope", "[DONE]")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,7 +270,7 @@ func TestSSEFramingVariants(t *testing.T) {
 	}
 	for name, body := range tests {
 		t.Run(name, func(t *testing.T) {
-			r, reply := parse(APIOpenAIChat, body)
+			r, reply := parse(loadgen.APIOpenAIChat, body)
 			if !r.OK() {
 				t.Fatalf("turn failed: %s", r.Err)
 			}
@@ -292,12 +294,12 @@ func TestTimeoutIsFailedTurnWithReason(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	sc := testScenario()
+	sc := loadgen.TinyScenario()
 	// Long enough for the headers to arrive first on a loaded machine (at 20 ms
 	// the timeout sometimes hit before them: status 0).
 	sc.RequestTimeout = 300 * time.Millisecond
 	c := NewClient(sc, srv.URL, srv.Client(), nil)
-	tr, _ := NewWorkload(sc).Session(0).NextTurn(0)
+	tr, _ := loadgen.NewWorkload(sc).Session(0).NextTurn(0)
 	r, _ := c.Do(context.Background(), tr, newStepClock())
 	if r.OK() || !strings.HasPrefix(r.Err, "timeout") || r.Status != 200 {
 		t.Errorf("status %d Err %q: want a failed turn whose reason starts with \"timeout\"", r.Status, r.Err)
@@ -321,8 +323,8 @@ func TestNonOKStatusIsFailedTurn(t *testing.T) {
 		http.Error(w, `{"error":"prompt too long"}`, http.StatusBadRequest)
 	}))
 	defer srv.Close()
-	sc := testScenario()
-	tr, _ := NewWorkload(sc).Session(0).NextTurn(0)
+	sc := loadgen.TinyScenario()
+	tr, _ := loadgen.NewWorkload(sc).Session(0).NextTurn(0)
 	r, _ := NewClient(sc, srv.URL, srv.Client(), nil).Do(context.Background(), tr, newStepClock())
 	if r.OK() || r.Status != 400 || !strings.Contains(r.Err, "prompt too long") || r.Replica != "r3" {
 		t.Errorf("status %d Err %q replica %q", r.Status, r.Err, r.Replica)
@@ -361,10 +363,10 @@ func captureServer(t *testing.T, reply string) (*httptest.Server, *[]captured) {
 
 func TestOpenAIRequestShape(t *testing.T) {
 	srv, got := captureServer(t, sseOpenAI(roleChunk, content("ok"), usageChunk, "[DONE]"))
-	for _, style := range []string{SessionHeaderClaudeCode, SessionHeaderXSessionID} {
-		sc := testScenario()
+	for _, style := range []string{loadgen.SessionHeaderClaudeCode, loadgen.SessionHeaderXSessionID} {
+		sc := loadgen.TinyScenario()
 		sc.SessionHeader, sc.Model = style, "qwen3-4b-dp4"
-		s := NewWorkload(sc).Session(3)
+		s := loadgen.NewWorkload(sc).Session(3)
 		tr, _ := s.NextTurn(0)
 		r, reply := NewClient(sc, srv.URL+"/", srv.Client(), http.Header{"Authorization": {"Bearer x"}}).Do(context.Background(), tr, newStepClock())
 		if !r.OK() || reply != "ok" || r.Replica != "r1/rank0" {
@@ -388,7 +390,7 @@ func TestOpenAIRequestShape(t *testing.T) {
 		if c.header.Get("Authorization") != "Bearer x" {
 			t.Error("extra header not forwarded")
 		}
-		hdr := map[string]string{SessionHeaderClaudeCode: "X-Claude-Code-Session-Id", SessionHeaderXSessionID: "X-Session-ID"}[style]
+		hdr := map[string]string{loadgen.SessionHeaderClaudeCode: "X-Claude-Code-Session-Id", loadgen.SessionHeaderXSessionID: "X-Session-ID"}[style]
 		if c.header.Get(hdr) != s.Key {
 			t.Errorf("%s: header %s = %q, want %q", style, hdr, c.header.Get(hdr), s.Key)
 		}
@@ -400,9 +402,9 @@ func TestOpenAIRequestShape(t *testing.T) {
 
 func TestAnthropicRequestShape(t *testing.T) {
 	srv, got := captureServer(t, readFixture(t, "anthropic-stream.txt"))
-	sc := testScenario()
-	sc.API, sc.Model = APIAnthropicMessages, "m"
-	s := NewWorkload(sc).Session(1)
+	sc := loadgen.TinyScenario()
+	sc.API, sc.Model = loadgen.APIAnthropicMessages, "m"
+	s := loadgen.NewWorkload(sc).Session(1)
 	tr, _ := s.NextTurn(0)
 	r, _ := NewClient(sc, srv.URL, srv.Client(), nil).Do(context.Background(), tr, newStepClock())
 	if !r.OK() {
@@ -490,7 +492,7 @@ func TestEventInstantIsWhenItsBytesWereRead(t *testing.T) {
 	}{
 		{
 			name: "openai",
-			api:  APIOpenAIChat,
+			api:  loadgen.APIOpenAIChat,
 			chunks: append(append([]string{sseOpenAI(roleChunk)}, // read 1
 				split(sseOpenAI(content("a")), 20)...), // reads 2 and 3: "a" completes at 3
 				sseOpenAI(content(" b"), content(" c")),       // read 4: two tokens at once
@@ -499,7 +501,7 @@ func TestEventInstantIsWhenItsBytesWereRead(t *testing.T) {
 		},
 		{
 			name: "anthropic",
-			api:  APIAnthropicMessages,
+			api:  loadgen.APIAnthropicMessages,
 			chunks: append([]string{
 				// read 1: message_start, content_block_start and ping
 				sseNamed("message_start", `{"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":1}}}`,
@@ -516,9 +518,9 @@ func TestEventInstantIsWhenItsBytesWereRead(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &manualClock{}
 			body := &scriptedReader{chunks: slices.Clone(tt.chunks), clock: clk}
-			r := TurnRequest{}.NewResult()
+			r := loadgen.TurnRequest{}.NewResult()
 			var reply string
-			if tt.api == APIAnthropicMessages {
+			if tt.api == loadgen.APIAnthropicMessages {
 				reply = parseAnthropicStream(body, clk, &r)
 			} else {
 				reply = parseOpenAIStream(body, clk, &r)
@@ -536,7 +538,7 @@ func TestEventInstantIsWhenItsBytesWereRead(t *testing.T) {
 	// With a clock that advances on every call, a body read in one piece still
 	// gives every event the same instant: no instant is taken per parsed event.
 	clk := newStepClock()
-	r := TurnRequest{}.NewResult()
+	r := loadgen.TurnRequest{}.NewResult()
 	parseOpenAIStream(strings.NewReader(sseOpenAI(roleChunk, content("a"), content(" b"), usageChunk, "[DONE]")), clk, &r)
 	if r.Err != "" || r.FirstEvent == 0 || r.FirstToken != r.FirstEvent || r.LastToken != r.FirstEvent || r.Done <= r.LastToken {
 		t.Errorf("one read: Err %q first event %v first token %v last token %v done %v, want the first three equal and done later",
@@ -577,17 +579,17 @@ func TestTurnsReuseTheConnection(t *testing.T) {
 	// may delay that, so the drain may wait as long as it takes here.
 	defer func(d time.Duration) { drainWait = d }(drainWait)
 	drainWait = time.Hour
-	for _, api := range []string{APIOpenAIChat, APIAnthropicMessages} {
+	for _, api := range []string{loadgen.APIOpenAIChat, loadgen.APIAnthropicMessages} {
 		t.Run(api, func(t *testing.T) {
 			body := sseOpenAI(roleChunk, content("ok"), finishChunk, usageChunk, "[DONE]")
-			if api == APIAnthropicMessages {
+			if api == loadgen.APIAnthropicMessages {
 				body = readFixture(t, "anthropic-stream.txt")
 			}
 			srv, conns := countingServer(t, body)
-			sc := testScenario()
+			sc := loadgen.TinyScenario()
 			sc.API = api
 			c := NewClient(sc, srv.URL, &http.Client{Transport: &http.Transport{}}, nil)
-			s := NewWorkload(sc).Session(0)
+			s := loadgen.NewWorkload(sc).Session(0)
 			for i := range 3 {
 				tr, _ := s.NextTurn(0)
 				r, reply := c.Do(context.Background(), tr, newStepClock())
@@ -627,10 +629,10 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // The client reads what follows the terminator (here the rest of the body, as the
 // chunked encoding's last chunk would be) before closing the body.
 func TestBodyReadToEOFAfterTerminator(t *testing.T) {
-	for _, api := range []string{APIOpenAIChat, APIAnthropicMessages} {
+	for _, api := range []string{loadgen.APIOpenAIChat, loadgen.APIAnthropicMessages} {
 		t.Run(api, func(t *testing.T) {
 			body := sseOpenAI(roleChunk, content("ok"), usageChunk, "[DONE]")
-			if api == APIAnthropicMessages {
+			if api == loadgen.APIAnthropicMessages {
 				body = readFixture(t, "anthropic-stream.txt")
 			}
 			var got *eofBody
@@ -638,9 +640,9 @@ func TestBodyReadToEOFAfterTerminator(t *testing.T) {
 				got = &eofBody{r: strings.NewReader(body + ": trailing comment after the terminator\n\n")}
 				return &http.Response{StatusCode: 200, Header: http.Header{}, Body: got}, nil
 			})}
-			sc := testScenario()
+			sc := loadgen.TinyScenario()
 			sc.API = api
-			tr, _ := NewWorkload(sc).Session(0).NextTurn(0)
+			tr, _ := loadgen.NewWorkload(sc).Session(0).NextTurn(0)
 			r, _ := NewClient(sc, "http://stub", hc, nil).Do(context.Background(), tr, newStepClock())
 			if !r.OK() {
 				t.Fatalf("turn failed: %s", r.Err)
@@ -670,8 +672,8 @@ func TestDrainAfterTerminatorIsBounded(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	sc := testScenario()
-	tr, _ := NewWorkload(sc).Session(0).NextTurn(0)
+	sc := loadgen.TinyScenario()
+	tr, _ := loadgen.NewWorkload(sc).Session(0).NextTurn(0)
 	r, reply := NewClient(sc, srv.URL, srv.Client(), nil).Do(context.Background(), tr, newStepClock())
 	if !r.OK() || reply != "ok" || r.OutputTokens != 3 {
 		t.Fatalf("ok %v Err %q reply %q out %d", r.OK(), r.Err, reply, r.OutputTokens)
@@ -687,7 +689,7 @@ func TestDrainAfterTerminatorIsBounded(t *testing.T) {
 // token, not to the first event of any kind (a role-only chunk or headers-only
 // event arrive earlier) and not from when the turn was intended.
 func TestTTFBIsSentToFirstToken(t *testing.T) {
-	r := Result{Intended: 1 * time.Second, Sent: 2 * time.Second, Headers: 3 * time.Second,
+	r := loadgen.Result{Intended: 1 * time.Second, Sent: 2 * time.Second, Headers: 3 * time.Second,
 		FirstEvent: 4 * time.Second, FirstToken: 7 * time.Second, Status: 200}
 	if got := r.TTFB(); got != 5*time.Second {
 		t.Errorf("TTFB = %v, want FirstToken - Sent = 5s", got)

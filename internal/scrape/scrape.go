@@ -1,0 +1,222 @@
+// Package scrape is the one reader of an engine's Prometheus /metrics: Fetch gets
+// the body over HTTP (a non-200 status is an error that quotes the body, so
+// llama-server's 501 "start it with --metrics" reads as such), Parse folds the text
+// into vllmmetrics.Snapshot. The router, the harness's scraper and its pre-flight
+// call these; the pure cores and the report use only the names in vllmmetrics.
+package scrape
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// MaxBody bounds the /metrics body read (bytes); a vLLM server with many DP ranks
+// and histograms exports a few hundred KiB.
+const MaxBody = 32 << 20
+
+// Fetch GETs url (an engine's /metrics endpoint) and parses the body. userAgent is
+// sent when non-empty. Errors name the URL: the request, a non-200 status (with
+// up to 512 bytes of the body), or the parse.
+func Fetch(ctx context.Context, client *http.Client, url, userAgent string) (*vllmmetrics.Snapshot, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	if userAgent != "" {
+		req.Header.Set("User-Agent", userAgent)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("scraping %s: http %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	snap, err := Parse(io.LimitReader(resp.Body, MaxBody))
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	return snap, nil
+}
+
+// Parse reads a Prometheus text exposition and returns the vLLM series per engine.
+// It fails when the text cannot be parsed; a body with no vLLM series at all gives
+// an empty vllmmetrics.Snapshot (callers decide with Require whether that is an error).
+func Parse(r io.Reader) (*vllmmetrics.Snapshot, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parsing /metrics text: %w", err)
+	}
+	byEngine := map[string]*vllmmetrics.Engine{}
+	var cacheDefault struct {
+		bs, nb int
+		ok     bool
+	}
+	get := func(m *dto.Metric) *vllmmetrics.Engine {
+		var modelName, engine string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "model_name":
+				modelName = l.GetValue()
+			case "engine":
+				engine = l.GetValue()
+			}
+		}
+		e := byEngine[engine]
+		if e == nil {
+			e = &vllmmetrics.Engine{Model: modelName, Engine: engine, Present: map[string]bool{}, PrefixUnit: "tokens"}
+			byEngine[engine] = e
+		}
+		if e.Model == "" {
+			// cache_config_info carries no model_name and may be read first.
+			e.Model = modelName
+		}
+		return e
+	}
+	type field struct {
+		canonical string
+		gauge     bool
+		set       func(e *vllmmetrics.Engine) *float64
+	}
+	fields := map[string]field{
+		vllmmetrics.NumRequestsRunning:  {vllmmetrics.NumRequestsRunning, true, func(e *vllmmetrics.Engine) *float64 { return &e.Running }},
+		vllmmetrics.NumRequestsWaiting:  {vllmmetrics.NumRequestsWaiting, true, func(e *vllmmetrics.Engine) *float64 { return &e.Waiting }},
+		vllmmetrics.KVCacheUsagePerc:    {vllmmetrics.KVCacheUsagePerc, true, func(e *vllmmetrics.Engine) *float64 { return &e.KVUsage }},
+		vllmmetrics.LegacyKVCacheUsage:  {vllmmetrics.KVCacheUsagePerc, true, func(e *vllmmetrics.Engine) *float64 { return &e.KVUsage }},
+		vllmmetrics.PrefixCacheQueries:  {vllmmetrics.PrefixCacheQueries, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixQueries }},
+		vllmmetrics.LegacyPrefixQueries: {vllmmetrics.PrefixCacheQueries, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixQueries }},
+		vllmmetrics.PrefixCacheHits:     {vllmmetrics.PrefixCacheHits, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixHits }},
+		vllmmetrics.LegacyPrefixHits:    {vllmmetrics.PrefixCacheHits, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixHits }},
+		vllmmetrics.PromptTokens:        {vllmmetrics.PromptTokens, false, func(e *vllmmetrics.Engine) *float64 { return &e.PromptTokens }},
+		vllmmetrics.GenerationTokens:    {vllmmetrics.GenerationTokens, false, func(e *vllmmetrics.Engine) *float64 { return &e.GenerationTokens }},
+		vllmmetrics.NumPreemptions:      {vllmmetrics.NumPreemptions, false, func(e *vllmmetrics.Engine) *float64 { return &e.Preemptions }},
+		vllmmetrics.RequestSuccess:      {vllmmetrics.RequestSuccess, false, func(e *vllmmetrics.Engine) *float64 { return &e.RequestsFinished }},
+	}
+	// The current names win over legacy ones when a server exports both.
+	names := make([]string, 0, len(fams))
+	for n := range fams {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		li, lj := strings.HasPrefix(names[i], "vllm:gpu_"), strings.HasPrefix(names[j], "vllm:gpu_")
+		if li != lj {
+			return li
+		}
+		return names[i] < names[j]
+	})
+	for _, name := range names {
+		fam := fams[name]
+		if f, ok := fields[name]; ok {
+			blocks := strings.Contains(fam.GetHelp(), "queried blocks") || strings.Contains(fam.GetHelp(), "cached blocks")
+			seen := map[*vllmmetrics.Engine]bool{}
+			for _, m := range fam.GetMetric() {
+				e := get(m)
+				v := value(m)
+				dst := f.set(e)
+				switch {
+				case !seen[e]:
+					*dst = v
+				case f.gauge:
+					*dst = math.Max(*dst, v)
+				default:
+					*dst += v
+				}
+				seen[e] = true
+				e.Present[f.canonical] = true
+				if blocks && (f.canonical == vllmmetrics.PrefixCacheQueries || f.canonical == vllmmetrics.PrefixCacheHits) {
+					e.PrefixUnit = "blocks"
+				}
+			}
+			continue
+		}
+		switch name {
+		case vllmmetrics.PromptTokensBySrc:
+			for _, m := range fam.GetMetric() {
+				e := get(m)
+				if e.PromptBySource == nil {
+					e.PromptBySource = map[string]float64{}
+				}
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "source" {
+						e.PromptBySource[l.GetValue()] += value(m)
+					}
+				}
+				e.Present[vllmmetrics.PromptTokensBySrc] = true
+			}
+		case vllmmetrics.CacheConfigInfo:
+			for _, m := range fam.GetMetric() {
+				// cache_config_info carries no engine label in some versions: it
+				// then applies to every engine, filled in below.
+				var bs, nb int
+				hasEngine := false
+				for _, l := range m.GetLabel() {
+					switch l.GetName() {
+					case "block_size":
+						bs, _ = strconv.Atoi(l.GetValue())
+					case "num_gpu_blocks":
+						nb, _ = strconv.Atoi(l.GetValue())
+					case "engine":
+						hasEngine = true
+					}
+				}
+				if hasEngine {
+					e := get(m)
+					e.BlockSize, e.NumGPUBlocks = bs, nb
+					e.Present[vllmmetrics.CacheConfigInfo] = true
+				} else {
+					cacheDefault.bs, cacheDefault.nb, cacheDefault.ok = bs, nb, true
+				}
+			}
+		}
+	}
+	snap := &vllmmetrics.Snapshot{}
+	for _, e := range byEngine {
+		if cacheDefault.ok && e.BlockSize == 0 {
+			e.BlockSize, e.NumGPUBlocks = cacheDefault.bs, cacheDefault.nb
+			e.Present[vllmmetrics.CacheConfigInfo] = true
+		}
+		snap.Engines = append(snap.Engines, e)
+	}
+	sort.Slice(snap.Engines, func(i, j int) bool { return engineLess(snap.Engines[i].Engine, snap.Engines[j].Engine) })
+	return snap, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return 0
+}
+
+// engineLess orders engine labels numerically when they are numbers.
+func engineLess(a, b string) bool {
+	ai, errA := strconv.Atoi(a)
+	bi, errB := strconv.Atoi(b)
+	if errA == nil && errB == nil {
+		return ai < bi
+	}
+	return a < b
+}
