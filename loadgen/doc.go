@@ -1,7 +1,9 @@
-// Package loadgen is LM Warden's benchmark harness: scenarios, a seeded synthetic
-// workload of Claude Code-style sessions, the closed-loop controller, streaming
-// clients for the OpenAI chat and Anthropic Messages APIs, the /metrics scraper, the
-// HTTP runner, and the results directory (manifest.json, turns.jsonl, series.csv).
+// Package loadgen is the pure core of LM Warden's benchmark harness: scenarios, a
+// seeded synthetic workload of Claude Code-style sessions, the closed-loop
+// controller, the per-turn Result, the Manifest and the results directory
+// (manifest.json, turns.jsonl, series.csv). It links no net/http (internal/layout's
+// test checks): the streaming clients for the OpenAI chat and Anthropic Messages
+// APIs, the /metrics scraper and the HTTP runner are loadgen/loadgenhttp.
 //
 // It does not route (package router), simulate engines (package sim) or summarise
 // results (package report reads what this package writes). It imports neither
@@ -20,7 +22,8 @@
 //   - Loop: which sessions run, which turn is sent next and when, and the per-stage
 //     accounting. Callers pass the simulated instant of each event.
 //
-// Run is a thin driver around them; a virtual driver calls the same methods.
+// loadgenhttp.Run is a thin driver around them; internal/virtual calls the same
+// methods.
 //
 // # What the closed loop measures (coordinated omission, peers.md case 15)
 //
@@ -75,7 +78,7 @@
 //
 // # Series
 //
-// The runner scrapes every replica's /metrics every simulated second and writes one
+// The HTTP runner scrapes every replica's /metrics every simulated second and writes one
 // SeriesSample per replica per scrape. A required series that is missing fails the
 // run at the first scrape and is written as NaN afterwards, never as 0 (case 13).
 package loadgen

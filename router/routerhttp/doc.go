@@ -1,0 +1,34 @@
+// Package routerhttp is the router's HTTP shell around the pure core in package
+// router: `warden route` is a Router from this package.
+//
+//   - ExtractKey (keys.go): model and session key from headers and a partly decoded
+//     JSON body (X-Claude-Code-Session-Id, metadata.user_id, X-Session-ID, ...).
+//   - Proxy (proxy.go): http.Handler on httputil.ReverseProxy: body limit, key
+//     extraction, Balancer.Acquire, forward with SSE flushed event by event,
+//     Release exactly once, retry before the first byte, error shapes per API,
+//     status mapping (StatusFor in errors.go), usage read from responses (usage.go)
+//     and fed back to the policy.
+//   - Router (router.go): Config (config.go, strict YAML) -> one router.Balancer per
+//     model, the Proxy, the admin API (admin.go), Prometheus metrics (metrics.go),
+//     the status card (status_page.go, card_window.go), the DP pinning check
+//     (dppin.go) and the background health checks and /metrics scrapes
+//     (internal/scrape) started by Run.
+//
+// From a list of URLs (what `warden route --replica URL...` and the benchmark do):
+//
+//	rt, err := routerhttp.NewFromURLs([]string{"http://h:8001", "http://h:8002"},
+//		true /* affinity */, 32 /* max_num_seqs */, clock /* nil: wall time */)
+//	go rt.Run(ctx)                 // health checks + scrapes
+//	http.ListenAndServe(addr, rt.Handler())
+//	// or: rt.ListenAndServe(ctx, 10*time.Second) for both listeners
+//
+// Switching affinity at run time: rt.SetAffinity(model, on) ("" or "*" = every
+// model), or over HTTP on the admin listener:
+//
+//	curl -X PUT -H 'Authorization: Bearer TOKEN' -d '{"enabled":false}' \
+//	     http://127.0.0.1:8081/admin/models/*/affinity
+//
+// Every proxied response carries X-Warden-Replica (replica name: r0, r1, ... or a
+// configured name; "<name>/rank<k>" for a DP rank) and X-Warden-Decision (sticky,
+// placed, overflow, rehome, no-key, balanced).
+package routerhttp
