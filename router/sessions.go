@@ -11,8 +11,9 @@ const (
 	// DefaultSessionTTL is how long a session keeps its home without a request
 	// (the 1 h idle TTL AIBrix uses; SGLang's gateway keeps 4 h, brief peers.md).
 	DefaultSessionTTL = time.Hour
-	// DefaultMaxSessions bounds the session table; beyond it the least recently
-	// used session is forgotten (about 60 bytes per session, so ~60 MB at the bound).
+	// DefaultMaxSessions bounds the session table; beyond it a session seen only
+	// once is forgotten first, else the least recently used (SessionTable; about
+	// 70 bytes per session, so ~70 MB at the bound).
 	DefaultMaxSessions = 1_000_000
 	// DefaultActiveWindow: a homed session counts as active on its replica while its
 	// last request is at most this old. Active sessions are the third placement
@@ -48,6 +49,12 @@ const (
 // head), so lookups, touches, TTL expiry and LRU eviction are O(1) (amortized) and a
 // lookup of a known key allocates nothing. Time comes from the injected clock.
 //
+// At the bound the table evicts a session seen only once (on probation: a second
+// list in creation order) before any session with two or more requests, so a flood
+// of one-request session ids (untrusted clients; Dynamo #14570 filled its table that
+// way) evicts only its own kind and never a running conversation's home. Only when
+// no session is on probation does the least recently used one go.
+//
 // A SessionTable is not safe for concurrent use; the Balancer guards it with its lock.
 type SessionTable struct {
 	now    func() time.Duration
@@ -64,6 +71,9 @@ type SessionTable struct {
 	// activeTail is the least recently used entry that is still active; every entry
 	// from head to activeTail is active, every entry after it is not. -1: none active.
 	activeTail int32
+	// Probation list: sessions with one request so far, oldest at pTail; linked
+	// through sessEntry.pPrev/pNext. -1: empty.
+	pHead, pTail int32
 
 	homed  []int
 	active []int
@@ -100,6 +110,9 @@ type sessEntry struct {
 	// routedAgain: a request of the session was routed after the one that
 	// created the entry (lookup found it), so unplace leaves it alone.
 	routedAgain bool
+	// probation: on the probation list (one request so far).
+	probation    bool
+	pPrev, pNext int32 // probation list neighbours: pPrev newer, pNext older
 }
 
 // NewSessionTable returns an empty table. ttl 0 means DefaultSessionTTL, max 0
@@ -118,7 +131,7 @@ func NewSessionTable(now func() time.Duration, ttl time.Duration, max int, windo
 		now: now, ttl: ttl, max: max, window: window,
 		seed:  maphash.MakeSeed(),
 		index: make(map[uint64]int32),
-		free:  -1, head: -1, tail: -1, activeTail: -1, liveTail: -1,
+		free:  -1, head: -1, tail: -1, activeTail: -1, liveTail: -1, pHead: -1, pTail: -1,
 		liveWin: DefaultLiveWindow,
 	}
 }
@@ -227,6 +240,7 @@ func (t *SessionTable) Reset() {
 	clear(t.index)
 	t.ents = t.ents[:0]
 	t.free, t.head, t.tail, t.activeTail = -1, -1, -1, -1
+	t.pHead, t.pTail = -1, -1
 	clear(t.homed)
 	clear(t.active)
 	t.liveTail = -1
@@ -376,6 +390,7 @@ func (t *SessionTable) lookup(now time.Duration, h uint64, side bool) (home int,
 	t.touch(idx, now)
 	e := &t.ents[idx]
 	e.routedAgain = true
+	t.unprobate(idx)
 	return int(e.home), e.lost
 }
 
@@ -417,7 +432,7 @@ func (t *SessionTable) set(now time.Duration, h uint64, home int) {
 		return
 	}
 	if len(t.index) >= t.max {
-		t.remove(t.tail)
+		t.evict()
 	}
 	var idx int32
 	if t.free >= 0 {
@@ -429,6 +444,7 @@ func (t *SessionTable) set(now time.Duration, h uint64, home int) {
 	}
 	t.ents[idx] = sessEntry{hash: h, last: now, prev: -1, next: -1, home: int32(home), active: true, live: true}
 	t.pushFront(idx)
+	t.probate(idx)
 	t.index[h] = idx
 	t.homed[home]++
 	t.active[home]++
@@ -488,6 +504,7 @@ func (t *SessionTable) remove(idx int32) {
 		t.liveTokens[e.home] -= int64(e.tokens)
 	}
 	t.homed[e.home]--
+	t.unprobate(idx)
 	delete(t.index, e.hash)
 	t.unlink(idx)
 	e.next = t.free
@@ -519,4 +536,48 @@ func (t *SessionTable) pushFront(idx int32) {
 	if t.tail < 0 {
 		t.tail = idx
 	}
+}
+
+// evict makes room for one entry: the oldest session on probation, else the
+// least recently used one.
+func (t *SessionTable) evict() {
+	if t.pTail >= 0 {
+		t.remove(t.pTail)
+		return
+	}
+	t.remove(t.tail)
+}
+
+// probate puts entry idx at the head of the probation list.
+func (t *SessionTable) probate(idx int32) {
+	e := &t.ents[idx]
+	e.probation = true
+	e.pPrev, e.pNext = -1, t.pHead
+	if t.pHead >= 0 {
+		t.ents[t.pHead].pPrev = idx
+	}
+	t.pHead = idx
+	if t.pTail < 0 {
+		t.pTail = idx
+	}
+}
+
+// unprobate takes entry idx off the probation list, if it is on it.
+func (t *SessionTable) unprobate(idx int32) {
+	e := &t.ents[idx]
+	if !e.probation {
+		return
+	}
+	e.probation = false
+	if e.pPrev >= 0 {
+		t.ents[e.pPrev].pNext = e.pNext
+	} else {
+		t.pHead = e.pNext
+	}
+	if e.pNext >= 0 {
+		t.ents[e.pNext].pPrev = e.pPrev
+	} else {
+		t.pTail = e.pPrev
+	}
+	e.pPrev, e.pNext = -1, -1
 }

@@ -92,6 +92,9 @@ func TestSessionTableLiveMatchesModel(t *testing.T) {
 		last     time.Duration
 		tokens   int64
 		tokensAt time.Duration
+		// probation: created and not looked up since; born orders creations.
+		probation bool
+		born      int
 	}
 	const (
 		reps = 3
@@ -123,11 +126,17 @@ func TestSessionTableLiveMatchesModel(t *testing.T) {
 				switch rng.IntN(3) {
 				case 0:
 					if _, ok := model[key]; !ok && len(model) >= maxN {
-						// LRU eviction: drop the least recently used.
+						// Eviction: the oldest session on probation, else the
+						// least recently used.
 						var oldK string
-						var oldT time.Duration = -1
+						oldB, oldT := -1, time.Duration(-1)
 						for k, e := range model {
-							if oldT < 0 || e.last < oldT {
+							if e.probation && (oldB < 0 || e.born < oldB) {
+								oldK, oldB = k, e.born
+							}
+						}
+						for k, e := range model {
+							if oldB < 0 && (oldT < 0 || e.last < oldT) {
 								oldK, oldT = k, e.last
 							}
 						}
@@ -137,7 +146,7 @@ func TestSessionTableLiveMatchesModel(t *testing.T) {
 					tab.Set(key, h)
 					e := model[key]
 					if e == nil {
-						e = &ent{}
+						e = &ent{probation: true, born: step}
 						model[key] = e
 					}
 					e.home, e.last = h, now
@@ -147,7 +156,7 @@ func TestSessionTableLiveMatchesModel(t *testing.T) {
 						if !ok {
 							t.Fatalf("step %d: %s missing", step, key)
 						}
-						e.last = now
+						e.last, e.probation = now, false
 					}
 				case 2:
 					tok := 1 + rng.IntN(50_000)
