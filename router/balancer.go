@@ -85,6 +85,18 @@ type Facts struct {
 	NoPrefill bool
 }
 
+// SideMeasure is the request size the side-request test compares between the
+// requests of one session (SessionTable.contextTokens): BodyBytes when known (the
+// HTTP proxy), else PromptTokens (exact in virtual mode). Either is the request's
+// own size, so the test does not drift with the bytes-per-token ratio that other
+// traffic moves (issue #19 item 3).
+func (f Facts) SideMeasure() int {
+	if f.BodyBytes > 0 {
+		return f.BodyBytes
+	}
+	return f.PromptTokens
+}
+
 // DecisionEvent is what BalancerConfig.OnDecision is told about one decision.
 // View is the state the policy saw (index = replica); it is only valid during the
 // call.
@@ -368,7 +380,7 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 		ctx := f.PromptTokens
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
-			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens)
+			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
 			home, lost = b.sessions.lookup(now, h, side)
 		}
 		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
@@ -380,7 +392,7 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
 				b.sessions.set(now, h, d.Replica)
 			}
-			b.sessions.setTokens(h, now, f.PromptTokens, side)
+			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
 		}
 	} else {
 		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1, PromptTokens: f.PromptTokens}, b.view)
@@ -438,7 +450,7 @@ func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens
 	if sessionKey == "" || !b.affinity {
 		return
 	}
-	b.sessions.observeCache(b.sessions.hash(sessionKey), i, promptTokens, cachedTokens)
+	b.sessions.observeCache(b.sessions.hash(sessionKey), b.now(), i, promptTokens, cachedTokens)
 }
 
 // Unplace undoes the home a placement (ReasonPlaced) gave sessionKey on replica

@@ -96,12 +96,18 @@ type sessEntry struct {
 	prev, next int32 // prev: more recent neighbour; next: less recent
 	home       int32
 	tokens     int32 // context estimate: prompt tokens of the last full-size request (0 unknown)
+	// size is the last full-size request's own measure (body bytes, or exact
+	// prompt tokens when no body size is known: Facts.SideMeasure): the side
+	// request test compares like with like, so it does not drift with the
+	// bytes-per-token ratio other traffic moves.
+	size int32
 	// tokensAt is when tokens was set: a side request (see contextTokens) within
 	// the live window of it leaves tokens alone.
 	tokensAt time.Duration
 	// served is the exact prompt size in tokens of the session's latest request
 	// served at its home, from that request's usage (observeCache); 0 unknown.
-	served int32
+	served   int32
+	servedAt time.Duration // when served was set
 	active bool
 	live   bool
 	// lost: the latest request served at home read less than half of served's
@@ -300,32 +306,33 @@ func (t *SessionTable) expireLive(now time.Duration) {
 }
 
 // contextTokens returns the context estimate in tokens that a request of prompt
-// tokens gives the session with hash h at now, and whether the request is a side
-// request: one under half of the estimate that the session's last full-size
-// request set within the live window. Claude Code sends its side requests (title
+// tokens and the given size (its body bytes, or its exact prompt tokens: see
+// sessEntry.size) gives the session with hash h at now, and whether the request
+// is a side request: one under half of the size of the session's last full-size
+// request, set within the live window. Claude Code sends its side requests (title
 // and topic classification) with the conversation's session id and a short prompt
 // (brief clients.md); the conversation's context is still what its next turn reads
 // from the cache, so a side request keeps the estimate. After a compaction the
 // conversation really is shorter: its short turns set the estimate once the live
 // window since the last full-size request has passed. An unknown hash, no
 // estimate yet or tokens <= 0 give tokens and false.
-func (t *SessionTable) contextTokens(h uint64, now time.Duration, tokens int) (int, bool) {
+func (t *SessionTable) contextTokens(h uint64, now time.Duration, tokens, size int) (int, bool) {
 	idx, ok := t.index[h]
 	if !ok || tokens <= 0 {
 		return tokens, false
 	}
 	e := &t.ents[idx]
-	if e.tokens > 0 && int64(tokens)*2 < int64(e.tokens) && now-e.tokensAt <= t.liveWin {
+	if e.tokens > 0 && e.size > 0 && int64(size)*2 < int64(e.size) && now-e.tokensAt <= t.liveWin {
 		return int(e.tokens), true
 	}
 	return tokens, false
 }
 
 // setTokens records the context estimate of the session with hash h from a
-// request of prompt tokens at now; side is what contextTokens said of that
-// request (a side request leaves the estimate alone). No-op for an unknown hash
-// or tokens <= 0.
-func (t *SessionTable) setTokens(h uint64, now time.Duration, tokens int, side bool) {
+// request of prompt tokens and size (as for contextTokens) at now; side is what
+// contextTokens said of that request (a side request leaves the estimate alone).
+// No-op for an unknown hash or tokens <= 0.
+func (t *SessionTable) setTokens(h uint64, now time.Duration, tokens, size int, side bool) {
 	idx, ok := t.index[h]
 	if !ok || tokens <= 0 || side {
 		return
@@ -336,6 +343,7 @@ func (t *SessionTable) setTokens(h uint64, now time.Duration, tokens int, side b
 		t.liveTokens[e.home] += int64(tok) - int64(e.tokens)
 	}
 	e.tokens, e.tokensAt = tok, now
+	e.size = int32(min(size, 1<<31-1))
 }
 
 // observeCache records the prefix-cache outcome of a finished request of the
@@ -346,22 +354,27 @@ func (t *SessionTable) setTokens(h uint64, now time.Duration, tokens int, side b
 // the replica kept less than half of what the conversation had sent it before, so
 // its context was evicted between the two turns (what still hits is a prefix other
 // conversations share). The first observation only records the size. A request
-// under half of the session's context estimate (a side request, contextTokens)
-// reads a different, short prompt and says nothing about the conversation's
-// context: it is ignored. No-op for an unknown hash or prompt <= 0.
-func (t *SessionTable) observeCache(h uint64, replica, prompt, cached int) {
+// under half of the exact prompt of the session's previous request served at home
+// within the live window (a side request, as in contextTokens) reads a different,
+// short prompt and says nothing about the conversation's context: it is ignored.
+// Both sizes are exact, so the test does not drift with the bytes-per-token
+// estimate. No-op for an unknown hash or prompt <= 0.
+func (t *SessionTable) observeCache(h uint64, now time.Duration, replica, prompt, cached int) {
 	idx, ok := t.index[h]
 	if !ok || prompt <= 0 {
 		return
 	}
 	e := &t.ents[idx]
-	if int(e.home) != replica || int64(prompt)*2 < int64(e.tokens) {
+	if int(e.home) != replica {
+		return
+	}
+	if e.served > 0 && int64(prompt)*2 < int64(e.served) && now-e.servedAt <= t.liveWin {
 		return
 	}
 	if e.served > 0 {
 		e.lost = int64(cached)*2 < int64(e.served)
 	}
-	e.served = int32(min(prompt, 1<<31-1))
+	e.served, e.servedAt = int32(min(prompt, 1<<31-1)), now
 }
 
 // SetTokens records key's context estimate in tokens from the prompt size of
@@ -370,8 +383,8 @@ func (t *SessionTable) observeCache(h uint64, replica, prompt, cached int) {
 // while live.
 func (t *SessionTable) SetTokens(key string, tokens int) {
 	h, now := t.hash(key), t.now()
-	_, side := t.contextTokens(h, now, tokens)
-	t.setTokens(h, now, tokens, side)
+	_, side := t.contextTokens(h, now, tokens, tokens)
+	t.setTokens(h, now, tokens, tokens, side)
 }
 
 // lookup returns the home of hash h (touching it) or -1, and whether the session

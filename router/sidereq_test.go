@@ -205,3 +205,56 @@ func TestSideRequestNeverMovesTheConversation(t *testing.T) {
 		})
 	}
 }
+
+// sidePolicy keeps conversations at home (new ones on replica 0) and records what
+// each request was taken for (Request.Side) and the size the policy was told.
+type sidePolicy struct {
+	side   []bool
+	prompt []int
+}
+
+func (p *sidePolicy) Pick(_ time.Duration, req Request, _ []ReplicaState) (Decision, error) {
+	p.side, p.prompt = append(p.side, req.Side), append(p.prompt, req.PromptTokens)
+	if req.Home >= 0 {
+		return Decision{Replica: req.Home, Reason: ReasonSticky}, nil
+	}
+	return Decision{Replica: 0, Reason: ReasonPlaced}, nil
+}
+
+// The side-request test compares a request with its own session's earlier
+// requests in one unit (body bytes over HTTP), so other traffic that moves the
+// bytes-per-token ratio (4 -> ~9.3 here, as tiny requests of other sessions did in
+// an outside test) does not turn a full-size turn into a "side request" (issue #19
+// item 3: working-set then overflowed it 13 times instead of moving it).
+func TestSideRequestTestIgnoresBytesPerTokenDrift(t *testing.T) {
+	p := &sidePolicy{}
+	b, clk := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.AffinityPolicy = p })
+	for range SizeMinSeen {
+		b.ObserveSize(4000, 1000) // 4 bytes per token
+	}
+	acquire := func(key string, bodyBytes int) {
+		t.Helper()
+		d, err := b.Acquire(Facts{SessionKey: key, BodyBytes: bodyBytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(d.Replica)
+	}
+	acquire("conv", 13_000)
+	for range 50 {
+		b.ObserveSize(93_600, 10_000) // other sessions' requests: 9.36 bytes per token
+	}
+	if r, _ := b.BytesPerToken(); r < 9 {
+		t.Fatalf("ratio %.2f bytes/token after the drift, want about 9.3", r)
+	}
+	clk.Advance(5 * time.Second)
+	acquire("conv", 13_100) // the next full-size turn
+	clk.Advance(time.Second)
+	acquire("conv", 600) // a real side request
+	want := []bool{false, false, true}
+	for i, w := range want {
+		if p.side[i] != w {
+			t.Errorf("request %d (sizes 13,000, 13,100, 600 bytes): side %v, want %v (policy told %d tokens)", i, p.side[i], w, p.prompt[i])
+		}
+	}
+}
