@@ -108,8 +108,8 @@ type sessEntry struct {
 	// served at its home, from that request's usage (observeCache); 0 unknown.
 	served   int32
 	servedAt time.Duration // when served was set
-	active bool
-	live   bool
+	active   bool
+	live     bool
 	// lost: the latest request served at home read less than half of served's
 	// previous value from the prefix cache (observeCache).
 	lost bool
