@@ -1,0 +1,119 @@
+// Package testredis starts a real redis-server (Debian's package) for tests, on a
+// free loopback port with persistence off, and stops it when the test ends. Where
+// redis-server is missing the test skips, except under CI=true, where it fails:
+// a skipped test proves nothing (.ci/run installs the package).
+package testredis
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is one redis-server process started for a test.
+type Server struct {
+	Addr string // host:port on 127.0.0.1
+	cmd  *exec.Cmd
+}
+
+// URL is the server's address as a redis:// URL (database 0).
+func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+
+// Start runs redis-server on a free 127.0.0.1 port and waits until it answers
+// PING (10 s at most). extra are further redis-server arguments (e.g.
+// "--requirepass", "x"). The server is killed at t.Cleanup.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server not found (CI=true: a missing Redis fails the run; apt-get install redis-server): %v", err)
+		}
+		t.Skipf("redis-server not found (apt-get install redis-server): %v", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	args := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting redis-server: %v", err)
+	}
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
+	go func() { // drain its log so it never blocks on a full pipe
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+		}
+	}()
+	t.Cleanup(s.Kill)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := ping(s.Addr, extra); err == nil {
+			return s
+		} else if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not answer PING within 10 s: %v", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the server at once (SIGKILL); calling it again does nothing.
+func (s *Server) Kill() {
+	if s.cmd.Process != nil && s.cmd.ProcessState == nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+}
+
+// Pause stops the server's process (SIGSTOP): it keeps its connections open and
+// answers nothing until Resume, like a hung Redis.
+func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ping sends an inline PING (with AUTH first when --requirepass is among extra)
+// and waits for +PONG.
+func ping(addr string, extra []string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	for i, a := range extra {
+		if a == "--requirepass" && i+1 < len(extra) {
+			fmt.Fprintf(c, "AUTH %s\r\n", extra[i+1])
+			if l, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+				return fmt.Errorf("AUTH: %q %v", l, err)
+			}
+		}
+	}
+	fmt.Fprint(c, "PING\r\n")
+	l, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(l, "+PONG") {
+		return fmt.Errorf("PING answered %q", l)
+	}
+	return nil
+}
