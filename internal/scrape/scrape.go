@@ -46,8 +46,7 @@ func Fetch(ctx context.Context, client *http.Client, url, userAgent string) (*vl
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("scraping %s: http %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
+		return nil, statusError(url, resp)
 	}
 	snap, err := Parse(io.LimitReader(resp.Body, MaxBody))
 	if err != nil {
@@ -56,15 +55,49 @@ func Fetch(ctx context.Context, client *http.Client, url, userAgent string) (*vl
 	return snap, nil
 }
 
+// StatusError is the error Fetch and FetchEngine return for a non-200 /metrics
+// answer. It keeps the status, up to 512 bytes of the body and the Server header,
+// so a caller can tell llama-server's 501 ("start it with --metrics") or SGLang's
+// 404 (no --enable-metrics) from a failure. Use errors.As to get it.
+type StatusError struct {
+	URL    string
+	Code   int    // HTTP status
+	Body   string // up to 512 bytes, trimmed
+	Server string // the Server response header ("llama.cpp" on llama-server)
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("scraping %s: http %d: %s", e.URL, e.Code, e.Body)
+}
+
+func statusError(url string, resp *http.Response) *StatusError {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return &StatusError{URL: url, Code: resp.StatusCode, Body: strings.TrimSpace(string(b)), Server: resp.Header.Get("Server")}
+}
+
 // Parse reads a Prometheus text exposition and returns the vLLM series per engine.
 // It fails when the text cannot be parsed; a body with no vLLM series at all gives
 // an empty vllmmetrics.Snapshot (callers decide with Require whether that is an error).
 func Parse(r io.Reader) (*vllmmetrics.Snapshot, error) {
+	fams, err := decode(r)
+	if err != nil {
+		return nil, err
+	}
+	return parseVLLM(fams), nil
+}
+
+// decode reads a Prometheus text exposition into metric families by name.
+func decode(r io.Reader) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, fmt.Errorf("parsing /metrics text: %w", err)
 	}
+	return fams, nil
+}
+
+// parseVLLM folds the vllm: families into per-engine samples (Parse's result).
+func parseVLLM(fams map[string]*dto.MetricFamily) *vllmmetrics.Snapshot {
 	byEngine := map[string]*vllmmetrics.Engine{}
 	var cacheDefault struct {
 		bs, nb int
@@ -196,7 +229,7 @@ func Parse(r io.Reader) (*vllmmetrics.Snapshot, error) {
 		snap.Engines = append(snap.Engines, e)
 	}
 	sort.Slice(snap.Engines, func(i, j int) bool { return engineLess(snap.Engines[i].Engine, snap.Engines[j].Engine) })
-	return snap, nil
+	return snap
 }
 
 func value(m *dto.Metric) float64 {

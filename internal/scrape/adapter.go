@@ -1,0 +1,143 @@
+package scrape
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/lmwarden/warden/internal/engines"
+)
+
+// Adapter reads one engine kind's /metrics families into engines.Stats. Each
+// figure's Source names the series it came from; a figure the engine did not
+// report stays absent (empty Source), never zero.
+type Adapter interface {
+	Kind() engines.Kind
+	// Capability is the engine's static description (engines.CapabilityOf).
+	Capability() engines.Capability
+	// Stats returns one Stats per engine (vLLM: per DP rank, in label order; the
+	// others: exactly one), or none when the families hold none of its series.
+	Stats(fams map[string]*dto.MetricFamily) []*engines.Stats
+}
+
+var (
+	_ Adapter = VLLM{}
+	_ Adapter = SGLang{}
+	_ Adapter = LlamaCpp{}
+)
+
+// AdapterFor returns the adapter of k; KindUnknown (or any other value) is an
+// error.
+func AdapterFor(k engines.Kind) (Adapter, error) {
+	switch k {
+	case engines.KindVLLM:
+		return VLLM{}, nil
+	case engines.KindSGLang:
+		return SGLang{}, nil
+	case engines.KindLlamaCpp:
+		return LlamaCpp{}, nil
+	}
+	return nil, fmt.Errorf("choosing a /metrics adapter: no adapter for engine kind %q", k)
+}
+
+// DetectKind names the engine of a /metrics body from its family names (vllm:,
+// sglang:, llamacpp: prefixes; expfmt drops a family declared by HELP/TYPE lines
+// without a sample, so such a family is no evidence). It returns KindUnknown when no family has a known prefix or two engines
+// tie; counts gives the number of families per kind for a diagnostic.
+func DetectKind(fams map[string]*dto.MetricFamily) (kind engines.Kind, counts map[engines.Kind]int) {
+	counts = map[engines.Kind]int{}
+	for name := range fams {
+		if k := engines.KindOfSeries(name); k != engines.KindUnknown {
+			counts[k]++
+		}
+	}
+	kind, best, tie := engines.KindUnknown, 0, false
+	for _, k := range engines.Kinds {
+		switch n := counts[k]; {
+		case n > best:
+			kind, best, tie = k, n, false
+		case n == best && n > 0:
+			tie = true
+		}
+	}
+	if tie {
+		return engines.KindUnknown, counts
+	}
+	return kind, counts
+}
+
+// ParseEngine reads a Prometheus text exposition as engine kind (KindUnknown:
+// detected with DetectKind). It fails only when the text cannot be parsed; a body
+// of an unidentifiable engine gives a Snapshot of KindUnknown with no Ranks, and
+// a body with none of the chosen kind's series a Snapshot with no Ranks.
+func ParseEngine(r io.Reader, kind engines.Kind) (*engines.Snapshot, error) {
+	fams, err := decode(r)
+	if err != nil {
+		return nil, err
+	}
+	return fromFamilies(fams, kind), nil
+}
+
+func fromFamilies(fams map[string]*dto.MetricFamily, kind engines.Kind) *engines.Snapshot {
+	if kind == engines.KindUnknown {
+		kind, _ = DetectKind(fams)
+	}
+	snap := &engines.Snapshot{Kind: kind}
+	if a, err := AdapterFor(kind); err == nil {
+		snap.Ranks = a.Stats(fams)
+	}
+	return snap
+}
+
+// FetchEngine GETs url (an engine's /metrics) and parses it with ParseEngine.
+// Errors name the URL: the request, a non-200 status (a *StatusError: llama-server
+// without --metrics answers 501, SGLang without --enable-metrics 404), or the
+// parse.
+func FetchEngine(ctx context.Context, client *http.Client, url, userAgent string, kind engines.Kind) (*engines.Snapshot, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	if userAgent != "" {
+		req.Header.Set("User-Agent", userAgent)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, statusError(url, resp)
+	}
+	snap, err := ParseEngine(io.LimitReader(resp.Body, MaxBody), kind)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	return snap, nil
+}
+
+// labelsOf returns a metric's labels as a map.
+func labelsOf(m *dto.Metric) map[string]string {
+	out := make(map[string]string, len(m.GetLabel()))
+	for _, l := range m.GetLabel() {
+		out[l.GetName()] = l.GetValue()
+	}
+	return out
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
