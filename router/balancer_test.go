@@ -109,8 +109,10 @@ func TestStickyPick(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Sticky{Threshold: 8, Margin: 2, Rand: rand.New(rand.NewPCG(1, 2)), NoKey: NewShortestQueue(time.Second)}
-			d, err := s.Pick(0, tc.req, tc.reps)
+			s := &Sticky{Margin: 2, Rand: rand.New(rand.NewPCG(1, 2)), NoKey: NewShortestQueue(time.Second)}
+			req := tc.req
+			req.Threshold = 8
+			d, err := s.Pick(0, req, tc.reps)
 			if tc.errIs != nil {
 				if !errors.Is(err, tc.errIs) {
 					t.Fatalf("err = %v, want %v", err, tc.errIs)
@@ -138,7 +140,7 @@ func TestStickyPick(t *testing.T) {
 }
 
 func TestStickyTieBreakSpreadsUniformly(t *testing.T) {
-	s := &Sticky{Threshold: 8, Margin: 2, Rand: rand.New(rand.NewPCG(7, 7)), NoKey: NewShortestQueue(0)}
+	s := &Sticky{Margin: 2, Rand: rand.New(rand.NewPCG(7, 7)), NoKey: NewShortestQueue(0)}
 	reps := make([]ReplicaState, 4)
 	for i := range reps {
 		reps[i].Healthy = true

@@ -33,10 +33,10 @@ func AutoOverflowThreshold(maxNumSeqs int) int {
 // Sticky is the session-affinity policy (brief workload.md, "The router's rule"):
 //
 //   - No session key: shortest-queue placement by NoKey (ReasonNoKey).
-//   - Home known and healthy, home in-flight <= Threshold: the home (ReasonSticky).
+//   - Home known and healthy, home in-flight <= Request.Threshold: the home (ReasonSticky).
 //     Nothing else is weighed while the home is under the threshold, so load scorers
 //     cannot outvote affinity at low load (peers.md router case 4).
-//   - Home known and healthy but over the threshold (in-flight > Threshold): the
+//   - Home known and healthy but over the threshold (in-flight > Request.Threshold): the
 //     least-loaded other replica if it has at least Margin fewer requests in flight
 //     than the home (ReasonOverflow), else the home (ReasonSticky). The home does
 //     not change on overflow: the conversation's prefix cache lives there, so the
@@ -59,10 +59,9 @@ func AutoOverflowThreshold(maxNumSeqs int) int {
 // and breaks remaining ties uniformly at random (Rand). Placement never looks at
 // which replica holds the most cache (peers.md router case 1).
 type Sticky struct {
-	Threshold int            // overflow threshold, in-flight requests; >= 0
-	Margin    int            // overflow margin, in-flight requests; see DefaultOverflowMargin
-	Rand      *rand.Rand     // tie-break randomness; required
-	NoKey     *ShortestQueue // placement of keyless requests; required
+	Margin int            // overflow margin, in-flight requests; see DefaultOverflowMargin
+	Rand   *rand.Rand     // tie-break randomness; required
+	NoKey  *ShortestQueue // placement of keyless requests; required
 }
 
 // Pick applies the rules above. It returns ErrNoReplica when no replica is healthy.
@@ -74,7 +73,7 @@ func (s *Sticky) Pick(now time.Duration, req Request, reps []ReplicaState) (Deci
 	}
 	h := req.Home
 	if h >= 0 && h < len(reps) && reps[h].Healthy {
-		if reps[h].InFlight <= s.Threshold {
+		if reps[h].InFlight <= req.Threshold {
 			return Decision{Replica: h, Reason: ReasonSticky}, nil
 		}
 		if m := s.LeastLoaded(reps, h); m >= 0 && reps[m].InFlight+s.Margin <= reps[h].InFlight {
