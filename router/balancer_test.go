@@ -609,3 +609,25 @@ func TestBytesPerTokenAssumedAtStart(t *testing.T) {
 		t.Errorf("after a short window: %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
 	}
 }
+
+func TestParseThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"auto", 0, true},
+		{"AUTO", 0, true},
+		{"0", 0, true}, // auto, as in the YAML file and --overflow-threshold 0
+		{"6", 6, true},
+		{"-2", 0, false},
+		{"4.5", 0, false},
+		{"lots", 0, false},
+		{"", 0, false},
+	} {
+		got, err := ParseThreshold(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseThreshold(%q) = %d, %v; want %d, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package router
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -109,4 +112,20 @@ func cmpInt(a, b int) int {
 		return 1
 	}
 	return 0
+}
+
+// ParseThreshold parses an overflow threshold as the YAML file
+// (overflow_threshold) and the admin API (PUT .../threshold) take it: "auto" (any
+// case) or 0, both meaning auto (AutoOverflowThreshold), or a positive integer of
+// in-flight requests. It returns 0 for auto. Errors: anything else ("-2", "4.5",
+// "lots", "").
+func ParseThreshold(s string) (int, error) {
+	if strings.EqualFold(s, "auto") {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf(`%q: want "auto", 0 (auto) or a positive integer`, s)
+	}
+	return n, nil
 }

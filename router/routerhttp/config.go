@@ -127,15 +127,11 @@ type ReplicaConfig struct {
 // Threshold is an overflow threshold: 0 means auto.
 type Threshold int
 
-// UnmarshalYAML accepts "auto", 0 (auto, as --overflow-threshold 0) or a
-// positive integer.
+// UnmarshalYAML accepts what router.ParseThreshold does: "auto", 0 (auto, as
+// --overflow-threshold 0) or a positive integer.
 func (t *Threshold) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode && strings.EqualFold(n.Value, "auto") {
-		*t = 0
-		return nil
-	}
-	v, err := strconv.Atoi(n.Value)
-	if err != nil || v < 0 || n.Kind != yaml.ScalarNode {
+	v, err := router.ParseThreshold(n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
 		// A *yaml.TypeError lets the decoder go on and report the file's other
 		// problems with this one (any other error stops it here).
 		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: overflow_threshold %q: want \"auto\", 0 (auto) or a positive integer", n.Line, n.Value)}}
