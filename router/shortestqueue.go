@@ -1,25 +1,23 @@
 package router
 
-import "time"
+import (
+	"time"
+
+	"github.com/lmwarden/warden/internal/vllmdp"
+)
 
 // DefaultSnapshotInterval is how often ShortestQueue refreshes its view of replica
 // load: vLLM's DP coordinator (vllm/v1/engine/coordinator.py) publishes engine load
 // snapshots to the API server about every 100 ms when they change (brief vllm.md).
 const DefaultSnapshotInterval = 100 * time.Millisecond
 
-// kvPenaltyFactor and kvPenaltyFrom are the constants of the KV-pressure term of
-// vLLM's DP balancer: waiting * 6 * max(0, kv_usage - 0.5) (see ShortestQueue).
-const (
-	kvPenaltyFactor = 6.0
-	kvPenaltyFrom   = 0.5
-)
-
 // ShortestQueue is the "affinity off" policy: it mimics the load balancer vLLM runs in
 // front of its own data-parallel ranks (vllm/v1/engine/core_client.py,
 // DPLBAsyncMPClient.get_core_engine_for_request, current main), so that "off" is the
 // behaviour a user gets from vLLM itself.
 //
-// The score of replica i is
+// The score of replica i is vllmdp.Score (the one definition of vLLM's formula)
+// of
 //
 //	score_i = max(inflight_i + sent_i, waiting_i + running_i)
 //	        + waiting_i * 6 * max(0, kv_i - 0.5)      (only when waiting_i > 0)
@@ -54,10 +52,9 @@ type ShortestQueue struct {
 }
 
 type sqSnap struct {
-	inflight int
-	load     int // waiting + running (fresh scrape) or 0
-	waiting  int
-	kv       float64
+	inflight         int
+	waiting, running int // fresh scrape, else 0
+	kv               float64
 }
 
 // NewShortestQueue returns a ShortestQueue with the given snapshot interval
@@ -101,8 +98,7 @@ func (q *ShortestQueue) Sync(now time.Duration, reps []ReplicaState) {
 		r := &reps[i]
 		s := sqSnap{inflight: r.InFlight}
 		if r.Fresh {
-			s.load = r.Waiting + r.Running
-			s.waiting = r.Waiting
+			s.waiting, s.running = r.Waiting, r.Running
 			s.kv = r.KVUsage
 		}
 		q.snap[i] = s
@@ -114,11 +110,7 @@ func (q *ShortestQueue) Sync(now time.Duration, reps []ReplicaState) {
 // Sync.
 func (q *ShortestQueue) Score(i int) float64 {
 	s := q.snap[i]
-	score := float64(max(s.inflight+q.sent[i], s.load))
-	if s.waiting > 0 {
-		score += float64(s.waiting) * kvPenaltyFactor * max(0, s.kv-kvPenaltyFrom)
-	}
-	return score
+	return vllmdp.Score(s.inflight+q.sent[i], s.waiting, s.running, s.kv)
 }
 
 // Pick chooses the healthy replica with the lowest score, counts one request sent to

@@ -3,6 +3,8 @@ package router
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/lmwarden/warden/internal/vllmdp"
 )
 
 // BytesPerTokenEstimate is the body bytes the proxy counts per prompt token when it
@@ -192,19 +194,11 @@ func (w *WorkingSet) fitTarget(reps []ReplicaState, h, prompt int) int {
 }
 
 // VLLMScore is the load score vLLM's DP balancer gives a replica
-// (vllm/v1/engine/core_client.py, DPLBAsyncMPClient.get_core_engine_for_request;
-// see ShortestQueue), on the state a policy sees:
-//
-//	max(InFlight, Waiting + Running) + Waiting x 6 x max(0, KVUsage - 0.5)
-//
-// with Waiting, Running and KVUsage zero unless the scrape is fresh. Smaller is
-// less loaded; the unit is requests.
+// (vllmdp.Score; see ShortestQueue) on the state a policy sees: InFlight,
+// Waiting, Running and KVUsage, the gauges zero unless the scrape is fresh.
+// Smaller is less loaded; the unit is requests.
 func VLLMScore(r *ReplicaState) float64 {
-	s := float64(max(r.InFlight, r.Waiting+r.Running))
-	if r.Waiting > 0 {
-		s += float64(r.Waiting) * kvPenaltyFactor * max(0, r.KVUsage-kvPenaltyFrom)
-	}
-	return s
+	return vllmdp.Score(r.InFlight, r.Waiting, r.Running, r.KVUsage)
 }
 
 // LeastLoaded returns the healthy replica other than exclude that is smallest by

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/vllmdp"
 	"github.com/lmwarden/warden/sim"
 )
 
 // dpBalancer is vLLM's internal data-parallel load balancer as in current main
-// (vllm/v1/engine/core_client.py, DPLBAsyncMPClient.get_core_engine_for_request):
+// (vllm/v1/engine/core_client.py, DPLBAsyncMPClient.get_core_engine_for_request),
+// scoring with vllmdp.Score:
 //
 //	score_i = max(apiServers*inflight_i, waiting_i + running_i)
 //	        + waiting_i * 6 * max(0, kv_usage_i - 0.5)   when waiting_i > 0
@@ -47,11 +49,7 @@ func newDPBalancer(n int) *dpBalancer {
 // score is the balancer's cost of sending one more request to a rank.
 func (b *dpBalancer) score(i int) float64 {
 	l := b.snap[i]
-	s := math.Max(float64(b.apiServers*b.inflight[i]), float64(l.waiting+l.running))
-	if l.waiting > 0 {
-		s += float64(l.waiting) * 6 * math.Max(0, l.kvUsage-0.5)
-	}
-	return s
+	return vllmdp.Score(b.apiServers*b.inflight[i], l.waiting, l.running, l.kvUsage)
 }
 
 // pick chooses a rank for a new request and counts it in flight there.
