@@ -194,11 +194,11 @@ func (w *WorkingSet) fitTarget(reps []ReplicaState, h, prompt int) int {
 }
 
 // VLLMScore is the load score vLLM's DP balancer gives a replica
-// (vllmdp.Score; see ShortestQueue) on the state a policy sees: InFlight,
+// (vllmdp.Rank.Score; see ShortestQueue) on the state a policy sees: InFlight,
 // Waiting, Running and KVUsage, the gauges zero unless the scrape is fresh.
 // Smaller is less loaded; the unit is requests.
 func VLLMScore(r *ReplicaState) float64 {
-	return vllmdp.Score(r.InFlight, r.Waiting, r.Running, r.KVUsage)
+	return vllmdp.Rank{InFlight: r.InFlight, Waiting: r.Waiting, Running: r.Running, KVUsage: r.KVUsage}.Score()
 }
 
 // LeastLoaded returns the healthy replica other than exclude that is smallest by
