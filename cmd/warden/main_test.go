@@ -56,7 +56,7 @@ func TestReportCheckFailsWhenTurnsVanish(t *testing.T) {
 	}
 	_, err = run(t, "report", dir, "--check")
 	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != 3 {
+	if !errors.As(err, &ee) || ee.code != ExitAccounting {
 		t.Fatalf("report --check with a vanished turn: err = %v, want exit code 3", err)
 	}
 	if !strings.Contains(err.Error(), "accounting") {
@@ -79,7 +79,7 @@ func TestReportCheckFailsWhenTurnsVanish(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = run(t, "report", dir2, "--check")
-	if !errors.As(err, &ee) || ee.code != 3 || !strings.Contains(err.Error(), "turn records") {
+	if !errors.As(err, &ee) || ee.code != ExitAccounting || !strings.Contains(err.Error(), "turn records") {
 		t.Fatalf("report --check with an extra turn record: err = %v, want exit code 3 naming the turn records", err)
 	}
 }
@@ -96,7 +96,7 @@ func TestBenchExitsNonZeroWhenNoTurnSucceeded(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	_, err := run(t, "bench", "--virtual", "--scenario", sc, "--out", dir)
 	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != 3 {
+	if !errors.As(err, &ee) || ee.code != ExitAccounting {
 		t.Fatalf("bench with every turn failing: err = %v, want exit code 3", err)
 	}
 	if !strings.Contains(err.Error(), `variant "on" stage 1/1 (2 sessions): no successful turn`) {
@@ -325,5 +325,23 @@ func TestBenchWritesTurnsByIndex(t *testing.T) {
 	again, err := os.ReadFile(filepath.Join(dir, report.TurnsByIndexCSVFile))
 	if err != nil || !bytes.Equal(again, first) {
 		t.Errorf("warden report wrote %s differently (%v):\n%s\nbench wrote:\n%s", report.TurnsByIndexCSVFile, err, again, first)
+	}
+}
+
+// Every command's --help ends with the exit codes, today's values.
+func TestHelpListsExitCodes(t *testing.T) {
+	for _, c := range []string{"route", "sim", "bench", "report", "compare", "study", "version"} {
+		out, err := run(t, c, "--help")
+		if err != nil {
+			t.Fatalf("%s --help: %v", c, err)
+		}
+		for _, want := range []string{"Exit codes:", "\n  0    success", "\n  1    error", "\n  3    results written", "\n  4    a --fail-on gate", "\n  130  a second Ctrl-C"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s --help lacks %q", c, want)
+			}
+		}
+	}
+	if ExitOK != 0 || ExitError != 1 || ExitAccounting != 3 || ExitGate != 4 || ExitInterrupt != 130 {
+		t.Error("exit code values changed")
 	}
 }
