@@ -85,7 +85,8 @@ type Options struct {
 	SimReplicas int
 	Profile     string
 	Speed       float64
-	MaxNumSeqs  int // per engine; default sim.DefaultMaxNumSeqs
+	// MaxNumSeqs per engine, simulated or real; 0 means DefaultMaxNumSeqs.
+	MaxNumSeqs int
 	// OverflowThreshold of the router; 0 = auto (max_num_seqs/4).
 	OverflowThreshold int
 	// Policy the router uses while affinity is on (router.PolicyNames); "" means
@@ -96,6 +97,17 @@ type Options struct {
 	RunID    string    // default UTC time
 	Progress io.Writer // progress lines; nil = none
 	Report   io.Writer // where the results table is printed; nil = none
+}
+
+// DefaultMaxNumSeqs is the benchmark's max_num_seqs when none is given: the
+// simulator's engines run sim.DefaultMaxNumSeqs (32, the reference server) and
+// the router is told so; real servers (Options.Replicas) are assumed to run
+// router.DefaultMaxNumSeqs (256, vLLM's default), as `warden route` assumes.
+func DefaultMaxNumSeqs(realServers bool) int {
+	if realServers {
+		return router.DefaultMaxNumSeqs
+	}
+	return sim.DefaultMaxNumSeqs
 }
 
 // Run executes the benchmark and writes the results directory, then the report.
@@ -121,7 +133,7 @@ func Run(ctx context.Context, o Options) (string, error) {
 		o.SimReplicas = DefaultSimReplicas
 	}
 	if o.MaxNumSeqs <= 0 {
-		o.MaxNumSeqs = sim.DefaultMaxNumSeqs
+		o.MaxNumSeqs = DefaultMaxNumSeqs(len(o.Replicas) > 0)
 	}
 	if o.Speed <= 0 {
 		o.Speed = DefaultSpeed
