@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/report"
+	"github.com/spf13/pflag"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -343,5 +344,44 @@ func TestHelpListsExitCodes(t *testing.T) {
 	}
 	if ExitOK != 0 || ExitError != 1 || ExitAccounting != 3 || ExitGate != 4 || ExitInterrupt != 130 {
 		t.Error("exit code values changed")
+	}
+}
+
+// warden route layers defaults, then the --config file, then the flags given:
+// --affinity, --overflow-threshold and --max-num-seqs with --config override
+// every model's file value (they were silently ignored before); not given, the
+// file's values stand.
+func TestRouteFlagsOverrideConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "router.yaml")
+	file := "models:\n  - name: m\n    affinity: true\n    overflow_threshold: 6\n    max_num_seqs: 48\n    replicas: [{url: \"http://127.0.0.1:9\"}]\n"
+	if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parse := func(args ...string) (bool, int, int) {
+		t.Helper()
+		var o routeOpts
+		fs := pflag.NewFlagSet("route", pflag.ContinueOnError)
+		o.bind(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.config(fs)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		m := cfg.Models[0]
+		return *m.Affinity, int(m.OverflowThreshold), m.MaxNumSeqs
+	}
+	if on, thr, seqs := parse("--config", path); !on || thr != 6 || seqs != 48 {
+		t.Errorf("file alone: affinity %v, threshold %d, max_num_seqs %d; want the file's true, 6, 48", on, thr, seqs)
+	}
+	if on, thr, seqs := parse("--config", path, "--affinity", "off", "--overflow-threshold", "3", "--max-num-seqs", "64"); on || thr != 3 || seqs != 64 {
+		t.Errorf("flags over the file: affinity %v, threshold %d, max_num_seqs %d; want false, 3, 64", on, thr, seqs)
+	}
+	if _, thr, seqs := parse("--config", path, "--overflow-threshold", "0"); thr != 0 || seqs != 48 {
+		t.Errorf("--overflow-threshold 0 over the file: threshold %d, max_num_seqs %d; want 0 (auto), 48", thr, seqs)
+	}
+	if on, thr, seqs := parse("--replica", "http://127.0.0.1:9"); !on || thr != 0 || seqs != 256 {
+		t.Errorf("--replica defaults: affinity %v, threshold %d, max_num_seqs %d; want true, 0, 256", on, thr, seqs)
 	}
 }
