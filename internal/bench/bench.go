@@ -26,7 +26,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -300,13 +299,13 @@ func runHTTP(ctx context.Context, o Options) error {
 	for i, r := range rcfgs {
 		name := r.Name
 		if name == "" {
-			name = fmt.Sprintf("r%d", i)
+			name = router.ReplicaName(i)
 		}
 		base := strings.TrimRight(r.URL, "/")
 		rc.ResetURLs = append(rc.ResetURLs, base)
 		if r.DPRanks > 0 {
 			for k := 0; k < r.DPRanks; k++ {
-				rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: fmt.Sprintf("%s/rank%d", name, k), URL: base + "/metrics", Engine: fmt.Sprint(k)})
+				rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: router.RankName(name, k), URL: base + "/metrics", Engine: fmt.Sprint(k)})
 			}
 		} else {
 			rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: name, URL: base + "/metrics"})
@@ -460,7 +459,7 @@ func routerReplicaNames(ctx context.Context, admin, token string) (map[string]st
 		for _, r := range m.Replicas {
 			name := r.Name
 			if r.Rank != nil {
-				name = strings.TrimSuffix(name, "/rank"+strconv.Itoa(*r.Rank))
+				name, _ = router.RankBase(name)
 			}
 			out[strings.TrimRight(r.URL, "/")] = name
 		}

@@ -253,7 +253,7 @@ func (c Config) WithDefaults() Config {
 		m.Replicas = append([]ReplicaConfig(nil), m.Replicas...)
 		for j := range m.Replicas {
 			if m.Replicas[j].Name == "" {
-				m.Replicas[j].Name = "r" + strconv.Itoa(j)
+				m.Replicas[j].Name = router.ReplicaName(j)
 			}
 		}
 		models[i] = m
@@ -324,21 +324,14 @@ func (c Config) Validate() error {
 			if r.DPRanks < 0 || r.DPRanks > MaxDPRanks {
 				bad(rp+".dp_ranks", "%d is out of range 0..%d", r.DPRanks, MaxDPRanks)
 			}
-			base := r.Name
-			if base == "" {
-				base = "r" + strconv.Itoa(j)
+			ranks := r.DPRanks
+			if ranks > MaxDPRanks {
+				ranks = 0
 			}
-			names := []string{base}
-			if r.DPRanks > 0 && r.DPRanks <= MaxDPRanks {
-				names = names[:0]
-				for k := range r.DPRanks {
-					names = append(names, base+"/rank"+strconv.Itoa(k))
-				}
-			}
-			for _, n := range names {
+			for _, n := range router.UpstreamNames(r.Name, j, ranks) {
 				if k, dup := seenName[n]; dup && k != j {
 					hint := ""
-					if strings.Contains(n, "/rank") {
+					if _, ranked := router.RankBase(n); ranked {
 						hint = " (a DP URL's ranks are named <name>/rank<k>)"
 					}
 					bad(rp+".name", "%q already used by replicas[%d]%s", n, k, hint)
