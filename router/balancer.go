@@ -183,8 +183,10 @@ type Balancer struct {
 	now        func() time.Duration
 	staleAfter time.Duration
 	maxNumSeqs int
-	threshold  int // configured; 0 = auto
-	affinity   bool
+	// threshold is the overflow threshold as configured (0 = auto), the one
+	// copy: Acquire resolves it (overflowThreshold) into Request.Threshold.
+	threshold int
+	affinity  bool
 
 	reps     []replica
 	view     []ReplicaState // scratch for policies, refilled under mu
@@ -293,7 +295,6 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		Rand:   rand.New(rand.NewPCG(cfg.Seed, 0x5eed_57_1c)),
 		NoKey:  b.sq,
 	}
-	b.sticky.Threshold = b.effectiveThreshold()
 	b.sessions.SetLiveWindow(cfg.LiveWindow)
 	b.onDec = cfg.OnDecision
 	b.margin, b.seed, b.kvCap = margin, cfg.Seed, cfg.KVCapacityTokens
@@ -310,7 +311,9 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	return b, nil
 }
 
-func (b *Balancer) effectiveThreshold() int {
+// overflowThreshold is the threshold in force: the configured one, or the auto
+// threshold of max_num_seqs (caller holds mu).
+func (b *Balancer) overflowThreshold() int {
 	if b.threshold > 0 {
 		return b.threshold
 	}
@@ -383,7 +386,7 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
 			home, lost = b.sessions.lookup(now, h, side)
 		}
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
+		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
 		if err == nil && f.SessionKey != "" {
 			switch {
 			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.view[home].Healthy:
@@ -598,9 +601,9 @@ func (b *Balancer) setPolicy(name string) {
 	case PolicySessionHash:
 		b.policy = &SessionHash{NoKey: b.sq}
 	case PolicyWorkingSet:
-		b.policy = NewWorkingSet(b.sticky.Threshold, b.margin, b.seed, b.sq)
+		b.policy = NewWorkingSet(b.margin, b.seed, b.sq)
 	case PolicyColdMove:
-		b.policy = NewColdMove(b.sticky.Threshold, b.margin, b.seed, b.sq)
+		b.policy = NewColdMove(b.margin, b.seed, b.sq)
 	}
 }
 
@@ -665,20 +668,13 @@ func (b *Balancer) SetOverflowThreshold(n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.threshold = max(0, n)
-	b.sticky.Threshold = b.effectiveThreshold()
-	switch p := b.policy.(type) {
-	case *WorkingSet:
-		p.Threshold = b.sticky.Threshold
-	case *ColdMove:
-		p.Threshold = b.sticky.Threshold
-	}
 }
 
 // OverflowThreshold returns the threshold in force and whether it is auto.
 func (b *Balancer) OverflowThreshold() (n int, auto bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.sticky.Threshold, b.threshold == 0
+	return b.overflowThreshold(), b.threshold == 0
 }
 
 // ResetSessions forgets every session's home (e.g. between benchmark variants).

@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/vllmdp"
 )
 
 func names(n int) []string {
@@ -109,8 +111,10 @@ func TestStickyPick(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Sticky{Threshold: 8, Margin: 2, Rand: rand.New(rand.NewPCG(1, 2)), NoKey: NewShortestQueue(time.Second)}
-			d, err := s.Pick(0, tc.req, tc.reps)
+			s := &Sticky{Margin: 2, Rand: rand.New(rand.NewPCG(1, 2)), NoKey: NewShortestQueue(time.Second)}
+			req := tc.req
+			req.Threshold = 8
+			d, err := s.Pick(0, req, tc.reps)
 			if tc.errIs != nil {
 				if !errors.Is(err, tc.errIs) {
 					t.Fatalf("err = %v, want %v", err, tc.errIs)
@@ -138,7 +142,7 @@ func TestStickyPick(t *testing.T) {
 }
 
 func TestStickyTieBreakSpreadsUniformly(t *testing.T) {
-	s := &Sticky{Threshold: 8, Margin: 2, Rand: rand.New(rand.NewPCG(7, 7)), NoKey: NewShortestQueue(0)}
+	s := &Sticky{Margin: 2, Rand: rand.New(rand.NewPCG(7, 7)), NoKey: NewShortestQueue(0)}
 	reps := make([]ReplicaState, 4)
 	for i := range reps {
 		reps[i].Healthy = true
@@ -196,7 +200,7 @@ func TestShortestQueueRotatesScanStart(t *testing.T) {
 	// An exact tie after a full round starts at the rotated position.
 	q2 := NewShortestQueue(time.Hour)
 	d1, _ := q2.Pick(0, Request{}, reps)
-	q2.sent[d1.Replica] = 0 // pretend the snapshot showed nothing sent
+	q2.snap[d1.Replica] = vllmdp.Rank{} // pretend the snapshot showed nothing sent
 	d2, _ := q2.Pick(0, Request{}, reps)
 	if d1.Replica == d2.Replica {
 		t.Fatalf("equal scores, same replica twice: %d", d1.Replica)
@@ -217,16 +221,16 @@ func TestShortestQueueWorksFromSnapshotNotInstantCounts(t *testing.T) {
 	b.Release(d1.Replica)               // snapshot (1, 1) taken first, then the count drops
 	clk.Advance(10 * time.Millisecond)  // same 100 ms window
 	mustAcquire(t, b, "c")
-	// The snapshot still says d1's replica has 1 in flight; an exact balancer would
-	// see it empty.
+	// The snapshot still counts d1's request on its replica (plus "c" if it went
+	// there), one more than the exact count; an exact balancer would not.
 	q := b.sq
-	if got := q.snap[d1.Replica].inflight; got != 1 {
-		t.Fatalf("snapshot in-flight of released replica = %d, want 1 until the next grid point", got)
+	if got, want := q.Score(d1.Replica), float64(b.Status()[d1.Replica].InFlight+1); got != want {
+		t.Fatalf("score of the released replica = %v, want %v until the next grid point", got, want)
 	}
 	clk.Advance(100 * time.Millisecond)
 	mustAcquire(t, b, "d")
-	if got, want := q.snap[d1.Replica].inflight, b.Status()[d1.Replica].InFlight-q.sent[d1.Replica]; got != want {
-		t.Fatalf("after the grid point snapshot in-flight = %d, want %d", got, want)
+	if got, want := q.snap[d1.Replica].InFlight, b.Status()[d1.Replica].InFlight; got != want {
+		t.Fatalf("after the grid point snapshot in-flight (with sends since) = %d, want %d", got, want)
 	}
 }
 
@@ -605,5 +609,53 @@ func TestBytesPerTokenAssumedAtStart(t *testing.T) {
 	b.ObserveSizeWindow(30_000, MinMeasuredPromptTokens-1) // too few tokens: ignored
 	if r, src := b.BytesPerToken(); r != BytesPerTokenEstimate || src != SizeAssumed {
 		t.Errorf("after a short window: %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
+	}
+}
+
+func TestParseThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"auto", 0, true},
+		{"AUTO", 0, true},
+		{"0", 0, true}, // auto, as in the YAML file and --overflow-threshold 0
+		{"6", 6, true},
+		{"-2", 0, false},
+		{"4.5", 0, false},
+		{"lots", 0, false},
+		{"", 0, false},
+	} {
+		got, err := ParseThreshold(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseThreshold(%q) = %d, %v; want %d, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// vLLM's optimistic +1 goes on the snapshot's waiting count
+// (vllmdp.Rank.Sent), so a request sent to a replica over half full makes the
+// KV term count at once: the next request goes to the other replica, where
+// adding the send to the in-flight term alone (before) sent it to the same one.
+func TestShortestQueueSendRaisesWaiting(t *testing.T) {
+	q := NewShortestQueue(time.Hour)
+	reps := []ReplicaState{
+		{Healthy: true, Fresh: true, Running: 2, KVUsage: 0.9},
+		{Healthy: true, Fresh: true, Running: 3, KVUsage: 0.1},
+	}
+	var got []int
+	for range 2 {
+		d, err := q.Pick(0, Request{}, reps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Replica)
+	}
+	if fmt.Sprint(got) != "[0 1]" {
+		t.Fatalf("picks %v, want [0 1]", got)
+	}
+	if s, want := q.Score(0), 3+1*6*0.4; math.Abs(s-want) > 1e-9 {
+		t.Errorf("replica 0 after one send: score %v, want %v", s, want)
 	}
 }

@@ -155,9 +155,9 @@ type ColdMove struct {
 }
 
 // NewColdMove returns the policy with DefaultColdFit and DefaultColdMargin over
-// NewWorkingSet(threshold, margin, seed, noKey).
-func NewColdMove(threshold, margin int, seed uint64, noKey *ShortestQueue) *ColdMove {
-	return &ColdMove{WorkingSet: NewWorkingSet(threshold, margin, seed, noKey),
+// NewWorkingSet(margin, seed, noKey).
+func NewColdMove(margin int, seed uint64, noKey *ShortestQueue) *ColdMove {
+	return &ColdMove{WorkingSet: NewWorkingSet(margin, seed, noKey),
 		Fit: DefaultColdFit, ColdMargin: DefaultColdMargin, model: NewCacheModel()}
 }
 

@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -55,7 +56,7 @@ func TestCacheModelDistance(t *testing.T) {
 // decision is recorded in the model.
 func TestColdMovePick(t *testing.T) {
 	newPol := func() *ColdMove {
-		c := NewColdMove(8, 2, 1, NewShortestQueue(0))
+		c := NewColdMove(2, 1, NewShortestQueue(0))
 		c.Rand = rand.New(rand.NewPCG(1, 2))
 		return c
 	}
@@ -65,7 +66,7 @@ func TestColdMovePick(t *testing.T) {
 			{Healthy: true, InFlight: otherIn, KVCapacityTokens: 1000, LiveTokens: otherLive},
 		}
 	}
-	x := Request{Key: "x", Home: 0, PromptTokens: 400}
+	x := Request{Threshold: 8, Key: "x", Home: 0, PromptTokens: 400}
 	cold := func(c *ColdMove) {
 		c.model.Touch(0, c.model.Hash("x"), 400, 1000)
 		c.model.Touch(0, c.model.Hash("a"), 800, 1000)
@@ -173,8 +174,8 @@ func BenchmarkAcquirePolicies(b *testing.B) {
 func TestColdMoveFollowsThresholdChange(t *testing.T) {
 	b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.Policy = PolicyColdMove })
 	b.SetOverflowThreshold(2)
-	if got := b.policy.(*ColdMove).Threshold; got != 2 {
-		t.Fatalf("cold-move threshold %d after SetOverflowThreshold(2)", got)
+	if got, auto := b.OverflowThreshold(); got != 2 || auto {
+		t.Fatalf("threshold %d (auto %v) after SetOverflowThreshold(2)", got, auto)
 	}
 	home := mustAcquire(t, b, "s").Replica
 	for range 2 {
@@ -191,7 +192,7 @@ func TestColdMoveFollowsThresholdChange(t *testing.T) {
 // A count_tokens request (NoPrefill) neither moves a cold conversation nor
 // enters the cache model.
 func TestColdMoveIgnoresCountTokens(t *testing.T) {
-	c := NewColdMove(8, 2, 1, NewShortestQueue(0))
+	c := NewColdMove(2, 1, NewShortestQueue(0))
 	c.model.Touch(0, c.model.Hash("x"), 400, 1000)
 	c.model.Touch(0, c.model.Hash("a"), 800, 1000)
 	c.model.Touch(0, c.model.Hash("b"), 800, 1000)
@@ -199,11 +200,38 @@ func TestColdMoveIgnoresCountTokens(t *testing.T) {
 		{Healthy: true, InFlight: 3, KVCapacityTokens: 1000, LiveTokens: 900},
 		{Healthy: true, InFlight: 0, KVCapacityTokens: 1000, LiveTokens: 1200},
 	}
-	req := Request{Key: "x", Home: 0, PromptTokens: 400, NoPrefill: true}
+	req := Request{Threshold: 8, Key: "x", Home: 0, PromptTokens: 400, NoPrefill: true}
 	if d, _ := c.Pick(0, req, reps); d.Replica != 0 {
 		t.Errorf("count_tokens of a cold conversation: %+v, want home", d)
 	}
 	if got := c.model.Distance(0, c.model.Hash("x")); got != 2000 {
 		t.Errorf("count_tokens changed the model: distance %d, want 2000", got)
+	}
+}
+
+// thresholdSeen records the Request.Threshold each Pick is given.
+type thresholdSeen struct {
+	inner Policy
+	seen  []int
+}
+
+func (p *thresholdSeen) Pick(now time.Duration, req Request, reps []ReplicaState) (Decision, error) {
+	p.seen = append(p.seen, req.Threshold)
+	return p.inner.Pick(now, req, reps)
+}
+
+// The Balancer holds the one threshold and hands it to the policy in every
+// Request: auto (max_num_seqs / 4) first, then what SetOverflowThreshold set,
+// then auto again.
+func TestPolicyGetsThresholdInRequest(t *testing.T) {
+	p := &thresholdSeen{inner: NewWorkingSet(2, 1, NewShortestQueue(0))}
+	b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.AffinityPolicy = p; c.MaxNumSeqs = 40 })
+	mustAcquire(t, b, "s")
+	b.SetOverflowThreshold(3)
+	mustAcquire(t, b, "s")
+	b.SetOverflowThreshold(0)
+	mustAcquire(t, b, "s")
+	if want := []int{10, 3, 10}; !slices.Equal(p.seen, want) {
+		t.Errorf("thresholds seen %v, want %v", p.seen, want)
 	}
 }

@@ -43,6 +43,12 @@ type ReplicaState struct {
 type Request struct {
 	Key  string // session key; "" when the request carries none
 	Home int    // the session's home replica, or -1 when it has none (or Key is "")
+	// Threshold is the overflow threshold in force, in in-flight requests: a
+	// healthy home whose InFlight exceeds it overflows (Sticky, WorkingSet,
+	// ColdMove). The Balancer sets it from its one stored setting
+	// (BalancerConfig.OverflowThreshold, SetOverflowThreshold), auto resolved
+	// (AutoOverflowThreshold); policies keep no copy.
+	Threshold int
 	// PromptTokens is the size in tokens of the context the request asks its
 	// replica to hold: its prompt size as the caller knows it (exact in virtual
 	// mode, estimated from the body size by the proxy), except that a short side

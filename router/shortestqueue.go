@@ -1,37 +1,35 @@
 package router
 
-import "time"
+import (
+	"time"
+
+	"github.com/lmwarden/warden/internal/vllmdp"
+)
 
 // DefaultSnapshotInterval is how often ShortestQueue refreshes its view of replica
 // load: vLLM's DP coordinator (vllm/v1/engine/coordinator.py) publishes engine load
 // snapshots to the API server about every 100 ms when they change (brief vllm.md).
 const DefaultSnapshotInterval = 100 * time.Millisecond
 
-// kvPenaltyFactor and kvPenaltyFrom are the constants of the KV-pressure term of
-// vLLM's DP balancer: waiting * 6 * max(0, kv_usage - 0.5) (see ShortestQueue).
-const (
-	kvPenaltyFactor = 6.0
-	kvPenaltyFrom   = 0.5
-)
-
 // ShortestQueue is the "affinity off" policy: it mimics the load balancer vLLM runs in
 // front of its own data-parallel ranks (vllm/v1/engine/core_client.py,
 // DPLBAsyncMPClient.get_core_engine_for_request, current main), so that "off" is the
 // behaviour a user gets from vLLM itself.
 //
-// The score of replica i is
+// The score of replica i is vllmdp.Rank.Score:
 //
-//	score_i = max(inflight_i + sent_i, waiting_i + running_i)
+//	score_i = max(inflight_i, waiting_i + running_i)
 //	        + waiting_i * 6 * max(0, kv_i - 0.5)      (only when waiting_i > 0)
 //
 // where inflight_i (the router's in-flight count), waiting_i, running_i and kv_i come
-// from a snapshot taken at most once per Interval, and sent_i counts the requests
-// this policy sent to i since that snapshot (vLLM's optimistic +1 between stats
-// updates). Scraped gauges enter the snapshot only when fresh; stale ones count as
-// zero, so the score falls back to the router's own counts. The lowest score wins
-// (the first one met on a tie); the scan starts at a position that rotates by one
-// after every decision, so ties spread out and consecutive turns of one conversation
-// scatter over the replicas as they do behind vLLM.
+// from a snapshot taken at most once per Interval, and every request this policy
+// sends to i until the next snapshot adds one to both inflight_i and waiting_i
+// (vllmdp.Rank.Sent: vLLM's own in-flight count and its optimistic +1 on waiting
+// between stats updates). Scraped gauges enter the snapshot only when fresh; stale
+// ones count as zero, so the score falls back to the router's own counts. The lowest
+// score wins (the first one met on a tie); the scan starts at a position that rotates
+// by one after every decision, so ties spread out and consecutive turns of one
+// conversation scatter over the replicas as they do behind vLLM.
 //
 // Snapshots are aligned to a grid of Interval: a snapshot "taken at" k*Interval holds
 // the state as it was at that instant. The Balancer calls Sync before every change of
@@ -47,17 +45,9 @@ type ShortestQueue struct {
 	// sees an exact snapshot.
 	Interval time.Duration
 
-	epoch int64 // grid index of the current snapshot; -1 before the first
-	snap  []sqSnap
-	sent  []int
-	start int // scan start; rotates by one after every decision
-}
-
-type sqSnap struct {
-	inflight int
-	load     int // waiting + running (fresh scrape) or 0
-	waiting  int
-	kv       float64
+	epoch int64         // grid index of the current snapshot; -1 before the first
+	snap  []vllmdp.Rank // the snapshot, plus what was sent since
+	start int           // scan start; rotates by one after every decision
 }
 
 // NewShortestQueue returns a ShortestQueue with the given snapshot interval
@@ -82,8 +72,8 @@ func (q *ShortestQueue) epochOf(now time.Duration) int64 {
 	return int64(now / q.Interval)
 }
 
-// Sync takes a new snapshot from reps when one is due at now, and resets the
-// per-replica sent counts. reps must describe the state as it has been since the
+// Sync takes a new snapshot from reps when one is due at now, which drops what was
+// sent since the last one. reps must describe the state as it has been since the
 // last change (the caller syncs before changing it).
 func (q *ShortestQueue) Sync(now time.Duration, reps []ReplicaState) {
 	if !q.NeedsSync(now, len(reps)) {
@@ -91,34 +81,25 @@ func (q *ShortestQueue) Sync(now time.Duration, reps []ReplicaState) {
 	}
 	q.epoch = q.epochOf(now)
 	if len(q.snap) != len(reps) {
-		q.snap = make([]sqSnap, len(reps))
-		q.sent = make([]int, len(reps))
+		q.snap = make([]vllmdp.Rank, len(reps))
 		if q.start >= len(reps) {
 			q.start = 0
 		}
 	}
 	for i := range reps {
 		r := &reps[i]
-		s := sqSnap{inflight: r.InFlight}
+		s := vllmdp.Rank{InFlight: r.InFlight}
 		if r.Fresh {
-			s.load = r.Waiting + r.Running
-			s.waiting = r.Waiting
-			s.kv = r.KVUsage
+			s.Waiting, s.Running, s.KVUsage = r.Waiting, r.Running, r.KVUsage
 		}
 		q.snap[i] = s
-		q.sent[i] = 0
 	}
 }
 
 // Score returns replica i's current score (see the type's doc). It is valid after
 // Sync.
 func (q *ShortestQueue) Score(i int) float64 {
-	s := q.snap[i]
-	score := float64(max(s.inflight+q.sent[i], s.load))
-	if s.waiting > 0 {
-		score += float64(s.waiting) * kvPenaltyFactor * max(0, s.kv-kvPenaltyFrom)
-	}
-	return score
+	return q.snap[i].Score()
 }
 
 // Pick chooses the healthy replica with the lowest score, counts one request sent to
@@ -150,6 +131,6 @@ func (q *ShortestQueue) Pick(now time.Duration, _ Request, reps []ReplicaState) 
 	if best < 0 {
 		return Decision{}, ErrNoReplica
 	}
-	q.sent[best]++
+	q.snap[best].Sent()
 	return Decision{Replica: best, Reason: ReasonBalanced}, nil
 }

@@ -1,15 +1,22 @@
 package router
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 )
 
 // Overflow defaults.
 const (
-	// DefaultMaxNumSeqs is vLLM's default --max-num-seqs for `vllm serve` on GPUs
-	// under 70 GiB (vllm/engine/arg_utils.py; brief vllm.md "Serve defaults"). The
-	// reference server ran 32: configure max_num_seqs per model to match the server.
+	// DefaultMaxNumSeqs is the --max-num-seqs the router assumes a real server
+	// runs when not told: vLLM's default for `vllm serve` on GPUs under 70 GiB
+	// (vllm/engine/arg_utils.py; brief vllm.md "Serve defaults"). `warden route`
+	// and `warden bench --replicas` default to it. It differs on purpose from
+	// sim.DefaultMaxNumSeqs (32), the reference server the simulator models:
+	// with the embedded simulator the router is told the engines' value.
+	// Configure max_num_seqs per model to match the server.
 	DefaultMaxNumSeqs = 256
 	// DefaultOverflowDivisor gives the auto overflow threshold: a request leaves its
 	// home when the home has more than max_num_seqs / 4 requests in flight
@@ -33,10 +40,10 @@ func AutoOverflowThreshold(maxNumSeqs int) int {
 // Sticky is the session-affinity policy (brief workload.md, "The router's rule"):
 //
 //   - No session key: shortest-queue placement by NoKey (ReasonNoKey).
-//   - Home known and healthy, home in-flight <= Threshold: the home (ReasonSticky).
+//   - Home known and healthy, home in-flight <= Request.Threshold: the home (ReasonSticky).
 //     Nothing else is weighed while the home is under the threshold, so load scorers
 //     cannot outvote affinity at low load (peers.md router case 4).
-//   - Home known and healthy but over the threshold (in-flight > Threshold): the
+//   - Home known and healthy but over the threshold (in-flight > Request.Threshold): the
 //     least-loaded other replica if it has at least Margin fewer requests in flight
 //     than the home (ReasonOverflow), else the home (ReasonSticky). The home does
 //     not change on overflow: the conversation's prefix cache lives there, so the
@@ -59,10 +66,9 @@ func AutoOverflowThreshold(maxNumSeqs int) int {
 // and breaks remaining ties uniformly at random (Rand). Placement never looks at
 // which replica holds the most cache (peers.md router case 1).
 type Sticky struct {
-	Threshold int            // overflow threshold, in-flight requests; >= 0
-	Margin    int            // overflow margin, in-flight requests; see DefaultOverflowMargin
-	Rand      *rand.Rand     // tie-break randomness; required
-	NoKey     *ShortestQueue // placement of keyless requests; required
+	Margin int            // overflow margin, in-flight requests; see DefaultOverflowMargin
+	Rand   *rand.Rand     // tie-break randomness; required
+	NoKey  *ShortestQueue // placement of keyless requests; required
 }
 
 // Pick applies the rules above. It returns ErrNoReplica when no replica is healthy.
@@ -74,7 +80,7 @@ func (s *Sticky) Pick(now time.Duration, req Request, reps []ReplicaState) (Deci
 	}
 	h := req.Home
 	if h >= 0 && h < len(reps) && reps[h].Healthy {
-		if reps[h].InFlight <= s.Threshold {
+		if reps[h].InFlight <= req.Threshold {
 			return Decision{Replica: h, Reason: ReasonSticky}, nil
 		}
 		if m := s.LeastLoaded(reps, h); m >= 0 && reps[m].InFlight+s.Margin <= reps[h].InFlight {
@@ -110,4 +116,20 @@ func cmpInt(a, b int) int {
 		return 1
 	}
 	return 0
+}
+
+// ParseThreshold parses an overflow threshold as the YAML file
+// (overflow_threshold) and the admin API (PUT .../threshold) take it: "auto" (any
+// case) or 0, both meaning auto (AutoOverflowThreshold), or a positive integer of
+// in-flight requests. It returns 0 for auto. Errors: anything else ("-2", "4.5",
+// "lots", "").
+func ParseThreshold(s string) (int, error) {
+	if strings.EqualFold(s, "auto") {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf(`%q: want "auto", 0 (auto) or a positive integer`, s)
+	}
+	return n, nil
 }

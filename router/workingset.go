@@ -3,6 +3,8 @@ package router
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/lmwarden/warden/internal/vllmdp"
 )
 
 // BytesPerTokenEstimate is the body bytes the proxy counts per prompt token when it
@@ -86,7 +88,7 @@ var DefaultWorkingSetKeys = []LoadKey{KeyInFlight, KeyLiveTokens, KeyLive, KeySc
 //     scraped gauges (stale, and blind to idle cached blocks) and a 5-minute
 //     "active" count that keeps ended conversations for minutes.
 //   - Overflow: while the home is healthy and its in-flight count is at most
-//     Threshold, the request stays home (ReasonSticky), whatever else is less
+//     Request.Threshold, the request stays home (ReasonSticky), whatever else is less
 //     loaded (peers.md router case 4). Above it, the request leaves only for a
 //     replica with at least Margin fewer requests in flight; with Move (the
 //     default of NewWorkingSet) the conversation then moves for good
@@ -97,9 +99,8 @@ var DefaultWorkingSetKeys = []LoadKey{KeyInFlight, KeyLiveTokens, KeyLive, KeySc
 //
 // The zero value is not usable; use NewWorkingSet or fill every field.
 type WorkingSet struct {
-	Threshold int  // overflow threshold, in-flight requests (> Threshold overflows)
-	Margin    int  // least in-flight difference for an overflow to move
-	Move      bool // an overflow re-homes the conversation (ReasonMoved)
+	Margin int  // least in-flight difference for an overflow to move
+	Move   bool // an overflow re-homes the conversation (ReasonMoved)
 	// FitMove moves a conversation whose home holds more live context than its KV
 	// cache to a replica with room for it (see fitTarget; on in NewWorkingSet).
 	FitMove bool
@@ -110,11 +111,11 @@ type WorkingSet struct {
 	scratch []ReplicaState
 }
 
-// NewWorkingSet returns the policy with the given threshold and margin, Move on,
+// NewWorkingSet returns the policy with the given margin, Move on,
 // DefaultWorkingSetKeys, and tie-break randomness seeded by seed.
-func NewWorkingSet(threshold, margin int, seed uint64, noKey *ShortestQueue) *WorkingSet {
+func NewWorkingSet(margin int, seed uint64, noKey *ShortestQueue) *WorkingSet {
 	return &WorkingSet{
-		Threshold: threshold, Margin: margin, Move: true, FitMove: true,
+		Margin: margin, Move: true, FitMove: true,
 		Rand:  rand.New(rand.NewPCG(seed, 0x3053_e7)),
 		NoKey: noKey,
 	}
@@ -129,7 +130,7 @@ func (w *WorkingSet) Pick(now time.Duration, req Request, reps []ReplicaState) (
 	}
 	h := req.Home
 	if h >= 0 && h < len(reps) && reps[h].Healthy {
-		if reps[h].InFlight <= w.Threshold {
+		if reps[h].InFlight <= req.Threshold {
 			if w.FitMove && !req.Side {
 				if m := w.fitTarget(reps, h, req.PromptTokens); m >= 0 {
 					return Decision{Replica: m, Reason: ReasonMoved}, nil
@@ -193,19 +194,11 @@ func (w *WorkingSet) fitTarget(reps []ReplicaState, h, prompt int) int {
 }
 
 // VLLMScore is the load score vLLM's DP balancer gives a replica
-// (vllm/v1/engine/core_client.py, DPLBAsyncMPClient.get_core_engine_for_request;
-// see ShortestQueue), on the state a policy sees:
-//
-//	max(InFlight, Waiting + Running) + Waiting x 6 x max(0, KVUsage - 0.5)
-//
-// with Waiting, Running and KVUsage zero unless the scrape is fresh. Smaller is
-// less loaded; the unit is requests.
+// (vllmdp.Rank.Score; see ShortestQueue) on the state a policy sees: InFlight,
+// Waiting, Running and KVUsage, the gauges zero unless the scrape is fresh.
+// Smaller is less loaded; the unit is requests.
 func VLLMScore(r *ReplicaState) float64 {
-	s := float64(max(r.InFlight, r.Waiting+r.Running))
-	if r.Waiting > 0 {
-		s += float64(r.Waiting) * kvPenaltyFactor * max(0, r.KVUsage-kvPenaltyFrom)
-	}
-	return s
+	return vllmdp.Rank{InFlight: r.InFlight, Waiting: r.Waiting, Running: r.Running, KVUsage: r.KVUsage}.Score()
 }
 
 // LeastLoaded returns the healthy replica other than exclude that is smallest by

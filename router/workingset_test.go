@@ -24,7 +24,7 @@ func withState(r []ReplicaState, f func([]ReplicaState)) []ReplicaState { f(r); 
 
 func TestWorkingSetPick(t *testing.T) {
 	newWS := func(move bool, keys ...LoadKey) *WorkingSet {
-		w := NewWorkingSet(8, 2, 1, NewShortestQueue(0))
+		w := NewWorkingSet(2, 1, NewShortestQueue(0))
 		w.Move = move
 		if keys != nil {
 			w.Keys = keys
@@ -41,58 +41,58 @@ func TestWorkingSetPick(t *testing.T) {
 		err   error
 	}{
 		// Peers case 4: under the threshold the home wins on every other signal.
-		{"home under threshold stays", newWS(true), Request{Key: "k", Home: 1},
+		{"home under threshold stays", newWS(true), Request{Threshold: 8, Key: "k", Home: 1},
 			withState(healthy(3), func(r []ReplicaState) {
 				r[1].InFlight, r[1].LiveTokens, r[1].Live = 8, 400_000, 9
 				r[1].Fresh, r[1].Waiting, r[1].KVUsage = true, 20, 1
 			}), Decision{1, ReasonSticky}, nil, nil},
-		{"home over threshold moves for good", newWS(true), Request{Key: "k", Home: 0},
+		{"home over threshold moves for good", newWS(true), Request{Threshold: 8, Key: "k", Home: 0},
 			withState(healthy(2), func(r []ReplicaState) { r[0].InFlight = 9 }), Decision{1, ReasonMoved}, nil, nil},
-		{"without Move it is a one-off overflow", newWS(false), Request{Key: "k", Home: 0},
+		{"without Move it is a one-off overflow", newWS(false), Request{Threshold: 8, Key: "k", Home: 0},
 			withState(healthy(2), func(r []ReplicaState) { r[0].InFlight = 9 }), Decision{1, ReasonOverflow}, nil, nil},
 		// 9 vs 8: inside the margin of 2, no move (no ping-pong between two loaded replicas).
-		{"move needs a clear margin", newWS(true), Request{Key: "k", Home: 0},
+		{"move needs a clear margin", newWS(true), Request{Threshold: 8, Key: "k", Home: 0},
 			withState(healthy(2), func(r []ReplicaState) { r[0].InFlight, r[1].InFlight = 9, 8 }), Decision{0, ReasonSticky}, nil, nil},
-		{"unhealthy home rehomes to the least loaded", newWS(true), Request{Key: "k", Home: 0},
+		{"unhealthy home rehomes to the least loaded", newWS(true), Request{Threshold: 8, Key: "k", Home: 0},
 			withState(healthy(3), func(r []ReplicaState) { r[0].Healthy = false; r[1].InFlight = 3; r[2].InFlight = 1 }),
 			Decision{2, ReasonRehome}, nil, nil},
-		{"new conversation: fewest in flight", newWS(true), Request{Key: "k", Home: -1},
+		{"new conversation: fewest in flight", newWS(true), Request{Threshold: 8, Key: "k", Home: -1},
 			withState(healthy(3), func(r []ReplicaState) {
 				r[0].InFlight, r[1].InFlight, r[2].InFlight = 2, 1, 3
 				r[1].LiveTokens = 900_000 // in flight decides first
 			}), Decision{1, ReasonPlaced}, nil, nil},
 		// Between turns (think time) nothing is in flight: the live working set decides.
-		{"in-flight tie: smallest live working set", newWS(true), Request{Key: "k", Home: -1},
+		{"in-flight tie: smallest live working set", newWS(true), Request{Threshold: 8, Key: "k", Home: -1},
 			withState(healthy(3), func(r []ReplicaState) {
 				r[0].LiveTokens, r[1].LiveTokens, r[2].LiveTokens = 30_000, 12_000, 25_000
 				r[0].Live, r[1].Live, r[2].Live = 1, 3, 2 // fewer conversations, but bigger
 			}), Decision{1, ReasonPlaced}, nil, nil},
-		{"tokens tie: fewest live conversations", newWS(true), Request{Key: "k", Home: -1},
+		{"tokens tie: fewest live conversations", newWS(true), Request{Threshold: 8, Key: "k", Home: -1},
 			withState(healthy(2), func(r []ReplicaState) { r[0].Live, r[1].Live = 2, 1 }), Decision{1, ReasonPlaced}, nil, nil},
 		// Every router-side key ties: a fresh scrape showing another client's queue decides.
-		{"all tie: fresh scraped queue", newWS(true), Request{Key: "k", Home: -1},
+		{"all tie: fresh scraped queue", newWS(true), Request{Threshold: 8, Key: "k", Home: -1},
 			withState(healthy(2), func(r []ReplicaState) {
 				r[0].Fresh, r[1].Fresh = true, true
 				r[0].Waiting = 5
 			}), Decision{1, ReasonPlaced}, nil, nil},
 		// One stale scrape: scraped values are ignored for all, so it is a random tie.
-		{"stale scrape ignored", newWS(true), Request{Key: "k", Home: -1},
+		{"stale scrape ignored", newWS(true), Request{Threshold: 8, Key: "k", Home: -1},
 			withState(healthy(2), func(r []ReplicaState) { r[0].Fresh, r[0].Waiting = true, 5 }),
 			Decision{Reason: ReasonPlaced}, []int{0, 1}, nil},
 		// Case 1: the replica with the biggest cache (most sessions) is never preferred.
-		{"placement ignores cache size", newWS(true), Request{Key: "k", Home: -1},
+		{"placement ignores cache size", newWS(true), Request{Threshold: 8, Key: "k", Home: -1},
 			withState(healthy(2), func(r []ReplicaState) { r[0].InFlight, r[0].Sessions = 4, 40 }), Decision{1, ReasonPlaced}, nil, nil},
-		{"cache fit key prefers a replica with room", newWS(true, KeyFits, KeyInFlight), Request{Key: "k", Home: -1, PromptTokens: 10_000},
+		{"cache fit key prefers a replica with room", newWS(true, KeyFits, KeyInFlight), Request{Threshold: 8, Key: "k", Home: -1, PromptTokens: 10_000},
 			withState(healthy(2), func(r []ReplicaState) {
 				r[0].KVCapacityTokens, r[1].KVCapacityTokens = 40_000, 40_000
 				r[0].LiveTokens, r[1].LiveTokens = 35_000, 20_000
 				r[1].InFlight = 3 // busier, but the conversation fits there
 			}), Decision{1, ReasonPlaced}, nil, nil},
-		{"unknown capacity: fits ties", newWS(true, KeyFits, KeyInFlight), Request{Key: "k", Home: -1, PromptTokens: 10_000},
+		{"unknown capacity: fits ties", newWS(true, KeyFits, KeyInFlight), Request{Threshold: 8, Key: "k", Home: -1, PromptTokens: 10_000},
 			withState(healthy(2), func(r []ReplicaState) { r[0].LiveTokens, r[1].InFlight = 90_000, 1 }), Decision{0, ReasonPlaced}, nil, nil},
-		{"no key: shortest queue", newWS(true), Request{Key: "", Home: -1},
+		{"no key: shortest queue", newWS(true), Request{Threshold: 8, Key: "", Home: -1},
 			withState(healthy(2), func(r []ReplicaState) { r[0].InFlight = 3 }), Decision{1, ReasonNoKey}, nil, nil},
-		{"nothing healthy", newWS(true), Request{Key: "k", Home: -1},
+		{"nothing healthy", newWS(true), Request{Threshold: 8, Key: "k", Home: -1},
 			withState(healthy(2), func(r []ReplicaState) { r[0].Healthy, r[1].Healthy = false, false }), Decision{}, nil, ErrNoReplica},
 	}
 	for _, tc := range tests {
@@ -127,10 +127,10 @@ func TestWorkingSetPick(t *testing.T) {
 // TestWorkingSetTiesAreRandom: four idle replicas, many draws: every replica is
 // chosen, none more than about twice its share.
 func TestWorkingSetTiesAreRandom(t *testing.T) {
-	w := NewWorkingSet(8, 2, 42, NewShortestQueue(0))
+	w := NewWorkingSet(2, 42, NewShortestQueue(0))
 	counts := make([]int, 4)
 	for i := range 4000 {
-		d, err := w.Pick(0, Request{Key: fmt.Sprint(i), Home: -1}, healthy(4))
+		d, err := w.Pick(0, Request{Threshold: 8, Key: fmt.Sprint(i), Home: -1}, healthy(4))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,13 +205,13 @@ func TestRacingPlacementsConcurrent(t *testing.T) {
 // the counts from before the burst, as a scraped or late-bumped count would)
 // lands on one replica.
 func TestRacingPlacementsWithLaggingCount(t *testing.T) {
-	w := NewWorkingSet(8, 2, 1, NewShortestQueue(0))
+	w := NewWorkingSet(2, 1, NewShortestQueue(0))
 	w.Rand = rand.New(rand.NewPCG(1, 1))
 	before := healthy(4)
 	before[0].InFlight, before[1].InFlight, before[2].InFlight = 1, 1, 1 // replica 3 idle
 	got := make([]int, 4)
 	for i := range 8 {
-		d, err := w.Pick(0, Request{Key: fmt.Sprint(i), Home: -1}, before) // never updated
+		d, err := w.Pick(0, Request{Threshold: 8, Key: fmt.Sprint(i), Home: -1}, before) // never updated
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,14 +282,14 @@ func TestSessionHashPick(t *testing.T) {
 		want Decision
 		err  error
 	}{
-		{"new key goes to its hash", Request{Key: key, Home: -1}, healthy(4), Decision{h, ReasonPlaced}, nil},
-		{"known key at its hash is sticky", Request{Key: key, Home: h}, healthy(4), Decision{h, ReasonSticky}, nil},
+		{"new key goes to its hash", Request{Threshold: 8, Key: key, Home: -1}, healthy(4), Decision{h, ReasonPlaced}, nil},
+		{"known key at its hash is sticky", Request{Threshold: 8, Key: key, Home: h}, healthy(4), Decision{h, ReasonSticky}, nil},
 		// Blind to load: a full hashed replica still gets the conversation.
-		{"load is ignored", Request{Key: key, Home: h}, withState(healthy(4), func(r []ReplicaState) { r[h].InFlight = 100 }), Decision{h, ReasonSticky}, nil},
-		{"unhealthy hash probes the next replica", Request{Key: key, Home: h},
+		{"load is ignored", Request{Threshold: 8, Key: key, Home: h}, withState(healthy(4), func(r []ReplicaState) { r[h].InFlight = 100 }), Decision{h, ReasonSticky}, nil},
+		{"unhealthy hash probes the next replica", Request{Threshold: 8, Key: key, Home: h},
 			withState(healthy(4), func(r []ReplicaState) { r[h].Healthy = false }), Decision{(h + 1) % 4, ReasonRehome}, nil},
 		{"no key: shortest queue", Request{Home: -1}, withState(healthy(2), func(r []ReplicaState) { r[0].InFlight = 1 }), Decision{1, ReasonNoKey}, nil},
-		{"nothing healthy", Request{Key: key, Home: -1}, withState(healthy(2), func(r []ReplicaState) { r[0].Healthy, r[1].Healthy = false, false }), Decision{}, ErrNoReplica},
+		{"nothing healthy", Request{Threshold: 8, Key: key, Home: -1}, withState(healthy(2), func(r []ReplicaState) { r[0].Healthy, r[1].Healthy = false, false }), Decision{}, ErrNoReplica},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -404,14 +404,14 @@ func TestEstimatePromptTokens(t *testing.T) {
 }
 
 func BenchmarkWorkingSetPick(b *testing.B) {
-	w := NewWorkingSet(8, 2, 1, NewShortestQueue(0))
+	w := NewWorkingSet(2, 1, NewShortestQueue(0))
 	reps := healthy(8)
 	for i := range reps {
 		reps[i].InFlight, reps[i].LiveTokens, reps[i].Live = i%3, int64(i*1000), i
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := w.Pick(0, Request{Key: "k", Home: -1}, reps); err != nil {
+		if _, err := w.Pick(0, Request{Threshold: 8, Key: "k", Home: -1}, reps); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -422,7 +422,7 @@ func BenchmarkWorkingSetPick(b *testing.B) {
 // ping-pong between two replicas about equally loaded); exactly Margin fewer is
 // enough.
 func TestWorkingSetOverflowNeedsTheMargin(t *testing.T) {
-	w := NewWorkingSet(2, 2, 1, NewShortestQueue(0))
+	w := NewWorkingSet(2, 1, NewShortestQueue(0))
 	w.FitMove = false
 	reps := func(home, other int) []ReplicaState {
 		return []ReplicaState{{Healthy: true, InFlight: home}, {Healthy: true, InFlight: other}}
@@ -436,7 +436,7 @@ func TestWorkingSetOverflowNeedsTheMargin(t *testing.T) {
 		{4, 1, Decision{1, ReasonMoved}},  // more than the margin
 		{2, 0, Decision{0, ReasonSticky}}, // at the threshold: stays whatever the other
 	} {
-		d, err := w.Pick(0, Request{Key: "s", Home: 0}, reps(tc.home, tc.other))
+		d, err := w.Pick(0, Request{Key: "s", Home: 0, Threshold: 2}, reps(tc.home, tc.other))
 		if err != nil || d != tc.want {
 			t.Errorf("home %d, other %d in flight: %+v, %v; want %+v", tc.home, tc.other, d, err, tc.want)
 		}

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// Engine defaults. DefaultMaxNumSeqs is the reference server's setting (vLLM's own
-// default is 256); DefaultMaxNumBatchedTokens is vLLM's default for GPUs under 70 GiB
+// Engine defaults. DefaultMaxNumSeqs is the reference server's setting, which the
+// simulator models (vLLM's own default, 256, is router.DefaultMaxNumSeqs: what
+// the router assumes of a real server it is not told about); DefaultMaxNumBatchedTokens is vLLM's default for GPUs under 70 GiB
 // (vllm/engine/arg_utils.py); DefaultBlockSize is vLLM's CUDA default.
 const (
 	DefaultMaxNumSeqs          = 32

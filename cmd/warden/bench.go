@@ -56,10 +56,9 @@ Examples:
   warden bench --scenario scenarios/smoke.yaml --speed 20
   warden bench --replicas http://gpu:8000 --dp-ranks 4 --stage-duration 3m
 
-Exit status: 0 done; 1 bad flags or scenario, or the run could not go on; 3 the
-run finished but a stage had no successful turn or the turn accounting does not
-add up (the checks of 'warden report --check'; the results are still written).
-Ctrl-C stops after writing what is complete.`,
+A run that finished but has a stage without a successful turn, or turn
+accounting that does not add up (the checks of 'warden report --check'), exits
+3 with its results written. Ctrl-C stops after writing what is complete.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv("GOGC") == "" {
@@ -110,7 +109,7 @@ Ctrl-C stops after writing what is complete.`,
 				// benchmark in which a stage had no successful turn (every request
 				// failed or timed out) does not pass as a result.
 				if cerr := checkRun(dir); cerr != nil {
-					return &exitError{code: 3, err: fmt.Errorf("the run finished but its results are not usable (see %s): %w", dir, cerr)}
+					return &exitError{code: ExitAccounting, err: fmt.Errorf("the run finished but its results are not usable (see %s): %w", dir, cerr)}
 				}
 			}
 			return err
@@ -132,7 +131,7 @@ Ctrl-C stops after writing what is complete.`,
 	f.IntVar(&o.SimReplicas, "sim-replicas", bench.DefaultSimReplicas, "simulated replicas")
 	f.StringVar(&o.Profile, "profile", bench.DefaultProfile, "simulator profile: "+strings.Join(sim.ProfileNames(), ", "))
 	f.Float64Var(&o.Speed, "speed", bench.DefaultSpeed, "simulator speed: simulated seconds per wall second (HTTP mode)")
-	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "max_num_seqs of each engine (simulator) and for the router's auto overflow threshold")
+	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs of each engine (simulator) or of the --replicas servers, for the router's auto overflow threshold (default %d, the reference server, for the simulator; %d, vLLM's default, with --replicas)", sim.DefaultMaxNumSeqs, router.DefaultMaxNumSeqs))
 	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
 	f.StringVar(&o.Policy, "policy", router.DefaultAffinityPolicy, "router policy while affinity is on: "+strings.Join(router.PolicyNames(), ", ")+" (docs/routing.md)")
 	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")

@@ -21,8 +21,8 @@ func newCompareCmd() *cobra.Command {
 and whether it is beyond the noise. Refuses when the two runs used different
 workloads (scenarios), unless --allow-scenario-mismatch; two seeds of one scenario
 compare (with a note), which is how to see the workload's own noise.
-Exit status: 0 no gate crossed; 4 a gate crossed; 1 bad arguments (including a
-gate naming a variant in neither run).
+A gate crossed exits 4; bad arguments (including a gate naming a variant in
+neither run) exit 1.
 
 --fail-on takes gates of the form [variant/]metric:<sign><limit>[%]; the sign says
 which direction is a regression:
@@ -33,7 +33,6 @@ A change past a limit that is within the stage's noise (the 95 % interval from
 1-minute sub-windows, marked "within noise" in the table) does not fail the gate
 unless --strict-gates; a change with no noise estimate (stages under 2 minutes) is
 judged on the limit alone.
-Exit codes: 0 ok, 4 a threshold crossed, 1 any other error.
 
 Example:
   warden compare results/baseline/virtual-reference results/ci-virtual \
@@ -50,7 +49,7 @@ Example:
 			}
 			_, err := report.Compare(args[0], args[1], cmd.OutOrStdout(), opts)
 			if errors.Is(err, report.ErrThresholdExceeded) {
-				return &exitError{code: 4, err: err}
+				return &exitError{code: ExitGate, err: err}
 			}
 			return err
 		},

@@ -15,6 +15,29 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// Exit codes of every command; exitCodesHelp lists them in each --help.
+const (
+	ExitOK    = 0 // success
+	ExitError = 1 // bad flags, arguments or input, or the command could not go on
+	// ExitAccounting: bench and report --check wrote the results but they are
+	// not usable (a stage without a successful turn, turn accounting that does
+	// not add up, an interrupted variant).
+	ExitAccounting = 3
+	ExitGate       = 4   // compare: a --fail-on gate was crossed
+	ExitInterrupt  = 130 // a second Ctrl-C (128 + SIGINT)
+)
+
+// exitCodesHelp is the footer of every command's --help.
+const exitCodesHelp = `
+
+Exit codes:
+  0    success
+  1    error: bad flags, arguments or input, or the run could not go on
+  3    results written but not usable (bench, report --check): a stage without a
+       successful turn, turn accounting that does not add up, an interrupted variant
+  4    a --fail-on gate crossed (compare)
+  130  a second Ctrl-C (the first one stops, draining and writing what is complete)`
+
 // exitError carries a specific exit code out of a command.
 type exitError struct {
 	code int
@@ -34,7 +57,7 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
 		}
-		os.Exit(1)
+		os.Exit(ExitError)
 	}
 }
 
@@ -53,7 +76,7 @@ func signalContext() (context.Context, func()) {
 				interrupts++
 			}
 			if interrupts >= 2 {
-				os.Exit(130)
+				os.Exit(ExitInterrupt)
 			}
 			if !cancelled {
 				cancelled = true
@@ -83,5 +106,11 @@ cache, and measures with numbers what that routing does.
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd())
+	for _, c := range append(root.Commands(), root) {
+		if c.Long == "" {
+			c.Long = c.Short
+		}
+		c.Long += exitCodesHelp
+	}
 	return root
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/report"
+	"github.com/spf13/pflag"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -56,7 +57,7 @@ func TestReportCheckFailsWhenTurnsVanish(t *testing.T) {
 	}
 	_, err = run(t, "report", dir, "--check")
 	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != 3 {
+	if !errors.As(err, &ee) || ee.code != ExitAccounting {
 		t.Fatalf("report --check with a vanished turn: err = %v, want exit code 3", err)
 	}
 	if !strings.Contains(err.Error(), "accounting") {
@@ -79,7 +80,7 @@ func TestReportCheckFailsWhenTurnsVanish(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = run(t, "report", dir2, "--check")
-	if !errors.As(err, &ee) || ee.code != 3 || !strings.Contains(err.Error(), "turn records") {
+	if !errors.As(err, &ee) || ee.code != ExitAccounting || !strings.Contains(err.Error(), "turn records") {
 		t.Fatalf("report --check with an extra turn record: err = %v, want exit code 3 naming the turn records", err)
 	}
 }
@@ -96,7 +97,7 @@ func TestBenchExitsNonZeroWhenNoTurnSucceeded(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	_, err := run(t, "bench", "--virtual", "--scenario", sc, "--out", dir)
 	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != 3 {
+	if !errors.As(err, &ee) || ee.code != ExitAccounting {
 		t.Fatalf("bench with every turn failing: err = %v, want exit code 3", err)
 	}
 	if !strings.Contains(err.Error(), `variant "on" stage 1/1 (2 sessions): no successful turn`) {
@@ -325,5 +326,62 @@ func TestBenchWritesTurnsByIndex(t *testing.T) {
 	again, err := os.ReadFile(filepath.Join(dir, report.TurnsByIndexCSVFile))
 	if err != nil || !bytes.Equal(again, first) {
 		t.Errorf("warden report wrote %s differently (%v):\n%s\nbench wrote:\n%s", report.TurnsByIndexCSVFile, err, again, first)
+	}
+}
+
+// Every command's --help ends with the exit codes, today's values.
+func TestHelpListsExitCodes(t *testing.T) {
+	for _, c := range []string{"route", "sim", "bench", "report", "compare", "study", "version"} {
+		out, err := run(t, c, "--help")
+		if err != nil {
+			t.Fatalf("%s --help: %v", c, err)
+		}
+		for _, want := range []string{"Exit codes:", "\n  0    success", "\n  1    error", "\n  3    results written", "\n  4    a --fail-on gate", "\n  130  a second Ctrl-C"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s --help lacks %q", c, want)
+			}
+		}
+	}
+	if ExitOK != 0 || ExitError != 1 || ExitAccounting != 3 || ExitGate != 4 || ExitInterrupt != 130 {
+		t.Error("exit code values changed")
+	}
+}
+
+// warden route layers defaults, then the --config file, then the flags given:
+// --affinity, --overflow-threshold and --max-num-seqs with --config override
+// every model's file value (they were silently ignored before); not given, the
+// file's values stand.
+func TestRouteFlagsOverrideConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "router.yaml")
+	file := "models:\n  - name: m\n    affinity: true\n    overflow_threshold: 6\n    max_num_seqs: 48\n    replicas: [{url: \"http://127.0.0.1:9\"}]\n"
+	if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parse := func(args ...string) (bool, int, int) {
+		t.Helper()
+		var o routeOpts
+		fs := pflag.NewFlagSet("route", pflag.ContinueOnError)
+		o.bind(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.config(fs)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		m := cfg.Models[0]
+		return *m.Affinity, int(m.OverflowThreshold), m.MaxNumSeqs
+	}
+	if on, thr, seqs := parse("--config", path); !on || thr != 6 || seqs != 48 {
+		t.Errorf("file alone: affinity %v, threshold %d, max_num_seqs %d; want the file's true, 6, 48", on, thr, seqs)
+	}
+	if on, thr, seqs := parse("--config", path, "--affinity", "off", "--overflow-threshold", "3", "--max-num-seqs", "64"); on || thr != 3 || seqs != 64 {
+		t.Errorf("flags over the file: affinity %v, threshold %d, max_num_seqs %d; want false, 3, 64", on, thr, seqs)
+	}
+	if _, thr, seqs := parse("--config", path, "--overflow-threshold", "0"); thr != 0 || seqs != 48 {
+		t.Errorf("--overflow-threshold 0 over the file: threshold %d, max_num_seqs %d; want 0 (auto), 48", thr, seqs)
+	}
+	if on, thr, seqs := parse("--replica", "http://127.0.0.1:9"); !on || thr != 0 || seqs != 256 {
+		t.Errorf("--replica defaults: affinity %v, threshold %d, max_num_seqs %d; want true, 0, 256", on, thr, seqs)
 	}
 }

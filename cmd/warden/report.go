@@ -32,7 +32,7 @@ Example:
 			}
 			if check {
 				if err := checkRun(args[0]); err != nil {
-					return &exitError{code: 3, err: fmt.Errorf("check failed: %w", err)}
+					return &exitError{code: ExitAccounting, err: fmt.Errorf("check failed: %w", err)}
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), "check: ok")
 			}

@@ -9,23 +9,27 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp"
 )
 
+// routeOpts are warden route's flags.
+type routeOpts struct {
+	configPath string
+	replicas   []string
+	affinity   string
+	listen     string
+	adminAddr  string
+	adminTok   string
+	threshold  int
+	maxNumSeqs int
+	skipPin    bool
+}
+
 func newRouteCmd() *cobra.Command {
-	var (
-		configPath string
-		replicas   []string
-		affinity   string
-		listen     string
-		adminAddr  string
-		adminTok   string
-		threshold  int
-		maxNumSeqs int
-		skipPin    bool
-	)
+	var o routeOpts
 	cmd := &cobra.Command{
 		Use:   "route",
 		Short: "Run the session-affinity router in front of vLLM replicas",
@@ -51,7 +55,10 @@ affinity, the policy and the threshold per model at run time:
        http://127.0.0.1:8081/admin/models/MODEL/policy
   curl -H 'Authorization: Bearer TOKEN' http://127.0.0.1:8081/status
 
-Either a YAML config (--config, see docs/router.md) or replicas on the command line:
+Either a YAML config (--config, see docs/router.md) or replicas on the command line.
+Settings layer as defaults, then the file, then flags: --affinity,
+--overflow-threshold, --max-num-seqs, --listen, --admin-listen, --admin-token and
+--skip-pinning-check given with --config override the file (for every model).
   warden route --replica http://gpu0:8000 --replica http://gpu1:8000
   warden route --replica http://gpu:8000,dp_ranks=4      # one DP=4 server
 
@@ -61,48 +68,8 @@ server that ignores X-Data-Parallel-Rank is logged as an error (the router canno
 place conversations on it); --skip-pinning-check turns the check off.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var (
-				cfg routerhttp.Config
-				err error
-			)
-			switch {
-			case configPath != "" && len(replicas) > 0:
-				return errors.New("give either --config or --replica, not both")
-			case configPath != "":
-				if cfg, err = routerhttp.LoadConfig(configPath); err != nil {
-					return err
-				}
-			case len(replicas) > 0:
-				on, err := parseOnOff(affinity)
-				if err != nil {
-					return fmt.Errorf("--affinity: %w", err)
-				}
-				if cfg, err = routerhttp.ConfigForURLs(replicas, on); err != nil {
-					return err
-				}
-				for i := range cfg.Models {
-					cfg.Models[i].MaxNumSeqs = maxNumSeqs
-					cfg.Models[i].OverflowThreshold = routerhttp.Threshold(threshold)
-				}
-			default:
-				return errors.New("no replicas: give --replica URL (repeatable) or --config FILE")
-			}
-			if cmd.Flags().Changed("listen") || cfg.Listen == "" {
-				cfg.Listen = listen
-			}
-			if cmd.Flags().Changed("admin-listen") || cfg.AdminListen == "" {
-				cfg.AdminListen = adminAddr
-			}
-			if adminTok != "" {
-				cfg.AdminToken = adminTok
-			}
-			if skipPin {
-				cfg.SkipPinningCheck = true
-			}
-			if k := os.Getenv("VLLM_API_KEY"); k != "" && cfg.APIKey == "" {
-				cfg.APIKey = k // the servers' key for the router's own /v1 requests
-			}
-			if err := cfg.Validate(); err != nil {
+			cfg, err := o.config(cmd.Flags())
+			if err != nil {
 				return err
 			}
 			rt, err := routerhttp.New(cfg)
@@ -112,17 +79,81 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 			return serveRouter(cmd.Context(), rt, cfg)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&configPath, "config", "", "router YAML config (models, replicas, thresholds)")
-	f.StringArrayVar(&replicas, "replica", nil, "replica base URL, repeatable: URL, name=URL, or URL,dp_ranks=N")
-	f.StringVar(&affinity, "affinity", "on", "session affinity for --replica mode: on or off")
-	f.StringVar(&listen, "listen", routerhttp.DefaultListen, "API listen address")
-	f.StringVar(&adminAddr, "admin-listen", routerhttp.DefaultAdminListen, "admin API listen address (keep it on loopback)")
-	f.StringVar(&adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
-	f.IntVar(&threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4)")
-	f.IntVar(&maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32)")
-	f.BoolVar(&skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
+	o.bind(cmd.Flags())
 	return cmd
+}
+
+func (o *routeOpts) bind(f *pflag.FlagSet) {
+	f.StringVar(&o.configPath, "config", "", "router YAML config (models, replicas, thresholds); flags given with it override the file")
+	f.StringArrayVar(&o.replicas, "replica", nil, "replica base URL, repeatable: URL, name=URL, or URL,dp_ranks=N")
+	f.StringVar(&o.affinity, "affinity", "on", "session affinity: on or off (with --config: every model, over the file)")
+	f.StringVar(&o.listen, "listen", routerhttp.DefaultListen, "API listen address")
+	f.StringVar(&o.adminAddr, "admin-listen", routerhttp.DefaultAdminListen, "admin API listen address (keep it on loopback)")
+	f.StringVar(&o.adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
+	f.IntVar(&o.threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4; with --config: every model, over the file)")
+	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
+	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
+}
+
+// config layers the router's settings: defaults, then the --config file (or the
+// --replica list), then the flags given. With --replica every flag applies (its
+// default is the default); with --config only the flags given do, over the file,
+// for every model. The result is validated.
+func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
+	var (
+		cfg routerhttp.Config
+		err error
+	)
+	on, err := parseOnOff(o.affinity)
+	if err != nil {
+		return cfg, fmt.Errorf("--affinity: %w", err)
+	}
+	switch {
+	case o.configPath != "" && len(o.replicas) > 0:
+		return cfg, errors.New("give either --config or --replica, not both")
+	case o.configPath != "":
+		if cfg, err = routerhttp.LoadConfig(o.configPath); err != nil {
+			return cfg, err
+		}
+	case len(o.replicas) > 0:
+		if cfg, err = routerhttp.ConfigForURLs(o.replicas, on); err != nil {
+			return cfg, err
+		}
+	default:
+		return cfg, errors.New("no replicas: give --replica URL (repeatable) or --config FILE")
+	}
+	given := func(name string) bool { return o.configPath == "" || f.Changed(name) }
+	for i := range cfg.Models {
+		m := &cfg.Models[i]
+		if given("affinity") {
+			m.Affinity = &on
+		}
+		if given("max-num-seqs") {
+			m.MaxNumSeqs = o.maxNumSeqs
+		}
+		if given("overflow-threshold") {
+			m.OverflowThreshold = routerhttp.Threshold(o.threshold)
+		}
+	}
+	if f.Changed("listen") || cfg.Listen == "" {
+		cfg.Listen = o.listen
+	}
+	if f.Changed("admin-listen") || cfg.AdminListen == "" {
+		cfg.AdminListen = o.adminAddr
+	}
+	if o.adminTok != "" {
+		cfg.AdminToken = o.adminTok
+	}
+	if o.skipPin {
+		cfg.SkipPinningCheck = true
+	}
+	if k := os.Getenv("VLLM_API_KEY"); k != "" && cfg.APIKey == "" {
+		cfg.APIKey = k // the servers' key for the router's own /v1 requests
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
 }
 
 func parseOnOff(s string) (bool, error) {

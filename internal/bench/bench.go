@@ -26,7 +26,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -85,7 +84,8 @@ type Options struct {
 	SimReplicas int
 	Profile     string
 	Speed       float64
-	MaxNumSeqs  int // per engine; default sim.DefaultMaxNumSeqs
+	// MaxNumSeqs per engine, simulated or real; 0 means DefaultMaxNumSeqs.
+	MaxNumSeqs int
 	// OverflowThreshold of the router; 0 = auto (max_num_seqs/4).
 	OverflowThreshold int
 	// Policy the router uses while affinity is on (router.PolicyNames); "" means
@@ -96,6 +96,17 @@ type Options struct {
 	RunID    string    // default UTC time
 	Progress io.Writer // progress lines; nil = none
 	Report   io.Writer // where the results table is printed; nil = none
+}
+
+// DefaultMaxNumSeqs is the benchmark's max_num_seqs when none is given: the
+// simulator's engines run sim.DefaultMaxNumSeqs (32, the reference server) and
+// the router is told so; real servers (Options.Replicas) are assumed to run
+// router.DefaultMaxNumSeqs (256, vLLM's default), as `warden route` assumes.
+func DefaultMaxNumSeqs(realServers bool) int {
+	if realServers {
+		return router.DefaultMaxNumSeqs
+	}
+	return sim.DefaultMaxNumSeqs
 }
 
 // Run executes the benchmark and writes the results directory, then the report.
@@ -121,7 +132,7 @@ func Run(ctx context.Context, o Options) (string, error) {
 		o.SimReplicas = DefaultSimReplicas
 	}
 	if o.MaxNumSeqs <= 0 {
-		o.MaxNumSeqs = sim.DefaultMaxNumSeqs
+		o.MaxNumSeqs = DefaultMaxNumSeqs(len(o.Replicas) > 0)
 	}
 	if o.Speed <= 0 {
 		o.Speed = DefaultSpeed
@@ -288,13 +299,13 @@ func runHTTP(ctx context.Context, o Options) error {
 	for i, r := range rcfgs {
 		name := r.Name
 		if name == "" {
-			name = fmt.Sprintf("r%d", i)
+			name = router.ReplicaName(i)
 		}
 		base := strings.TrimRight(r.URL, "/")
 		rc.ResetURLs = append(rc.ResetURLs, base)
 		if r.DPRanks > 0 {
 			for k := 0; k < r.DPRanks; k++ {
-				rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: fmt.Sprintf("%s/rank%d", name, k), URL: base + "/metrics", Engine: fmt.Sprint(k)})
+				rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: router.RankName(name, k), URL: base + "/metrics", Engine: fmt.Sprint(k)})
 			}
 		} else {
 			rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: name, URL: base + "/metrics"})
@@ -448,7 +459,7 @@ func routerReplicaNames(ctx context.Context, admin, token string) (map[string]st
 		for _, r := range m.Replicas {
 			name := r.Name
 			if r.Rank != nil {
-				name = strings.TrimSuffix(name, "/rank"+strconv.Itoa(*r.Rank))
+				name, _ = router.RankBase(name)
 			}
 			out[strings.TrimRight(r.URL, "/")] = name
 		}

@@ -117,7 +117,7 @@ func keysArm(name string, keys ...router.LoadKey) func() Arm {
 	return func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
-				return &router.WorkingSet{Threshold: env.Threshold, Margin: env.Margin, Keys: keys,
+				return &router.WorkingSet{Margin: env.Margin, Keys: keys,
 					Rand: rand.New(rand.NewPCG(env.Seed, 0x3053_e7)), NoKey: router.NewShortestQueue(0)}
 			}}
 	}
@@ -129,7 +129,7 @@ func fixedTieArm(name string, keys ...router.LoadKey) func() Arm {
 	return func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
-				return &router.WorkingSet{Threshold: env.Threshold, Margin: env.Margin, Keys: keys,
+				return &router.WorkingSet{Margin: env.Margin, Keys: keys,
 					Rand: rand.New(oneSource{}), NoKey: router.NewShortestQueue(0)}
 			}}
 	}
@@ -145,7 +145,7 @@ func laggedArm(name string, every time.Duration) func() Arm {
 	return func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
-				return &laggedInFlight{every: every, inner: &router.WorkingSet{Threshold: env.Threshold, Margin: env.Margin,
+				return &laggedInFlight{every: every, inner: &router.WorkingSet{Margin: env.Margin,
 					Keys: []router.LoadKey{router.KeyInFlight}, Rand: rand.New(rand.NewPCG(env.Seed, 7)), NoKey: router.NewShortestQueue(0)}}
 			}}
 	}

@@ -27,7 +27,7 @@ func homelessArm(name string, keys ...router.LoadKey) func() Arm {
 	return func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
-				return homeless{&router.WorkingSet{Threshold: env.Threshold, Margin: env.Margin, Keys: keys,
+				return homeless{&router.WorkingSet{Margin: env.Margin, Keys: keys,
 					Rand: rand.New(rand.NewPCG(env.Seed, 0x3053_e7)), NoKey: router.NewShortestQueue(0)}}
 			}}
 	}
@@ -120,7 +120,7 @@ func scoreOverflowArm(name string, margin float64, move bool) func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
 				return &scoreOverflow{margin: margin, move: move,
-					ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0))}
+					ws: router.NewWorkingSet(env.Margin, env.Seed, router.NewShortestQueue(0))}
 			}}
 	}
 }
@@ -143,7 +143,7 @@ func admitArm(name string, hold time.Duration) func() Arm {
 	return func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
-				return &admit{hold: hold, ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0))}
+				return &admit{hold: hold, ws: router.NewWorkingSet(env.Margin, env.Seed, router.NewShortestQueue(0))}
 			}}
 	}
 }
@@ -276,7 +276,7 @@ func lostRebalanceArm(name string) func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
 				return &lostRebalance{rng: rand.New(rand.NewPCG(env.Seed, 11)),
-					ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0))}
+					ws: router.NewWorkingSet(env.Margin, env.Seed, router.NewShortestQueue(0))}
 			}}
 	}
 }

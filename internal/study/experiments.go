@@ -21,7 +21,7 @@ func spillArm(name string, factor float64, unique, move bool) func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
 				s := &spill{factor: factor, move: move,
-					ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0)),
+					ws: router.NewWorkingSet(env.Margin, env.Seed, router.NewShortestQueue(0)),
 					sq: router.NewShortestQueue(0)}
 				if unique {
 					s.shared = env.SharedPrefixTokens
@@ -70,7 +70,7 @@ func lruModelArm(name string, fit float64) func() Arm {
 	return func() Arm {
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
-				return &lruModel{fit: fit, ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0)), sq: router.NewShortestQueue(0)}
+				return &lruModel{fit: fit, ws: router.NewWorkingSet(env.Margin, env.Seed, router.NewShortestQueue(0)), sq: router.NewShortestQueue(0)}
 			}}
 	}
 }
@@ -103,7 +103,7 @@ func coldMoveArm(name string, fit float64, margin int, overCap, once bool) func(
 		return Arm{Name: name, Affinity: true,
 			NewPolicy: func(env PolicyEnv) router.Policy {
 				return &lruModel{fit: fit, margin: margin, overCap: overCap, once: once, moved: map[uint64]struct{}{},
-					ws: router.NewWorkingSet(env.Threshold, env.Margin, env.Seed, router.NewShortestQueue(0)),
+					ws: router.NewWorkingSet(env.Margin, env.Seed, router.NewShortestQueue(0)),
 					sq: router.NewShortestQueue(0)}
 			}}
 	}

@@ -46,9 +46,8 @@ type Arm struct {
 
 // PolicyEnv is what a custom policy is built from.
 type PolicyEnv struct {
-	Seed      uint64
-	Threshold int // overflow threshold in force, in-flight requests
-	Margin    int // overflow margin
+	Seed   uint64
+	Margin int // overflow margin (the threshold comes in Request.Threshold)
 	// SharedPrefixTokens is the rendered length of the scenario's shared system
 	// prompt: knowledge a router does not have from sizes alone, given to
 	// experiments that ask what it would be worth.
@@ -177,12 +176,8 @@ func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*Ru
 		LiveWindow:        a.LiveWindow,
 		Seed:              seed,
 	}
-	thr := a.OverflowThreshold
-	if thr == 0 {
-		thr = router.AutoOverflowThreshold(maxSeqs)
-	}
 	if a.NewPolicy != nil {
-		bcfg.AffinityPolicy = a.NewPolicy(PolicyEnv{Seed: seed, Threshold: thr, Margin: router.DefaultOverflowMargin, SharedPrefixTokens: systemTokens(&sc)})
+		bcfg.AffinityPolicy = a.NewPolicy(PolicyEnv{Seed: seed, Margin: router.DefaultOverflowMargin, SharedPrefixTokens: systemTokens(&sc)})
 	}
 	decisions := map[decKey]int{}
 	bcfg.OnDecision = func(ev router.DecisionEvent) {

@@ -329,7 +329,7 @@ func TestStageDurationsAreSamples(t *testing.T) {
 func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
 	newPol := func(margin int, overCap bool, once ...bool) *lruModel {
 		a := coldMoveArm("t", 1.5, margin, overCap, len(once) > 0 && once[0])()
-		p := a.NewPolicy(PolicyEnv{Seed: 1, Threshold: 8, Margin: 2}).(*lruModel)
+		p := a.NewPolicy(PolicyEnv{Seed: 1, Margin: 2}).(*lruModel)
 		p.model = router.NewCacheModel()
 		return p
 	}
@@ -339,7 +339,7 @@ func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
 			{Healthy: true, InFlight: otherIn, KVCapacityTokens: 1000},
 		}
 	}
-	req := router.Request{Key: "x", Home: 0, PromptTokens: 400}
+	req := router.Request{Key: "x", Home: 0, Threshold: 8, PromptTokens: 400}
 	// Warm: x was the last conversation sent to replica 0.
 	p := newPol(1, false)
 	p.model.Touch(0, p.model.Hash("x"), 400, 1000)
@@ -381,7 +381,7 @@ func TestColdMoveMovesOnlyEvictedConversations(t *testing.T) {
 	p.model.Touch(1, p.model.Hash("c"), 800, 1000)
 	p.model.Touch(1, p.model.Hash("d"), 800, 1000)
 	back := []router.ReplicaState{{Healthy: true, InFlight: 0, KVCapacityTokens: 1000}, {Healthy: true, InFlight: 3, KVCapacityTokens: 1000, LiveTokens: 900}}
-	if d, _ := p.Pick(0, router.Request{Key: "x", Home: 1, PromptTokens: 400}, back); d.Replica != 1 {
+	if d, _ := p.Pick(0, router.Request{Key: "x", Home: 1, Threshold: 8, PromptTokens: 400}, back); d.Replica != 1 {
 		t.Errorf("once, cold again at its new home: %+v, want it to stay on 1", d)
 	}
 }

@@ -37,7 +37,7 @@ func TestHeldTurnIsRetriedAndTimedFromFirstSend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol := &holdFirst{hold: hold, inner: router.NewWorkingSet(8, 2, 1, router.NewShortestQueue(0))}
+	pol := &holdFirst{hold: hold, inner: router.NewWorkingSet(2, 1, router.NewShortestQueue(0))}
 	var results []loadgen.Result
 	m, err := Run(context.Background(), Config{
 		Scenario: sc, Replicas: 4, Engine: sim.EngineConfig{Profile: prof}, RunID: "hold",

@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 			return nil, fmt.Errorf("virtual run: building engine %d: %w", i, err)
 		}
 		r.engines = append(r.engines, e)
-		r.names = append(r.names, "r"+strconv.Itoa(i))
+		r.names = append(r.names, router.ReplicaName(i))
 	}
 	r.busy = make([]bool, cfg.Replicas)
 	bcfg := cfg.Balancer

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/lmwarden/warden/router"
@@ -232,24 +231,20 @@ func decodeStrict(r io.Reader, v any) error {
 	return nil
 }
 
-// parseThreshold accepts a positive integer or "auto" (0).
+// parseThreshold reads the body's "threshold", a JSON string or number, with
+// router.ParseThreshold ("auto", 0 = auto, or a positive integer).
 func parseThreshold(raw json.RawMessage) (int, error) {
 	if len(raw) == 0 {
-		return 0, errors.New(`"threshold" is missing: want {"threshold": "auto"} or a positive integer`)
+		return 0, errors.New(`"threshold" is missing: want {"threshold": "auto"}, 0 (auto) or a positive integer`)
 	}
+	text := string(raw)
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		if strings.EqualFold(s, "auto") {
-			return 0, nil
-		}
-		if n, err := strconv.Atoi(s); err == nil && n > 0 {
-			return n, nil
-		}
-		return 0, fmt.Errorf(`threshold %q: want "auto" or a positive integer`, s)
+		text = s
 	}
-	var n int
-	if err := json.Unmarshal(raw, &n); err != nil || n <= 0 {
-		return 0, fmt.Errorf(`threshold %s: want "auto" or a positive integer`, raw)
+	n, err := router.ParseThreshold(text)
+	if err != nil {
+		return 0, fmt.Errorf("threshold %w", err)
 	}
 	return n, nil
 }

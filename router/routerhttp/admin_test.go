@@ -91,9 +91,23 @@ func TestAdminSetsThreshold(t *testing.T) {
 	if n, auto := rt.Pools()[0].Balancer.OverflowThreshold(); code != 200 || n != 64 || !auto {
 		t.Fatalf("auto: %d -> %d %v", code, n, auto)
 	}
-	for _, bad := range []string{`{"threshold":0}`, `{"threshold":-2}`, `{"threshold":"lots"}`, `{}`} {
+	for _, bad := range []string{`{"threshold":-2}`, `{"threshold":4.5}`, `{"threshold":"lots"}`, `{}`} {
 		if code, body := adminDo(t, srv, "PUT", "/admin/models/m/threshold", "", bad); code != 400 {
 			t.Errorf("%s: %d %s", bad, code, body)
+		}
+	}
+}
+
+// PUT threshold 0 means auto, as overflow_threshold: 0 in the YAML file and
+// --overflow-threshold 0 do (both parsed by router.ParseThreshold); it was a
+// 400 before.
+func TestAdminThresholdZeroIsAuto(t *testing.T) {
+	rt, srv := newAdmin(t, "", "m")
+	for _, body := range []string{`{"threshold":0}`, `{"threshold":"0"}`} {
+		adminDo(t, srv, "PUT", "/admin/models/m/threshold", "", `{"threshold":4}`)
+		code, out := adminDo(t, srv, "PUT", "/admin/models/m/threshold", "", body)
+		if n, auto := rt.Pools()[0].Balancer.OverflowThreshold(); code != 200 || n != 64 || !auto {
+			t.Errorf("%s: %d %s -> %d auto %v, want 200 and auto 64", body, code, out, n, auto)
 		}
 	}
 }

@@ -127,15 +127,11 @@ type ReplicaConfig struct {
 // Threshold is an overflow threshold: 0 means auto.
 type Threshold int
 
-// UnmarshalYAML accepts "auto", 0 (auto, as --overflow-threshold 0) or a
-// positive integer.
+// UnmarshalYAML accepts what router.ParseThreshold does: "auto", 0 (auto, as
+// --overflow-threshold 0) or a positive integer.
 func (t *Threshold) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode && strings.EqualFold(n.Value, "auto") {
-		*t = 0
-		return nil
-	}
-	v, err := strconv.Atoi(n.Value)
-	if err != nil || v < 0 || n.Kind != yaml.ScalarNode {
+	v, err := router.ParseThreshold(n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
 		// A *yaml.TypeError lets the decoder go on and report the file's other
 		// problems with this one (any other error stops it here).
 		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: overflow_threshold %q: want \"auto\", 0 (auto) or a positive integer", n.Line, n.Value)}}
@@ -257,7 +253,7 @@ func (c Config) WithDefaults() Config {
 		m.Replicas = append([]ReplicaConfig(nil), m.Replicas...)
 		for j := range m.Replicas {
 			if m.Replicas[j].Name == "" {
-				m.Replicas[j].Name = "r" + strconv.Itoa(j)
+				m.Replicas[j].Name = router.ReplicaName(j)
 			}
 		}
 		models[i] = m
@@ -328,21 +324,14 @@ func (c Config) Validate() error {
 			if r.DPRanks < 0 || r.DPRanks > MaxDPRanks {
 				bad(rp+".dp_ranks", "%d is out of range 0..%d", r.DPRanks, MaxDPRanks)
 			}
-			base := r.Name
-			if base == "" {
-				base = "r" + strconv.Itoa(j)
+			ranks := r.DPRanks
+			if ranks > MaxDPRanks {
+				ranks = 0
 			}
-			names := []string{base}
-			if r.DPRanks > 0 && r.DPRanks <= MaxDPRanks {
-				names = names[:0]
-				for k := range r.DPRanks {
-					names = append(names, base+"/rank"+strconv.Itoa(k))
-				}
-			}
-			for _, n := range names {
+			for _, n := range router.UpstreamNames(r.Name, j, ranks) {
 				if k, dup := seenName[n]; dup && k != j {
 					hint := ""
-					if strings.Contains(n, "/rank") {
+					if _, ranked := router.RankBase(n); ranked {
 						hint = " (a DP URL's ranks are named <name>/rank<k>)"
 					}
 					bad(rp+".name", "%q already used by replicas[%d]%s", n, k, hint)

@@ -397,9 +397,10 @@ func (c *call) setHeaders(h http.Header) {
 	}
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler: the router's own endpoints are answered
+// here; a proxied request is read (readRequest), routed (acquire), forwarded,
+// and settled when it ends (settle: release, policy feedback, metrics, log).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	api := apiFor(r.URL.Path)
 	switch r.URL.Path {
 	case "/health":
 		p.serveHealth(w, r)
@@ -408,14 +409,38 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.serveModels(w, r)
 		return
 	}
+	api := apiFor(r.URL.Path)
+	body, info, ok := p.readRequest(w, r, api)
+	if !ok {
+		return
+	}
+	c, ok := p.acquire(w, r, api, body, info)
+	if !ok {
+		return
+	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		v := recover()
+		p.settle(r, c, sw, start, v != nil)
+		if v != nil {
+			panic(v) // http.ErrAbortHandler from ReverseProxy: the server drops the connection
+		}
+	}()
+	p.forward(sw, r, c)
+}
+
+// readRequest checks the path and method, reads the body and extracts the model
+// and session key. On a problem it answers the client and returns false.
+func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request, api apiKind) ([]byte, RequestInfo, bool) {
 	if !proxiedPath[r.URL.Path] {
 		p.fail(w, api, fmt.Errorf("%w: %s", errNotFound, r.URL.Path), false)
-		return
+		return nil, RequestInfo{}, false
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		p.fail(w, api, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path), false)
-		return
+		return nil, RequestInfo{}, false
 	}
 	body, err := readBody(w, r, p.limit)
 	if err != nil {
@@ -426,21 +451,28 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			err = fmt.Errorf("%w: reading body: %w", ErrBadBody, err)
 		}
 		p.fail(w, api, err, r.Context().Err() != nil)
-		return
+		return nil, RequestInfo{}, false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		p.fail(w, api, fmt.Errorf("%w: the body is empty", ErrBadBody), false)
-		return
+		return nil, RequestInfo{}, false
 	}
 	info, err := ExtractKey(r.Header, body, p.keys)
 	if err != nil {
 		p.fail(w, api, err, false)
-		return
+		return nil, RequestInfo{}, false
 	}
+	return body, info, true
+}
+
+// acquire finds the model's pool and asks its Balancer for a replica; the call
+// returned holds the in-flight count until settle. On a problem it answers the
+// client and returns false.
+func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, body []byte, info RequestInfo) (*call, bool) {
 	pool := p.Pool(info.Model)
 	if pool == nil {
 		p.failModel(w, api, info.Model, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
-		return
+		return nil, false
 	}
 	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == "/v1/messages/count_tokens"}, body: body, inURL: *r.URL, counted: true}
 	t0 := time.Now()
@@ -452,51 +484,66 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			name = info.Model // the pool serves any model: name the one asked for
 		}
 		p.failModel(w, api, pool.Model, fmt.Errorf("model %q: %w", name, err), false)
-		return
+		return nil, false
 	}
 	c.dec, c.held = d, true
 	if p.onRoute != nil {
 		p.onRoute(pool, c.facts.SessionKey, len(body), d)
 	}
-	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
-	defer func() {
-		c.release()
-		p.untrack(c)
-		if prompt, cached, ok := c.usage.result(); ok && c.status == http.StatusOK && c.streamBroken == nil {
-			pool.Balancer.ObserveCache(c.facts.SessionKey, c.dec.Replica, prompt, cached)
-		}
-		if c.status == http.StatusOK && c.streamBroken == nil && c.usage.prompt > 0 {
-			pool.Balancer.ObserveSize(len(c.body), c.usage.prompt)
-		}
-		if c.dec.Reason == router.ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
-			pool.Balancer.Unplace(c.facts.SessionKey, c.dec.Replica)
-		}
-		v := recover()
-		status := c.status
-		switch {
-		case r.Context().Err() != nil && (v != nil || c.err != nil || sw.status == 0):
-			status = StatusClientClosed
-		case status == 0 && sw.status != 0:
-			status = sw.status
-		case status == 0:
-			status = http.StatusBadGateway
-		}
-		up := c.upstream()
-		p.m.countRequest(pool.Model, up.Name, c.dec.Reason)
-		p.m.countResponse(pool.Model, status)
-		// The arguments (Redact formats, the values are boxed) cost allocations on
-		// every request: build them only when the line is written.
-		if p.log.Enabled(r.Context(), slog.LevelDebug) {
-			p.log.Debug("proxied", "model", pool.Model, "replica", up.Name, "decision", c.dec.Reason.String(),
-				"session", Redact(c.facts.SessionKey), "status", status, "attempts", c.attempts,
-				"duration", time.Since(start))
-		}
-		if v != nil {
-			panic(v) // http.ErrAbortHandler from ReverseProxy: the server drops the connection
-		}
-	}()
-	p.forward(sw, r, c)
+	return c, true
+}
+
+// settle ends a proxied call, whether it finished, failed or panicked: it
+// releases the in-flight count, feeds the outcome back to the policy
+// (feedback), and counts and logs the request with its final status.
+func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Time, panicked bool) {
+	c.release()
+	p.untrack(c)
+	c.feedback()
+	status := c.finalStatus(r.Context().Err() != nil, panicked, sw.status)
+	up := c.upstream()
+	p.m.countRequest(c.pool.Model, up.Name, c.dec.Reason)
+	p.m.countResponse(c.pool.Model, status)
+	// The arguments (Redact formats, the values are boxed) cost allocations on
+	// every request: build them only when the line is written.
+	if p.log.Enabled(r.Context(), slog.LevelDebug) {
+		p.log.Debug("proxied", "model", c.pool.Model, "replica", up.Name, "decision", c.dec.Reason.String(),
+			"session", Redact(c.facts.SessionKey), "status", status, "attempts", c.attempts,
+			"duration", time.Since(start))
+	}
+}
+
+// feedback tells the Balancer what the finished call showed: the prefix-cache
+// read of a whole 200 response (ObserveCache) and its prompt size for the
+// bytes-per-token estimate (ObserveSize); and a placement whose request the
+// upstream refused with a 4xx is undone (Unplace).
+func (c *call) feedback() {
+	b := c.pool.Balancer
+	complete := c.status == http.StatusOK && c.streamBroken == nil
+	if prompt, cached, ok := c.usage.result(); ok && complete {
+		b.ObserveCache(c.facts.SessionKey, c.dec.Replica, prompt, cached)
+	}
+	if complete && c.usage.prompt > 0 {
+		b.ObserveSize(len(c.body), c.usage.prompt)
+	}
+	if c.dec.Reason == router.ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
+		b.Unplace(c.facts.SessionKey, c.dec.Replica)
+	}
+}
+
+// finalStatus is the status the call is counted with: StatusClientClosed when
+// the client went away before a clean end, else the call's own status, else
+// what was written to the client, else 502.
+func (c *call) finalStatus(clientGone, panicked bool, written int) int {
+	switch {
+	case clientGone && (panicked || c.err != nil || written == 0):
+		return StatusClientClosed
+	case c.status == 0 && written != 0:
+		return written
+	case c.status == 0:
+		return http.StatusBadGateway
+	}
+	return c.status
 }
 
 // maxBodyPrealloc bounds the buffer readBody allocates before any byte arrived,

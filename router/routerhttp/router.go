@@ -172,7 +172,7 @@ func newTarget(pool *Pool, rc ReplicaConfig, first int) (*target, []Upstream, er
 	}
 	for k := range rc.DPRanks {
 		t.replicas = append(t.replicas, first+len(ups))
-		ups = append(ups, Upstream{Name: rc.Name + "/rank" + strconv.Itoa(k), URL: u, Rank: k})
+		ups = append(ups, Upstream{Name: router.RankName(rc.Name, k), URL: u, Rank: k})
 	}
 	t.prefix = make([]prefixStats, len(t.replicas))
 	return t, ups, nil
@@ -202,7 +202,7 @@ func (rt *Router) AddReplica(model string, rc ReplicaConfig) ([]string, error) {
 	rt.tmu.Lock()
 	defer rt.tmu.Unlock()
 	for _, up := range pool.UpstreamList() {
-		if up.Name == rc.Name || strings.HasPrefix(up.Name, rc.Name+"/rank") {
+		if base, _ := router.RankBase(up.Name); base == rc.Name {
 			return nil, fmt.Errorf("name: %q is already used in model %q", rc.Name, pool.Model)
 		}
 	}

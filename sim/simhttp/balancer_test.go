@@ -5,28 +5,28 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lmwarden/warden/internal/vllmdp"
 	"github.com/lmwarden/warden/sim"
 )
 
 func TestDPBalancerScore(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		load     rankLoad
-		inflight int
-		want     float64
+		name string
+		rank vllmdp.Rank
+		want float64
 	}{
-		{"idle", rankLoad{}, 0, 0},
-		{"queue counts", rankLoad{waiting: 1, running: 3}, 0, 4},
-		{"own in-flight count dominates a stale snapshot", rankLoad{running: 1}, 5, 5},
+		{"idle", vllmdp.Rank{}, 0},
+		{"queue counts", vllmdp.Rank{Waiting: 1, Running: 3}, 4},
+		{"own in-flight count dominates a stale snapshot", vllmdp.Rank{Running: 1, InFlight: 5}, 5},
 		// waiting*6*max(0, kv-0.5) = 2*6*0.4 added to waiting+running = 5.
-		{"kv pressure with a queue", rankLoad{waiting: 2, running: 3, kvUsage: 0.9}, 0, 5 + 2*6*0.4},
-		{"kv pressure without a queue", rankLoad{running: 3, kvUsage: 0.9}, 0, 3},
-		{"kv under half", rankLoad{waiting: 2, running: 3, kvUsage: 0.4}, 0, 5},
+		{"kv pressure with a queue", vllmdp.Rank{Waiting: 2, Running: 3, KVUsage: 0.9}, 5 + 2*6*0.4},
+		{"kv pressure without a queue", vllmdp.Rank{Running: 3, KVUsage: 0.9}, 3},
+		{"kv under half", vllmdp.Rank{Waiting: 2, Running: 3, KVUsage: 0.4}, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newDPBalancer(1)
-			b.snap[0], b.inflight[0] = tc.load, tc.inflight
-			if got := b.score(0); math.Abs(got-tc.want) > 1e-9 {
+			b.ranks[0] = tc.rank
+			if got := b.ranks[0].Score(); math.Abs(got-tc.want) > 1e-9 {
 				t.Errorf("score %v, want %v", got, tc.want)
 			}
 		})
@@ -70,15 +70,15 @@ func TestDPBalancerPick(t *testing.T) {
 		}
 		// A new snapshot forgets the optimistic counts; in-flight stays until release.
 		b.refresh([]sim.Stats{{Running: 0}, {Running: 0}})
-		if b.snap[0].waiting != 0 || b.inflight[0] != 4 {
-			t.Errorf("after refresh: snap %+v inflight %v", b.snap[0], b.inflight)
+		if b.ranks[0].Waiting != 0 || b.ranks[0].InFlight != 4 {
+			t.Errorf("after refresh: %+v", b.ranks[0])
 		}
 		for range 4 {
 			b.release(0)
 		}
 		b.release(0) // an extra release does not go negative
-		if b.inflight[0] != 0 {
-			t.Errorf("inflight %v", b.inflight)
+		if b.ranks[0].InFlight != 0 {
+			t.Errorf("in flight %d", b.ranks[0].InFlight)
 		}
 	})
 	t.Run("pin counts in flight", func(t *testing.T) {
