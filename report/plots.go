@@ -18,6 +18,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/lmwarden/warden/internal/atomicfile"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/loadgen"
 )
@@ -375,7 +376,7 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 		if err != nil {
 			return out, fmt.Errorf("drawing %s: %w", f.file, err)
 		}
-		if err := writeFileAtomic(filepath.Join(dir, f.file), b); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, f.file), b); err != nil {
 			return out, err
 		}
 		out = append(out, Figure{File: f.file, Title: f.title})

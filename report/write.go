@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,43 +50,6 @@ var CSVColumns = []string{
 	"replicas_busy", "prefix_hits_pct", "stayed_pct", "usage_cached_pct", "turns_ok", "turns_failed",
 	"prompt_tokens_mean", "nominal_prompt_tokens_mean", "complete", "send_lag_p50_s", "send_lag_p99_s",
 	"side_requests_ok", "side_requests_failed", "side_on_home_pct",
-}
-
-// writeFileAtomic writes data to path through a temporary file in the same
-// directory and a rename, so a reader never sees a half-written file.
-func writeFileAtomic(path string, data []byte) error {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", base, err)
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", base, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", base, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", base, err)
-	}
-	return nil
 }
 
 // csvFloat formats v with 4 decimals, or "" for NaN.
