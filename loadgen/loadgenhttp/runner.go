@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,7 +65,7 @@ type RunConfig struct {
 	MaxConsecutiveFailures int // default DefaultMaxConsecutiveFailures; < 0 = never abort
 
 	// Copied into the manifest.
-	RunID    string // default: UTC time "20060102-150405"
+	RunID    string // default: loadgen.NewRunID of the start
 	Mode     string // default "http"
 	Target   string // default BaseURL
 	Profile  string
@@ -201,44 +203,7 @@ func (rn *runner) setup(ctx context.Context) error {
 			return fmt.Errorf("running benchmark: first scrape of replica metrics: %w", err)
 		}
 	}
-	m := &loadgen.Manifest{
-		RunID:    cfg.RunID,
-		Created:  time.Now().UTC(),
-		Mode:     cfg.Mode,
-		Target:   cfg.Target,
-		Scenario: rn.sc,
-		Seed:     rn.sc.Seed,
-		Speed:    rn.clock.Speed,
-		Profile:  cfg.Profile,
-		Policy:   cfg.Policy,
-		Versions: map[string]string{},
-		Notes:    append([]string(nil), cfg.Notes...),
-	}
-	if m.RunID == "" {
-		m.RunID = m.Created.Format("20060102-150405")
-	}
-	if m.Mode == "" {
-		m.Mode = "http"
-	}
-	if m.Target == "" {
-		m.Target = cfg.BaseURL
-	}
-	if m.Speed <= 0 {
-		m.Speed = 1
-	}
-	for k, v := range cfg.Versions {
-		m.Versions[k] = v
-	}
-	if _, ok := m.Versions["go"]; !ok {
-		m.Versions["go"] = runtime.Version()
-	}
-	for _, r := range cfg.Replicas {
-		m.Replicas = append(m.Replicas, r.Name)
-	}
-	if cfg.SetAffinity == nil {
-		m.Notes = append(m.Notes, "the harness did not switch router affinity between variants (no SetAffinity)")
-	}
-	rn.m = m
+	rn.m = rn.newManifest()
 	if cfg.ResultsDir != "" {
 		out, err := loadgen.CreateResults(cfg.ResultsDir)
 		if err != nil {
@@ -247,6 +212,42 @@ func (rn *runner) setup(ctx context.Context) error {
 		rn.out = out
 	}
 	return nil
+}
+
+// newManifest assembles the run's manifest, with RunConfig's defaults for the
+// fields copied into it.
+func (rn *runner) newManifest() *loadgen.Manifest {
+	cfg := rn.cfg
+	created := time.Now()
+	info := loadgen.RunInfo{
+		RunID: cfg.RunID, Mode: cfg.Mode, Target: cfg.Target, Speed: rn.clock.Speed,
+		Profile: cfg.Profile, Policy: cfg.Policy, Versions: maps.Clone(cfg.Versions), Notes: cfg.Notes,
+	}
+	if info.RunID == "" {
+		info.RunID = loadgen.NewRunID(created)
+	}
+	if info.Mode == "" {
+		info.Mode = "http"
+	}
+	if info.Target == "" {
+		info.Target = cfg.BaseURL
+	}
+	if info.Speed <= 0 {
+		info.Speed = 1
+	}
+	if info.Versions == nil {
+		info.Versions = map[string]string{}
+	}
+	if _, ok := info.Versions["go"]; !ok {
+		info.Versions["go"] = runtime.Version()
+	}
+	for _, r := range cfg.Replicas {
+		info.Replicas = append(info.Replicas, r.Name)
+	}
+	if cfg.SetAffinity == nil {
+		info.Notes = append(slices.Clone(info.Notes), "the harness did not switch router affinity between variants (no SetAffinity)")
+	}
+	return loadgen.NewManifest(rn.sc, created, info)
 }
 
 // NewClient returns the streaming client for sc.API (OpenAIClient or
