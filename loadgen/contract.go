@@ -15,36 +15,39 @@ import (
 // the int field is the nominal (middle) value.
 type Scenario struct {
 	Name               string        `yaml:"name" json:"name"`
-	Seed               uint64        `yaml:"seed" json:"seed"`                                 // default 1
-	Model              string        `yaml:"model" json:"model"`                               // served model name; "" = ask /v1/models
-	API                string        `yaml:"api" json:"api"`                                   // "openai-chat" (default) or "anthropic-messages"
-	SessionHeader      string        `yaml:"session_header" json:"session_header"`             // "claude-code" (default) or "x-session-id"
-	SystemPromptTokens int           `yaml:"system_prompt_tokens" json:"system_prompt_tokens"` // shared by all sessions; default 3500
-	FirstTurnTokens    int           `yaml:"first_turn_tokens" json:"first_turn_tokens"`       // unique first user message; default 6000
-	TurnTokens         int           `yaml:"turn_tokens" json:"turn_tokens"`                   // each later user message; default 400
-	Turns              int           `yaml:"turns" json:"turns"`                               // turns per session incl. the first; default 6
-	MaxOutputTokens    int           `yaml:"max_output_tokens" json:"max_output_tokens"`       // default 256
-	ThinkTime          time.Duration `yaml:"think_time" json:"think_time"`                     // client-side gap between a turn's end and the next send; default 0
-	Stages             []int         `yaml:"stages" json:"stages"`                             // concurrent sessions per stage; default 4,8,16,24,32
-	StageDuration      time.Duration `yaml:"stage_duration" json:"stage_duration"`             // simulated; default 3m
-	Warmup             time.Duration `yaml:"warmup" json:"warmup"`                             // excluded start of each stage; default 0
-	Variants           []string      `yaml:"variants" json:"variants"`                         // default ["off","on"]
-	ResetCache         *bool         `yaml:"reset_cache" json:"reset_cache"`                   // POST /reset_prefix_cache before each variant; default true
-	RequestTimeout     time.Duration `yaml:"request_timeout" json:"request_timeout"`           // per turn, simulated; default 10m
+	Seed               uint64        `yaml:"seed" json:"seed"`                           // default 1
+	Model              string        `yaml:"model" json:"model"`                         // served model name; "" = ask /v1/models
+	API                string        `yaml:"api" json:"api"`                             // "openai-chat" (default) or "anthropic-messages"
+	SessionHeader      string        `yaml:"session_header" json:"session_header"`       // "claude-code" (default) or "x-session-id"
+	SystemPromptTokens int           `yaml:"-" json:"system_prompt_tokens"`              // shared by all sessions; default 3500
+	FirstTurnTokens    int           `yaml:"-" json:"first_turn_tokens"`                 // unique first user message; default 6000
+	TurnTokens         int           `yaml:"-" json:"turn_tokens"`                       // each later user message; default 400
+	Turns              int           `yaml:"turns" json:"turns"`                         // turns per session incl. the first; default 6
+	MaxOutputTokens    int           `yaml:"max_output_tokens" json:"max_output_tokens"` // default 256
+	ThinkTime          time.Duration `yaml:"-" json:"think_time"`                        // client-side gap between a turn's end and the next send; default 0
+	Stages             []int         `yaml:"stages" json:"stages"`                       // concurrent sessions per stage; default 4,8,16,24,32
+	StageDuration      time.Duration `yaml:"stage_duration" json:"stage_duration"`       // simulated; default 3m
+	Warmup             time.Duration `yaml:"warmup" json:"warmup"`                       // excluded start of each stage; default 0
+	Variants           []string      `yaml:"variants" json:"variants"`                   // default ["off","on"]
+	ResetCache         *bool         `yaml:"reset_cache" json:"reset_cache"`             // POST /reset_prefix_cache before each variant; default true
+	RequestTimeout     time.Duration `yaml:"request_timeout" json:"request_timeout"`     // per turn, simulated; default 10m
 	// SideRequests: short requests a session sends beside some of its turns, as
 	// Claude Code sends title and topic requests with the conversation's session id
 	// (brief clients.md). nil (the default): none.
 	SideRequests *SideRequests `yaml:"side_requests" json:"side_requests,omitempty"`
 
-	// Added by the loadgen implementation (zero = default).
-	SystemPromptSpread TokenRange    `yaml:"-" json:"system_prompt_tokens_spread,omitzero"` // zero: fixed
-	FirstTurnSpread    TokenRange    `yaml:"-" json:"first_turn_tokens_spread,omitzero"`    // zero: fixed
-	TurnSpread         TokenRange    `yaml:"-" json:"turn_tokens_spread,omitzero"`          // zero: fixed
-	ThinkSpread        DurationRange `yaml:"-" json:"think_time_spread,omitzero"`           // zero: fixed; ThinkTime is then the middle
-	FailureBackoff     time.Duration `yaml:"failure_backoff" json:"failure_backoff"`        // least gap before a failed session's replacement starts, simulated; default 1s
+	// Added by the loadgen implementation (zero = default). In YAML each spread
+	// carries its count's key: the count or distribution decodes to the range of
+	// its draws ([N, N] for a fixed N) and ParseScenario splits that into the
+	// nominal field and the spread (zero when fixed).
+	SystemPromptSpread TokenRange    `yaml:"system_prompt_tokens" json:"system_prompt_tokens_spread,omitzero"` // zero: fixed
+	FirstTurnSpread    TokenRange    `yaml:"first_turn_tokens" json:"first_turn_tokens_spread,omitzero"`       // zero: fixed
+	TurnSpread         TokenRange    `yaml:"turn_tokens" json:"turn_tokens_spread,omitzero"`                   // zero: fixed
+	ThinkSpread        DurationRange `yaml:"think_time" json:"think_time_spread,omitzero"`                     // zero: fixed; ThinkTime is then the middle
+	FailureBackoff     time.Duration `yaml:"failure_backoff" json:"failure_backoff"`                           // least gap before a failed session's replacement starts, simulated; default 1s
 
 	source string         // file it was loaded from, for error messages
-	lines  map[string]int // top-level YAML key -> line, for error messages
+	lines  map[string]int // YAML key path -> line (yamlpos.KeyLines), for error messages
 }
 
 // SideRequests describes the side requests of a scenario (Scenario.SideRequests).

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lmwarden/warden/internal/atomicfile"
 )
 
 // Results directory files (DESIGN-NOTES "Results directory").
@@ -187,33 +189,7 @@ func WriteManifest(dir string, m *Manifest) error {
 	if err != nil {
 		return fmt.Errorf("encoding manifest: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dir, ManifestFile), append(b, '\n'))
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if e := f.Close(); err == nil {
-		err = e
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
-	}
-	return nil
+	return atomicfile.Write(filepath.Join(dir, ManifestFile), append(b, '\n'))
 }
 
 // formatFloat writes a series value; NaN (a series the server did not export) is

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -183,10 +182,19 @@ func AffinityOf(variant string) (bool, error) {
 // problem names the YAML field, prefixed with "file:line: " when the scenario was
 // loaded from a file.
 func (sc *Scenario) Validate() error {
-	c := sc.WithDefaults()
 	var errs []error
+	for _, p := range sc.problems() {
+		errs = append(errs, p.err(sc.source))
+	}
+	return errors.Join(errs...)
+}
+
+// problems returns what Validate reports, each with its field and line.
+func (sc *Scenario) problems() []problem {
+	c := sc.WithDefaults()
+	var out []problem
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s%s: %s", sc.where(field), field, fmt.Sprintf(format, args...)))
+		out = append(out, problem{line: sc.line(field), field: field, text: field + ": " + fmt.Sprintf(format, args...)})
 	}
 	switch c.API {
 	case APIOpenAIChat, APIAnthropicMessages:
@@ -294,23 +302,41 @@ func (sc *Scenario) Validate() error {
 			bad("side_requests.max_output_tokens", "must be at least 1, got %d", s.MaxOutputTokens)
 		}
 	}
-	return errors.Join(errs...)
+	return out
 }
 
-// where returns "path:line: " for a field of a scenario loaded from a file, "" otherwise.
-func (sc *Scenario) where(field string) string {
-	if sc.source == "" {
-		return ""
-	}
+// line returns the line of a field ("stages[1]", "side_requests.turns") of a
+// scenario loaded from a file: its key's, else its top-level key's; 0 if unknown.
+func (sc *Scenario) line(field string) int {
 	key, _, _ := strings.Cut(field, "[")
 	if line := sc.lines[key]; line > 0 {
-		return fmt.Sprintf("%s:%d: ", sc.source, line)
+		return line
 	}
 	key, _, _ = strings.Cut(key, ".")
-	if line := sc.lines[key]; line > 0 {
-		return fmt.Sprintf("%s:%d: ", sc.source, line)
+	return sc.lines[key]
+}
+
+// problem is one thing wrong with a scenario: its line in the file (0: none
+// known), the field it is about ("" if none) and its text, "field: what" (or
+// yaml.v3's message with the field named).
+type problem struct {
+	line  int
+	field string
+	text  string
+}
+
+// err formats p as "source:line: text", "source: text" without a line, and
+// without a source as "line N: text" or "text".
+func (p problem) err(source string) error {
+	switch {
+	case source != "" && p.line > 0:
+		return fmt.Errorf("%s:%d: %s", source, p.line, p.text)
+	case source != "":
+		return fmt.Errorf("%s: %s", source, p.text)
+	case p.line > 0:
+		return fmt.Errorf("line %d: %s", p.line, p.text)
 	}
-	return sc.source + ": "
+	return errors.New(p.text)
 }
 
 // Source returns the file the scenario was loaded from ("" if built in code).
@@ -337,25 +363,6 @@ func LoadScenario(path string) (*Scenario, error) {
 	return sc, nil
 }
 
-// lineOf returns the line number an error message gives after "source:", or 0
-// when it gives none (those sort first).
-func lineOf(err error, source string) int {
-	msg := err.Error()
-	if source == "" || !strings.HasPrefix(msg, source+":") {
-		return 0
-	}
-	rest := msg[len(source)+1:]
-	i := strings.IndexByte(rest, ':')
-	if i <= 0 {
-		return 0
-	}
-	n, err2 := strconv.Atoi(rest[:i])
-	if err2 != nil {
-		return 0
-	}
-	return n
-}
-
 // ParseScenario decodes a scenario from YAML bytes as LoadScenario does; source
 // names the input in error messages ("" for none).
 func ParseScenario(data []byte, source string) (*Scenario, error) {
@@ -363,14 +370,14 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 	if source != "" {
 		prefix = source + ": "
 	}
-	var f scenarioFile
+	sc := &Scenario{source: source, lines: yamlpos.KeyLines(data)}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	// yaml.v3 keeps decoding after a type error (unknown field, wrong type) and
 	// reports them all in one *yaml.TypeError; the fields it could decode are then
 	// validated too, so one pass reports every problem.
-	var errs []error
-	if err := dec.Decode(&f); err != nil {
+	var probs []problem
+	if err := dec.Decode(sc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%sscenario is empty", prefix)
 		}
@@ -378,90 +385,63 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		if !errors.As(err, &te) {
 			return nil, fmt.Errorf("%sdecoding YAML: %w", prefix, err)
 		}
-		lines := yamlpos.KeyLines(data)
 		for _, e := range te.Errors {
-			errs = append(errs, errors.New(prefixLine(source, yamlpos.NameField(tidyYAMLError(e), lines))))
+			loc := yamlpos.Locate(tidyYAMLError(e), sc.lines)
+			probs = append(probs, problem{line: loc.Line, field: loc.Path, text: loc.Text})
 		}
 	}
 	// A field that failed to decode is left empty; validating it would only add
 	// a second, misleading message (e.g. "list the turns" after a type error).
 	undecoded := map[string]bool{}
-	for _, e := range errs {
-		undecoded[fieldOf(e.Error(), source)] = true
+	for _, p := range probs {
+		f, _, _ := strings.Cut(p.field, "[")
+		undecoded[f] = true
 	}
-	errs = append(errs, fractionalInts(data, source)...)
+	probs = append(probs, fractionalInts(data)...)
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		errs = append(errs, fmt.Errorf("%sonly one YAML document is allowed", prefix))
+		msg := "only one YAML document is allowed"
+		if source == "" {
+			msg = prefix + msg
+		}
+		probs = append(probs, problem{text: msg})
 	}
-	sc := f.scenario()
-	sc.source = source
-	sc.lines = yamlpos.KeyLines(data)
+	sc.SystemPromptTokens, sc.SystemPromptSpread = splitTokens(sc.SystemPromptSpread)
+	sc.FirstTurnTokens, sc.FirstTurnSpread = splitTokens(sc.FirstTurnSpread)
+	sc.TurnTokens, sc.TurnSpread = splitTokens(sc.TurnSpread)
+	sc.ThinkTime, sc.ThinkSpread = splitDuration(sc.ThinkSpread)
 	// An empty list would silently mean the default (WithDefaults): say so.
-	if _, ok := sc.lines["stages"]; ok && len(f.Stages) == 0 && !undecoded["stages"] {
-		errs = append(errs, fmt.Errorf("%sstages: empty list (omit the field for the default ramp %v)", sc.where("stages"), DefaultStages()))
+	if _, ok := sc.lines["stages"]; ok && len(sc.Stages) == 0 && !undecoded["stages"] {
+		probs = append(probs, problem{line: sc.line("stages"), field: "stages",
+			text: fmt.Sprintf("stages: empty list (omit the field for the default ramp %v)", DefaultStages())})
 	}
-	if _, ok := sc.lines["variants"]; ok && len(f.Variants) == 0 && !undecoded["variants"] {
-		errs = append(errs, fmt.Errorf("%svariants: empty list (omit the field for the default off, on)", sc.where("variants")))
+	if _, ok := sc.lines["variants"]; ok && len(sc.Variants) == 0 && !undecoded["variants"] {
+		probs = append(probs, problem{line: sc.line("variants"), field: "variants",
+			text: "variants: empty list (omit the field for the default off, on)"})
 	}
-	if err := sc.Validate(); err != nil {
-		verrs := []error{err}
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			verrs = j.Unwrap()
-		}
-		for _, e := range verrs {
-			f := fieldOf(e.Error(), source)
-			parent, _, _ := strings.Cut(f, ".")
-			if f == "" || !undecoded[f] && !undecoded[parent] {
-				errs = append(errs, e)
-			}
+	for _, p := range sc.problems() {
+		f, _, _ := strings.Cut(p.field, "[")
+		parent, _, _ := strings.Cut(f, ".")
+		if !undecoded[f] && !undecoded[parent] {
+			probs = append(probs, p)
 		}
 	}
-	if len(errs) > 0 {
+	if len(probs) > 0 {
 		// In file order, whichever check found them.
-		slices.SortStableFunc(errs, func(a, b error) int { return cmp.Compare(lineOf(a, source), lineOf(b, source)) })
+		slices.SortStableFunc(probs, func(a, b problem) int { return cmp.Compare(a.line, b.line) })
+		errs := make([]error, len(probs))
+		for i, p := range probs {
+			errs[i] = p.err(source)
+		}
 		return nil, errors.Join(errs...)
 	}
 	return sc.WithDefaults(), nil
 }
 
-// fieldOf returns the field an error message names ("source:N: field[i]: ..."
-// gives "field"), or "".
-func fieldOf(msg, source string) string {
-	if source != "" {
-		rest, ok := strings.CutPrefix(msg, source+":")
-		if !ok {
-			return ""
-		}
-		if n, tail, ok := strings.Cut(rest, ":"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
-			rest = tail
-		}
-		msg = strings.TrimSpace(rest)
-	}
-	f, _, ok := strings.Cut(msg, ": ")
-	if !ok || strings.ContainsAny(f, " \t") {
-		return ""
-	}
-	f, _, _ = strings.Cut(f, "[")
-	return f
-}
-
-// prefixLine turns yaml.v3's "line N: msg" into "source:N: msg".
-func prefixLine(source, msg string) string {
-	if source == "" {
-		return msg
-	}
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, tail, ok := strings.Cut(rest, ": "); ok {
-			return fmt.Sprintf("%s:%s: %s", source, n, tail)
-		}
-	}
-	return source + ": " + msg
-}
-
 // tidyYAMLError rewrites yaml.v3 messages to name fields as the schema does.
 func tidyYAMLError(msg string) string {
 	msg = strings.ReplaceAll(msg, " into loadgen.SideRequests", " into a map (turns, prompt_tokens, max_output_tokens)")
+	msg = strings.ReplaceAll(msg, " into loadgen.Scenario", " into a scenario (a mapping of fields)")
 	return yamlpos.Tidy(msg)
 }
 
@@ -470,118 +450,77 @@ func tidyYAMLError(msg string) string {
 var intFields = []string{"seed", "turns", "max_output_tokens"}
 
 // fractionalInts reports an integer field written as a fractional number.
-func fractionalInts(data []byte, source string) []error {
+func fractionalInts(data []byte) []problem {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil
 	}
 	m := doc.Content[0]
-	var errs []error
+	var out []problem
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		if slices.Contains(intFields, k.Value) && v.Kind == yaml.ScalarNode && v.Tag == "!!float" {
-			errs = append(errs, errors.New(prefixLine(source, fmt.Sprintf("line %d: %s: %s is not an integer", v.Line, k.Value, v.Value))))
+			out = append(out, problem{line: v.Line, field: k.Value, text: fmt.Sprintf("%s: %s is not an integer", k.Value, v.Value)})
 		}
 	}
-	return errs
+	return out
 }
 
-// scenarioFile is the on-disk schema (scenarios/README.md). It differs from Scenario
-// only in the token fields, which accept an integer or a distribution.
-type scenarioFile struct {
-	Name               string        `yaml:"name"`
-	Seed               uint64        `yaml:"seed"`
-	Model              string        `yaml:"model"`
-	API                string        `yaml:"api"`
-	SessionHeader      string        `yaml:"session_header"`
-	SystemPromptTokens tokenSpec     `yaml:"system_prompt_tokens"`
-	FirstTurnTokens    tokenSpec     `yaml:"first_turn_tokens"`
-	TurnTokens         tokenSpec     `yaml:"turn_tokens"`
-	Turns              int           `yaml:"turns"`
-	MaxOutputTokens    int           `yaml:"max_output_tokens"`
-	ThinkTime          thinkSpec     `yaml:"think_time"`
-	FailureBackoff     time.Duration `yaml:"failure_backoff"`
-	Stages             []int         `yaml:"stages"`
-	StageDuration      time.Duration `yaml:"stage_duration"`
-	Warmup             time.Duration `yaml:"warmup"`
-	Variants           []string      `yaml:"variants"`
-	ResetCache         *bool         `yaml:"reset_cache"`
-	RequestTimeout     time.Duration `yaml:"request_timeout"`
-	SideRequests       *SideRequests `yaml:"side_requests"`
-}
-
-func (f *scenarioFile) scenario() *Scenario {
-	return &Scenario{
-		Name:               f.Name,
-		Seed:               f.Seed,
-		Model:              f.Model,
-		API:                f.API,
-		SessionHeader:      f.SessionHeader,
-		SystemPromptTokens: f.SystemPromptTokens.Nominal,
-		SystemPromptSpread: f.SystemPromptTokens.Range,
-		FirstTurnTokens:    f.FirstTurnTokens.Nominal,
-		FirstTurnSpread:    f.FirstTurnTokens.Range,
-		TurnTokens:         f.TurnTokens.Nominal,
-		TurnSpread:         f.TurnTokens.Range,
-		Turns:              f.Turns,
-		MaxOutputTokens:    f.MaxOutputTokens,
-		ThinkTime:          f.ThinkTime.Nominal,
-		ThinkSpread:        f.ThinkTime.Range,
-		FailureBackoff:     f.FailureBackoff,
-		Stages:             f.Stages,
-		StageDuration:      f.StageDuration,
-		Warmup:             f.Warmup,
-		Variants:           f.Variants,
-		ResetCache:         f.ResetCache,
-		RequestTimeout:     f.RequestTimeout,
-		SideRequests:       f.SideRequests,
-	}
-}
-
-// tokenSpec is a token count as written in a scenario file: 400, {mean: 400,
-// jitter: 50} or {min: 350, max: 450}.
-type tokenSpec struct {
-	Nominal int
-	Range   TokenRange
-}
-
-// UnmarshalYAML decodes a tokenSpec strictly. Problems are returned as a
-// *yaml.TypeError so the decoder keeps going and reports them with the others.
-func (t *tokenSpec) UnmarshalYAML(n *yaml.Node) error {
-	nominal, lo, hi, err := decodeSpread[int](n, "token count", "an integer", "N", "J")
+// UnmarshalYAML decodes a token count as written in a scenario file (400,
+// {mean: 400, jitter: 50} or {min: 350, max: 450}) into the range of its draws:
+// [400, 400] for a fixed count; ParseScenario splits it (splitTokens). Problems
+// are returned as a *yaml.TypeError so the decoder keeps going and reports them
+// with the others.
+func (r *TokenRange) UnmarshalYAML(n *yaml.Node) error {
+	lo, hi, err := decodeSpread[int](n, "token count", "an integer", "N", "J")
 	if err != nil {
 		return err
 	}
-	*t = tokenSpec{Nominal: nominal, Range: TokenRange{Min: lo, Max: hi}}
+	*r = TokenRange{Min: lo, Max: hi}
 	return nil
 }
 
-// thinkSpec is a think time as written in a scenario file: 3s, {mean: 5s,
-// jitter: 4s} or {min: 1s, max: 9s}.
-type thinkSpec struct {
-	Nominal time.Duration
-	Range   DurationRange
-}
-
-// UnmarshalYAML decodes a thinkSpec strictly, as tokenSpec.
-func (t *thinkSpec) UnmarshalYAML(n *yaml.Node) error {
-	nominal, lo, hi, err := decodeSpread[time.Duration](n, "think time", "a duration such as 3s", "D", "J")
+// UnmarshalYAML decodes a think time as written in a scenario file (3s, {mean:
+// 5s, jitter: 4s} or {min: 1s, max: 9s}) as TokenRange.UnmarshalYAML does.
+func (r *DurationRange) UnmarshalYAML(n *yaml.Node) error {
+	lo, hi, err := decodeSpread[time.Duration](n, "think time", "a duration such as 3s", "D", "J")
 	if err != nil {
 		return err
 	}
-	*t = thinkSpec{Nominal: nominal, Range: DurationRange{Min: lo, Max: hi}}
+	*r = DurationRange{Min: lo, Max: hi}
 	return nil
+}
+
+// splitTokens splits a decoded token range into the nominal count, its middle,
+// and the spread, zero when the range is one value.
+func splitTokens(r TokenRange) (int, TokenRange) {
+	nominal, lo, hi := middle(r.Min, r.Max)
+	return nominal, TokenRange{Min: lo, Max: hi}
+}
+
+// splitDuration splits a decoded think-time range as splitTokens does.
+func splitDuration(r DurationRange) (time.Duration, DurationRange) {
+	nominal, lo, hi := middle(r.Min, r.Max)
+	return nominal, DurationRange{Min: lo, Max: hi}
+}
+
+// middle returns the middle of [lo, hi] and the range, zero when lo == hi.
+func middle[T int | time.Duration](lo, hi T) (nominal, spreadLo, spreadHi T) {
+	if lo == hi {
+		return lo, 0, 0
+	}
+	return lo + (hi-lo)/2, lo, hi
 }
 
 // decodeSpread decodes a value or a uniform distribution of it: V, {mean: M,
-// jitter: J} (uniform over [M-J, M+J]) or {min: A, max: B}. It returns the nominal
-// value (the middle) and the range, zero when the value is fixed. what and unit
+// jitter: J} (uniform over [M-J, M+J]) or {min: A, max: B}. It returns the range
+// of the draws, [V, V] for a fixed value. what and unit
 // name the field and its type in messages ("token count", "an integer"); m and j
 // are the placeholders of the mean and jitter in them. Problems are returned as a
 // *yaml.TypeError with their line, so the decoder reports them with the others.
-func decodeSpread[T int | time.Duration](n *yaml.Node, what, unit, m, j string) (nominal, lo, hi T, err error) {
-	fail := func(line int, format string, args ...any) (T, T, T, error) {
-		return 0, 0, 0, &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: ", line) + fmt.Sprintf(format, args...)}}
+func decodeSpread[T int | time.Duration](n *yaml.Node, what, unit, m, j string) (lo, hi T, err error) {
+	fail := func(line int, format string, args ...any) (T, T, error) {
+		return 0, 0, &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: ", line) + fmt.Sprintf(format, args...)}}
 	}
 	want := fmt.Sprintf("want %s, {mean: %s, jitter: %s} or {min: A, max: B}", unit, m, j)
 	switch n.Kind {
@@ -590,7 +529,7 @@ func decodeSpread[T int | time.Duration](n *yaml.Node, what, unit, m, j string) 
 		if err := n.Decode(&v); err != nil {
 			return fail(n.Line, "%s %q: %s", what, n.Value, want)
 		}
-		return v, 0, 0, nil
+		return v, v, nil
 	case yaml.MappingNode:
 		vals := map[string]T{}
 		var errs []string
@@ -614,7 +553,7 @@ func decodeSpread[T int | time.Duration](n *yaml.Node, what, unit, m, j string) 
 			vals[k.Value] = x
 		}
 		if len(errs) > 0 {
-			return 0, 0, 0, &yaml.TypeError{Errors: errs}
+			return 0, 0, &yaml.TypeError{Errors: errs}
 		}
 		mean, hasMean := vals["mean"]
 		jitter, hasJitter := vals["jitter"]
@@ -625,15 +564,9 @@ func decodeSpread[T int | time.Duration](n *yaml.Node, what, unit, m, j string) 
 			if jitter < 0 {
 				return fail(n.Line, "jitter must not be negative, got %v", jitter)
 			}
-			if hasJitter && jitter > 0 {
-				return mean, mean - jitter, mean + jitter, nil
-			}
-			return mean, 0, 0, nil
+			return mean - jitter, mean + jitter, nil
 		case hasMin && hasMax && !hasMean && !hasJitter:
-			if a == b {
-				return a, 0, 0, nil
-			}
-			return a + (b-a)/2, a, b, nil
+			return a, b, nil
 		case (hasMean || hasJitter) && (hasMin || hasMax):
 			return fail(n.Line, "%s distribution mixes {mean, jitter} with {min, max}: %s", what, want)
 		case hasMin != hasMax:

@@ -172,6 +172,7 @@ func TestLoadScenarioStrict(t *testing.T) {
 		{"think time min above max", "think_time: {min: 9s, max: 3s}\n", []string{"think_time: min 9s is greater than max 3s"}},
 		{"think time bad field", "think_time: {mean: 5s, sd: 1s}\n", []string{"x.yaml:1:", `unknown think time distribution field "sd"`}},
 		{"think time bad value", "think_time: {min: 1s, max: soon}\n", []string{"x.yaml:1:", `max: "soon" is not a duration`}},
+		{"not a mapping", "- a\n", []string{"x.yaml:1: cannot unmarshal !!seq into a scenario (a mapping of fields)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -230,11 +231,25 @@ func TestAffinityOf(t *testing.T) {
 	}
 }
 
-// A field that failed to decode gets no second, derived message ("empty list").
+// A field that failed to decode gets no second, derived message ("empty list"),
+// with a source or without one.
 func TestUndecodedStagesHaveOneMessage(t *testing.T) {
-	_, err := ParseScenario([]byte("name: x\nstages: 4,8\n"), "x.yaml")
-	if err == nil || strings.Contains(err.Error(), "empty list") {
-		t.Errorf("err = %v", err)
+	for _, source := range []string{"x.yaml", ""} {
+		_, err := ParseScenario([]byte("name: x\nstages: 4,8\n"), source)
+		if err == nil || strings.Contains(err.Error(), "empty list") {
+			t.Errorf("source %q: err = %v", source, err)
+		}
+	}
+}
+
+// Without a source, problems still come in file order, each with its line.
+func TestParseScenarioWithoutSource(t *testing.T) {
+	_, err := ParseScenario([]byte("api: grpc\nturns: x\nwarmup: -1s\n"), "")
+	want := "line 1: api: unknown API \"grpc\" (want \"openai-chat\" or \"anthropic-messages\")\n" +
+		"line 2: turns: cannot unmarshal !!str `x` into int\n" +
+		"line 3: warmup: must not be negative, got -1s"
+	if err == nil || err.Error() != want {
+		t.Errorf("err =\n%v\nwant\n%s", err, want)
 	}
 }
 

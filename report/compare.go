@@ -311,10 +311,8 @@ func scenarioDiff(a, b *loadgen.Scenario) string {
 
 // formatFor returns the display format of a metric, as in the reference table.
 func formatFor(metric string) func(float64) string {
-	for _, c := range tableColumns {
-		if c.metric == metric {
-			return c.format
-		}
+	if c, ok := metricByName[metric]; ok {
+		return c.format
 	}
 	return fmtPrec(2)
 }
@@ -324,13 +322,11 @@ func formatFor(metric string) func(float64) string {
 // rates shown that way, one decimal more than the metric's own for the others,
 // so a change smaller than the table's last digit still shows.
 func diffFormatFor(metric string) func(float64) string {
-	for _, c := range tableColumns {
-		if c.metric == metric {
-			if c.prec < 0 {
-				return fmtThousands
-			}
-			return fmtPrec(c.prec + 1)
+	if c, ok := metricByName[metric]; ok {
+		if c.prec < 0 {
+			return fmtThousands
 		}
+		return fmtPrec(c.prec + 1)
 	}
 	return fmtPrec(3)
 }

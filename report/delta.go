@@ -18,37 +18,21 @@ const (
 	MetricUsageCachedPct     = "usage_cached_pct"
 )
 
-// Metrics lists the metric names in table order.
-var Metrics = []string{
-	MetricSessionsPerH, MetricOutputTokensPerMin, MetricTTFBP50S, MetricTTFBP95S,
-	MetricReplicasBusy, MetricPrefixHitsPct, MetricStayedPct, MetricUsageCachedPct,
-}
+// Metrics lists the metric names in table order (the metric columns of
+// results.csv, columns.go).
+var Metrics = columnNames(metricColumns)
 
 // Metric returns the named metric's value and the standard error of its
 // per-sub-window estimate (NaN for metrics without a noise estimate: only
 // output_tokens_per_min, ttfb_p50_s and ttfb_p95_s have one). It fails for an
 // unknown name.
 func (s *Summary) Metric(name string) (value, stdErr float64, err error) {
-	nan := math.NaN()
-	switch name {
-	case MetricSessionsPerH:
-		return s.SessionsPerH, nan, nil
-	case MetricOutputTokensPerMin:
-		return s.OutputTokensPerMin, s.OutputTokensPerMinStdErr, nil
-	case MetricTTFBP50S:
-		return s.TTFBP50S, s.TTFBP50StdErrS, nil
-	case MetricTTFBP95S:
-		return s.TTFBP95S, s.TTFBP95StdErrS, nil
-	case MetricReplicasBusy:
-		return s.ReplicasBusy, nan, nil
-	case MetricPrefixHitsPct:
-		return s.PrefixHitsPct, nan, nil
-	case MetricStayedPct:
-		return s.StayedPct, nan, nil
-	case MetricUsageCachedPct:
-		return s.UsageCachedPct, nan, nil
+	c, ok := metricByName[name]
+	if !ok {
+		return math.NaN(), math.NaN(), fmt.Errorf("reading metric: unknown name %q (want one of %v)", name, Metrics)
 	}
-	return nan, nan, fmt.Errorf("reading metric: unknown name %q (want one of %v)", name, Metrics)
+	value, stdErr = c.metric(s)
+	return value, stdErr, nil
 }
 
 // Noise is the verdict on a Delta.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+
+	"github.com/lmwarden/warden/internal/atomicfile"
 )
 
 // Generate reads the results directory dir (manifest.json, turns.jsonl,
@@ -49,7 +51,7 @@ func Generate(dir string, w io.Writer) error {
 		name string
 		data []byte
 	}{{ResultsCSVFile, csvData}, {TurnsByIndexCSVFile, turnsData}, {ResultsJSONFile, jsonData}, {SummaryMDFile, md}} {
-		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, f.name), f.data); err != nil {
 			return fmt.Errorf("generating report for %s: %w", dir, err)
 		}
 	}

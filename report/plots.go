@@ -18,6 +18,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/lmwarden/warden/internal/atomicfile"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/loadgen"
 )
@@ -43,22 +44,16 @@ const (
 // cannot be placed on a log scale and makes gonum/plot panic.
 const minLogTTFB = 1e-3
 
-// Colours: the Okabe-Ito colour-blind-safe palette. Affinity off is always
-// vermillion and on always blue, in every figure; further variants take the rest.
+// Colours: the Okabe-Ito palette (palette.go). Affinity off is always vermillion
+// and on always blue, in every figure; further variants take the rest.
 var (
-	colourOff   = color.RGBA{R: 213, G: 94, B: 0, A: 255}
-	colourOn    = color.RGBA{R: 0, G: 114, B: 178, A: 255}
-	colourExtra = []color.RGBA{
-		{R: 0, G: 158, B: 115, A: 255},   // bluish green
-		{R: 204, G: 121, B: 167, A: 255}, // reddish purple
-		{R: 230, G: 159, B: 0, A: 255},   // orange
-		{R: 86, G: 180, B: 233, A: 255},  // sky blue
-		{R: 0, G: 0, B: 0, A: 255},       // black
-	}
+	colourOff   = vermillion
+	colourOn    = blue
+	colourExtra = []color.RGBA{bluishGreen, reddishPurple, orange, skyBlue, black}
 	// Stacked prompt tokens and per-replica categories.
-	colourCached   = color.RGBA{R: 0, G: 158, B: 115, A: 255} // bluish green
-	colourComputed = color.RGBA{R: 230, G: 159, B: 0, A: 255} // orange
-	colourMoved    = color.RGBA{R: 204, G: 121, B: 167, A: 255}
+	colourCached   = bluishGreen
+	colourComputed = orange
+	colourMoved    = reddishPurple
 	colourPlaced   = color.RGBA{R: 150, G: 150, B: 150, A: 255}
 )
 
@@ -375,7 +370,7 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 		if err != nil {
 			return out, fmt.Errorf("drawing %s: %w", f.file, err)
 		}
-		if err := writeFileAtomic(filepath.Join(dir, f.file), b); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, f.file), b); err != nil {
 			return out, err
 		}
 		out = append(out, Figure{File: f.file, Title: f.title})

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,49 +45,7 @@ const (
 //	send_lag_p50_s, _p99_s      how late the harness sent turns after the closed loop wanted them, seconds
 //	side_requests_ok, _failed   side requests done in the window (scenario side_requests; 0 without)
 //	side_on_home_pct            share of the OK side requests served by their session's first replica
-var CSVColumns = []string{
-	"variant", "sessions", "sessions_per_h", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
-	"replicas_busy", "prefix_hits_pct", "stayed_pct", "usage_cached_pct", "turns_ok", "turns_failed",
-	"prompt_tokens_mean", "nominal_prompt_tokens_mean", "complete", "send_lag_p50_s", "send_lag_p99_s",
-	"side_requests_ok", "side_requests_failed", "side_on_home_pct",
-}
-
-// writeFileAtomic writes data to path through a temporary file in the same
-// directory and a rename, so a reader never sees a half-written file.
-func writeFileAtomic(path string, data []byte) error {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", base, err)
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", base, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", base, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", base, err)
-	}
-	return nil
-}
+var CSVColumns = columnNames(filterColumns(func(*column) bool { return true }))
 
 // csvFloat formats v with 4 decimals, or "" for NaN.
 func csvFloat(v float64) string {
@@ -107,16 +63,9 @@ func ResultsCSV(sums []Summary) ([]byte, error) {
 		return nil, fmt.Errorf("encoding results.csv: %w", err)
 	}
 	for _, s := range sums {
-		rec := []string{
-			s.Variant, strconv.Itoa(s.Sessions),
-			csvFloat(s.SessionsPerH), csvFloat(s.OutputTokensPerMin),
-			csvFloat(s.TTFBP50S), csvFloat(s.TTFBP95S),
-			csvFloat(s.ReplicasBusy), csvFloat(s.PrefixHitsPct), csvFloat(s.StayedPct), csvFloat(s.UsageCachedPct),
-			strconv.Itoa(s.TurnsOK), strconv.Itoa(s.TurnsFailed),
-			csvFloat(s.PromptTokensMean), csvFloat(s.NominalPromptTokensMean),
-			strconv.FormatBool(s.Complete),
-			csvFloat(s.SendLagP50S), csvFloat(s.SendLagP99S),
-			strconv.Itoa(s.SideOK), strconv.Itoa(s.SideFailed), csvFloat(s.SideOnHomePct),
+		rec := make([]string, len(columns))
+		for i := range columns {
+			rec[i] = columns[i].csvCell(&s)
 		}
 		if err := w.Write(rec); err != nil {
 			return nil, fmt.Errorf("encoding results.csv: %w", err)
@@ -266,27 +215,6 @@ func fmtThousands(v float64) string {
 	return b.String()
 }
 
-// tableColumn is one metric column of the reference table.
-type tableColumn struct {
-	header string
-	metric string
-	format func(float64) string
-	prec   int // decimals of format; -1: fmtThousands
-}
-
-// tableColumns follow brief/workload.md "Columns the report must have", plus the
-// usage-based hit rate as a cross-check of the counter-based one.
-var tableColumns = []tableColumn{
-	{"sessions/h", MetricSessionsPerH, fmtThousands, -1},
-	{"out tok/min", MetricOutputTokensPerMin, fmtThousands, -1},
-	{"TTFB p50 (s)", MetricTTFBP50S, fmtPrec(2), 2},
-	{"TTFB p95 (s)", MetricTTFBP95S, fmtPrec(2), 2},
-	{"replicas busy", MetricReplicasBusy, fmtPrec(2), 2},
-	{"prefix hits %", MetricPrefixHitsPct, fmtPrec(1), 1},
-	{"stayed %", MetricStayedPct, fmtPrec(1), 1},
-	{"usage cached %", MetricUsageCachedPct, fmtPrec(1), 1},
-}
-
 // beyondNoise lists, stage by stage, the base -> candidate changes whose 95 %
 // interval excludes 0 (only the metrics with a noise estimate: output tokens/min
 // and TTFB), as relative changes: "Beyond noise, off -> on: 8 sessions: out
@@ -299,11 +227,11 @@ func beyondNoise(pair []string, sums []Summary) string {
 			continue
 		}
 		var changes []string
-		for _, c := range tableColumns {
-			if !noiseMetrics[c.metric] {
+		for _, c := range metricColumns {
+			if !c.hasNoise() {
 				continue
 			}
-			if d, err := NewDelta(c.metric, r.cells[0], r.cells[1]); err == nil && d.Noise == BeyondNoise && !math.IsNaN(d.RelPct) {
+			if d, err := NewDelta(c.name, r.cells[0], r.cells[1]); err == nil && d.Noise == BeyondNoise && !math.IsNaN(d.RelPct) {
 				changes = append(changes, fmt.Sprintf("%s %+.1f %%", strings.TrimSuffix(c.header, " (s)"), d.RelPct))
 			}
 		}
@@ -328,14 +256,11 @@ const (
 	unknownNoiseMark = " ?"
 )
 
-// noiseMetrics are the metrics with per-sub-window noise estimates (Delta).
-var noiseMetrics = map[string]bool{MetricOutputTokensPerMin: true, MetricTTFBP50S: true, MetricTTFBP95S: true}
-
 // referenceTable returns the header and rows of the reference-style table: one row
 // per stage, each cell "base -> candidate".
 func referenceTable(variants []string, sums []Summary) (header []string, rows [][]string) {
 	header = []string{"sessions"}
-	for _, c := range tableColumns {
+	for _, c := range metricColumns {
 		header = append(header, c.header)
 	}
 	for _, r := range stageRows(variants, sums) {
@@ -347,21 +272,21 @@ func referenceTable(variants []string, sums []Summary) (header []string, rows []
 			}
 		}
 		row := []string{label}
-		for _, c := range tableColumns {
+		for _, c := range metricColumns {
 			parts := make([]string, len(r.cells))
 			for i, s := range r.cells {
 				parts[i] = "n/a"
 				if s != nil {
-					v, _, _ := s.Metric(c.metric)
+					v, _ := c.metric(s)
 					parts[i] = c.format(v)
 				}
 			}
 			cell := strings.Join(parts, " -> ")
 			if len(r.cells) == 2 && r.cells[0] != nil && r.cells[1] != nil {
-				switch d, _ := NewDelta(c.metric, r.cells[0], r.cells[1]); {
+				switch d, _ := NewDelta(c.name, r.cells[0], r.cells[1]); {
 				case d.Noise == WithinNoise:
 					cell += noiseMark
-				case d.Noise == NoiseUnknown && noiseMetrics[c.metric]:
+				case d.Noise == NoiseUnknown && c.hasNoise():
 					cell += unknownNoiseMark
 				}
 			}

@@ -142,27 +142,6 @@ func TestFormat(t *testing.T) {
 	}
 }
 
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "x.txt")
-	for _, content := range []string{"first", "second"} {
-		if err := writeFileAtomic(path, []byte(content)); err != nil {
-			t.Fatal(err)
-		}
-		got, err := os.ReadFile(path)
-		if err != nil || string(got) != content {
-			t.Errorf("read %q, %v; want %q", got, err, content)
-		}
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("%d files in dir, want 1", len(entries))
-	}
-	if err := writeFileAtomic(filepath.Join(dir, "missing", "x.txt"), nil); err == nil {
-		t.Error("no error writing into a missing directory")
-	}
-}
-
 // A stage too short for sub-windows has no noise estimate: its TTFB and output
 // tokens/min cells are marked "?" (not left unmarked, which reads as significant),
 // columns that never have an estimate stay unmarked, and a known within-noise

@@ -120,7 +120,7 @@ func Run(ctx context.Context, o Options) (string, error) {
 		return "", fmt.Errorf("bench: %w", err)
 	}
 	if o.RunID == "" {
-		o.RunID = time.Now().UTC().Format("20060102-150405")
+		o.RunID = loadgen.NewRunID(time.Now())
 	}
 	if o.OutDir == "" {
 		o.OutDir = filepath.Join("results", o.RunID)

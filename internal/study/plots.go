@@ -19,18 +19,6 @@ import (
 	"github.com/lmwarden/warden/report"
 )
 
-// Okabe-Ito colour-blind-safe palette, one colour per arm in order.
-var palette = []color.RGBA{
-	{R: 213, G: 94, B: 0, A: 255},    // vermillion
-	{R: 204, G: 121, B: 167, A: 255}, // reddish purple
-	{R: 0, G: 114, B: 178, A: 255},   // blue
-	{R: 0, G: 158, B: 115, A: 255},   // bluish green
-	{R: 0, G: 0, B: 0, A: 255},       // black
-	{R: 230, G: 159, B: 0, A: 255},   // orange
-	{R: 86, G: 180, B: 233, A: 255},  // sky blue
-	{R: 240, G: 228, B: 66, A: 255},  // yellow
-}
-
 // FigureMetrics are the metrics drawn one figure each per setup.
 var FigureMetrics = []string{"ttfb_p50_s", "ttfb_p95_s", "output_tokens_per_min", "prefix_hits_pct", "replicas_busy"}
 
@@ -100,7 +88,7 @@ func metricFigure(setup string, m Metric, rows []Row, arms []string) (*plot.Plot
 		if len(pts) == 0 {
 			continue
 		}
-		col := palette[ai%len(palette)]
+		col := report.Palette(ai)
 		line, points, err := plotter.NewLinePoints(pts)
 		if err != nil {
 			return nil, err
@@ -162,7 +150,7 @@ func traceFigure(title string, tr *Trace, kvTokens float64) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			l.Color = palette[i%len(palette)]
+			l.Color = report.Palette(i)
 			l.Width = vg.Points(1)
 			p.Add(l)
 			if pi == 0 {
@@ -184,7 +172,7 @@ func traceFigure(title string, tr *Trace, kvTokens float64) ([]byte, error) {
 				if err != nil {
 					return nil, err
 				}
-				sc.Color = palette[i%len(palette)]
+				sc.Color = report.Palette(i)
 				sc.Shape = draw.TriangleGlyph{}
 				sc.Radius = vg.Points(2)
 				p.Add(sc)
@@ -284,7 +272,7 @@ func hitsOverTimeFigure(setup string, runs []*RunResult, arms []string, bin time
 			if err != nil {
 				return nil, err
 			}
-			l.Color = palette[ai%len(palette)]
+			l.Color = report.Palette(ai)
 			l.Width = vg.Points(1.5)
 			p.Add(l)
 			p.Legend.Add(arm, l)

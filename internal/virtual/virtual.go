@@ -158,18 +158,10 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 	if s := r.w.SystemPrompt(); s != "" {
 		r.system = sim.AppendMessage(nil, sim.ChatMessage{Role: "system", Content: s})
 	}
-	r.m = &loadgen.Manifest{
-		RunID:    cfg.RunID,
-		Created:  time.Now().UTC(),
-		Mode:     "virtual",
-		Target:   "virtual",
-		Scenario: sc,
-		Seed:     sc.Seed,
-		Replicas: r.names,
-		Profile:  cfg.Profile,
-		Policy:   cfg.Policy,
-		Versions: cfg.Versions,
-	}
+	r.m = loadgen.NewManifest(sc, time.Now(), loadgen.RunInfo{
+		RunID: cfg.RunID, Mode: "virtual", Target: "virtual", Replicas: r.names,
+		Profile: cfg.Profile, Policy: cfg.Policy, Versions: cfg.Versions,
+	})
 
 	r.startVariant(0)
 	runErr := r.loopEvents(ctx)

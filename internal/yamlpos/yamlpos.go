@@ -54,17 +54,36 @@ func KeyLines(data []byte) map[string]int {
 // starts with the field's own key gets the path in its place; one that names
 // the path already, or whose line starts no key, is returned unchanged.
 func NameField(msg string, lines map[string]int) string {
-	rest, ok := strings.CutPrefix(msg, "line ")
-	if !ok {
+	loc := Locate(msg, lines)
+	if loc.Line == 0 {
 		return msg
 	}
-	n, tail, ok := strings.Cut(rest, ": ")
+	return "line " + strconv.Itoa(loc.Line) + ": " + loc.Text
+}
+
+// Location is a yaml.v3 message split into its line and text, with the field it
+// is about (Locate).
+type Location struct {
+	Line int    // 1-based; 0 when the message gives no "line N: " (Text is then the message)
+	Path string // the key starting on Line that the message is about (see NameField); "" if none
+	Text string // the message after "line N: ", with the field named as NameField does
+}
+
+// Locate splits a yaml.v3 "line N: ..." message into a Location, naming its field
+// from lines (KeyLines) as NameField does.
+func Locate(msg string, lines map[string]int) Location {
+	rest, ok := strings.CutPrefix(msg, "line ")
 	if !ok {
-		return msg
+		return Location{Text: msg}
+	}
+	n, tail, ok := strings.Cut(rest, ": ")
+	line, err := strconv.Atoi(n)
+	if !ok || err != nil || line <= 0 || strconv.Itoa(line) != n {
+		return Location{Text: msg}
 	}
 	best := ""
 	for k, l := range lines {
-		if strconv.Itoa(l) == n && (len(k) > len(best) || (len(k) == len(best) && k < best)) {
+		if l == line && (len(k) > len(best) || (len(k) == len(best) && k < best)) {
 			best = k
 		}
 	}
@@ -79,20 +98,23 @@ func NameField(msg string, lines map[string]int) string {
 		for strings.HasSuffix(parent, "]") {
 			parent = parent[:strings.LastIndex(parent, "[")]
 		}
-		if l, ok := lines[parent]; !ok || strconv.Itoa(l) != n {
+		if l, ok := lines[parent]; !ok || l != line {
 			break
 		}
 		best = parent
 	}
+	loc := Location{Line: line, Path: best, Text: tail}
 	if best == "" || strings.Contains(tail, best) {
-		return msg // the message names its field already
+		return loc // the message names its field already
 	}
 	// A message that starts with the field's own key ("overflow_threshold
 	// \"lots\": want ...") gets the whole path in its place.
 	if leaf := best[strings.LastIndex(best, ".")+1:]; strings.HasPrefix(tail, leaf+" ") || strings.HasPrefix(tail, leaf+":") {
-		return "line " + n + ": " + best + tail[len(leaf):]
+		loc.Text = best + tail[len(leaf):]
+		return loc
 	}
-	return "line " + n + ": " + best + ": " + tail
+	loc.Text = best + ": " + tail
+	return loc
 }
 
 // goTypeSuffix matches yaml.v3's " in type pkg.Type" tail of a field error.

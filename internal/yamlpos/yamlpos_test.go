@@ -44,3 +44,22 @@ func TestNameField(t *testing.T) {
 		}
 	}
 }
+
+func TestLocate(t *testing.T) {
+	lines := KeyLines([]byte("name: x\nthink_time: {mean: 5, jitter: 1}\nside_requests:\n  turns: x\n"))
+	for _, tc := range []struct {
+		in   string
+		want Location
+	}{
+		{"line 4: cannot unmarshal !!str `x` into []int", Location{4, "side_requests.turns", "side_requests.turns: cannot unmarshal !!str `x` into []int"}},
+		{`line 2: mean: "5" is not a duration`, Location{2, "think_time", `think_time: mean: "5" is not a duration`}},
+		{"line 1: field name not found", Location{1, "name", "field name not found"}}, // names its field already
+		{"line 9: something", Location{9, "", "something"}},
+		{"no line here", Location{0, "", "no line here"}},
+		{"line x: not a number", Location{0, "", "line x: not a number"}},
+	} {
+		if got := Locate(tc.in, lines); got != tc.want {
+			t.Errorf("Locate(%q) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmapi"
@@ -63,7 +63,7 @@ type RunConfig struct {
 	MaxConsecutiveFailures int // default DefaultMaxConsecutiveFailures; < 0 = never abort
 
 	// Copied into the manifest.
-	RunID    string // default: UTC time "20060102-150405"
+	RunID    string // default: loadgen.NewRunID of the start
 	Mode     string // default "http"
 	Target   string // default BaseURL
 	Profile  string
@@ -201,44 +201,7 @@ func (rn *runner) setup(ctx context.Context) error {
 			return fmt.Errorf("running benchmark: first scrape of replica metrics: %w", err)
 		}
 	}
-	m := &loadgen.Manifest{
-		RunID:    cfg.RunID,
-		Created:  time.Now().UTC(),
-		Mode:     cfg.Mode,
-		Target:   cfg.Target,
-		Scenario: rn.sc,
-		Seed:     rn.sc.Seed,
-		Speed:    rn.clock.Speed,
-		Profile:  cfg.Profile,
-		Policy:   cfg.Policy,
-		Versions: map[string]string{},
-		Notes:    append([]string(nil), cfg.Notes...),
-	}
-	if m.RunID == "" {
-		m.RunID = m.Created.Format("20060102-150405")
-	}
-	if m.Mode == "" {
-		m.Mode = "http"
-	}
-	if m.Target == "" {
-		m.Target = cfg.BaseURL
-	}
-	if m.Speed <= 0 {
-		m.Speed = 1
-	}
-	for k, v := range cfg.Versions {
-		m.Versions[k] = v
-	}
-	if _, ok := m.Versions["go"]; !ok {
-		m.Versions["go"] = runtime.Version()
-	}
-	for _, r := range cfg.Replicas {
-		m.Replicas = append(m.Replicas, r.Name)
-	}
-	if cfg.SetAffinity == nil {
-		m.Notes = append(m.Notes, "the harness did not switch router affinity between variants (no SetAffinity)")
-	}
-	rn.m = m
+	rn.m = rn.newManifest()
 	if cfg.ResultsDir != "" {
 		out, err := loadgen.CreateResults(cfg.ResultsDir)
 		if err != nil {
@@ -247,6 +210,42 @@ func (rn *runner) setup(ctx context.Context) error {
 		rn.out = out
 	}
 	return nil
+}
+
+// newManifest assembles the run's manifest, with RunConfig's defaults for the
+// fields copied into it.
+func (rn *runner) newManifest() *loadgen.Manifest {
+	cfg := rn.cfg
+	created := time.Now()
+	info := loadgen.RunInfo{
+		RunID: cfg.RunID, Mode: cfg.Mode, Target: cfg.Target, Speed: rn.clock.Speed,
+		Profile: cfg.Profile, Policy: cfg.Policy, Versions: maps.Clone(cfg.Versions), Notes: cfg.Notes,
+	}
+	if info.RunID == "" {
+		info.RunID = loadgen.NewRunID(created)
+	}
+	if info.Mode == "" {
+		info.Mode = "http"
+	}
+	if info.Target == "" {
+		info.Target = cfg.BaseURL
+	}
+	if info.Speed <= 0 {
+		info.Speed = 1
+	}
+	if info.Versions == nil {
+		info.Versions = map[string]string{}
+	}
+	if _, ok := info.Versions["go"]; !ok {
+		info.Versions["go"] = runtime.Version()
+	}
+	for _, r := range cfg.Replicas {
+		info.Replicas = append(info.Replicas, r.Name)
+	}
+	if cfg.SetAffinity == nil {
+		info.Notes = append(slices.Clone(info.Notes), "the harness did not switch router affinity between variants (no SetAffinity)")
+	}
+	return loadgen.NewManifest(rn.sc, created, info)
 }
 
 // NewClient returns the streaming client for sc.API (OpenAIClient or
@@ -272,24 +271,6 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
-}
-
-// turnDone is what a turn goroutine hands back to the central goroutine.
-type turnDone struct {
-	tr    loadgen.TurnRequest
-	r     loadgen.Result
-	reply string
-	sent  bool // false: canceled while waiting for its intended instant
-}
-
-// variantStats are the live figures of the progress lines.
-type variantStats struct {
-	ok, failed  int
-	outstanding int // turns dispatched and not yet back (waiting or in flight)
-	// Per stage (index of StageWindow): turns ok and failed, sessions whose last
-	// turn ended in the stage (summary.md's "sessions done").
-	stageOK, stageFailed, stageSessionsDone []int
-	ttfb                                    []*hdrhistogram.Histogram // per stage, microseconds
 }
 
 func (rn *runner) prepareVariant(ctx context.Context, name string, affinity bool) error {
@@ -366,192 +347,6 @@ func resetPrefixCache(ctx context.Context, hc *http.Client, base string) error {
 	return nil
 }
 
-// runVariant runs one variant. It returns the variant record (nil if the variant
-// never started) and an error that ends the run.
-func (rn *runner) runVariant(ctx context.Context, name string) (*loadgen.Variant, error) {
-	affinity, err := loadgen.AffinityOf(name)
-	if err != nil {
-		return nil, fmt.Errorf("running variant: %w", err)
-	}
-	if err := rn.prepareVariant(ctx, name, affinity); err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, nil
-	}
-	clock := rn.clock
-
-	// Scrape once at or before the variant's start so every window has a sample at
-	// or before its start (the prefix-hit delta needs one), then every interval.
-	var scrapeWG sync.WaitGroup
-	scrapeCtx, stopScrape := context.WithCancel(ctx)
-	defer func() { stopScrape(); scrapeWG.Wait() }()
-	if rn.scraper != nil {
-		rn.scrapeOnce(scrapeCtx, name)
-	}
-	start := clock.Now()
-	if rn.scraper != nil {
-		scrapeWG.Go(func() { rn.scrapeLoop(scrapeCtx, name) })
-	}
-
-	loop := loadgen.NewLoop(rn.sc, rn.w, name, start)
-	windows := loop.Windows()
-	lastEnd := windows[len(windows)-1].End
-	st := &variantStats{
-		stageOK:           make([]int, len(windows)),
-		stageFailed:       make([]int, len(windows)),
-		stageSessionsDone: make([]int, len(windows)),
-	}
-	for range windows {
-		st.ttfb = append(st.ttfb, hdrhistogram.New(1, 3_600_000_000, 3))
-	}
-
-	turnCtx, cancelTurns := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelTurns()
-	results := make(chan turnDone, 256)
-	var turns sync.WaitGroup
-	dispatch := func(trs []loadgen.TurnRequest) {
-		st.outstanding += len(trs)
-		for _, tr := range trs {
-			turns.Go(func() {
-				if err := clock.SleepUntil(turnCtx, tr.Intended); err != nil {
-					results <- turnDone{tr: tr}
-					return
-				}
-				r, reply := rn.client.Do(turnCtx, tr, clock)
-				results <- turnDone{tr: tr, r: r, reply: reply, sent: true}
-			})
-		}
-	}
-
-	maxFail := rn.cfg.MaxConsecutiveFailures
-	if maxFail == 0 {
-		maxFail = DefaultMaxConsecutiveFailures
-	}
-	consecutive := 0
-	var runErr error
-	// complete applies one finished turn to the loop. A turn that ended at or after
-	// the variant's end is only marked sent: it stays in flight.
-	complete := func(d turnDone, dispatchNext bool) {
-		st.outstanding--
-		if !d.sent {
-			return
-		}
-		loop.Sent(d.tr, d.r.Sent)
-		if d.r.Done >= lastEnd {
-			return
-		}
-		if d.tr.Side != nil {
-			// Not a turn: recorded for the report, nothing else.
-			if rn.out != nil {
-				if err := rn.out.WriteResult(&d.r); err != nil && runErr == nil {
-					runErr = fmt.Errorf("running variant %s: %w", name, err)
-				}
-			}
-			if rn.cfg.OnResult != nil {
-				rn.cfg.OnResult(d.r)
-			}
-			return
-		}
-		if d.r.OK() {
-			d.tr.Session.AddReply(d.reply)
-		}
-		next := loop.Finish(&d.r, d.r.Done)
-		k := loop.WindowIndex(d.r.Done)
-		if d.r.OK() {
-			st.ok++
-			st.stageOK[k]++
-			if d.r.LastTurn {
-				st.stageSessionsDone[k]++
-			}
-			if ttfb := d.r.TTFB(); ttfb > 0 {
-				_ = st.ttfb[k].RecordValue(ttfb.Microseconds())
-			}
-			consecutive = 0
-		} else {
-			st.failed++
-			st.stageFailed[k]++
-			consecutive++
-			if maxFail > 0 && consecutive >= maxFail && runErr == nil {
-				runErr = fmt.Errorf("running variant %s: %w: %d in a row, last: %s", name, ErrTooManyFailures, consecutive, d.r.Err)
-			}
-		}
-		if rn.out != nil {
-			if err := rn.out.WriteResult(&d.r); err != nil && runErr == nil {
-				runErr = fmt.Errorf("running variant %s: %w", name, err)
-			}
-		}
-		if rn.cfg.OnResult != nil {
-			rn.cfg.OnResult(d.r)
-		}
-		if dispatchNext {
-			dispatch(next)
-		}
-	}
-
-	stage := 0
-	dispatch(loop.StartStage(0, windows[0].Start))
-	stageTimer := time.NewTimer(time.Until(clock.Wall(windows[0].End)))
-	defer stageTimer.Stop()
-	every := rn.cfg.ProgressEvery
-	if every <= 0 {
-		every = DefaultProgressEvery
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	rn.progressLine(loop, st, stage, windows, "start")
-
-	stopAt := lastEnd
-run:
-	for runErr == nil {
-		select {
-		case d := <-results:
-			complete(d, true)
-		case <-stageTimer.C:
-			rn.progressLine(loop, st, stage, windows, "done")
-			stage++
-			if stage == len(windows) {
-				break run
-			}
-			dispatch(loop.StartStage(stage, windows[stage].Start))
-			stageTimer.Reset(time.Until(clock.Wall(windows[stage].End)))
-			tick.Reset(every) // the periodic lines count from the stage's start
-			rn.progressLine(loop, st, stage, windows, "start")
-		case <-tick.C:
-			rn.progressLine(loop, st, stage, windows, "")
-		case <-ctx.Done():
-			stopAt = min(clock.Now(), lastEnd)
-			rn.progressLine(loop, st, stage, windows, "interrupted")
-			break run
-		}
-	}
-	if runErr != nil {
-		stopAt = min(clock.Now(), lastEnd)
-	}
-
-	// End of the variant: cancel what is in flight or waiting, then settle every
-	// turn. A turn that ended before stopAt counts normally; the others stay in
-	// flight and Stop counts them InFlight (they are not written to turns.jsonl).
-	cancelTurns()
-	go func() { turns.Wait(); close(results) }()
-	for d := range results {
-		if d.sent && d.r.Done < stopAt {
-			complete(d, false)
-		} else if d.sent {
-			st.outstanding--
-			loop.Sent(d.tr, d.r.Sent)
-		}
-	}
-	loop.Stop(stopAt)
-	if rn.out != nil {
-		if err := rn.out.Flush(); err != nil && runErr == nil {
-			runErr = fmt.Errorf("running variant %s: %w", name, err)
-		}
-	}
-	v := loop.Variant()
-	return &v, runErr
-}
-
 func (rn *runner) scrapeOnce(ctx context.Context, variant string) {
 	samples, err := rn.scraper.Scrape(ctx, variant)
 	for _, s := range samples {
@@ -594,29 +389,4 @@ func splitJoined(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
-}
-
-// progressLine prints one status line: variant, stage, elapsed simulated time,
-// sessions, turns ok/failed/in flight, sessions completed, and the stage's TTFB p50.
-// Turns, sessions done and TTFB count the stage only, as summary.md does.
-func (rn *runner) progressLine(loop *loadgen.Loop, st *variantStats, stage int, windows []loadgen.StageWindow, what string) {
-	if rn.progress == io.Discard || stage >= len(windows) {
-		return
-	}
-	w := windows[stage]
-	el := max(rn.clock.Now()-w.Start, 0)
-	if what == "done" {
-		el = w.End - w.Start
-	}
-	p50 := "-"
-	if h := st.ttfb[stage]; h.TotalCount() > 0 {
-		p50 = fmt.Sprintf("%.2fs", float64(h.ValueAtQuantile(50))/1e6)
-	}
-	if what != "" {
-		what = " " + what
-	}
-	fmt.Fprintf(rn.progress, "[%s] stage %d/%d (%d sessions)%s  t=%s/%s  sessions %d  turns ok %d failed %d outstanding %d  sessions done %d  TTFB p50 %s\n",
-		loop.Name(), stage+1, len(windows), w.Sessions, what,
-		el.Round(time.Second), (w.End - w.Start).Round(time.Second),
-		loop.Active(), st.stageOK[stage], st.stageFailed[stage], st.outstanding, st.stageSessionsDone[stage], p50)
 }
