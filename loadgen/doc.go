@@ -25,6 +25,10 @@
 // loadgenhttp.Run is a thin driver around them; internal/virtual calls the same
 // methods.
 //
+// A scenario decodes through Scenario's yaml tags; a token count or think time
+// decodes to the range of its draws and ParseScenario splits it into nominal and
+// spread.
+//
 // # What the closed loop measures (coordinated omission, peers.md case 15)
 //
 // A closed loop keeps a fixed number of sessions; each sends its next turn only when

@@ -24,6 +24,11 @@
 //     counts of homed, active and live sessions per replica and the live sessions'
 //     context tokens; O(1) amortized, no allocation on a hit.
 //
+// One home per rule: the overflow threshold is held by the Balancer and handed to
+// the policy in Request.Threshold (one parser: ParseThreshold); vLLM's DP balancer
+// score lives in internal/vllmdp; replica names come from ReplicaName and
+// RankName (names.go).
+//
 // Using it without HTTP (what internal/virtual does):
 //
 //	b, err := router.NewBalancer(router.BalancerConfig{
