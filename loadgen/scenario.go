@@ -165,6 +165,21 @@ func (sc *Scenario) WithDefaults() *Scenario {
 	return &c
 }
 
+// SimulatesServerSide reports whether the scenario sets simulated network or
+// API-server time (RTT, RTTSpread, APIServers), which only the simulator's worlds
+// apply.
+func (sc *Scenario) SimulatesServerSide() bool {
+	return sc.RTT != 0 || !sc.RTTSpread.IsFixed() || sc.APIServers != 0
+}
+
+// ForRealServers returns a copy of sc without the simulated network and API-server
+// time: against real servers the real network and API server provide them.
+func (sc *Scenario) ForRealServers() *Scenario {
+	c := *sc
+	c.RTT, c.RTTSpread, c.APIServers = 0, DurationRange{}, 0
+	return &c
+}
+
 // variantRE: "off" or "on", optionally with a suffix for a repeat ("on-2", "off_b").
 var variantRE = regexp.MustCompile(`^(off|on)([-_.][A-Za-z0-9_.-]+)?$`)
 
@@ -239,6 +254,21 @@ func (sc *Scenario) Validate() error {
 		}
 	} else if c.ThinkTime < 0 {
 		bad("think_time", "must not be negative, got %s", c.ThinkTime)
+	}
+	if r := c.RTTSpread; !r.IsFixed() {
+		switch {
+		case r.Min < 0:
+			bad("rtt", "smallest draw (min, or mean - jitter) must not be negative, got %s", r.Min)
+		case r.Min > r.Max:
+			bad("rtt", "min %s is greater than max %s", r.Min, r.Max)
+		case c.RTT < r.Min || c.RTT > r.Max:
+			bad("rtt", "nominal %s lies outside [%s, %s]", c.RTT, r.Min, r.Max)
+		}
+	} else if c.RTT < 0 {
+		bad("rtt", "must not be negative, got %s", c.RTT)
+	}
+	if c.APIServers < 0 {
+		bad("api_servers", "must not be negative, got %d", c.APIServers)
 	}
 	if c.FailureBackoff < 0 {
 		bad("failure_backoff", "must not be negative, got %s", c.FailureBackoff)
@@ -500,6 +530,8 @@ type scenarioFile struct {
 	Turns              int           `yaml:"turns"`
 	MaxOutputTokens    int           `yaml:"max_output_tokens"`
 	ThinkTime          thinkSpec     `yaml:"think_time"`
+	RTT                thinkSpec     `yaml:"rtt"`
+	APIServers         int           `yaml:"api_servers"`
 	FailureBackoff     time.Duration `yaml:"failure_backoff"`
 	Stages             []int         `yaml:"stages"`
 	StageDuration      time.Duration `yaml:"stage_duration"`
@@ -527,6 +559,9 @@ func (f *scenarioFile) scenario() *Scenario {
 		MaxOutputTokens:    f.MaxOutputTokens,
 		ThinkTime:          f.ThinkTime.Nominal,
 		ThinkSpread:        f.ThinkTime.Range,
+		RTT:                f.RTT.Nominal,
+		RTTSpread:          f.RTT.Range,
+		APIServers:         f.APIServers,
 		FailureBackoff:     f.FailureBackoff,
 		Stages:             f.Stages,
 		StageDuration:      f.StageDuration,
@@ -556,8 +591,8 @@ func (t *tokenSpec) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// thinkSpec is a think time as written in a scenario file: 3s, {mean: 5s,
-// jitter: 4s} or {min: 1s, max: 9s}.
+// thinkSpec is a think time (or an RTT) as written in a scenario file: 3s, {mean:
+// 5s, jitter: 4s} or {min: 1s, max: 9s}.
 type thinkSpec struct {
 	Nominal time.Duration
 	Range   DurationRange

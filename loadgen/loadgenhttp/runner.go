@@ -414,11 +414,20 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*loadgen.Variant
 		st.outstanding += len(trs)
 		for _, tr := range trs {
 			turns.Go(func() {
-				if err := clock.SleepUntil(turnCtx, tr.Intended); err != nil {
+				// Scenario.RTT: the request reaches the server half an RTT after the
+				// client sends it, and every event reaches the client half an RTT after
+				// the server wrote it (simulated time, as the virtual world applies it).
+				ow := rn.w.OneWay(tr.Session.ID, tr.Turn)
+				if err := clock.SleepUntil(turnCtx, tr.Intended+ow); err != nil {
 					results <- turnDone{tr: tr}
 					return
 				}
 				r, reply := rn.client.Do(turnCtx, tr, clock)
+				if ow > 0 {
+					r.ShiftForNetwork(ow)
+					// The client sees the end only now: the loop acts on it then.
+					_ = clock.SleepUntil(turnCtx, r.Done)
+				}
 				results <- turnDone{tr: tr, r: r, reply: reply, sent: true}
 			})
 		}
