@@ -92,9 +92,35 @@ type DurationRange struct {
 // IsFixed reports whether the range is the zero value (no spread).
 func (r DurationRange) IsFixed() bool { return r.Min == 0 && r.Max == 0 }
 
-// DefaultScenario returns the reference workload with every default filled in.
+// The reference scenario's network and API server (docs/simulator.md section 9,
+// where the sources are): what an internet client of a small office server sees,
+// and vLLM's default number of API-server processes for --data-parallel-size 4.
+// They are set by DefaultScenario (and scenarios/claude-code-reference.yaml), not
+// by WithDefaults: a scenario without rtt or api_servers has neither.
+const (
+	// ReferenceRTT is the reference client's round trip: two broadband access links
+	// (FCC Measuring Broadband America: 11.5-14.7 ms idle on fibre) and an
+	// in-country path (an ISP's published targets: < 50 ms within Germany, < 70 ms
+	// within Europe).
+	ReferenceRTT = 50 * time.Millisecond
+	// ReferenceRTTJitter spreads each turn's RTT uniformly over ReferenceRTT ±
+	// this (an assumption: idle broadband latency varies by a few ms).
+	ReferenceRTTJitter = 5 * time.Millisecond
+	// ReferenceAPIServers is vLLM's --api-server-count for --data-parallel-size 4
+	// when not given: the DP size (vllm-project/vllm PR #32525, 2026-01).
+	ReferenceAPIServers = 4
+)
+
+// DefaultScenario returns the reference workload with every default filled in,
+// including the reference's network and API server (ReferenceRTT,
+// ReferenceAPIServers).
 func DefaultScenario() *Scenario {
-	sc := &Scenario{Name: "claude-code-reference"}
+	sc := &Scenario{
+		Name:       "claude-code-reference",
+		RTT:        ReferenceRTT,
+		RTTSpread:  DurationRange{Min: ReferenceRTT - ReferenceRTTJitter, Max: ReferenceRTT + ReferenceRTTJitter},
+		APIServers: ReferenceAPIServers,
+	}
 	return sc.WithDefaults()
 }
 
