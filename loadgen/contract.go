@@ -46,6 +46,24 @@ type Scenario struct {
 	ThinkSpread        DurationRange `yaml:"think_time" json:"think_time_spread,omitzero"`                     // zero: fixed; ThinkTime is then the middle
 	FailureBackoff     time.Duration `yaml:"failure_backoff" json:"failure_backoff"`                           // least gap before a failed session's replacement starts, simulated; default 1s
 
+	// RTT is the network round-trip time between the client and the server
+	// (simulated time; default 0, no network). A turn's request reaches the router
+	// half an RTT after the client sends it, and every streamed event reaches the
+	// client half an RTT after the server writes it, so TTFB, the turn's end and
+	// the next turn's send (think_time after that end) are all client-side. Applied
+	// alike in the virtual world and over HTTP to the embedded simulator; against
+	// real servers (warden bench --replicas) the real network provides it and the
+	// harness adds none. RTTSpread, when set, draws one RTT per turn (both halves).
+	RTT       time.Duration `yaml:"-" json:"rtt,omitzero"`
+	RTTSpread DurationRange `yaml:"rtt" json:"rtt_spread,omitzero"` // decodes the rtt key as ThinkSpread does; zero: fixed, RTT is then the middle
+	// APIServers is the number of API-server processes of the simulated `vllm
+	// serve` in front of all its DP ranks (vLLM's --api-server-count): each runs
+	// the profile's front-end work (sim.FrontendCosts: chat template,
+	// tokenization, per-step output handling) one piece at a time. 0 (default):
+	// the front end is not modelled (requests reach the engine at once). Ignored
+	// against real servers.
+	APIServers int `yaml:"api_servers" json:"api_servers,omitzero"`
+
 	source string         // file it was loaded from, for error messages
 	lines  map[string]int // YAML key path -> line (yamlpos.KeyLines), for error messages
 }

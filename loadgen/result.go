@@ -50,6 +50,19 @@ type Result struct {
 // OK reports whether the turn completed successfully.
 func (r *Result) OK() bool { return r.Err == "" && r.Status == 200 }
 
+// ShiftForNetwork moves a turn measured next to the server to where a client
+// oneWay (half an RTT, Workload.OneWay) away sees it: the client sent the request
+// oneWay before the server-side Sent, and every response instant reaches it
+// oneWay later. Zero instants (never happened) stay zero.
+func (r *Result) ShiftForNetwork(oneWay time.Duration) {
+	r.Sent -= oneWay
+	for _, t := range []*time.Duration{&r.Headers, &r.FirstEvent, &r.FirstToken, &r.LastToken, &r.Done} {
+		if *t != 0 {
+			*t += oneWay
+		}
+	}
+}
+
 // TTFB is the client-side time to first token: from Sent to FirstToken. It is 0 for
 // a turn that produced no token.
 func (r *Result) TTFB() time.Duration {

@@ -91,9 +91,35 @@ type DurationRange struct {
 // IsFixed reports whether the range is the zero value (no spread).
 func (r DurationRange) IsFixed() bool { return r.Min == 0 && r.Max == 0 }
 
-// DefaultScenario returns the reference workload with every default filled in.
+// The reference scenario's network and API server (docs/simulator.md section 9,
+// where the sources are): what an internet client of a small office server sees,
+// and vLLM's default number of API-server processes for --data-parallel-size 4.
+// They are set by DefaultScenario (and scenarios/claude-code-reference.yaml), not
+// by WithDefaults: a scenario without rtt or api_servers has neither.
+const (
+	// ReferenceRTT is the reference client's round trip: two broadband access links
+	// (FCC Measuring Broadband America: 11.5-14.7 ms idle on fibre) and an
+	// in-country path (an ISP's published targets: < 50 ms within Germany, < 70 ms
+	// within Europe).
+	ReferenceRTT = 50 * time.Millisecond
+	// ReferenceRTTJitter spreads each turn's RTT uniformly over ReferenceRTT ±
+	// this (an assumption: idle broadband latency varies by a few ms).
+	ReferenceRTTJitter = 5 * time.Millisecond
+	// ReferenceAPIServers is vLLM's --api-server-count for --data-parallel-size 4
+	// when not given: the DP size (vllm-project/vllm PR #32525, 2026-01).
+	ReferenceAPIServers = 4
+)
+
+// DefaultScenario returns the reference workload with every default filled in,
+// including the reference's network and API server (ReferenceRTT,
+// ReferenceAPIServers).
 func DefaultScenario() *Scenario {
-	sc := &Scenario{Name: "claude-code-reference"}
+	sc := &Scenario{
+		Name:       "claude-code-reference",
+		RTT:        ReferenceRTT,
+		RTTSpread:  DurationRange{Min: ReferenceRTT - ReferenceRTTJitter, Max: ReferenceRTT + ReferenceRTTJitter},
+		APIServers: ReferenceAPIServers,
+	}
 	return sc.WithDefaults()
 }
 
@@ -161,6 +187,21 @@ func (sc *Scenario) WithDefaults() *Scenario {
 		}
 		c.SideRequests = &s
 	}
+	return &c
+}
+
+// SimulatesServerSide reports whether the scenario sets simulated network or
+// API-server time (RTT, RTTSpread, APIServers), which only the simulator's worlds
+// apply.
+func (sc *Scenario) SimulatesServerSide() bool {
+	return sc.RTT != 0 || !sc.RTTSpread.IsFixed() || sc.APIServers != 0
+}
+
+// ForRealServers returns a copy of sc without the simulated network and API-server
+// time: against real servers the real network and API server provide them.
+func (sc *Scenario) ForRealServers() *Scenario {
+	c := *sc
+	c.RTT, c.RTTSpread, c.APIServers = 0, DurationRange{}, 0
 	return &c
 }
 
@@ -247,6 +288,21 @@ func (sc *Scenario) problems() []problem {
 		}
 	} else if c.ThinkTime < 0 {
 		bad("think_time", "must not be negative, got %s", c.ThinkTime)
+	}
+	if r := c.RTTSpread; !r.IsFixed() {
+		switch {
+		case r.Min < 0:
+			bad("rtt", "smallest draw (min, or mean - jitter) must not be negative, got %s", r.Min)
+		case r.Min > r.Max:
+			bad("rtt", "min %s is greater than max %s", r.Min, r.Max)
+		case c.RTT < r.Min || c.RTT > r.Max:
+			bad("rtt", "nominal %s lies outside [%s, %s]", c.RTT, r.Min, r.Max)
+		}
+	} else if c.RTT < 0 {
+		bad("rtt", "must not be negative, got %s", c.RTT)
+	}
+	if c.APIServers < 0 {
+		bad("api_servers", "must not be negative, got %d", c.APIServers)
 	}
 	if c.FailureBackoff < 0 {
 		bad("failure_backoff", "must not be negative, got %s", c.FailureBackoff)
@@ -410,6 +466,7 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 	sc.FirstTurnTokens, sc.FirstTurnSpread = splitTokens(sc.FirstTurnSpread)
 	sc.TurnTokens, sc.TurnSpread = splitTokens(sc.TurnSpread)
 	sc.ThinkTime, sc.ThinkSpread = splitDuration(sc.ThinkSpread)
+	sc.RTT, sc.RTTSpread = splitDuration(sc.RTTSpread)
 	// An empty list would silently mean the default (WithDefaults): say so.
 	if _, ok := sc.lines["stages"]; ok && len(sc.Stages) == 0 && !undecoded["stages"] {
 		probs = append(probs, problem{line: sc.line("stages"), field: "stages",

@@ -277,3 +277,27 @@ func TestThinkTimeDistributions(t *testing.T) {
 		})
 	}
 }
+
+func TestNetworkAndAPIServerFields(t *testing.T) {
+	sc, err := ParseScenario([]byte("name: x\nrtt: {mean: 50ms, jitter: 5ms}\napi_servers: 4\n"), "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.RTT != 50*time.Millisecond || sc.RTTSpread != (DurationRange{Min: 45 * time.Millisecond, Max: 55 * time.Millisecond}) || sc.APIServers != 4 {
+		t.Fatalf("got rtt %s spread %+v api_servers %d", sc.RTT, sc.RTTSpread, sc.APIServers)
+	}
+	w := NewWorkload(sc.WithDefaults())
+	for turn := range 20 {
+		if ow := w.OneWay(3, turn); ow < 22500*time.Microsecond || ow > 27500*time.Microsecond {
+			t.Errorf("turn %d: one way %s outside [22.5ms, 27.5ms]", turn, ow)
+		}
+		if w.OneWay(3, turn) != w.OneWay(3, turn) {
+			t.Errorf("turn %d: draws differ", turn)
+		}
+	}
+	for _, bad := range []string{"rtt: -1ms\n", "api_servers: -1\n", "rtt: {min: 10ms, max: 5ms}\n"} {
+		if _, err := ParseScenario([]byte("name: x\n"+bad), "x.yaml"); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

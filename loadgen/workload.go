@@ -23,6 +23,7 @@ const (
 	streamDevice
 	streamSide
 	streamThink
+	streamRTT
 )
 
 // Workload generates the sessions of a scenario: seeded, deterministic and
@@ -149,6 +150,19 @@ func (w *Workload) ThinkTime(id int64, turn int) time.Duration {
 		return w.sc.ThinkTime
 	}
 	return r.Min + time.Duration(w.rng(streamThink, uint64(id), uint64(turn)).Int64N(int64(r.Max-r.Min)+1))
+}
+
+// OneWay returns half the round-trip time of turn turn of session id (0-based):
+// the delay from the client to the server and from the server back to the
+// client (Scenario.RTT). It is Scenario.RTT/2 when RTTSpread is fixed, else half
+// a draw uniform over [RTTSpread.Min, RTTSpread.Max] from the session's own
+// stream, so both variants and both worlds see the same network.
+func (w *Workload) OneWay(id int64, turn int) time.Duration {
+	r := w.sc.RTTSpread
+	if r.IsFixed() || r.Max < r.Min {
+		return w.sc.RTT / 2
+	}
+	return (r.Min + time.Duration(w.rng(streamRTT, uint64(id), uint64(turn)).Int64N(int64(r.Max-r.Min)+1))) / 2
 }
 
 // draw returns a token count: nominal when the range is fixed, else uniform over it.

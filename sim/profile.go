@@ -39,6 +39,43 @@ type Profile struct {
 	// context length, or what the server is assumed to set), lowered to what the KV
 	// cache holds; 0 means DefaultMaxModelLen.
 	MaxModelLen int
+	// Frontend is the API server's CPU work per request and per step
+	// (FrontendCosts). It applies only where a scenario models the API-server
+	// processes (loadgen.Scenario.APIServers > 0).
+	Frontend FrontendCosts
+}
+
+// VLLMFrontendCosts is the API-server work of `vllm serve` on the reference's
+// kind of host, from public measurements (docs/simulator.md section 9):
+//   - TokenizePerToken 1 us: Hugging Face tokenizers (the fast tokenizer vLLM
+//     uses) encodes a byte-level BPE with a regex pre-tokenizer (llama-3) at
+//     4.1-4.2 MB/s on one thread (huggingface/tokenizers PR #1584, 10,000
+//     documents of ~1,660 or ~116 bytes); Qwen3's tokenizer is the same kind.
+//     At ~4 bytes per token that is ~1 us per token (13 ms for a 13k-token
+//     prompt). An earlier run of the same benchmark read 1.3-2.1 MB/s
+//     (PR #1582: 2-3 us per token). vLLM tokenizes on one thread per API-server
+//     process (serving_engine.py: ThreadPoolExecutor(max_workers=1); vLLM issue
+//     #25301), so requests queue for it.
+//   - ChatTemplate 1 ms: rendering a chat template with transformers' Jinja
+//     takes ~53 us for a short conversation (llm-d/llm-d-kv-cache PR #79,
+//     BenchmarkRenderJinjaTemplate, Apple M1 Max); a 12-message, ~55 KB
+//     conversation plus parsing and validating the request body and the
+//     messages' content format (vLLM PR #19735 calls that auto-detection
+//     time-consuming: skipping it tripled the request rate of Qwen3-0.6B at
+//     max_tokens 1) is taken as 1 ms, an estimate.
+//   - EngineCoreHop 0.1 ms per step: the engine core's outputs are msgpack-encoded,
+//     sent over a ZMQ IPC socket and decoded in the API server (vLLM issue #46121
+//     describes the path; no published figure was found): an estimate of a few
+//     tens of microseconds per side.
+//   - DetokenizePerToken 50 us per output token: incremental detokenization plus
+//     building, serializing and writing the OpenAI chunk in Python; vLLM PR #8335
+//     measured streaming at 6% of a 26 ms TPOT (~1.6 ms per step for a large
+//     batch), consistent with tens of microseconds per token: an estimate.
+var VLLMFrontendCosts = FrontendCosts{
+	ChatTemplate:       time.Millisecond,
+	TokenizePerToken:   time.Microsecond,
+	EngineCoreHop:      100 * time.Microsecond,
+	DetokenizePerToken: 50 * time.Microsecond,
 }
 
 const gib = 1 << 30
@@ -100,6 +137,7 @@ var ProfileA4000Qwen3_4B = Profile{
 	GPUMemoryUtil:    0.9,
 	ActivationBytes:  1.5 * gib,
 	DefaultModelName: "qwen3-4b-dp4",
+	Frontend:         VLLMFrontendCosts,
 }
 
 // ProfileRTX5090Gemma3_27B is one RTX 5090 serving google/gemma-3-27b-it with 4-bit
@@ -178,6 +216,7 @@ var ProfileRTX5090Gemma3_27B = Profile{
 	SlidingWindow:    1024,
 	SlidingLayers:    52,
 	MaxModelLen:      131072,
+	Frontend:         VLLMFrontendCosts, // the same CPU-side work (Gemma's tokenizer is a fast BPE too)
 }
 
 // ProfileRTX5090Gemma3_27BFP8KV is ProfileRTX5090Gemma3_27B served with

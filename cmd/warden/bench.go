@@ -50,6 +50,13 @@ Targets:
                          its admin API forgets session homes and switches
                          affinity); replicas are scraped for /metrics
 
+Simulated network and API server: a scenario's rtt (client-server round trip)
+and api_servers (vLLM's API-server processes doing tokenization, the chat
+template and output handling) are applied in simulated time by the simulator's
+two worlds (default and --virtual) alike. Against real servers (--replicas,
+--router) they are NOT added: the real network and API server provide them,
+and the run's manifest notes that they were dropped.
+
 Examples:
   warden bench                                       # reference benchmark, simulator
   warden bench --virtual                             # same, in virtual time

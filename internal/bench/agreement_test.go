@@ -212,3 +212,20 @@ func meanSD(xs []float64) (mean, sd float64) {
 	}
 	return mean, math.Sqrt(sd / float64(len(xs)-1))
 }
+
+// TestVirtualAgreesWithHTTPNetwork is TestVirtualAgreesWithHTTP with the network
+// (an RTT with jitter) and one API-server process in front of all replicas
+// (Scenario.RTT, Scenario.APIServers): both worlds apply the same simulated-time
+// delays, so they still agree.
+func TestVirtualAgreesWithHTTPNetwork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: runs the HTTP world for about a minute of wall time")
+	}
+	sc := agreementScenario()
+	sc.Name = "agreement-network"
+	sc.Stages = []int{8}
+	sc.RTT = 100 * time.Millisecond
+	sc.RTTSpread = loadgen.DurationRange{Min: 80 * time.Millisecond, Max: 120 * time.Millisecond}
+	sc.APIServers = 1
+	compareWorlds(t, runWorldWith(t, true, sc, agreementSpeed), runWorldWith(t, false, sc, agreementSpeed), 1, nil)
+}

@@ -231,6 +231,15 @@ func runHTTP(ctx context.Context, o Options) error {
 		Scenario: o.Scenario, Clock: clock, ResultsDir: o.OutDir, Progress: o.Progress,
 		RunID: o.RunID, Versions: versions(), Policy: o.Policy,
 	}
+	if (o.RouterURL != "" || len(o.Replicas) > 0) && o.Scenario.SimulatesServerSide() {
+		// Real servers: the real network and API server provide these.
+		rc.Scenario = o.Scenario.ForRealServers()
+		note := fmt.Sprintf("scenario's simulated rtt %s and api_servers %d not applied: real servers (the real network and API server provide them)", o.Scenario.RTT, o.Scenario.APIServers)
+		rc.Notes = append(rc.Notes, note)
+		if o.Progress != nil {
+			fmt.Fprintln(o.Progress, "note: "+note)
+		}
+	}
 	var specs []string
 	switch {
 	case o.RouterURL != "":
@@ -253,7 +262,7 @@ func runHTTP(ctx context.Context, o Options) error {
 		rc.Clock = clock
 		cl, err := simhttp.Start(runCtx, simhttp.Config{
 			Replicas: o.SimReplicas, Profile: o.Profile, Speed: o.Speed, Clock: clock,
-			DevMode: true, MaxNumSeqs: o.MaxNumSeqs,
+			DevMode: true, MaxNumSeqs: o.MaxNumSeqs, APIServers: o.Scenario.APIServers,
 		})
 		if err != nil {
 			return fmt.Errorf("bench: starting simulated cluster: %w", err)

@@ -55,7 +55,10 @@ func SetupNames() []string {
 // scenario files (for the fleet setup, fleet-7x5090.yaml).
 //
 //   - reference: the built-in reference workload (loadgen.DefaultScenario) on 4
-//     replicas of a4000-qwen3-4b, max_num_seqs 32.
+//     replicas of a4000-qwen3-4b, max_num_seqs 32. Since the network model it
+//     includes the reference's RTT and API-server processes (docs/simulator.md
+//     section 9), and so do the setups derived from it; results/study was made
+//     before that.
 //   - reference-gap: the same with GapThinkTime between turns and jittered sizes.
 //   - reference-gap-side: reference-gap plus a side request beside every turn
 //     (loadgen.SideRequests with its defaults: a 300-word prompt of its own, 32

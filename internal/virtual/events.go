@@ -15,6 +15,10 @@ const (
 	evObserve                  // the router reads every engine's gauges
 	evEnd                      // the current variant ends
 	evTimeout                  // a turn's request_timeout expires
+	evArrive                   // a sent turn reaches the router, half an RTT later (Scenario.RTT)
+	evEngine                   // a routed request reaches its engine after the API server's preprocessing
+	evRelease                  // the router sees a finished request's stream end (after the API server's output work)
+	evDeliver                  // the client receives a finished request's last event, half an RTT later
 )
 
 // event is one scheduled happening. Events at the same instant run in the order
@@ -26,7 +30,7 @@ type event struct {
 	variant int    // variant index the event belongs to
 	idx     int    // stage index (evStage) or engine index (evStep)
 	turn    int    // index into the pending-turn table (evSend)
-	req     string // engine request id (evTimeout)
+	req     string // engine request id (evTimeout, evEngine, evRelease, evDeliver)
 }
 
 type eventQueue []event

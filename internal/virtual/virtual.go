@@ -51,6 +51,17 @@ type flight struct {
 	res     loadgen.Result
 	replica int
 	out     []uint32
+	// With the network or the front end modelled (run.delays):
+	oneWay   time.Duration // half the turn's RTT (Workload.OneWay)
+	proc     int           // API-server process (sim.Frontend.Admit)
+	req      *sim.Request  // waiting for its engine (evEngine); nil once submitted
+	released bool          // the router has released it (evRelease)
+}
+
+// held is when a turn the router held (router.ErrHold), or one on its way to the
+// router (evArrive), was sent by the client and reached the router.
+type held struct {
+	since, arrived time.Duration
 }
 
 // tokCache holds a session's rendered conversation so far, so each turn renders
@@ -73,10 +84,18 @@ type run struct {
 	caches  map[int64]*tokCache // by session ID, within the current variant
 	flights map[string]*flight
 	pending map[int]loadgen.TurnRequest
-	// heldSince: for a pending turn the router held (router.ErrHold), when it was
-	// first sent.
-	heldSince map[int]time.Duration
+	// heldSince: for a pending turn the router held (router.ErrHold) or one on its
+	// way to the router, when it was sent and when it reached the router.
+	heldSince map[int]held
 	nextTurn  int
+	// delays: the scenario models the network (Scenario.RTT) or the API server
+	// (Scenario.APIServers). Without them every event is handled at the instant
+	// it happens, exactly as before these were modelled.
+	delays bool
+	fe     *sim.Frontend // nil: no API-server model
+	// ending: requests finished on their engine whose end has not yet reached the
+	// router (released false) or the client.
+	ending map[string]*flight
 
 	variant int
 	loop    *loadgen.Loop
@@ -120,7 +139,8 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		caches:    map[int64]*tokCache{},
 		flights:   map[string]*flight{},
 		pending:   map[int]loadgen.TurnRequest{},
-		heldSince: map[int]time.Duration{},
+		heldSince: map[int]held{},
+		ending:    map[string]*flight{},
 		wall:      time.Now(),
 	}
 	ecfg := cfg.Engine
@@ -134,6 +154,10 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		r.names = append(r.names, router.ReplicaName(i))
 	}
 	r.busy = make([]bool, cfg.Replicas)
+	if sc.APIServers > 0 {
+		r.fe = sim.NewFrontend(r.engines[0].Config().Profile.Frontend, sc.APIServers)
+	}
+	r.delays = r.fe != nil || sc.RTT > 0 || !sc.RTTSpread.IsFixed()
 	bcfg := cfg.Balancer
 	bcfg.Replicas = r.names
 	bcfg.Now = func() time.Duration { return r.sched.now }
@@ -198,8 +222,9 @@ func (r *run) loopEvents(ctx context.Context) error {
 			continue
 		}
 		if ev.variant != r.variant || r.loop == nil {
-			if ev.kind == evSend {
+			if ev.kind == evSend || ev.kind == evArrive {
 				delete(r.pending, ev.turn)
+				delete(r.heldSince, ev.turn)
 			}
 			continue // left over from a variant that ended
 		}
@@ -210,13 +235,40 @@ func (r *run) loopEvents(ctx context.Context) error {
 		case evSend:
 			tr := r.pending[ev.turn]
 			delete(r.pending, ev.turn)
-			since, held := r.heldSince[ev.turn]
-			if held {
+			h, wasHeld := r.heldSince[ev.turn]
+			if wasHeld {
 				delete(r.heldSince, ev.turn)
 			} else {
-				since = t
+				h = held{since: t, arrived: t}
+				if ow := r.w.OneWay(tr.Session.ID, tr.Turn); ow > 0 && r.delays {
+					// On its way to the router: it arrives half an RTT later.
+					id := r.nextTurn
+					r.nextTurn++
+					r.pending[id] = tr
+					r.heldSince[id] = held{since: t, arrived: t + ow}
+					r.sched.at(event{at: t + ow, kind: evArrive, variant: r.variant, turn: id})
+					continue
+				}
 			}
-			r.submit(tr, t, since)
+			r.submit(tr, t, h)
+		case evArrive:
+			tr := r.pending[ev.turn]
+			h := r.heldSince[ev.turn]
+			delete(r.pending, ev.turn)
+			delete(r.heldSince, ev.turn)
+			r.submit(tr, t, h)
+		case evEngine:
+			if f := r.flights[ev.req]; f != nil && f.req != nil {
+				r.toEngine(ev.req, f, t)
+			}
+		case evRelease:
+			if f := r.ending[ev.req]; f != nil {
+				r.release(f)
+			}
+		case evDeliver:
+			if f := r.ending[ev.req]; f != nil {
+				r.deliver(ev.req, f, t)
+			}
 		case evPoll:
 			r.poll(t)
 			if t+r.cfg.PollInterval <= r.end {
@@ -294,11 +346,23 @@ func (r *run) stopVariant(t time.Duration) {
 		r.bal.Release(f.replica)
 		delete(r.flights, id)
 	}
+	// Finished on their engine, not yet at the client: in flight at the end.
+	ids = ids[:0]
+	for id := range r.ending {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if f := r.ending[id]; !f.released {
+			r.bal.Release(f.replica)
+		}
+		delete(r.ending, id)
+	}
 	r.loop.Stop(t)
 	r.m.Variants = append(r.m.Variants, r.loop.Variant())
 	r.loop = nil
 	r.pending = map[int]loadgen.TurnRequest{}
-	r.heldSince = map[int]time.Duration{}
+	r.heldSince = map[int]held{}
 }
 
 func (r *run) send(trs []loadgen.TurnRequest) {
@@ -338,9 +402,11 @@ func sidePrompt(tr loadgen.TurnRequest) []uint32 {
 	return sim.AppendGenerationPrompt(toks)
 }
 
-// submit routes a turn at t; since is when it was first sent (earlier than t when
-// the router held it: router.ErrHold, retried every HoldRetry).
-func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
+// submit routes a turn at t; h.since is when the client sent it and h.arrived when
+// it reached the router (earlier than t when the router held it: router.ErrHold,
+// retried every HoldRetry; since is earlier than arrived by half an RTT).
+func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
+	since := h.since
 	res := tr.NewResult()
 	res.Sent, res.Headers = since, t
 	r.loop.Sent(tr, since)
@@ -352,12 +418,12 @@ func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
 	} else {
 		prompt = r.prompt(tr.Session)
 	}
-	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - since})
+	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - h.arrived})
 	if errors.Is(err, router.ErrHold) {
 		id := r.nextTurn
 		r.nextTurn++
 		r.pending[id] = tr
-		r.heldSince[id] = since
+		r.heldSince[id] = h
 		r.sched.at(event{at: t + HoldRetry, kind: evSend, variant: r.variant, turn: id})
 		return
 	}
@@ -372,6 +438,24 @@ func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
 		id += "/side"
 	}
 	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens}
+	if r.delays {
+		f := &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens), req: req}
+		f.oneWay = r.w.OneWay(tr.Session.ID, tr.Turn)
+		f.res.Headers = t + f.oneWay
+		f.res.PromptTokens = len(req.Prompt)
+		r.flights[id] = f
+		r.sched.at(event{at: since + r.sc.RequestTimeout, kind: evTimeout, variant: r.variant, req: id})
+		ready := t
+		if r.fe != nil {
+			f.proc, ready = r.fe.Admit(t, len(req.Prompt))
+		}
+		if ready > t {
+			r.sched.at(event{at: ready, kind: evEngine, variant: r.variant, req: id})
+			return
+		}
+		r.toEngine(id, f, t)
+		return
+	}
 	e := r.engines[d.Replica]
 	if err := e.Submit(req, t); err != nil {
 		r.bal.Release(d.Replica)
@@ -385,6 +469,104 @@ func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
 	if !r.busy[d.Replica] {
 		r.busy[d.Replica] = true
 		r.sched.at(event{at: t, kind: evStep, idx: d.Replica})
+	}
+}
+
+// toEngine submits a routed request (the delays path) to its engine at t.
+func (r *run) toEngine(id string, f *flight, t time.Duration) {
+	req := f.req
+	f.req = nil
+	if err := r.engines[f.replica].Submit(req, t); err != nil {
+		delete(r.flights, id)
+		r.bal.Release(f.replica)
+		f.res.Done, f.res.Status, f.res.Err = t, 400, err.Error()
+		r.finish(&f.res, t, f.tr.Session)
+		return
+	}
+	if !r.busy[f.replica] {
+		r.busy[f.replica] = true
+		r.sched.at(event{at: t, kind: evStep, idx: f.replica})
+	}
+}
+
+// release is the router seeing a finished request's stream end (the delays path).
+func (r *run) release(f *flight) {
+	if f.released {
+		return
+	}
+	f.released = true
+	r.bal.ObserveCache(f.tr.Session.Key, f.replica, f.res.PromptTokens, f.res.CachedTokens)
+	r.bal.Release(f.replica)
+}
+
+// deliver is the client receiving a finished request's end at t (the delays path).
+func (r *run) deliver(id string, f *flight, t time.Duration) {
+	r.release(f)
+	delete(r.ending, id)
+	if f.tr.Side == nil {
+		f.tr.Session.AddReply(sim.Detokenize(f.out))
+	}
+	r.finish(&f.res, t, f.tr.Session)
+}
+
+// stepDelayed handles a step's events when the network or the API server is
+// modelled: the step's outputs are handled by each request's API-server process
+// (sim.Frontend.Emit, in process order), written to the router then, and reach
+// the client half an RTT later.
+func (r *run) stepDelayed(t time.Duration, events []sim.Event) {
+	var written map[int]time.Duration // by process
+	if r.fe != nil {
+		tokens := make([]int, r.fe.Processes())
+		seen := make([]bool, r.fe.Processes())
+		for _, ev := range events {
+			if f := r.flights[ev.ReqID]; f != nil {
+				seen[f.proc] = true
+				if ev.Kind == sim.EventFirstToken || ev.Kind == sim.EventToken {
+					tokens[f.proc]++
+				}
+			}
+		}
+		written = map[int]time.Duration{}
+		for p := range tokens {
+			if seen[p] {
+				written[p] = r.fe.Emit(p, t, tokens[p])
+			}
+		}
+	}
+	for _, ev := range events {
+		f := r.flights[ev.ReqID]
+		if f == nil {
+			continue // aborted
+		}
+		at := t
+		if w, ok := written[f.proc]; ok {
+			at = w
+		}
+		client := at + f.oneWay
+		switch ev.Kind {
+		case sim.EventFirstToken:
+			f.res.FirstEvent, f.res.FirstToken = client, client
+			f.out = append(f.out, ev.Token)
+			f.res.LastToken = client
+		case sim.EventToken:
+			f.out = append(f.out, ev.Token)
+			f.res.LastToken = client
+		case sim.EventFinished:
+			f.res.Done, f.res.Status = client, 200
+			f.res.PromptTokens, f.res.CachedTokens, f.res.OutputTokens = ev.PromptTokens, ev.CachedTokens, ev.OutputTokens
+			delete(r.flights, ev.ReqID)
+			r.ending[ev.ReqID] = f
+			if at > t {
+				r.sched.at(event{at: at, kind: evRelease, variant: r.variant, req: ev.ReqID})
+			} else {
+				r.release(f)
+			}
+			if client > t {
+				r.sched.at(event{at: client, kind: evDeliver, variant: r.variant, req: ev.ReqID})
+			} else {
+				r.deliver(ev.ReqID, f, t)
+			}
+		}
 	}
 }
 
@@ -407,6 +589,14 @@ func (r *run) timeout(id string, t time.Duration) {
 // step runs engine i's step at t and handles what it reports.
 func (r *run) step(i int, t time.Duration) {
 	res := r.engines[i].Step(t)
+	if r.delays {
+		r.stepDelayed(t, res.Events)
+		r.busy[i] = res.Busy
+		if res.Busy {
+			r.sched.at(event{at: res.NextAt, kind: evStep, idx: i})
+		}
+		return
+	}
 	for _, ev := range res.Events {
 		f := r.flights[ev.ReqID]
 		if f == nil {

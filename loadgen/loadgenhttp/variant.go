@@ -171,11 +171,20 @@ func (vr *variantRun) dispatch(trs []loadgen.TurnRequest) {
 	clock := vr.rn.clock
 	for _, tr := range trs {
 		vr.turns.Go(func() {
-			if err := clock.SleepUntil(vr.turnCtx, tr.Intended); err != nil {
+			// Scenario.RTT: the request reaches the server half an RTT after the
+			// client sends it, and every event reaches the client half an RTT after
+			// the server wrote it (simulated time, as the virtual world applies it).
+			ow := vr.rn.w.OneWay(tr.Session.ID, tr.Turn)
+			if err := clock.SleepUntil(vr.turnCtx, tr.Intended+ow); err != nil {
 				vr.results <- turnDone{tr: tr}
 				return
 			}
 			r, reply := vr.rn.client.Do(vr.turnCtx, tr, clock)
+			if ow > 0 {
+				r.ShiftForNetwork(ow)
+				// The client sees the end only now: the loop acts on it then.
+				_ = clock.SleepUntil(vr.turnCtx, r.Done)
+			}
 			vr.results <- turnDone{tr: tr, r: r, reply: reply, sent: true}
 		})
 	}

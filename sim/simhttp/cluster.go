@@ -47,6 +47,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = simclock.NewScaled(cfg.Speed)
 	}
+	if cfg.APIServers > 0 && cfg.frontend == nil {
+		ecfg, err := cfg.engineConfig()
+		if err != nil {
+			return nil, err
+		}
+		cfg.frontend = newFrontend(ecfg.Profile.Frontend, cfg.APIServers)
+	}
 	c := &Cluster{cfg: cfg, clock: cfg.Clock, closed: make(chan struct{})}
 	for i := range cfg.Replicas {
 		if err := c.startOne(i); err != nil {

@@ -84,6 +84,15 @@ type Config struct {
 	// Clock, when set, is the shared simulated clock (so a harness in the same process
 	// reads the same simulated time). Default: simclock.NewScaled(Speed) at Start.
 	Clock *simclock.Scaled
+	// APIServers is the number of API-server processes (vLLM's
+	// --api-server-count) doing the profile's front-end work (sim.FrontendCosts)
+	// before a request reaches its engine and after every step, one piece at a
+	// time per process (sim.Frontend). A Cluster shares one set of processes among
+	// all its servers, as one `vllm serve --data-parallel-size N` shares them among
+	// its ranks. Default 0: no front-end time.
+	APIServers int
+
+	frontend *frontend // shared by a Cluster's servers; nil: NewServer makes its own
 }
 
 // DefaultConfig returns the simulator's default configuration (DevMode on).
@@ -141,6 +150,7 @@ func (c Config) Validate() error {
 	neg("num_gpu_blocks", c.NumGPUBlocks)
 	neg("block_size", c.BlockSize)
 	neg("reply_tokens", c.ReplyTokens)
+	neg("api_servers", c.APIServers)
 	if c.SnapshotInterval < 0 {
 		errs = append(errs, fmt.Errorf("snapshot_interval must not be negative: got %s", c.SnapshotInterval))
 	}

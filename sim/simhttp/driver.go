@@ -42,6 +42,11 @@ type Engine struct {
 	stops     int64                // finished requests whose reason is "stop" (the rest are "length")
 
 	wake chan struct{} // cap 1: a Submit changed the schedule
+
+	fe       *frontend // nil: events are written at the step's end
+	feTokens []int     // scratch for stepLocked, per API-server process
+	feSeen   []bool
+	feAt     []time.Duration
 }
 
 // newEngine builds the engine; run must be started by the owner.
@@ -170,6 +175,28 @@ func (d *Engine) stepLocked(t time.Duration) {
 			d.finishing[ev.ReqID] = ev
 		}
 	}
+	var due []time.Duration // per API-server process: when this step's outputs are written
+	if d.fe != nil {
+		n := d.fe.processes()
+		d.feTokens = append(d.feTokens[:0], make([]int, n)...)
+		d.feSeen = append(d.feSeen[:0], make([]bool, n)...)
+		for _, ev := range res.Events {
+			if s := d.live[ev.ReqID]; s != nil {
+				d.feSeen[s.proc] = true
+				if ev.Kind == sim.EventFirstToken || ev.Kind == sim.EventToken {
+					d.feTokens[s.proc]++
+				}
+			}
+		}
+		d.feAt = d.fe.emit(t, d.feTokens, d.feSeen, d.feAt)
+		due = d.feAt
+	}
+	dueOf := func(s *stream) time.Duration {
+		if due == nil {
+			return 0
+		}
+		return due[s.proc]
+	}
 	for _, ev := range res.Events {
 		s := d.live[ev.ReqID]
 		if s == nil {
@@ -185,7 +212,9 @@ func (d *Engine) stepLocked(t time.Duration) {
 				delete(d.finishing, ev.ReqID)
 				d.retire(s, fin)
 			}
+			at := dueOf(s)
 			s.deliver(func() {
+				s.due = max(s.due, at)
 				if ev.Kind == sim.EventFirstToken {
 					s.begin(ev)
 				}
@@ -203,7 +232,9 @@ func (d *Engine) stepLocked(t time.Duration) {
 		delete(d.finishing, id)
 		if s := d.live[id]; s != nil {
 			d.retire(s, fin)
+			at := dueOf(s)
 			s.deliver(func() {
+				s.due = max(s.due, at)
 				if !s.started {
 					s.begin(fin)
 				}
@@ -223,8 +254,10 @@ func (d *Engine) retire(s *stream, fin sim.Event) {
 
 // submit queues a request at the current simulated instant and returns the stream its
 // events will arrive on. It returns sim.ErrPromptTooLong or errShuttingDown.
-func (d *Engine) submit(id string, prompt []uint32, maxTokens int, finish string) (*stream, error) {
-	s := &stream{id: id, finish: finish, notify: make(chan struct{}, 1)}
+// proc is the API-server process that handles the request's outputs (0 without
+// Config.APIServers).
+func (d *Engine) submit(id string, prompt []uint32, maxTokens int, finish string, proc int) (*stream, error) {
+	s := &stream{id: id, finish: finish, proc: proc, notify: make(chan struct{}, 1)}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -282,6 +315,7 @@ type stream struct {
 	id      string
 	finish  string        // finish_reason the request will end with: "length" or "stop"
 	arrival time.Duration // simulated instant of Submit
+	proc    int           // API-server process (Config.APIServers)
 	notify  chan struct{} // cap 1
 
 	mu           sync.Mutex
@@ -293,6 +327,7 @@ type stream struct {
 	outputTokens int
 	preemptions  int
 	err          error
+	due          time.Duration // when the API server writes what is pending (0: at once)
 }
 
 // begin records the first token's facts; the caller holds s.mu.
@@ -326,6 +361,7 @@ type update struct {
 	finished     bool
 	outputTokens int
 	err          error
+	due          time.Duration // simulated instant the API server writes it (0: now)
 }
 
 // take returns and clears the pending tokens along with the stream's state.
@@ -340,6 +376,7 @@ func (s *stream) take(buf []uint32) update {
 		finished:     s.finished,
 		outputTokens: s.outputTokens,
 		err:          s.err,
+		due:          s.due,
 	}
 	s.tokens = s.tokens[:0]
 	return u

@@ -35,6 +35,7 @@ type Server struct {
 	clock       *simclock.Scaled
 	engines     []*Engine
 	bal         *dpBalancer // nil with one engine
+	fe          *frontend   // nil: no API-server time (Config.APIServers 0)
 	maxModelLen int
 	mux         *http.ServeMux
 	created     int64 // unix seconds, for /v1/models
@@ -68,11 +69,16 @@ func NewServer(cfg Config, index int) (*Server, error) {
 		created:  time.Now().Unix(),
 		idPrefix: fmt.Sprintf("%08x%04x", uint32(time.Now().UnixNano()), uint16(index)),
 	}
+	s.fe = cfg.frontend
+	if cfg.APIServers > 0 && s.fe == nil {
+		s.fe = newFrontend(ecfg.Profile.Frontend, cfg.APIServers)
+	}
 	for rank := range cfg.DataParallelSize {
 		e, err := newEngine(index, rank, ecfg, s.clock)
 		if err != nil {
 			return nil, fmt.Errorf("building engine %d of server %d: %w", rank, index, err)
 		}
+		e.fe = s.fe
 		s.engines = append(s.engines, e)
 	}
 	s.maxModelLen = s.engines[0].cfg.MaxModelLen
@@ -253,11 +259,21 @@ func (s *Server) submit(r *http.Request, id string, prompt []uint32, limit *int)
 	if e != nil {
 		return nil, e
 	}
+	proc := 0
+	if s.fe != nil {
+		// The API server renders and tokenizes the prompt before the engine (and,
+		// without a pinned rank, the DP balancer) sees it.
+		var ready time.Duration
+		proc, ready = s.fe.admit(s.clock.Now(), len(prompt))
+		if err := s.clock.SleepUntil(r.Context(), ready); err != nil {
+			return nil, errUnavailable(err)
+		}
+	}
 	eng, release, e := s.pickEngine(r)
 	if e != nil {
 		return nil, e
 	}
-	st, err := eng.submit(id, prompt, n, finish)
+	st, err := eng.submit(id, prompt, n, finish, proc)
 	if err != nil {
 		release()
 		if errors.Is(err, sim.ErrPromptTooLong) {
@@ -290,6 +306,13 @@ func (sub *submission) follow(ctx context.Context, onUpdate func(u update) error
 	for {
 		u := sub.st.take(buf)
 		buf = u.tokens
+		if u.due > 0 {
+			// The API server writes this step's outputs at u.due (sim.Frontend.Emit).
+			if err := sub.eng.clock.SleepUntil(ctx, u.due); err != nil {
+				sub.eng.abort(sub.id)
+				return err
+			}
+		}
 		if err := onUpdate(u); err != nil {
 			sub.eng.abort(sub.id)
 			return err
