@@ -55,10 +55,11 @@ func SetupNames() []string {
 // scenario files (for the fleet setup, fleet-7x5090.yaml).
 //
 //   - reference: the built-in reference workload (loadgen.DefaultScenario) on 4
-//     replicas of a4000-qwen3-4b, max_num_seqs 32. Since the network model it
-//     includes the reference's RTT and API-server processes (docs/simulator.md
-//     section 9), and so do the setups derived from it; results/study was made
-//     before that.
+//     replicas of a4000-qwen3-4b, max_num_seqs 32, without the simulated network
+//     and API-server processes (docs/simulator.md section 9), as
+//     scenarios/reference-lockstep.yaml: turns back to back, the lock-step the
+//     study's sections measure. So are the setups derived from it, and
+//     results/study stays comparable with runs made before the network model.
 //   - reference-gap: the same with GapThinkTime between turns and jittered sizes.
 //   - reference-gap-side: reference-gap plus a side request beside every turn
 //     (loadgen.SideRequests with its defaults: a 300-word prompt of its own, 32
@@ -76,7 +77,9 @@ func SetupNames() []string {
 func LookupSetup(name, scenarios string) (Setup, error) {
 	switch name {
 	case SetupReference, SetupGap, SetupGapSide, SetupJitter:
-		sc := loadgen.DefaultScenario()
+		// The reference workload without the simulated network and API server:
+		// the same fields ForRealServers drops.
+		sc := loadgen.DefaultScenario().ForRealServers()
 		first, turn := 0, 0
 		switch name {
 		case SetupGap, SetupGapSide:
