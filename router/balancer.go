@@ -714,6 +714,15 @@ func (b *Balancer) Name(i int) string {
 	return b.reps[i].name
 }
 
+// LiveWindow returns the session table's live window in force (fixed by
+// Config.LiveWindow or adaptive; see DefaultLiveWindow): the span of Live and
+// LiveTokens.
+func (b *Balancer) LiveWindow() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sessions.LiveWindow()
+}
+
 // Sessions returns the number of sessions in the table.
 func (b *Balancer) Sessions() int {
 	b.mu.Lock()

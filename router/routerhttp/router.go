@@ -44,7 +44,7 @@ type Router struct {
 	clock   simclock.Clock
 	log     *slog.Logger
 	handler http.Handler
-	convs   map[*Pool]*convTracker // per model: active conversations' context (status_page.go)
+	routed  map[*Pool]*routedBytes // per model: body bytes routed per replica (card_window.go)
 	// silentAbort: when a replica fails its health check, its requests that heard
 	// nothing from it for this long are ended (Proxy.AbortSilent). probeTimeout:
 	// the same silence the failed probe itself waited through.
@@ -89,7 +89,7 @@ func New(cfg Config) (*Router, error) {
 		clock:  cfg.Clock,
 		log:    cfg.Logger,
 		client: &http.Client{Transport: NewTransport(cfg.DialTimeout, probeTimeout), Timeout: probeTimeout},
-		convs:  map[*Pool]*convTracker{},
+		routed: map[*Pool]*routedBytes{},
 
 		silentAbort: probeTimeout,
 	}
@@ -131,7 +131,7 @@ func New(cfg Config) (*Router, error) {
 		}
 		pool.Balancer = b
 		pools = append(pools, pool)
-		rt.convs[pool] = newConvTracker(router.DefaultActiveWindow, DefaultMaxTrackedConversations)
+		rt.routed[pool] = &routedBytes{}
 		rt.targets = append(rt.targets, targets...)
 	}
 	rt.metrics = NewMetrics(func() []*Pool { return pools })
