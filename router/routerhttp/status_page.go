@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -98,8 +99,19 @@ type CardReplica struct {
 	Conversations int
 	ContextTokens int64
 	// KVTokens is the KV cache capacity, (num_gpu_blocks - 1) x block_size from
-	// vllm:cache_config_info (block 0 is vLLM's null block); 0 when not reported.
+	// vllm:cache_config_info (block 0 is vLLM's null block), or the adapter's
+	// (ReplicaStatus.KVCapacityTokens: SGLang max_total_num_tokens, llama.cpp
+	// slots x n_ctx from /props); 0 when not reported.
 	KVTokens int64
+
+	// Engine is the server's kind (ReplicaReport.Engine), Slots its slots
+	// (llama.cpp; 0 unknown). ScrapeError says why its /metrics gave no figures;
+	// Missing lists the figures the engine does not report and why (a "–" in
+	// their cells), joined with "; ".
+	Engine      string
+	Slots       int
+	ScrapeError string
+	Missing     string
 }
 
 // CardCapacity compares the active conversations' contexts with the fleet's KV
@@ -158,6 +170,7 @@ func (rt *Router) Card() Card {
 				HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
 				UsageHitRate:  usageRate(rep.UsageCachedTokens, rep.UsagePromptTokens),
 				Conversations: rep.Live, ContextTokens: rep.LiveTokens,
+				Engine: rep.Engine, Slots: rep.Slots, ScrapeError: rep.ScrapeError, Missing: strings.Join(rep.Missing, "; "),
 			}
 			usageP += rep.UsagePromptTokens
 			usageC += rep.UsageCachedTokens
@@ -178,8 +191,17 @@ func (rt *Router) Card() Card {
 			if rep.ScrapeAgeS < 0 {
 				cr.Running, cr.Waiting, cr.KVUsage = -1, -1, -1
 			}
+			if lacks(rep.Missing, engines.FigKVUsage) {
+				cr.KVUsage = -1
+			}
+			if lacks(rep.Missing, engines.FigRunning) {
+				cr.Running, cr.Waiting = -1, -1
+			}
+			cr.KVTokens = rep.KVCapacityTokens
 			if w, ok := rt.cardWindow(pool, i); ok {
-				cr.KVTokens = w.kvTokens
+				if w.kvTokens > 0 {
+					cr.KVTokens = w.kvTokens
+				}
 				r := w.rates(DefaultCardWindow)
 				if r.ok && r.hasPrefix && r.dQueries > 0 {
 					cr.HitRate = r.dHits / r.dQueries
