@@ -26,6 +26,7 @@ type RunInfo struct {
 	Policy   string
 	Versions map[string]string
 	Notes    []string
+	Engines  []ReplicaEngine // per replica scraped: engine kind and column sources (Manifest.Engines)
 }
 
 // NewManifest returns the manifest of a run of sc created at created (stored in
@@ -42,6 +43,7 @@ func NewManifest(sc *Scenario, created time.Time, info RunInfo) *Manifest {
 		Speed:    info.Speed,
 		Replicas: slices.Clone(info.Replicas),
 		Profile:  info.Profile,
+		Engines:  slices.Clone(info.Engines),
 		Policy:   info.Policy,
 		Versions: maps.Clone(info.Versions),
 		Notes:    slices.Clone(info.Notes),

@@ -89,6 +89,31 @@ type Manifest struct {
 	Versions    map[string]string `json:"versions"`
 	Interrupted bool              `json:"interrupted"`
 	Notes       []string          `json:"notes,omitempty"`
+	// Engines says, per replica scraped, which engine served it and where each
+	// series.csv column came from; absent in virtual mode and in runs before
+	// engine kinds were recorded (read as vLLM).
+	Engines []ReplicaEngine `json:"engines,omitempty"`
+}
+
+// ReplicaEngine is one replica's engine in the manifest.
+type ReplicaEngine struct {
+	Replica  string `json:"replica"`
+	Kind     string `json:"kind"`               // "vllm", "sglang", "llamacpp"
+	Evidence string `json:"evidence,omitempty"` // how the kind was decided ("configured", "GET /metrics series prefix ...")
+	// Columns: the source of every series.csv column, or why it is missing.
+	Columns []ColumnSource `json:"columns"`
+	// ResetPrefixCache is the endpoint that empties the prefix cache between
+	// variants ("POST /flush_cache"), or "none: <what that means>".
+	ResetPrefixCache string `json:"reset_prefix_cache"`
+}
+
+// ColumnSource is where one series.csv column of one replica came from: Source
+// names the series (or endpoint), or Missing says why the column is empty (NaN
+// in the file, "n/a" in the report). Exactly one is set.
+type ColumnSource struct {
+	Column  string `json:"column"`
+	Source  string `json:"source,omitempty"`
+	Missing string `json:"missing,omitempty"`
 }
 
 // Variant is one pass over all stages with one router setting.

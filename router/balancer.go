@@ -154,6 +154,9 @@ type BalancerConfig struct {
 	OnDecision func(DecisionEvent)
 
 	MaxNumSeqs int // vLLM --max-num-seqs per replica, for the auto threshold; default DefaultMaxNumSeqs
+	// SlotBased: the replicas run MaxNumSeqs fixed slots (llama.cpp -np); the
+	// auto threshold is then SlotOverflowThreshold(MaxNumSeqs).
+	SlotBased bool
 	// OverflowThreshold: a request leaves its home when the home's in-flight count
 	// exceeds it. 0 means auto: MaxNumSeqs / 4 (AutoOverflowThreshold).
 	OverflowThreshold int
@@ -183,6 +186,7 @@ type Balancer struct {
 	now        func() time.Duration
 	staleAfter time.Duration
 	maxNumSeqs int
+	slotBased  bool
 	// threshold is the overflow threshold as configured (0 = auto), the one
 	// copy: Acquire resolves it (overflowThreshold) into Request.Threshold.
 	threshold int
@@ -285,6 +289,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		now:        cfg.Now,
 		staleAfter: stale,
 		maxNumSeqs: maxSeqs,
+		slotBased:  cfg.SlotBased,
 		threshold:  cfg.OverflowThreshold,
 		affinity:   cfg.Affinity,
 		sessions:   NewSessionTable(cfg.Now, cfg.SessionTTL, cfg.MaxSessions, cfg.ActiveWindow),
@@ -316,6 +321,9 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 func (b *Balancer) overflowThreshold() int {
 	if b.threshold > 0 {
 		return b.threshold
+	}
+	if b.slotBased {
+		return SlotOverflowThreshold(b.maxNumSeqs)
 	}
 	return AutoOverflowThreshold(b.maxNumSeqs)
 }
@@ -712,6 +720,15 @@ func (b *Balancer) Name(i int) string {
 		return ""
 	}
 	return b.reps[i].name
+}
+
+// LiveWindow returns the session table's live window in force (fixed by
+// Config.LiveWindow or adaptive; see DefaultLiveWindow): the span of Live and
+// LiveTokens.
+func (b *Balancer) LiveWindow() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sessions.LiveWindow()
 }
 
 // Sessions returns the number of sessions in the table.

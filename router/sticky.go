@@ -37,6 +37,18 @@ func AutoOverflowThreshold(maxNumSeqs int) int {
 	return max(1, maxNumSeqs/DefaultOverflowDivisor)
 }
 
+// SlotOverflowThreshold is the auto threshold for a slot-based engine
+// (llama.cpp: -np slots, each running one sequence; beyond them the server
+// defers a request until a slot frees): slots - 1, at least 1. A request stays
+// home while one of the home's slots is free for it (in-flight <= slots - 1)
+// and overflows only when it would wait for a slot. vLLM's max_num_seqs / 4
+// (AutoOverflowThreshold) is a rule for a batch scheduler whose hundreds of
+// sequences share one KV cache; with 4 slots it would give 1 and move a
+// conversation as soon as two share a server.
+func SlotOverflowThreshold(slots int) int {
+	return max(1, slots-1)
+}
+
 // Sticky is the session-affinity policy (brief workload.md, "The router's rule"):
 //
 //   - No session key: shortest-queue placement by NoKey (ReasonNoKey).

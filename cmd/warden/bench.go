@@ -23,6 +23,7 @@ func newBenchCmd() *cobra.Command {
 		seed         uint64
 		stageDur     string
 		stages       []int
+		variants     []string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -91,6 +92,9 @@ accounting that does not add up (the checks of 'warden report --check'), exits
 			if len(stages) > 0 {
 				sc.Stages = stages
 			}
+			if len(variants) > 0 {
+				sc.Variants = variants
+			}
 			if stageDur != "" {
 				d, err := parseDuration(stageDur)
 				if err != nil {
@@ -126,6 +130,8 @@ accounting that does not add up (the checks of 'warden report --check'), exits
 	f.StringVar(&scenarioPath, "scenario", "", "scenario YAML file (default: the built-in reference workload, scenarios/claude-code-reference.yaml)")
 	f.Uint64Var(&seed, "seed", 0, "override the scenario's seed")
 	f.IntSliceVar(&stages, "stages", nil, "override the stages (concurrent sessions), e.g. 4,8,16")
+	f.StringSliceVar(&variants, "variants", nil, "override the variants (router affinity per pass), e.g. off or on; two runs (--variants off, then --variants on) compare with warden compare")
+	f.StringVar(&o.Engine, "engine", "auto", "with --replicas: the servers' engine, auto (detect each: /v1/models owner, /metrics names, /props, /server_info, /version), vllm, sglang or llamacpp")
 	f.StringVar(&stageDur, "stage-duration", "", "override the stage duration (simulated), e.g. 3m")
 	f.BoolVar(&o.Virtual, "virtual", false, "run in deterministic virtual time (no HTTP)")
 	f.StringSliceVar(&o.Replicas, "replicas", nil, "real vLLM servers: comma-separated base URLs (or name=URL)")

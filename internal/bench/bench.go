@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/virtual"
 	"github.com/lmwarden/warden/loadgen"
@@ -65,6 +66,10 @@ type Options struct {
 	// number of DP ranks behind it.
 	Replicas []string
 	DPRanks  int
+	// Engine is the servers' engine kind (engines.ParseKind): "" or "auto"
+	// detects each server (engineapi.Probe), or "vllm", "sglang", "llamacpp".
+	// The embedded simulator is vLLM.
+	Engine string
 	// APIKey, when set, is sent as "Authorization: Bearer <key>" on every /v1
 	// request to real servers (turns, pre-flight, pinning probes), for servers
 	// started with vllm serve --api-key. With an external router the router
@@ -91,6 +96,8 @@ type Options struct {
 	// Policy the router uses while affinity is on (router.PolicyNames); "" means
 	// router.DefaultAffinityPolicy. Ignored with an external router (RouterURL).
 	Policy string
+
+	maxNumSeqsGiven bool // MaxNumSeqs was set (not defaulted): slots do not replace it
 
 	OutDir   string    // default results/<run-id>
 	RunID    string    // default UTC time
@@ -131,6 +138,7 @@ func Run(ctx context.Context, o Options) (string, error) {
 	if o.SimReplicas <= 0 {
 		o.SimReplicas = DefaultSimReplicas
 	}
+	o.maxNumSeqsGiven = o.MaxNumSeqs > 0
 	if o.MaxNumSeqs <= 0 {
 		o.MaxNumSeqs = DefaultMaxNumSeqs(len(o.Replicas) > 0)
 	}
@@ -297,7 +305,14 @@ func runHTTP(ctx context.Context, o Options) error {
 		rc.Header = auth
 		hc.Transport = routerhttp.BearerTransport(nil, o.APIKey)
 	}
-	if _, err := Preflight(ctx, progress, servers, o.Scenario, hc); err != nil {
+	kind := engines.KindVLLM // the embedded simulator
+	if len(o.Replicas) > 0 {
+		if kind, err = engines.ParseKind(o.Engine); err != nil {
+			return fmt.Errorf("bench: --engine: %w", err)
+		}
+	}
+	probed, err := PreflightEngines(ctx, progress, servers, kind, o.Scenario, hc)
+	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	pinNotes, err := checkPinning(ctx, progress, rcfgs, o.Scenario.Model, o.SkipPinningCheck, hc)
@@ -305,20 +320,64 @@ func runHTTP(ctx context.Context, o Options) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	rc.Notes = append(rc.Notes, pinNotes...)
+	kinds := make([]engines.Kind, len(rcfgs))
+	noReset := map[engines.Kind]bool{}
+	allVLLM := true
+	slots := 0         // fewest slots of a slot-based server (llama.cpp), 0 none
+	var serverOf []int // rc.Replicas[j] is served by rcfgs[serverOf[j]]
 	for i, r := range rcfgs {
 		name := r.Name
 		if name == "" {
 			name = router.ReplicaName(i)
 		}
 		base := strings.TrimRight(r.URL, "/")
-		rc.ResetURLs = append(rc.ResetURLs, base)
+		es := probed[i]
+		k := es.Info.Kind
+		kinds[i] = k
+		if k == engines.KindVLLM {
+			rc.ResetURLs = append(rc.ResetURLs, base)
+		} else {
+			allVLLM = false
+			if p := engines.CapabilityOf(k).ResetPrefixCache; p.Path != "" {
+				rc.ResetTargets = append(rc.ResetTargets, loadgenhttp.ResetTarget{Method: p.Method, URL: base + p.Path})
+			} else {
+				noReset[k] = true
+			}
+			if n, ok := es.Info.Slots.Get(); ok && n > 0 && k == engines.KindLlamaCpp && (slots == 0 || int(n) < slots) {
+				slots = int(n)
+			}
+		}
 		if r.DPRanks > 0 {
 			for k := 0; k < r.DPRanks; k++ {
 				rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: router.RankName(name, k), URL: base + "/metrics", Engine: fmt.Sprint(k)})
+				serverOf = append(serverOf, i)
 			}
 		} else {
-			rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: name, URL: base + "/metrics"})
+			rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: name, URL: base + "/metrics", Kind: k, MetricsOff: es.MetricsOff})
+			serverOf = append(serverOf, i)
 		}
+	}
+	if !allVLLM {
+		// Record every replica's engine once any is not vLLM, so a mixed run
+		// says which columns come from where.
+		rc.Engines = nil
+		for j, rm := range rc.Replicas {
+			rc.Engines = append(rc.Engines, replicaEngine(rm.Name, probed[serverOf[j]]))
+		}
+		rc.Target = "engines " + strings.Join(specs, " ")
+	}
+	for _, k := range engines.Kinds {
+		if noReset[k] {
+			n := NoResetNote(k)
+			rc.Notes = append(rc.Notes, n)
+			fmt.Fprintf(progress, "pre-flight: note: %s\n", n)
+		}
+	}
+	if slots > 0 && !o.maxNumSeqsGiven {
+		// A slot-based server runs at most its slots at once: that is its
+		// max_num_seqs for the router (and its overflow rule, SlotBased).
+		o.MaxNumSeqs = slots
+		fmt.Fprintf(progress, "pre-flight: max_num_seqs %d from the servers' slots (GET /props total_slots)\n", slots)
 	}
 	if rc.BaseURL == "" {
 		rcfg, err := routerhttp.ConfigForURLs(specs, true)
@@ -330,6 +389,11 @@ func runHTTP(ctx context.Context, o Options) error {
 		rcfg.SkipPinningCheck = true // checked in the pre-flight, before any stage
 		rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		for i := range rcfg.Models {
+			for j := range rcfg.Models[i].Replicas {
+				if j < len(kinds) && kinds[j] != engines.KindVLLM {
+					rcfg.Models[i].Replicas[j].Engine = string(kinds[j])
+				}
+			}
 			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
 			rcfg.Models[i].OverflowThreshold = routerhttp.Threshold(o.OverflowThreshold)
 			rcfg.Models[i].Policy = o.Policy

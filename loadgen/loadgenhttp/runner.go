@@ -49,6 +49,10 @@ type RunConfig struct {
 	// when Scenario.ResetCache (vLLM needs VLLM_SERVER_DEV_MODE=1; a refusal is a
 	// warning and a manifest note, not a failure).
 	ResetURLs []string
+	// ResetTargets are the same reset for engines other than vLLM, by their own
+	// endpoint (SGLang: POST <root>/flush_cache). An engine with none (llama.cpp)
+	// is not listed; its caller notes what that means.
+	ResetTargets []ResetTarget
 	// SetAffinity switches the router's session affinity before each variant; nil =
 	// the harness cannot switch it (noted in the manifest).
 	SetAffinity func(ctx context.Context, on bool) error
@@ -70,6 +74,12 @@ type RunConfig struct {
 	Policy   string
 	Versions map[string]string
 	Notes    []string
+	Engines  []loadgen.ReplicaEngine // Manifest.Engines
+}
+
+// ResetTarget is one prefix-cache reset call: Method to URL (the full endpoint).
+type ResetTarget struct {
+	Method, URL string
 }
 
 // ErrTooManyFailures is returned when MaxConsecutiveFailures turns failed in a row.
@@ -220,6 +230,7 @@ func (rn *runner) newManifest() *loadgen.Manifest {
 	info := loadgen.RunInfo{
 		RunID: cfg.RunID, Mode: cfg.Mode, Target: cfg.Target, Speed: rn.clock.Speed,
 		Profile: cfg.Profile, Policy: cfg.Policy, Versions: maps.Clone(cfg.Versions), Notes: cfg.Notes,
+		Engines: cfg.Engines,
 	}
 	if info.RunID == "" {
 		info.RunID = loadgen.NewRunID(created)
@@ -281,7 +292,12 @@ func (rn *runner) prepareVariant(ctx context.Context, name string, affinity bool
 				rn.note("variant %s: %v (the variant starts with a warm cache)", name, err)
 			}
 		}
-		if len(rn.cfg.ResetURLs) == 0 {
+		for _, t := range rn.cfg.ResetTargets {
+			if err := resetCall(ctx, rn.http, t.Method, t.URL, ""); err != nil {
+				rn.note("variant %s: %v (the variant starts with a warm cache)", name, err)
+			}
+		}
+		if len(rn.cfg.ResetURLs) == 0 && len(rn.cfg.ResetTargets) == 0 {
 			rn.note("prefix caches were not reset between variants (no reset URLs): later variants start warm")
 		}
 	}
@@ -327,10 +343,15 @@ func (rn *runner) waitIdle(ctx context.Context) {
 }
 
 func resetPrefixCache(ctx context.Context, hc *http.Client, base string) error {
-	url := strings.TrimSuffix(base, "/") + "/reset_prefix_cache"
+	return resetCall(ctx, hc, http.MethodPost, strings.TrimSuffix(base, "/")+"/reset_prefix_cache", " (vLLM needs VLLM_SERVER_DEV_MODE=1)")
+}
+
+// resetCall sends method to url (an engine's prefix-cache reset endpoint); a
+// status other than 2xx is an error naming the URL, the body and hint.
+func resetCall(ctx context.Context, hc *http.Client, method, url, hint string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return fmt.Errorf("resetting prefix cache: %w", err)
 	}
@@ -341,8 +362,8 @@ func resetPrefixCache(ctx context.Context, hc *http.Client, base string) error {
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-		return fmt.Errorf("resetting prefix cache: POST %s: http %d %s (vLLM needs VLLM_SERVER_DEV_MODE=1)",
-			url, resp.StatusCode, strings.TrimSpace(string(b)))
+		return fmt.Errorf("resetting prefix cache: %s %s: http %d %s%s",
+			method, url, resp.StatusCode, strings.TrimSpace(string(b)), hint)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
@@ -26,6 +27,15 @@ type ReplicaMetrics struct {
 	// server as a whole: its only engine, or all its engines summed (running,
 	// waiting and counters summed, KV usage averaged).
 	Engine string
+	// Kind is the engine serving it; "" or engines.KindVLLM reads vLLM's series
+	// (RequiredSeries must all be there), any other kind reads its adapter's
+	// (scrape.AdapterFor) and writes every figure the engine lacks as NaN,
+	// without an error (the manifest says which and why: EngineColumns).
+	Kind engines.Kind
+	// MetricsOff, when not "", says why the server has no /metrics to read
+	// (e.g. llama-server without --metrics answers 501): the replica is not
+	// scraped and has no series samples.
+	MetricsOff string
 }
 
 // RequiredSeries are the vLLM series every scrape must find for every replica: the
@@ -71,6 +81,7 @@ func (s *Scraper) Scrape(ctx context.Context, variant string) ([]loadgen.SeriesS
 	defer cancel()
 	type got struct {
 		snap *vllmmetrics.Snapshot
+		eng  *engines.Snapshot // other kinds than vLLM
 		err  error
 		t    time.Duration
 	}
@@ -78,6 +89,33 @@ func (s *Scraper) Scrape(ctx context.Context, variant string) ([]loadgen.SeriesS
 	var errs []error
 	var out []loadgen.SeriesSample
 	for _, rm := range s.Replicas {
+		if rm.MetricsOff != "" {
+			continue
+		}
+		if !isVLLM(rm.Kind) {
+			g := byURL[rm.URL]
+			if g == nil {
+				g = &got{}
+				g.eng, g.err = scrape.FetchEngine(ctx, client, rm.URL, UserAgent, rm.Kind)
+				g.t = s.Clock.Now()
+				byURL[rm.URL] = g
+				if g.err != nil {
+					errs = append(errs, g.err)
+				}
+			}
+			if g.err != nil {
+				continue
+			}
+			if len(g.eng.Ranks) == 0 {
+				errs = append(errs, fmt.Errorf("replica %q (%s): no %s series at all", rm.Name, rm.URL, rm.Kind))
+				continue
+			}
+			smp := sampleOfStats(rm.Kind, g.eng.Ranks[0])
+			smp.Variant, smp.Replica = variant, rm.Name
+			smp.T = g.t
+			out = append(out, smp)
+			continue
+		}
 		g := byURL[rm.URL]
 		if g == nil {
 			g = &got{}
@@ -167,4 +205,83 @@ func sampleOf(e *vllmmetrics.Engine) loadgen.SeriesSample {
 		GenerationTokens: v(vllmmetrics.GenerationTokens, e.GenerationTokens),
 		Preemptions:      v(vllmmetrics.NumPreemptions, e.Preemptions),
 	}
+}
+
+func isVLLM(k engines.Kind) bool { return k == "" || k == engines.KindVLLM }
+
+// sampleOfStats converts one scrape of another engine than vLLM (one Stats:
+// SGLang and llama.cpp have no DP ranks here), NaN for every figure it lacks.
+// The prefix columns are the engine's own hit counters (SGLang: prompt and
+// cached tokens of finished requests); llama.cpp has none, so they are NaN.
+//
+// SGLang's token counters (sglang:prompt_tokens_total, cached_tokens_total,
+// generation_tokens_total) are labelled prometheus_client counters, which
+// have no sample until their first increment (collector.py): on a server whose
+// gauges were read they are 0 until then, not missing, or the first window of
+// a fresh server would have no start value.
+func sampleOfStats(k engines.Kind, st *engines.Stats) loadgen.SeriesSample {
+	v := func(x engines.Value) float64 {
+		if !x.Has() {
+			return math.NaN()
+		}
+		return x.V
+	}
+	if k == engines.KindSGLang && st.Running.Has() {
+		for _, c := range []*engines.Value{&st.PrefixQueries, &st.PrefixHits, &st.PromptTokens, &st.GenerationTokens} {
+			if !c.Has() {
+				*c = engines.Of(0, "no sample yet: 0 before the first increment")
+			}
+		}
+	}
+	return loadgen.SeriesSample{
+		Running:          v(st.Running),
+		Waiting:          v(st.Waiting),
+		KVUsage:          v(st.KVUsage),
+		PrefixQueries:    v(st.PrefixQueries),
+		PrefixHits:       v(st.PrefixHits),
+		PromptTokens:     v(st.PromptTokens),
+		GenerationTokens: v(st.GenerationTokens),
+		Preemptions:      v(st.Preemptions),
+	}
+}
+
+// SeriesColumns maps each series.csv column the scraper fills to the engine
+// figure it comes from (engines.Capability).
+var SeriesColumns = []struct {
+	Column string
+	Figure engines.Figure
+}{
+	{"running", engines.FigRunning},
+	{"waiting", engines.FigWaiting},
+	{"kv_usage", engines.FigKVUsage},
+	{"prefix_queries", engines.FigPrefixQueries},
+	{"prefix_hits", engines.FigPrefixHits},
+	{"prompt_tokens", engines.FigPromptTokens},
+	{"generation_tokens", engines.FigGenerationTokens},
+	{"preemptions", engines.FigPreemptions},
+}
+
+// EngineColumns describes where each series.csv column of a replica of kind k
+// comes from (the capability's source), or why it is missing: the engine lacks
+// the figure (its capability note), or metricsOff (the replica's /metrics cannot
+// be read) empties every column with that reason.
+func EngineColumns(k engines.Kind, metricsOff string) []loadgen.ColumnSource {
+	c := engines.CapabilityOf(k)
+	var out []loadgen.ColumnSource
+	for _, col := range SeriesColumns {
+		fs, ok := c.Source(col.Figure)
+		switch {
+		case metricsOff != "":
+			out = append(out, loadgen.ColumnSource{Column: col.Column, Missing: metricsOff})
+		case ok:
+			out = append(out, loadgen.ColumnSource{Column: col.Column, Source: fs.Source})
+		default:
+			why := fs.Note
+			if why == "" {
+				why = "not reported by " + string(k)
+			}
+			out = append(out, loadgen.ColumnSource{Column: col.Column, Missing: why})
+		}
+	}
+	return out
 }

@@ -1,7 +1,6 @@
 package routerhttp
 
 import (
-	"hash/maphash"
 	"strconv"
 	"sync"
 	"time"
@@ -11,9 +10,10 @@ import (
 )
 
 // Status card inputs: a short rolling window of scrape samples per replica (for
-// rates), and the current context of each active conversation (for the capacity
-// line). Both are fed by the router's hot paths (observe, the proxy's OnRoute) and
-// read only when the card is rendered.
+// rates) and the body bytes routed to each replica (for the window's bytes per
+// token). Both are fed by the router's hot paths (observe, the proxy's OnRoute)
+// and read only when the card is rendered or the ratio is refreshed. The
+// conversations and their context come from the Balancer (Status).
 
 const (
 	// DefaultCardWindow is the span of simulated time the card's rates (prompt
@@ -30,10 +30,6 @@ const (
 	// escaping and field names make a request body somewhat longer than its
 	// prompt, so the estimate leans high.
 	CharsPerToken = router.BytesPerTokenEstimate
-	// DefaultMaxTrackedConversations bounds the card's conversation table (about
-	// 40 bytes each); beyond it new conversations are not tracked until idle ones
-	// are pruned.
-	DefaultMaxTrackedConversations = 1 << 20
 )
 
 // cardSample is one scrape of one replica, counters cumulative as scraped.
@@ -149,7 +145,7 @@ func (rt *Router) recordCard(t *target, snap *vllmmetrics.Snapshot, at time.Dura
 	seen := make([]bool, len(t.replicas))
 	for i := range per {
 		per[i] = cardSample{at: at, prefixTokens: true, hasPrefix: true, hasSource: true, hasPrompt: true}
-		if c := rt.convs[t.pool]; c != nil {
+		if c := rt.routed[t.pool]; c != nil {
 			per[i].routedBytes = float64(c.routed(t.replicas[i]))
 		}
 	}
@@ -253,123 +249,36 @@ func (rt *Router) cardWindow(pool *Pool, i int) (rateWindow, bool) {
 }
 
 // noteRoute is the Proxy's OnRoute hook: it counts the body bytes sent to the
-// replica and updates the routed conversation's context estimate.
-func (rt *Router) noteRoute(pool *Pool, key string, bodyBytes int, d router.Decision) {
-	if c := rt.convs[pool]; c != nil {
-		c.note(rt.clock.Now(), key, bodyBytes, d)
+// replica (keyless requests included), the numerator of windowBytesPerToken. The
+// conversations and their context are the Balancer's (ReplicaStatus.Live,
+// LiveTokens), so the hook keeps nothing per session.
+func (rt *Router) noteRoute(pool *Pool, _ string, bodyBytes int, d router.Decision) {
+	if c := rt.routed[pool]; c != nil {
+		c.add(d.Replica, bodyBytes)
 	}
 }
 
-// convTracker keeps, per conversation (session key, hashed like the SessionTable),
-// the size of its current context in request-body bytes and the replica holding
-// it, and per replica the body bytes routed to it (keyless requests included). A
-// conversation is active while its last request is at most window old.
-//
-// The size is the largest request body of the conversation seen within the
-// window (the card turns bytes into tokens): Claude Code's side requests (titles, topic
-// checks) carry the session id with a short prompt and must not shrink it; after a
-// compaction the old size is kept for at most one window. The replica is the one
-// that served the conversation's last request other than an overflow (an overflow
-// is served elsewhere once; the conversation's cache stays at its home).
-type convTracker struct {
-	mu        sync.Mutex
-	seed      maphash.Seed
-	window    time.Duration
-	max       int
-	m         map[uint64]convEntry
-	lastPrune time.Duration
-	bytes     []int64 // body bytes routed, by replica
+// routedBytes counts, per replica of one pool, the request body bytes the router
+// sent to it, cumulative since the router started.
+type routedBytes struct {
+	mu    sync.Mutex
+	bytes []int64 // by replica index
 }
 
-type convEntry struct {
-	last, maxAt time.Duration
-	bytes       int64
-	replica     int32
-}
-
-// convLoad is the conversations active on a replica (or a fleet) and the sum of
-// their context sizes in request-body bytes.
-type convLoad struct {
-	Conversations int
-	ContextBytes  int64
-}
-
-func newConvTracker(window time.Duration, max int) *convTracker {
-	return &convTracker{seed: maphash.MakeSeed(), window: window, max: max, m: map[uint64]convEntry{}}
-}
-
-func (c *convTracker) note(now time.Duration, key string, bodyBytes int, d router.Decision) {
-	var h uint64
-	if key != "" {
-		h = maphash.String(c.seed, key)
-	}
-	size := int64(bodyBytes)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d.Replica >= 0 {
-		for len(c.bytes) <= d.Replica {
-			c.bytes = append(c.bytes, 0)
-		}
-		c.bytes[d.Replica] += size
-	}
-	if key == "" {
+func (c *routedBytes) add(i, n int) {
+	if i < 0 {
 		return
 	}
-	if now-c.lastPrune >= c.window/8 {
-		c.prune(now)
-	}
-	e, ok := c.m[h]
-	if !ok {
-		if len(c.m) >= c.max {
-			return
-		}
-		e = convEntry{replica: int32(d.Replica)}
-	}
-	if ok && now-e.last > c.window {
-		e = convEntry{replica: e.replica} // idle past the window: a fresh start
-	}
-	if d.Reason != router.ReasonOverflow || !ok {
-		e.replica = int32(d.Replica)
-	}
-	if size >= e.bytes || now-e.maxAt > c.window {
-		e.bytes, e.maxAt = size, now
-	}
-	e.last = now
-	c.m[h] = e
-}
-
-// prune drops conversations idle longer than the window; caller holds mu.
-func (c *convTracker) prune(now time.Duration) {
-	for h, e := range c.m {
-		if now-e.last > c.window {
-			delete(c.m, h)
-		}
-	}
-	c.lastPrune = now
-}
-
-// load returns the active conversations per replica (n replicas) and in total.
-func (c *convTracker) load(now time.Duration, n int) ([]convLoad, convLoad) {
-	per := make([]convLoad, n)
-	var total convLoad
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, e := range c.m {
-		if now-e.last > c.window {
-			continue
-		}
-		total.Conversations++
-		total.ContextBytes += e.bytes
-		if int(e.replica) < n {
-			per[e.replica].Conversations++
-			per[e.replica].ContextBytes += e.bytes
-		}
+	for len(c.bytes) <= i {
+		c.bytes = append(c.bytes, 0)
 	}
-	return per, total
+	c.bytes[i] += int64(n)
 }
 
 // routed returns the body bytes routed to replica i so far.
-func (c *convTracker) routed(i int) int64 {
+func (c *routedBytes) routed(i int) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if i < 0 || i >= len(c.bytes) {

@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/yamlpos"
 	"github.com/lmwarden/warden/router"
 
@@ -114,6 +115,10 @@ type ModelConfig struct {
 	// Policy used while affinity is on: "working-set" (default), "sticky",
 	// "session-hash" or "shortest-queue" (PolicyNames; docs/routing.md).
 	Policy string `yaml:"policy"`
+	// Engine is the default engine of the model's replicas (ReplicaConfig.Engine);
+	// default vllm. A model whose replicas are all llama.cpp is slot-based: its
+	// auto threshold is router.SlotOverflowThreshold(max_num_seqs).
+	Engine string `yaml:"engine"`
 }
 
 // ReplicaConfig is one upstream URL: one replica, or DPRanks replicas (DP ranks
@@ -122,6 +127,10 @@ type ReplicaConfig struct {
 	URL     string `yaml:"url"`
 	Name    string `yaml:"name"`     // default "r<i>" by position in the model's list
 	DPRanks int    `yaml:"dp_ranks"` // 0: one replica, not pinned; N >= 1: ranks 0..N-1
+	// Engine is the server's engine (engines.ParseKind): "vllm", "sglang",
+	// "llamacpp", or "auto" (detect from /metrics: series prefixes, or
+	// llama-server's 501). Default the model's Engine, else vllm.
+	Engine string `yaml:"engine"`
 }
 
 // Threshold is an overflow threshold: 0 means auto.
@@ -310,6 +319,9 @@ func (c Config) Validate() error {
 		if !router.ValidPolicy(m.Policy) {
 			bad(p+".policy", "%q is unknown (have %s)", m.Policy, strings.Join(router.PolicyNames(), ", "))
 		}
+		if _, err := engines.ParseKind(m.Engine); err != nil {
+			bad(p+".engine", "%v", err)
+		}
 		if len(m.Replicas) == 0 {
 			bad(p+".replicas", "at least one replica is required")
 		}
@@ -320,6 +332,9 @@ func (c Config) Validate() error {
 			rp := fmt.Sprintf("%s.replicas[%d]", p, j)
 			if err := checkUpstreamURL(r.URL); err != nil {
 				bad(rp+".url", "%v", err)
+			}
+			if _, err := engines.ParseKind(r.Engine); err != nil {
+				bad(rp+".engine", "%v", err)
 			}
 			if r.DPRanks < 0 || r.DPRanks > MaxDPRanks {
 				bad(rp+".dp_ranks", "%d is out of range 0..%d", r.DPRanks, MaxDPRanks)

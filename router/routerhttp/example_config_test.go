@@ -33,7 +33,7 @@ func TestExampleConfig(t *testing.T) {
 	if cfg.ScrapeInterval != time.Second || cfg.SnapshotInterval != 100*time.Millisecond || cfg.SessionTTL != time.Hour {
 		t.Errorf("durations: scrape %v, snapshot %v, ttl %v", cfg.ScrapeInterval, cfg.SnapshotInterval, cfg.SessionTTL)
 	}
-	if len(cfg.Models) != 2 || cfg.Models[0].OverflowThreshold != 0 || cfg.Models[1].OverflowThreshold != 12 {
+	if len(cfg.Models) != 3 || cfg.Models[0].OverflowThreshold != 0 || cfg.Models[1].OverflowThreshold != 12 || cfg.Models[2].Engine != "llamacpp" {
 		t.Fatalf("models: %+v", cfg.Models)
 	}
 
@@ -49,12 +49,16 @@ func TestExampleConfig(t *testing.T) {
 			got = append(got, m.Model+":"+r.Name)
 		}
 	}
-	want := "Qwen/Qwen3-32B:gpu0 Qwen/Qwen3-32B:gpu1 qwen3-coder:dp/rank0 qwen3-coder:dp/rank1 qwen3-coder:dp/rank2 qwen3-coder:dp/rank3"
+	want := "Qwen/Qwen3-32B:gpu0 Qwen/Qwen3-32B:gpu1 qwen3-coder:dp/rank0 qwen3-coder:dp/rank1 qwen3-coder:dp/rank2 qwen3-coder:dp/rank3 qwen2.5-coder-7b:r0 qwen2.5-coder-7b:r1"
 	if strings.Join(got, " ") != want {
 		t.Errorf("replicas %v, want %s", got, want)
 	}
 	if n, auto := rt.Pools()[0].Balancer.OverflowThreshold(); n != 8 || !auto {
 		t.Errorf("model 0 threshold %d (auto %v), want auto 8", n, auto)
+	}
+	// All replicas llama.cpp: slot-based, auto threshold slots - 1.
+	if n, auto := rt.Pools()[2].Balancer.OverflowThreshold(); n != 3 || !auto {
+		t.Errorf("model 2 (llama.cpp, 4 slots) threshold %d (auto %v), want auto 3 (router.SlotOverflowThreshold)", n, auto)
 	}
 
 	// Every YAML field of the schema appears in the example.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
@@ -44,7 +45,7 @@ type Router struct {
 	clock   simclock.Clock
 	log     *slog.Logger
 	handler http.Handler
-	convs   map[*Pool]*convTracker // per model: active conversations' context (status_page.go)
+	routed  map[*Pool]*routedBytes // per model: body bytes routed per replica (card_window.go)
 	// silentAbort: when a replica fails its health check, its requests that heard
 	// nothing from it for this long are ended (Proxy.AbortSilent). probeTimeout:
 	// the same silence the failed probe itself waited through.
@@ -66,6 +67,16 @@ type target struct {
 	// missing is the number of trailing ranks the server does not have (a
 	// "rank-mismatch" verdict): they are kept unhealthy.
 	missing int
+
+	// kind is the server's engine (ReplicaConfig.Engine; KindUnknown: detect
+	// at each scrape until known). scrapeErr is why the last scrape gave no
+	// figures ("" after a good one); it is logged at warning level when it
+	// changes, not on every scrape. lacks names the figures the engine does
+	// not report, with why (engines.Capability notes).
+	kind      engines.Kind
+	scrapeErr string
+	lacks     []string
+	slots     int // llama.cpp GET /props total_slots; 0 unknown
 }
 
 // prefixStats holds the prefix-cache counters of one replica as scraped: the first
@@ -89,7 +100,7 @@ func New(cfg Config) (*Router, error) {
 		clock:  cfg.Clock,
 		log:    cfg.Logger,
 		client: &http.Client{Transport: NewTransport(cfg.DialTimeout, probeTimeout), Timeout: probeTimeout},
-		convs:  map[*Pool]*convTracker{},
+		routed: map[*Pool]*routedBytes{},
 
 		silentAbort: probeTimeout,
 	}
@@ -98,7 +109,14 @@ func New(cfg Config) (*Router, error) {
 		pool := &Pool{Model: m.Name}
 		var names []string
 		var targets []*target
+		slotBased := len(m.Replicas) > 0
 		for _, rc := range m.Replicas {
+			if rc.Engine == "" {
+				rc.Engine = m.Engine
+			}
+			if k, _ := engines.ParseKind(rc.Engine); k != engines.KindLlamaCpp {
+				slotBased = false
+			}
 			t, ups, err := newTarget(pool, rc, len(names))
 			if err != nil {
 				return nil, fmt.Errorf("model %q: %w", m.Name, err)
@@ -117,6 +135,7 @@ func New(cfg Config) (*Router, error) {
 			Replicas:          names,
 			Affinity:          *m.Affinity,
 			MaxNumSeqs:        m.MaxNumSeqs,
+			SlotBased:         slotBased,
 			OverflowThreshold: int(m.OverflowThreshold),
 			Policy:            m.Policy,
 			SessionTTL:        cfg.SessionTTL,
@@ -131,7 +150,7 @@ func New(cfg Config) (*Router, error) {
 		}
 		pool.Balancer = b
 		pools = append(pools, pool)
-		rt.convs[pool] = newConvTracker(router.DefaultActiveWindow, DefaultMaxTrackedConversations)
+		rt.routed[pool] = &routedBytes{}
 		rt.targets = append(rt.targets, targets...)
 	}
 	rt.metrics = NewMetrics(func() []*Pool { return pools })
@@ -164,7 +183,12 @@ func newTarget(pool *Pool, rc ReplicaConfig, first int) (*target, []Upstream, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("replica %q: %w", rc.URL, err)
 	}
-	t := &target{pool: pool, url: u, ranked: rc.DPRanks > 0, healthy: true}
+	t := &target{pool: pool, url: u, ranked: rc.DPRanks > 0, healthy: true, kind: engines.KindVLLM}
+	if rc.Engine != "" {
+		if t.kind, err = engines.ParseKind(rc.Engine); err != nil {
+			return nil, nil, fmt.Errorf("replica %q: %w", rc.URL, err)
+		}
+	}
 	var ups []Upstream
 	if rc.DPRanks == 0 {
 		t.replicas = append(t.replicas, first)
@@ -368,6 +392,15 @@ type ReplicaReport struct {
 	router.ReplicaStatus
 	URL  string `json:"url"`
 	Rank *int   `json:"dp_rank,omitempty"`
+	// Engine is the server's engine kind ("vllm", "sglang", "llamacpp";
+	// "unknown" while an "auto" one is undetected). ScrapeError is why its
+	// /metrics gave no figures at the last scrape ("" after a good one).
+	// Missing lists the figures the engine does not report, each with why
+	// (engines.Capability), e.g. "prefix_hits: no hit counter: ...".
+	Engine      string   `json:"engine"`
+	ScrapeError string   `json:"scrape_error,omitempty"`
+	Missing     []string `json:"missing_figures,omitempty"`
+	Slots       int      `json:"slots,omitempty"` // llama.cpp GET /props total_slots; 0 unknown or not slot-based
 	// DPPinning is whether the server behind URL honours X-Data-Parallel-Rank
 	// (CheckDPPinning, run once at start for a URL with several ranks; "pending"
 	// until it ends, "skipped" with Config.SkipPinningCheck); absent for a
@@ -421,6 +454,7 @@ func (rt *Router) fillPrefix(pool *Pool, replica int, rep *ReplicaReport) {
 			t.mu.Lock()
 			ps := t.prefix[k]
 			rep.DPPinning = t.pin
+			rep.Engine, rep.ScrapeError, rep.Missing, rep.Slots = string(t.kind), t.scrapeErr, t.lacks, t.slots
 			t.mu.Unlock()
 			if ps.have && ps.windowQueries > 0 {
 				rep.PrefixHitRate = ps.windowHit / ps.windowQueries
@@ -612,12 +646,40 @@ func (rt *Router) checkHealth(ctx context.Context, t *target) {
 func (rt *Router) scrape(ctx context.Context, t *target) {
 	u := *t.url
 	u.Path = singleJoin(u.Path, "/metrics")
-	snap, err := scrape.Fetch(ctx, rt.client, u.String(), "")
-	if err != nil {
-		rt.log.Debug("scrape failed", "url", t.url.String(), "err", err)
+	t.mu.Lock()
+	kind := t.kind
+	t.mu.Unlock()
+	if kind != engines.KindVLLM {
+		rt.scrapeEngine(ctx, t, kind, u.String())
 		return
 	}
+	snap, err := scrape.Fetch(ctx, rt.client, u.String(), "")
+	if err != nil {
+		rt.scrapeFailed(ctx, t, err.Error())
+		return
+	}
+	rt.scrapeFailed(ctx, t, "")
 	rt.observe(t, snap, rt.clock.Now())
+}
+
+// scrapeFailed records why t's scrape gave no figures (why "" after a good
+// one) and logs a change: a new failure at warning level, a recovery at info.
+func (rt *Router) scrapeFailed(ctx context.Context, t *target, why string) {
+	if ctx.Err() != nil {
+		return
+	}
+	t.mu.Lock()
+	old := t.scrapeErr
+	t.scrapeErr = why
+	kind := t.kind
+	t.mu.Unlock()
+	switch {
+	case why == old:
+	case why != "":
+		rt.log.Warn("replica metrics cannot be read (logged again only when this changes)", "model", t.pool.Model, "url", t.url.String(), "engine", string(kind), "err", why)
+	default:
+		rt.log.Info("replica metrics readable again", "model", t.pool.Model, "url", t.url.String(), "engine", string(kind))
+	}
 }
 
 // observe feeds one parsed scrape of target t into its Balancer. With DP ranks,

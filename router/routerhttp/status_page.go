@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -39,9 +40,13 @@ type CardModel struct {
 	OverflowThreshold int
 	ThresholdAuto     bool
 	SessionsHomed     int // sessions in the session table
-	Replicas          []CardReplica
-	Fleet             CardReplica // sums over the replicas (KVUsage: mean; hit rates: pooled)
-	Capacity          CardCapacity
+	// LiveWindowS is the session table's live window in force, simulated
+	// seconds (Balancer.LiveWindow): a conversation is live (counted in
+	// CardReplica.Conversations) while its last request is at most this old.
+	LiveWindowS float64
+	Replicas    []CardReplica
+	Fleet       CardReplica // sums over the replicas (KVUsage: mean; hit rates: pooled)
+	Capacity    CardCapacity
 	// PinningIgnored names the replicas (DP ranks) whose server does not honour
 	// X-Data-Parallel-Rank (ReplicaReport.DPPinning "ignored"): the server's own
 	// balancer places their requests. PinningMismatch names those of a server
@@ -86,28 +91,41 @@ type CardReplica struct {
 	CachedPerS, ComputedPerS float64
 	RateSource               string // "prompt_tokens_by_source" or "prefix_cache counters"
 
-	// Conversations active here (last non-overflow request served here within
-	// DefaultActiveWindow) and the sum of their context estimates, tokens: each
-	// conversation's largest recent request body over CardCapacity.BytesPerToken.
+	// Conversations live on this replica and the sum of their context
+	// estimates, tokens: the Balancer's working set (ReplicaStatus.Live,
+	// LiveTokens; sessions homed here with a request within the live window,
+	// each at its latest full-size prompt estimate). The session table is fed
+	// only with affinity on, so both are 0 with affinity off.
 	Conversations int
 	ContextTokens int64
 	// KVTokens is the KV cache capacity, (num_gpu_blocks - 1) x block_size from
-	// vllm:cache_config_info (block 0 is vLLM's null block); 0 when not reported.
+	// vllm:cache_config_info (block 0 is vLLM's null block), or the adapter's
+	// (ReplicaStatus.KVCapacityTokens: SGLang max_total_num_tokens, llama.cpp
+	// slots x n_ctx from /props); 0 when not reported.
 	KVTokens int64
+
+	// Engine is the server's kind (ReplicaReport.Engine), Slots its slots
+	// (llama.cpp; 0 unknown). ScrapeError says why its /metrics gave no figures;
+	// Missing lists the figures the engine does not report and why (a "–" in
+	// their cells), joined with "; ".
+	Engine      string
+	Slots       int
+	ScrapeError string
+	Missing     string
 }
 
 // CardCapacity compares the active conversations' contexts with the fleet's KV
 // cache: when Demand exceeds Capacity, the conversations cannot all keep their
 // prefix cached and hit rates fall.
 type CardCapacity struct {
-	Conversations int   // active conversations (keyed requests within DefaultActiveWindow)
-	Demand        int64 // sum of their current context estimates, tokens
+	Conversations int   // live conversations (CardReplica.Conversations summed)
+	Demand        int64 // sum of their context estimates, tokens (LiveTokens summed)
 	Capacity      int64 // sum of KVTokens over the replicas reporting it
 	Reporting     int   // replicas that reported their KV capacity
 	Replicas      int
 	Over          bool // Demand > Capacity (and Capacity known)
-	// BytesPerToken turned the conversations' body bytes into tokens: the
-	// policies' ratio (Balancer.BytesPerToken), measured (Measured) from the
+	// BytesPerToken is the ratio the Balancer turns request bodies into prompt
+	// estimates with (Balancer.BytesPerToken), measured (Measured) from the
 	// responses' prompt_tokens or the /metrics window (Source), or CharsPerToken.
 	BytesPerToken float64
 	Measured      bool
@@ -124,7 +142,6 @@ func (c CardCapacity) Ratio() float64 {
 
 // Card builds the card from the router's state now.
 func (rt *Router) Card() Card {
-	now := rt.clock.Now()
 	card := Card{Generated: time.Now(), WindowS: DefaultCardWindow.Seconds()}
 	st := rt.Status()
 	pools := rt.Pools()
@@ -134,11 +151,7 @@ func (rt *Router) Card() Card {
 			Model: ms.Model, Affinity: ms.Affinity, OverflowThreshold: ms.OverflowThreshold,
 			ThresholdAuto: ms.ThresholdAuto, SessionsHomed: ms.Sessions,
 		}
-		var per []convLoad
-		var total convLoad
-		if c := rt.convs[pool]; c != nil {
-			per, total = c.load(now, len(ms.Replicas))
-		}
+		cm.LiveWindowS = pool.Balancer.LiveWindow().Seconds()
 		fleet := CardReplica{Name: "fleet", Healthy: true, ScrapeFresh: true, ScrapeAgeS: -1}
 		var fr windowRates
 		fr.ok, fr.hasPrefix, fr.prefixTokens, fr.hasSource = true, true, true, true
@@ -155,7 +168,9 @@ func (rt *Router) Card() Card {
 				SessionsHomed: rep.Sessions, InFlight: rep.InFlight,
 				Running: rep.Running, Waiting: rep.Waiting, KVUsage: rep.KVUsage,
 				HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
-				UsageHitRate: usageRate(rep.UsageCachedTokens, rep.UsagePromptTokens),
+				UsageHitRate:  usageRate(rep.UsageCachedTokens, rep.UsagePromptTokens),
+				Conversations: rep.Live, ContextTokens: rep.LiveTokens,
+				Engine: rep.Engine, Slots: rep.Slots, ScrapeError: rep.ScrapeError, Missing: strings.Join(rep.Missing, "; "),
 			}
 			usageP += rep.UsagePromptTokens
 			usageC += rep.UsageCachedTokens
@@ -176,8 +191,17 @@ func (rt *Router) Card() Card {
 			if rep.ScrapeAgeS < 0 {
 				cr.Running, cr.Waiting, cr.KVUsage = -1, -1, -1
 			}
+			if lacks(rep.Missing, engines.FigKVUsage) {
+				cr.KVUsage = -1
+			}
+			if lacks(rep.Missing, engines.FigRunning) {
+				cr.Running, cr.Waiting = -1, -1
+			}
+			cr.KVTokens = rep.KVCapacityTokens
 			if w, ok := rt.cardWindow(pool, i); ok {
-				cr.KVTokens = w.kvTokens
+				if w.kvTokens > 0 {
+					cr.KVTokens = w.kvTokens
+				}
 				r := w.rates(DefaultCardWindow)
 				if r.ok && r.hasPrefix && r.dQueries > 0 {
 					cr.HitRate = r.dHits / r.dQueries
@@ -207,6 +231,8 @@ func (rt *Router) Card() Card {
 			fleet.Overflow += cr.Overflow
 			fleet.Other += cr.Other
 			fleet.SessionsHomed += cr.SessionsHomed
+			fleet.Conversations += cr.Conversations
+			fleet.ContextTokens += cr.ContextTokens
 			fleet.InFlight += cr.InFlight
 			fleet.Running += max(cr.Running, 0)
 			fleet.Waiting += max(cr.Waiting, 0)
@@ -218,15 +244,9 @@ func (rt *Router) Card() Card {
 			cm.Replicas = append(cm.Replicas, cr)
 		}
 		// The policies' ratio (Balancer.BytesPerToken): from the responses'
-		// prompt_tokens, else the /metrics window, else CharsPerToken.
+		// prompt_tokens, else the /metrics window, else CharsPerToken. The
+		// context estimates were made with it (or the ratio in force then).
 		bpt, src := pool.Balancer.BytesPerToken()
-		toTokens := func(b int64) int64 { return int64(float64(b) / bpt) }
-		for i := range cm.Replicas {
-			if i < len(per) {
-				cm.Replicas[i].Conversations = per[i].Conversations
-				cm.Replicas[i].ContextTokens = toTokens(per[i].ContextBytes)
-			}
-		}
 		n := len(cm.Replicas)
 		if n > 0 {
 			fleet.KVUsage /= float64(n)
@@ -242,9 +262,8 @@ func (rt *Router) Card() Card {
 		if ratesKnown == 0 {
 			fleet.CachedPerS, fleet.ComputedPerS = -1, -1
 		}
-		fleet.Conversations, fleet.ContextTokens = total.Conversations, toTokens(total.ContextBytes)
 		cm.Fleet = fleet
-		cm.Capacity.Conversations = total.Conversations
+		cm.Capacity.Conversations = fleet.Conversations
 		cm.Capacity.Demand = fleet.ContextTokens
 		cm.Capacity.BytesPerToken, cm.Capacity.Source = bpt, src
 		cm.Capacity.Measured = src != router.SizeAssumed

@@ -235,82 +235,108 @@ func TestRateWindowRingWraps(t *testing.T) {
 	}
 }
 
-func TestConvTracker(t *testing.T) {
-	const win = 5 * time.Minute
+// TestCardConversationsFromBalancer: the card's conversations and their context
+// are the Balancer's live working set (Status Live, LiveTokens), one source with
+// the policies: a side request does not shrink a context, an overflow does not
+// move the conversation, keyless requests and idle conversations are not
+// counted, and with affinity off there is no session table to count. Every
+// routed body byte is still counted on its replica for the size window.
+func TestCardConversationsFromBalancer(t *testing.T) {
 	type step struct {
-		at      time.Duration
-		key     string
-		bytes   int
-		replica int
-		reason  router.Reason
+		at        time.Duration // since the previous step
+		key       string
+		bytes     int
+		avoidHome bool // the conversation's home must not serve it (an overflow)
 	}
 	tests := []struct {
-		name    string
-		steps   []step
-		at      time.Duration
-		perRep  []convLoad
-		total   convLoad
-		maxConv int
+		name     string
+		affinity bool
+		steps    []step
+		live     map[string]int64 // live conversations at the end: key -> context tokens
 	}{
 		{
-			name:   "latest larger body wins; side requests do not shrink it",
-			steps:  []step{{0, "a", 4000, 0, router.ReasonPlaced}, {time.Second, "a", 8000, 0, router.ReasonSticky}, {2 * time.Second, "a", 400, 0, router.ReasonSticky}},
-			at:     3 * time.Second,
-			perRep: []convLoad{{1, 8000}, {0, 0}}, total: convLoad{1, 8000},
+			name: "latest full-size prompt wins; a side request does not shrink it", affinity: true,
+			steps: []step{{0, "a", 4000, false}, {time.Second, "a", 8000, false}, {time.Second, "a", 400, false}},
+			live:  map[string]int64{"a": 2000},
 		},
 		{
-			name:   "overflow does not move the conversation",
-			steps:  []step{{0, "a", 4000, 1, router.ReasonPlaced}, {time.Second, "a", 4400, 0, router.ReasonOverflow}},
-			at:     time.Second,
-			perRep: []convLoad{{0, 0}, {1, 4400}}, total: convLoad{1, 4400},
+			name: "an overflow does not move the conversation", affinity: true,
+			steps: []step{{0, "a", 4000, false}, {time.Second, "a", 4400, true}},
+			live:  map[string]int64{"a": 1100},
 		},
 		{
-			name:   "keyless requests are not conversations",
-			steps:  []step{{0, "", 4000, 1, router.ReasonNoKey}, {time.Second, "a", 400, 0, router.ReasonPlaced}},
-			at:     time.Second,
-			perRep: []convLoad{{1, 400}, {0, 0}}, total: convLoad{1, 400},
+			name: "keyless requests are not conversations", affinity: true,
+			steps: []step{{0, "", 4000, false}, {time.Second, "a", 400, false}},
+			live:  map[string]int64{"a": 100},
 		},
 		{
-			name:   "rehome moves it",
-			steps:  []step{{0, "a", 4000, 1, router.ReasonPlaced}, {time.Second, "a", 4000, 0, router.ReasonRehome}},
-			at:     time.Second,
-			perRep: []convLoad{{1, 4000}, {0, 0}}, total: convLoad{1, 4000},
+			name: "idle past the live window: not live", affinity: true,
+			steps: []step{{0, "a", 40_000, false}, {router.DefaultLiveWindow + time.Second, "b", 4000, false}},
+			live:  map[string]int64{"b": 1000},
 		},
 		{
-			name:   "idle conversations are not active; a stale maximum is replaced",
-			steps:  []step{{0, "a", 40_000, 0, router.ReasonPlaced}, {0, "b", 4000, 1, router.ReasonPlaced}, {6 * time.Minute, "a", 400, 0, router.ReasonSticky}},
-			at:     6 * time.Minute,
-			perRep: []convLoad{{1, 400}, {0, 0}}, total: convLoad{1, 400},
-		},
-		{
-			name:    "table bound",
-			steps:   []step{{0, "a", 4000, 0, router.ReasonPlaced}, {0, "b", 4000, 1, router.ReasonPlaced}},
-			at:      time.Second,
-			maxConv: 1,
-			perRep:  []convLoad{{1, 4000}, {0, 0}}, total: convLoad{1, 4000},
+			name: "affinity off: no session table", affinity: false,
+			steps: []step{{0, "a", 4000, false}, {time.Second, "b", 8000, false}},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			max := tc.maxConv
-			if max == 0 {
-				max = 100
+			clk := &simclock.Manual{}
+			cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: clk,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Models: []ModelConfig{{Name: "m", Affinity: &tc.affinity, Replicas: []ReplicaConfig{{URL: "http://127.0.0.1:1"}, {URL: "http://127.0.0.1:2"}}}}}
+			rt, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
 			}
-			c := newConvTracker(win, max)
+			pool := rt.Pools()[0]
+			var routed [2]int64
+			home := map[string]int{}
 			for _, s := range tc.steps {
-				c.note(s.at, s.key, s.bytes, router.Decision{Replica: s.replica, Reason: s.reason})
+				clk.Advance(s.at)
+				var avoid uint64
+				if h, ok := home[s.key]; ok && s.avoidHome {
+					avoid = 1 << h
+				}
+				d, err := pool.Balancer.Acquire(router.Facts{SessionKey: s.key, BodyBytes: s.bytes, Avoid: avoid})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := home[s.key]; !ok && s.key != "" {
+					home[s.key] = d.Replica
+				}
+				rt.noteRoute(pool, s.key, s.bytes, d)
+				pool.Balancer.Release(d.Replica)
+				routed[d.Replica] += int64(s.bytes)
 			}
-			per, total := c.load(tc.at, 2)
-			if fmt.Sprint(per) != fmt.Sprint(tc.perRep) || total != tc.total {
-				t.Errorf("load = %v, %v; want %v, %v", per, total, tc.perRep, tc.total)
+			var wantLive [2]int
+			var wantTokens [2]int64
+			for key, tok := range tc.live {
+				wantLive[home[key]]++
+				wantTokens[home[key]] += tok
 			}
-			// Every routed byte is counted on its replica, tracked or not.
-			var want [2]int64
-			for _, s := range tc.steps {
-				want[s.replica] += int64(s.bytes)
+			m := rt.Card().Models[0]
+			st := pool.Balancer.Status()
+			var live [2]int
+			var tokens [2]int64
+			for i, r := range m.Replicas {
+				live[i], tokens[i] = r.Conversations, r.ContextTokens
+				if r.Conversations != st[i].Live || r.ContextTokens != st[i].LiveTokens {
+					t.Errorf("%s: card %d conversations, %d tokens; Balancer %d, %d", r.Name, r.Conversations, r.ContextTokens, st[i].Live, st[i].LiveTokens)
+				}
 			}
-			if got := [2]int64{c.routed(0), c.routed(1)}; got != want {
-				t.Errorf("routed bytes %v, want %v", got, want)
+			if live != wantLive || tokens != wantTokens {
+				t.Errorf("live %v tokens %v, want %v %v (homes %v)", live, tokens, wantLive, wantTokens, home)
+			}
+			if m.Fleet.Conversations != live[0]+live[1] || m.Capacity.Demand != tokens[0]+tokens[1] {
+				t.Errorf("fleet %d conversations, demand %d; want the rows' sums", m.Fleet.Conversations, m.Capacity.Demand)
+			}
+			if m.LiveWindowS != pool.Balancer.LiveWindow().Seconds() {
+				t.Errorf("live window %g s, want the Balancer's %v", m.LiveWindowS, pool.Balancer.LiveWindow())
+			}
+			// Every routed byte is counted on its replica, keyless included.
+			if got := [2]int64{rt.routed[pool].routed(0), rt.routed[pool].routed(1)}; got != routed {
+				t.Errorf("routed bytes %v, want %v", got, routed)
 			}
 		})
 	}
@@ -385,7 +411,7 @@ func TestRouterCard(t *testing.T) {
 	clk.Advance(10 * time.Second)
 	observeText(t, rt, rt.targets[0], metricsText(engineVals{"0", 2, 0, 0.5, 2000, 1700, 300, 1700, 100, 16, -1}))
 	for i, key := range []string{"a", "b", "c"} {
-		d, err := pool.Balancer.Acquire(router.Facts{SessionKey: key})
+		d, err := pool.Balancer.Acquire(router.Facts{SessionKey: key, BodyBytes: 4000 * (i + 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,8 +438,9 @@ func TestRouterCard(t *testing.T) {
 	if m.Fleet.Requests != 3 || m.Fleet.Placed != 3 {
 		t.Errorf("fleet requests %d placed %d, want 3, 3", m.Fleet.Requests, m.Fleet.Placed)
 	}
-	// Conversations: 1000 + 2000 + 3000 tokens over three replicas' 3 x (100 - 1) x 16
-	// tokens of KV (block 0 is vLLM's null block).
+	// Conversations: the Balancer's estimates of 4, 8 and 12 KB bodies at the
+	// assumed 4 bytes/token, 1000 + 2000 + 3000 tokens, over three replicas'
+	// 3 x (100 - 1) x 16 tokens of KV (block 0 is vLLM's null block).
 	want := CardCapacity{Conversations: 3, Demand: 6000, Capacity: 4752, Reporting: 3, Replicas: 3, Over: true, BytesPerToken: CharsPerToken, Source: router.SizeAssumed}
 	if m.Capacity != want {
 		t.Errorf("capacity = %+v, want %+v", m.Capacity, want)
@@ -468,9 +495,19 @@ func TestCardMeasuredBytesPerToken(t *testing.T) {
 	scrape(0)
 	clk.Advance(time.Second)
 	// 30,000 bytes routed while the engine counted 10,000 prompt tokens: 3 bytes/token.
-	rt.noteRoute(pool, "a", 12_000, router.Decision{Replica: 0, Reason: router.ReasonPlaced})
-	rt.noteRoute(pool, "", 18_000, router.Decision{Replica: 0, Reason: router.ReasonNoKey})
+	rt.noteRoute(pool, "", 30_000, router.Decision{Replica: 0, Reason: router.ReasonNoKey})
 	scrape(10_000)
+	// A conversation's 12 KB request after it: the Balancer's estimate at 3 bytes/token.
+	route := func(bodyBytes int) {
+		t.Helper()
+		d, err := pool.Balancer.Acquire(router.Facts{SessionKey: "a", BodyBytes: bodyBytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.noteRoute(pool, "a", bodyBytes, d)
+		pool.Balancer.Release(d.Replica)
+	}
+	route(12_000)
 	c := rt.Card().Models[0].Capacity
 	if !c.Measured || c.Source != router.SizeMetrics || c.BytesPerToken != 3 || c.Demand != 4000 || c.Capacity != 15_984 || c.Over {
 		t.Errorf("capacity = %+v; want 3 bytes/token from metrics, demand 4000, capacity 999 x 16", c)
@@ -480,17 +517,23 @@ func TestCardMeasuredBytesPerToken(t *testing.T) {
 		t.Errorf("policies' estimate of 3,000 bytes: %d tokens, want 1,000 (the metrics ratio)", e)
 	}
 	// Too few prompt tokens in the window: the last measured ratio stays.
-	clk.Advance(time.Minute)
+	clk.Advance(50 * time.Second) // within the live window: "a" stays live
 	scrape(10_500)
 	if c := rt.Card().Models[0].Capacity; c.Source != router.SizeMetrics || c.BytesPerToken != 3 {
 		t.Errorf("capacity = %+v; want the last measured 3 bytes/token", c)
 	}
-	// Responses report their prompt size (2 bytes per token): they take over.
+	// Responses report their prompt size (2 bytes per token): they take over
+	// for the next estimate; the conversation's context is the Balancer's
+	// estimate made when its request was routed, until its next request.
 	for range router.SizeMinSeen {
 		pool.Balancer.ObserveSize(2000, 1000)
 	}
-	if c := rt.Card().Models[0].Capacity; c.Source != router.SizeResponses || c.BytesPerToken != 2 || c.Demand != 6000 {
-		t.Errorf("capacity = %+v; want 2 bytes/token from responses, demand 6000", c)
+	if c := rt.Card().Models[0].Capacity; c.Source != router.SizeResponses || c.BytesPerToken != 2 || c.Demand != 4000 {
+		t.Errorf("capacity = %+v; want 2 bytes/token from responses, demand still 4000", c)
+	}
+	route(12_000)
+	if c := rt.Card().Models[0].Capacity; c.Demand != 6000 {
+		t.Errorf("capacity = %+v; want demand 6000 after the next request", c)
 	}
 	if st := rt.Status().Models[0]; st.BytesPerTokenSource != router.SizeResponses || st.BytesPerToken != 2 {
 		t.Errorf("/status: %.2f bytes/token from %s, want 2 from responses", st.BytesPerToken, st.BytesPerTokenSource)
@@ -498,18 +541,21 @@ func TestCardMeasuredBytesPerToken(t *testing.T) {
 }
 
 // BenchmarkNoteRoute: the per-request cost the card adds to the proxy (OnRoute):
-// one conversation update among 10,000 active ones.
+// counting the routed body bytes of one replica among 8 (the conversations are
+// the Balancer's, already paid for in Acquire).
 func BenchmarkNoteRoute(b *testing.B) {
-	c := newConvTracker(router.DefaultActiveWindow, DefaultMaxTrackedConversations)
-	keys := make([]string, 10_000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-		c.note(0, keys[i], 50_000, router.Decision{Replica: i % 8, Reason: router.ReasonPlaced})
+	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Clock: &simclock.Manual{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Models: []ModelConfig{{Name: "m", Replicas: []ReplicaConfig{{URL: "http://127.0.0.1:1", DPRanks: 8}}}}}
+	rt, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
 	}
+	pool := rt.Pools()[0]
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		c.note(time.Millisecond, keys[i%len(keys)], 60_000, router.Decision{Replica: i % 8, Reason: router.ReasonSticky})
+		rt.noteRoute(pool, "0000-4000-8000", 60_000, router.Decision{Replica: i % 8, Reason: router.ReasonSticky})
 		i++
 	}
 }
@@ -526,7 +572,12 @@ func BenchmarkRenderCard(b *testing.B) {
 	}
 	pool := rt.Pools()[0]
 	for i := range 1000 {
-		rt.noteRoute(pool, fmt.Sprint("s", i), 40_000, router.Decision{Replica: i % 8, Reason: router.ReasonPlaced})
+		d, err := pool.Balancer.Acquire(router.Facts{SessionKey: fmt.Sprint("s", i), BodyBytes: 40_000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rt.noteRoute(pool, fmt.Sprint("s", i), 40_000, d)
+		pool.Balancer.Release(d.Replica)
 	}
 	b.ReportAllocs()
 	for b.Loop() {

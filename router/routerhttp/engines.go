@@ -1,0 +1,167 @@
+package routerhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/lmwarden/warden/internal/engineapi"
+	"github.com/lmwarden/warden/internal/engines"
+	"github.com/lmwarden/warden/internal/scrape"
+	"github.com/lmwarden/warden/internal/vllmmetrics"
+)
+
+// Scraping other engines than vLLM (ReplicaConfig.Engine): the adapter's
+// figures (scrape.FetchEngine) go through observe as the vLLM series they
+// stand for, so the policies, /status and the card read one path; KV capacity
+// comes from the adapter (SGLang max_total_num_tokens on /metrics, llama.cpp
+// GET /props total_slots x n_ctx), and what the engine lacks is listed with why.
+
+// scrapeEngine scrapes target t of kind (KindUnknown: detect) at metricsURL.
+func (rt *Router) scrapeEngine(ctx context.Context, t *target, kind engines.Kind, metricsURL string) {
+	snap, err := scrape.FetchEngine(ctx, rt.client, metricsURL, "", kind)
+	var se *scrape.StatusError
+	isStatus := errors.As(err, &se)
+	if kind == engines.KindUnknown {
+		switch {
+		case snap != nil && snap.Kind != engines.KindUnknown:
+			kind = snap.Kind
+		case isStatus && se.Code == http.StatusNotImplemented && (se.Server == "llama.cpp" || strings.Contains(se.Body, "not_supported_error")):
+			kind = engines.KindLlamaCpp
+		}
+		if kind != engines.KindUnknown {
+			t.mu.Lock()
+			t.kind = kind
+			t.mu.Unlock()
+			rt.log.Info("replica engine detected", "model", t.pool.Model, "url", t.url.String(), "engine", string(kind))
+		}
+	}
+	if kind == engines.KindLlamaCpp {
+		rt.readProps(ctx, t)
+	}
+	c := engines.CapabilityOf(kind)
+	lacks := lackedFigures(c)
+	t.mu.Lock()
+	t.lacks = lacks
+	t.mu.Unlock()
+	switch {
+	case isStatus && (se.Code == http.StatusNotImplemented || se.Code == http.StatusNotFound):
+		rt.scrapeFailed(ctx, t, fmt.Sprintf("metrics off: GET /metrics answered %d (%s)", se.Code, metricsFlagOf(kind)))
+		return
+	case err != nil:
+		rt.scrapeFailed(ctx, t, err.Error())
+		return
+	case kind == engines.KindUnknown:
+		rt.scrapeFailed(ctx, t, "engine not identified from /metrics (no vllm:, sglang: or llamacpp: series): set engine: in the config")
+		return
+	case len(snap.Ranks) == 0:
+		rt.scrapeFailed(ctx, t, fmt.Sprintf("GET /metrics has none of %s's series", kind))
+		return
+	}
+	rt.scrapeFailed(ctx, t, "")
+	st := snap.Ranks[0]
+	if n, ok := st.KVCapacityTokens.Get(); ok && n > 0 {
+		for _, i := range t.replicas {
+			t.pool.Balancer.ObserveCapacity(i, int64(n))
+		}
+	}
+	rt.observe(t, asVLLM(st), rt.clock.Now())
+}
+
+// asVLLM is st as the vLLM series it stands for (Present only where st has the
+// figure): running, waiting, KV usage, prefix counters in tokens, prompt
+// tokens (cached included), generation tokens, preemptions.
+func asVLLM(st *engines.Stats) *vllmmetrics.Snapshot {
+	e := &vllmmetrics.Engine{Model: st.Model, Present: map[string]bool{}, PrefixUnit: "tokens"}
+	set := func(name string, v engines.Value, dst *float64) {
+		if x, ok := v.Get(); ok {
+			*dst = x
+			e.Present[name] = true
+		}
+	}
+	set(vllmmetrics.NumRequestsRunning, st.Running, &e.Running)
+	set(vllmmetrics.NumRequestsWaiting, st.Waiting, &e.Waiting)
+	set(vllmmetrics.KVCacheUsagePerc, st.KVUsage, &e.KVUsage)
+	set(vllmmetrics.PrefixCacheQueries, st.PrefixQueries, &e.PrefixQueries)
+	set(vllmmetrics.PrefixCacheHits, st.PrefixHits, &e.PrefixHits)
+	set(vllmmetrics.PromptTokens, st.PromptTokens, &e.PromptTokens)
+	set(vllmmetrics.GenerationTokens, st.GenerationTokens, &e.GenerationTokens)
+	set(vllmmetrics.NumPreemptions, st.Preemptions, &e.Preemptions)
+	if !e.Present[vllmmetrics.NumRequestsRunning] && e.Present[vllmmetrics.NumRequestsWaiting] {
+		delete(e.Present, vllmmetrics.NumRequestsWaiting)
+	}
+	return &vllmmetrics.Snapshot{Engines: []*vllmmetrics.Engine{e}}
+}
+
+// readProps reads llama-server's GET /props (slots, KV capacity = slots x n_ctx)
+// until it has them; a failure is retried at the next scrape.
+func (rt *Router) readProps(ctx context.Context, t *target) {
+	t.mu.Lock()
+	have := t.slots > 0
+	t.mu.Unlock()
+	if have {
+		return
+	}
+	resp, err := rt.get(ctx, t, "/props")
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return
+	}
+	p, err := engineapi.ParseProps(b)
+	if err != nil {
+		return
+	}
+	if n, ok := p.Slots.Get(); ok && n > 0 {
+		t.mu.Lock()
+		t.slots = int(n)
+		t.mu.Unlock()
+	}
+	if n, ok := p.KVCapacityTokens.Get(); ok && n > 0 {
+		for _, i := range t.replicas {
+			t.pool.Balancer.ObserveCapacity(i, int64(n))
+		}
+	}
+}
+
+// lackedFigures lists the per-replica figures (the /metrics ones and KV
+// capacity) c does not have, as "figure: why".
+func lackedFigures(c engines.Capability) []string {
+	var out []string
+	for _, f := range []engines.Figure{engines.FigRunning, engines.FigWaiting, engines.FigKVUsage, engines.FigKVCapacity, engines.FigPrefixQueries, engines.FigPrefixHits} {
+		if fs, ok := c.Source(f); !ok {
+			out = append(out, string(f)+": "+fs.Note)
+		}
+	}
+	return out
+}
+
+// lacks reports whether missing (ReplicaReport.Missing) names figure f.
+func lacks(missing []string, f engines.Figure) bool {
+	for _, m := range missing {
+		if strings.HasPrefix(m, string(f)+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// metricsFlagOf names the server flag that turns /metrics on.
+func metricsFlagOf(k engines.Kind) string {
+	switch k {
+	case engines.KindLlamaCpp:
+		return "llama-server needs --metrics"
+	case engines.KindSGLang:
+		return "sglang.launch_server needs --enable-metrics"
+	}
+	return "metrics disabled on the server"
+}
