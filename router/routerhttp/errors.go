@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 
 	"github.com/lmwarden/warden/router"
 )
@@ -63,6 +65,15 @@ func isTimeout(err error) bool {
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// clientHungUp says a read of the client's request body failed because the
+// client's connection ended before the body did (the peer closed or reset it): a
+// client cancellation (499), not a malformed body (400). net/http reports a
+// body cut short of its Content-Length or last chunk as io.ErrUnexpectedEOF.
+func clientHungUp(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, context.Canceled)
 }
 
 // apiKind is the API shape of a path, for error bodies and stream error events.

@@ -445,12 +445,16 @@ func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request, api apiKind)
 	body, err := readBody(w, r, p.limit)
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		gone := r.Context().Err() != nil || clientHungUp(err)
+		switch {
+		case errors.As(err, &tooBig):
 			err = fmt.Errorf("%w: limit is %d bytes", errTooLarge, p.limit)
-		} else {
+		case gone:
+			err = fmt.Errorf("reading body: client went away: %w", err)
+		default:
 			err = fmt.Errorf("%w: reading body: %w", ErrBadBody, err)
 		}
-		p.fail(w, api, err, r.Context().Err() != nil)
+		p.fail(w, api, err, gone)
 		return nil, RequestInfo{}, false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -588,6 +592,8 @@ func (p *Proxy) failModel(w http.ResponseWriter, api apiKind, model string, err 
 	status := StatusFor(err, clientGone)
 	p.m.countResponse(model, status)
 	if status == StatusClientClosed {
+		// Logged as settle logs a proxied request the client left.
+		p.log.Debug("client went away", "model", model, "status", status, "err", err)
 		return
 	}
 	writeError(w, api, status, err.Error())
