@@ -72,7 +72,11 @@ type Config struct {
 	SplitSubagents bool `yaml:"split_subagents"`
 	// SnapshotInterval of the shortest-queue policy (affinity off); default 100ms.
 	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
-	Seed             uint64        `yaml:"seed"` // tie-break randomness
+	// Seed of the tie-break randomness (model i uses Seed + i). The Config
+	// takes it as given, 0 included; `warden route` draws one from the clock
+	// when neither the file (FileSets("seed")) nor --seed sets it, and the
+	// benchmark and virtual runs keep theirs, so their runs repeat.
+	Seed uint64 `yaml:"seed"`
 	// SkipPinningCheck turns off the check, once at start, that every URL with
 	// dp_ranks > 1 honours X-Data-Parallel-Rank (CheckDPPinning: two one-token
 	// requests per rank; the verdict goes to the log and /status). Default false:
@@ -192,6 +196,14 @@ func parseConfig(data []byte, source string) (Config, error) {
 	}
 	cfg.source, cfg.lines = source, lines
 	return cfg, nil
+}
+
+// FileSets reports whether the decoded YAML file set the field at path (a
+// Validate path such as "seed" or "models[0].policy"), even to its zero value.
+// False for a Config built in code.
+func (c Config) FileSets(path string) bool {
+	_, ok := c.lines[path]
+	return ok
 }
 
 // LoadConfig reads and decodes the YAML file at path (see ParseConfig).
