@@ -381,12 +381,14 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 		var h uint64
 		var lost, side bool
 		ctx := f.PromptTokens
+		over := -1
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
 			home, lost = b.sessions.lookup(now, h, side)
+			over = b.sessions.overflowTarget(h)
 		}
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
+		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
 		if err == nil && f.SessionKey != "" {
 			switch {
 			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.view[home].Healthy:
@@ -394,6 +396,9 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 				d.Reason = ReasonOverflow
 			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
 				b.sessions.set(now, h, d.Replica)
+			}
+			if d.Reason == ReasonOverflow {
+				b.sessions.setOverflow(h, d.Replica)
 			}
 			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
 		}
