@@ -27,6 +27,8 @@ type routeOpts struct {
 	maxNumSeqs int
 	skipPin    bool
 	seed       uint64
+	bodyRead   time.Duration
+	bodyMem    int64
 	// seedFrom says where config took the seed from: "flag", "config" or
 	// "clock" (logged at start).
 	seedFrom string
@@ -62,7 +64,7 @@ affinity, the policy and the threshold per model at run time:
 Either a YAML config (--config, see docs/router.md) or replicas on the command line.
 Settings layer as defaults, then the file, then flags: --affinity,
 --overflow-threshold, --max-num-seqs, --listen, --admin-listen, --admin-token,
---seed and --skip-pinning-check given with --config override the file (for every
+--body-read-timeout, --body-memory-bytes, --seed and --skip-pinning-check given with --config override the file (for every
 model). Without a seed in the file or --seed, the tie-break seed is drawn from
 the clock at start (and logged), so restarts do not repeat the same tie-breaks.
   warden route --replica http://gpu0:8000 --replica http://gpu1:8000
@@ -99,6 +101,8 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.StringVar(&o.adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
 	f.IntVar(&o.threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4; with --config: every model, over the file)")
 	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
+	f.DurationVar(&o.bodyRead, "body-read-timeout", routerhttp.DefaultBodyReadTimeout, "longest a client may take to send a request body (408 past it; negative: none)")
+	f.Int64Var(&o.bodyMem, "body-memory-bytes", routerhttp.DefaultBodyMemoryBytes, "memory all request bodies being read may hold together (503 with Retry-After past it)")
 	f.Uint64Var(&o.seed, "seed", 0, "tie-break seed (model i uses seed+i); default: the config file's seed, else drawn from the clock at start (logged)")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
@@ -148,6 +152,12 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 	}
 	if f.Changed("admin-listen") || cfg.AdminListen == "" {
 		cfg.AdminListen = o.adminAddr
+	}
+	if f.Changed("body-read-timeout") || cfg.BodyReadTimeout == 0 {
+		cfg.BodyReadTimeout = o.bodyRead
+	}
+	if f.Changed("body-memory-bytes") || cfg.BodyMemoryBytes == 0 {
+		cfg.BodyMemoryBytes = o.bodyMem
 	}
 	if o.adminTok != "" {
 		cfg.AdminToken = o.adminTok

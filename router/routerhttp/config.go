@@ -33,6 +33,16 @@ const (
 	// DefaultDialTimeout bounds connecting to an upstream; a refused or timed-out
 	// connect is retried on another replica.
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultBodyReadTimeout bounds reading one request body (wall time from
+	// the request's headers): a 1 MB Claude Code body needs 35 KB/s to arrive
+	// in time, a 32 MiB one (the body limit) 1.1 MB/s. The same 30 s as the
+	// servers' read-header timeout.
+	DefaultBodyReadTimeout = 30 * time.Second
+	// DefaultBodyMemoryBytes caps the memory of all request bodies being read
+	// at once: 256 one-MB Claude Code bodies in transit together, or 8 at the
+	// body limit. A body holds what it received (from a 16 KiB start, doubling),
+	// so 1,000 clients trickling bytes hold about 16 MiB of it.
+	DefaultBodyMemoryBytes = 256 << 20
 	// WildcardModel as a model name matches any requested model.
 	WildcardModel = "*"
 )
@@ -49,6 +59,14 @@ type Config struct {
 	AdminToken string `yaml:"admin_token"`
 	// BodyLimit in bytes; larger bodies get 413. Default DefaultBodyLimit.
 	BodyLimit int64 `yaml:"body_limit_bytes"`
+	// BodyReadTimeout bounds reading one request body, wall time (408 past it,
+	// in the API's error shape). Default DefaultBodyReadTimeout (30s);
+	// negative: none.
+	BodyReadTimeout time.Duration `yaml:"body_read_timeout"`
+	// BodyMemoryBytes caps the bytes all request bodies being read hold
+	// together; a request whose body would pass it gets 503 with Retry-After.
+	// Default DefaultBodyMemoryBytes (256 MiB).
+	BodyMemoryBytes int64 `yaml:"body_memory_bytes"`
 	// ScrapeInterval between /metrics scrapes of each upstream; scrapes older than 3
 	// intervals are ignored. Default 1s; negative disables scraping.
 	ScrapeInterval time.Duration `yaml:"scrape_interval"`
@@ -284,6 +302,9 @@ func (c Config) Validate() error {
 	}
 	if c.BodyLimit < 0 {
 		bad("body_limit_bytes", "%d is negative", c.BodyLimit)
+	}
+	if c.BodyMemoryBytes < 0 {
+		bad("body_memory_bytes", "%d is negative", c.BodyMemoryBytes)
 	}
 	for name, d := range map[string]time.Duration{
 		"dial_timeout": c.DialTimeout, "response_header_timeout": c.ResponseHeaderTimeout,

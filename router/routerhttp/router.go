@@ -139,10 +139,13 @@ func New(cfg Config) (*Router, error) {
 		Pools:     pools,
 		Keys:      KeyConfig{Headers: cfg.SessionHeaders, UseOpenAIUser: cfg.UseOpenAIUser, SplitSubagents: cfg.SplitSubagents},
 		BodyLimit: cfg.BodyLimit,
-		Transport: NewTransport(cfg.DialTimeout, cfg.ResponseHeaderTimeout),
-		Metrics:   rt.metrics,
-		Logger:    cfg.Logger,
-		OnRoute:   rt.noteRoute,
+
+		BodyReadTimeout: cfg.BodyReadTimeout,
+		BodyMemory:      cfg.BodyMemoryBytes,
+		Transport:       NewTransport(cfg.DialTimeout, cfg.ResponseHeaderTimeout),
+		Metrics:         rt.metrics,
+		Logger:          cfg.Logger,
+		OnRoute:         rt.noteRoute,
 	})
 	if err != nil {
 		return nil, err
