@@ -29,6 +29,7 @@ type routeOpts struct {
 	seed       uint64
 	bodyRead   time.Duration
 	bodyMem    int64
+	ejectAfter int
 	// seedFrom says where config took the seed from: "flag", "config" or
 	// "clock" (logged at start).
 	seedFrom string
@@ -103,6 +104,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
 	f.DurationVar(&o.bodyRead, "body-read-timeout", routerhttp.DefaultBodyReadTimeout, "longest a client may take to send a request body (408 past it; negative: none)")
 	f.Int64Var(&o.bodyMem, "body-memory-bytes", routerhttp.DefaultBodyMemoryBytes, "memory all request bodies being read may hold together (503 with Retry-After past it)")
+	f.IntVar(&o.ejectAfter, "eject-consecutive-failures", router.DefaultEjectConsecutiveFailures, "eject a replica after this many consecutive failed requests (5xx, broken connections) though its /health passes; negative: never (docs/router.md section 9)")
 	f.Uint64Var(&o.seed, "seed", 0, "tie-break seed (model i uses seed+i); default: the config file's seed, else drawn from the clock at start (logged)")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
@@ -158,6 +160,9 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 	}
 	if f.Changed("body-memory-bytes") || cfg.BodyMemoryBytes == 0 {
 		cfg.BodyMemoryBytes = o.bodyMem
+	}
+	if f.Changed("eject-consecutive-failures") || cfg.EjectConsecutiveFailures == 0 {
+		cfg.EjectConsecutiveFailures = o.ejectAfter
 	}
 	if o.adminTok != "" {
 		cfg.AdminToken = o.adminTok

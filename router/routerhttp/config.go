@@ -95,6 +95,19 @@ type Config struct {
 	// when neither the file (FileSets("seed")) nor --seed sets it, and the
 	// benchmark and virtual runs keep theirs, so their runs repeat.
 	Seed uint64 `yaml:"seed"`
+	// Ejection of a replica whose requests fail while its /health passes
+	// (router.OutlierConfig; docs/router.md section 9): this many consecutive
+	// failures (5xx the request did not also get from another replica, or a
+	// connection broken before any response) within EjectWindow eject it for
+	// EjectBaseTime x the ejections in a row (at most EjectMaxTime), then a
+	// probe decides; at most EjectMaxPercent of a model's replicas (at least
+	// one of two or more) are out at once. Defaults 5, 1m, 30s, 5m, 25;
+	// eject_consecutive_failures negative: no ejection.
+	EjectConsecutiveFailures int           `yaml:"eject_consecutive_failures"`
+	EjectWindow              time.Duration `yaml:"eject_window"`
+	EjectBaseTime            time.Duration `yaml:"eject_base_time"`
+	EjectMaxTime             time.Duration `yaml:"eject_max_time"`
+	EjectMaxPercent          int           `yaml:"eject_max_percent"`
 	// SkipPinningCheck turns off the check, once at start, that every URL with
 	// dp_ranks > 1 honours X-Data-Parallel-Rank (CheckDPPinning: two one-token
 	// requests per rank; the verdict goes to the log and /status). Default false:
@@ -303,12 +316,16 @@ func (c Config) Validate() error {
 	if c.BodyLimit < 0 {
 		bad("body_limit_bytes", "%d is negative", c.BodyLimit)
 	}
+	if c.EjectMaxPercent < 0 || c.EjectMaxPercent > 100 {
+		bad("eject_max_percent", "%d is out of range 0..100", c.EjectMaxPercent)
+	}
 	if c.BodyMemoryBytes < 0 {
 		bad("body_memory_bytes", "%d is negative", c.BodyMemoryBytes)
 	}
 	for name, d := range map[string]time.Duration{
 		"dial_timeout": c.DialTimeout, "response_header_timeout": c.ResponseHeaderTimeout,
 		"session_ttl": c.SessionTTL, "snapshot_interval": c.SnapshotInterval,
+		"eject_window": c.EjectWindow, "eject_base_time": c.EjectBaseTime, "eject_max_time": c.EjectMaxTime,
 	} {
 		if d < 0 {
 			bad(name, "%v is negative", d)

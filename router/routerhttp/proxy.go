@@ -56,6 +56,21 @@ type Pool struct {
 	Upstreams []Upstream
 
 	mu sync.RWMutex // guards Upstreams once the pool serves
+
+	// lastModel is the latest "model" a client asked this pool for: the model
+	// an ejected replica's probe asks for when the pool serves any model.
+	lastModel atomic.Pointer[string]
+}
+
+// probeModel is the model a probe of the pool's replicas asks for.
+func (p *Pool) probeModel() string {
+	if p.Model != WildcardModel {
+		return p.Model
+	}
+	if m := p.lastModel.Load(); m != nil {
+		return *m
+	}
+	return ""
 }
 
 // Upstream returns replica i's upstream.
@@ -378,8 +393,12 @@ type call struct {
 	held    bool
 	dec     router.Decision
 
-	attempts     int
-	sentAt       time.Time
+	attempts int
+	sentAt   time.Time
+	// failed are the attempts that failed on a replica and were retried
+	// elsewhere (settleOutcomes); retried5xx: a 5xx was retried already.
+	failed       []failedAttempt
+	retried5xx   bool
 	gotFirstByte bool
 	// last is when the current attempt last heard from its upstream (UnixNano:
 	// the send, then every response read); cancel ends the attempt's context.
@@ -394,6 +413,14 @@ type call struct {
 	upStatus     int // the upstream's response status (0: it never answered)
 	err          error
 	streamBroken error
+}
+
+// failedAttempt is one attempt of a call that failed on its replica: a 5xx
+// response (status) or a connection that broke before any response (status 0).
+type failedAttempt struct {
+	replica int
+	status  int
+	why     string
 }
 
 func callFrom(ctx context.Context) *call {
@@ -501,6 +528,9 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		p.failModel(w, api, info.Model, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
 		return nil, false
 	}
+	if m := pool.lastModel.Load(); info.Model != "" && (m == nil || *m != info.Model) {
+		pool.lastModel.Store(&info.Model)
+	}
 	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == "/v1/messages/count_tokens"}, body: body, inURL: *r.URL, counted: true}
 	t0 := time.Now()
 	d, err := pool.Balancer.Acquire(c.facts)
@@ -527,6 +557,7 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 	c.release()
 	p.untrack(c)
 	c.feedback()
+	p.settleOutcomes(r, c)
 	status := c.finalStatus(r.Context().Err() != nil, panicked, sw.status)
 	up := c.upstream()
 	p.m.countRequest(c.pool.Model, up.Name, c.dec.Reason)
@@ -538,6 +569,53 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 			"session", Redact(c.facts.SessionKey), "status", status, "attempts", c.attempts,
 			"duration", time.Since(start))
 	}
+}
+
+// settleOutcomes tells the Balancer which replicas failed the call and which
+// served it (ObserveOutcome: consecutive failures eject a replica), and logs
+// an ejection. A request that got a 5xx from two replicas counts against
+// neither: it is the request (llama-server answers a malformed body with 500),
+// not the replicas. A connection that broke before any response always counts.
+// The final replica served when it answered below 500; a timeout, a client
+// that left first, or a stream that broke later counts neither way.
+func (p *Proxy) settleOutcomes(r *http.Request, c *call) {
+	if !c.counted {
+		return
+	}
+	n5xx := 0
+	for _, f := range c.failed {
+		if f.status >= 500 {
+			n5xx++
+		}
+	}
+	final := c.upStatus >= 500
+	if final {
+		n5xx++
+	}
+	b := c.pool.Balancer
+	observe := func(replica int, failed bool, why string) {
+		if e, ok := b.ObserveOutcome(replica, failed, why); ok {
+			p.logEjection(c.pool, e)
+		}
+	}
+	for _, f := range c.failed {
+		if f.status == 0 || n5xx < 2 {
+			observe(f.replica, true, f.why)
+		}
+	}
+	switch {
+	case final && n5xx < 2:
+		observe(c.dec.Replica, true, "status "+strconv.Itoa(c.upStatus))
+	case c.upStatus > 0 && !final && c.streamBroken == nil && r.Context().Err() == nil:
+		observe(c.dec.Replica, false, "")
+	}
+}
+
+// logEjection logs one ejection (once per ejection; the return is logged by
+// the Router's probe).
+func (p *Proxy) logEjection(pool *Pool, e router.Ejection) {
+	p.log.Warn("replica ejected: its requests fail; its conversations re-home until a probe succeeds", "model", pool.Model,
+		"replica", pool.Upstream(e.Replica).Name, "reason", e.Reason, "for", e.For, "ejections_in_row", e.InRow)
 }
 
 // feedback tells the Balancer what the finished call showed: the prefix-cache
@@ -737,6 +815,10 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.p.track(c, cancel)
 		resp, err := t.base.RoundTrip(req)
 		if err == nil {
+			if retry := t.retry5xx(c, resp, parent); retry != nil {
+				req = retry
+				continue
+			}
 			return resp, nil
 		}
 		down := errors.Is(context.Cause(actx), ErrReplicaDown)
@@ -750,6 +832,10 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		dial := isDialError(err)
 		if !dial && !down && isTimeout(err) {
 			return nil, err // the upstream may still be working on it: no duplicate
+		}
+		if !dial && !down {
+			// A reset or closed connection: counts towards ejecting the replica.
+			c.failed = append(c.failed, failedAttempt{replica: c.dec.Replica, why: "connection failed: " + err.Error()})
 		}
 		failed := c.upstream()
 		if dial {
@@ -769,6 +855,38 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.dec, c.held = d, true
 		req = c.retryRequest(req.WithContext(parent))
 	}
+}
+
+// retry5xx decides whether resp, a response of the call's current replica, is
+// a 5xx to try once on another replica (nothing has reached the client yet):
+// not a 504 (the upstream's own timeout: the work may still be running), not
+// when a 5xx was retried already, and only when another replica can take it.
+// It then discards resp, notes the failed attempt, moves the call and returns
+// the request for the new replica; else nil (resp goes to the client).
+func (t *retryTransport) retry5xx(c *call, resp *http.Response, parent context.Context) *http.Request {
+	if resp.StatusCode < 500 || resp.StatusCode == http.StatusGatewayTimeout || c.retried5xx || c.attempts >= t.p.maxAttempts {
+		return nil
+	}
+	facts := c.facts
+	if c.dec.Replica < 64 {
+		facts.Avoid |= 1 << uint(c.dec.Replica)
+	}
+	d, err := c.pool.Balancer.Acquire(facts)
+	if err != nil {
+		return nil
+	}
+	failed := c.upstream()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	t.p.untrack(c)
+	c.failed = append(c.failed, failedAttempt{replica: c.dec.Replica, status: resp.StatusCode, why: "status " + strconv.Itoa(resp.StatusCode)})
+	t.p.log.Warn("upstream answered 5xx before the first byte; retrying once elsewhere", "model", c.pool.Model,
+		"replica", failed.Name, "status", resp.StatusCode)
+	t.p.m.countRetry(c.pool.Model, failed.Name)
+	c.release()
+	c.facts, c.retried5xx = facts, true
+	c.dec, c.held = d, true
+	return c.retryRequest(resp.Request.WithContext(parent))
 }
 
 // retryRequest rebuilds the outgoing request for the call's current replica.
