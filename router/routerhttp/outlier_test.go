@@ -168,3 +168,32 @@ func TestEjectedReplicaReturnsAfterAProbeSucceeds(t *testing.T) {
 		t.Errorf("%d return log lines, want 1:\n%s", n, logs.String())
 	}
 }
+
+// A replica that resets its chat connections before answering costs no client
+// error (the request is retried elsewhere), but before it was tried first on
+// every turn of its conversations: now it is ejected after
+// DefaultEjectConsecutiveFailures resets and they re-home.
+func TestReplicaThatResetsConnectionsIsEjected(t *testing.T) {
+	stubs := []*stub{newStub(t, "a"), newStub(t, "b"), newStub(t, "c"), newStub(t, "d")}
+	stubs[3].setHandler(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	})
+	f := newFront(t, true, nil, stubs...)
+	for turn := range 3 {
+		for s := range 12 {
+			resp, body := f.post(t, "/v1/chat/completions", map[string]string{"X-Session-ID": fmt.Sprint("conv-", s)}, chatBody("m"))
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("turn %d of conv-%d: %d %s", turn, s, resp.StatusCode, body)
+			}
+		}
+	}
+	if n := len(stubs[3].requests("/v1/chat/completions")); n != 5 {
+		t.Errorf("d got %d requests, want 5 (ejected after 5 broken connections)", n)
+	}
+	if st := f.rt.Status().Models[0].Replicas[3]; !st.Ejected || !strings.Contains(st.EjectReason, "connection") {
+		t.Errorf("d: ejected %v, reason %q; want ejected for its connections", st.Ejected, st.EjectReason)
+	}
+}
