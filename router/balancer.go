@@ -174,6 +174,9 @@ type BalancerConfig struct {
 	StaleAfter time.Duration
 	Seed       uint64               // tie-break randomness
 	Now        func() time.Duration // clock; required
+	// Outlier: ejection of a replica whose requests fail while its health
+	// check passes (ObserveOutcome); zero values mean the defaults.
+	Outlier OutlierConfig
 }
 
 // Balancer holds one model's replica pool state, its policies and its session table,
@@ -203,6 +206,7 @@ type Balancer struct {
 	margin   int
 	seed     uint64
 	kvCap    int64 // configured KV capacity per replica, tokens (0 unknown)
+	outlier  OutlierConfig
 
 	// Body size calibration (ObserveSize): decayed sums of body bytes and prompt
 	// tokens of finished requests, and how many were seen.
@@ -250,6 +254,8 @@ type replica struct {
 	served [numReasons]uint64
 
 	usagePrompt, usageCached uint64 // ObserveCache totals
+
+	out outlierState // ejection (outlier.go)
 }
 
 // NewBalancer validates cfg and builds a Balancer. All replicas start healthy.
@@ -303,6 +309,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	b.sessions.SetLiveWindow(cfg.LiveWindow)
 	b.onDec = cfg.OnDecision
 	b.margin, b.seed, b.kvCap = margin, cfg.Seed, cfg.KVCapacityTokens
+	b.outlier = cfg.Outlier.withDefaults()
 	if cfg.AffinityPolicy != nil {
 		b.policy, b.polName = cfg.AffinityPolicy, "custom"
 	} else {
@@ -334,7 +341,7 @@ func (b *Balancer) fillView(now time.Duration, avoid uint64) {
 	for i := range b.reps {
 		r := &b.reps[i]
 		v := &b.view[i]
-		v.Healthy = r.healthy && (i >= 64 || avoid&(1<<uint(i)) == 0)
+		v.Healthy = r.healthy && !r.out.ejected && (i >= 64 || avoid&(1<<uint(i)) == 0)
 		v.InFlight = r.inflight
 		v.Fresh = r.observed && now-r.observedAt <= b.staleAfter
 		if v.Fresh {
@@ -389,19 +396,24 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 		var h uint64
 		var lost, side bool
 		ctx := f.PromptTokens
+		over := -1
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
 			home, lost = b.sessions.lookup(now, h, side)
+			over = b.sessions.overflowTarget(h)
 		}
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
+		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
 		if err == nil && f.SessionKey != "" {
 			switch {
-			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.view[home].Healthy:
+			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.reps[home].out.ejected && !b.view[home].Healthy:
 				// The home is healthy but was avoided for this request only.
 				d.Reason = ReasonOverflow
 			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
 				b.sessions.set(now, h, d.Replica)
+			}
+			if d.Reason == ReasonOverflow {
+				b.sessions.setOverflow(h, d.Replica)
 			}
 			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
 		}
@@ -770,6 +782,14 @@ type ReplicaStatus struct {
 	// (ReplicaState.Live, LiveTokens).
 	Live       int   `json:"live_conversations"`
 	LiveTokens int64 `json:"live_tokens"`
+	// Ejected: out of placement after consecutive failed requests
+	// (ObserveOutcome) while its health check may pass; EjectedForS is how
+	// long until a probe may return it (0 when due), EjectReason the failure
+	// that ejected it, Ejections how many times it was ejected in all.
+	Ejected     bool    `json:"ejected"`
+	EjectedForS float64 `json:"ejected_for_s"`
+	EjectReason string  `json:"eject_reason,omitempty"`
+	Ejections   uint64  `json:"ejections"`
 }
 
 // Status returns every replica's state, in replica order.
@@ -798,6 +818,10 @@ func (b *Balancer) Status() []ReplicaStatus {
 		s.UsagePromptTokens, s.UsageCachedTokens = r.usagePrompt, r.usageCached
 		s.KVCapacityTokens = r.kvCapacity
 		s.Live, s.LiveTokens = b.sessions.Live(i), b.sessions.LiveTokens(i)
+		s.Ejected, s.EjectReason, s.Ejections = r.out.ejected, r.out.reason, r.out.total
+		if r.out.ejected && r.out.until > now {
+			s.EjectedForS = (r.out.until - now).Seconds()
+		}
 		out[i] = s
 	}
 	return out

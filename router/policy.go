@@ -43,6 +43,13 @@ type ReplicaState struct {
 type Request struct {
 	Key  string // session key; "" when the request carries none
 	Home int    // the session's home replica, or -1 when it has none (or Key is "")
+	// Overflow is the replica the session's latest overflow (ReasonOverflow)
+	// went to, when HasOverflow (false: none, so a zero Request names no
+	// replica); it is forgotten when the home changes. Sticky sends the next
+	// overflow there while it still qualifies, so a busy home's overflow does
+	// not ping-pong between equally loaded replicas.
+	Overflow    int
+	HasOverflow bool
 	// Threshold is the overflow threshold in force, in in-flight requests: a
 	// healthy home whose InFlight exceeds it overflows (Sticky, WorkingSet,
 	// ColdMove). The Balancer sets it from its one stored setting

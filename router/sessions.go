@@ -106,7 +106,10 @@ type sessEntry struct {
 	tokensAt time.Duration
 	// served is the exact prompt size in tokens of the session's latest request
 	// served at its home, from that request's usage (observeCache); 0 unknown.
-	served   int32
+	served int32
+	// overflow is 1 + the replica the session's latest overflow went to (0:
+	// none): Sticky sends the next overflow there while it still has room.
+	overflow int32
 	servedAt time.Duration // when served was set
 	active   bool
 	live     bool
@@ -407,6 +410,21 @@ func (t *SessionTable) lookup(now time.Duration, h uint64, side bool) (home int,
 	return int(e.home), e.lost
 }
 
+// overflowTarget returns the replica hash h's latest overflow went to, or -1.
+func (t *SessionTable) overflowTarget(h uint64) int {
+	if idx, ok := t.index[h]; ok {
+		return int(t.ents[idx].overflow) - 1
+	}
+	return -1
+}
+
+// setOverflow records that hash h's request overflowed to replica i.
+func (t *SessionTable) setOverflow(h uint64, i int) {
+	if idx, ok := t.index[h]; ok {
+		t.ents[idx].overflow = int32(i) + 1
+	}
+}
+
 // unplace removes hash h's entry if its home is still home and no request of
 // the session has been routed since the one that created it; it reports whether
 // it did.
@@ -440,6 +458,7 @@ func (t *SessionTable) set(now time.Duration, h uint64, home int) {
 			// The new home has served nothing yet; lost stays until a request
 			// served there reads its previous context from the cache.
 			e.served = 0
+			e.overflow = 0
 		}
 		t.touch(idx, now)
 		return

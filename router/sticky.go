@@ -60,7 +60,12 @@ func SlotOverflowThreshold(slots int) int {
 //     than the home (ReasonOverflow), else the home (ReasonSticky). The home does
 //     not change on overflow: the conversation's prefix cache lives there, so the
 //     next turn goes back as soon as the home has room; moving the home for good
-//     would throw that cache away because of a momentary burst.
+//     would throw that cache away because of a momentary burst. While the
+//     replica the session's previous overflow went to (Request.Overflow) is
+//     healthy and has at least Margin fewer requests in flight than the home,
+//     the overflow goes there again, so the turns that leave a busy home find
+//     the prefix they left there last time (ties among equally loaded
+//     replicas were drawn anew every turn before: r0 r3 r3 r0 ...).
 //   - Home unhealthy (or no longer a replica): the least-loaded replica becomes the
 //     new home (ReasonRehome).
 //   - Unknown key (new or expired session): the least-loaded replica becomes the
@@ -94,6 +99,11 @@ func (s *Sticky) Pick(now time.Duration, req Request, reps []ReplicaState) (Deci
 	if h >= 0 && h < len(reps) && reps[h].Healthy {
 		if reps[h].InFlight <= req.Threshold {
 			return Decision{Replica: h, Reason: ReasonSticky}, nil
+		}
+		if o := req.Overflow; req.HasOverflow && o >= 0 && o != h && o < len(reps) && reps[o].Healthy && reps[o].InFlight+s.Margin <= reps[h].InFlight {
+			// Where the last overflow went still has room: keep the overflow
+			// there rather than drawing among equally loaded replicas anew.
+			return Decision{Replica: o, Reason: ReasonOverflow}, nil
 		}
 		if m := s.LeastLoaded(reps, h); m >= 0 && reps[m].InFlight+s.Margin <= reps[h].InFlight {
 			return Decision{Replica: m, Reason: ReasonOverflow}, nil

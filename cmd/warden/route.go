@@ -26,6 +26,13 @@ type routeOpts struct {
 	threshold  int
 	maxNumSeqs int
 	skipPin    bool
+	seed       uint64
+	bodyRead   time.Duration
+	bodyMem    int64
+	ejectAfter int
+	// seedFrom says where config took the seed from: "flag", "config" or
+	// "clock" (logged at start).
+	seedFrom string
 }
 
 func newRouteCmd() *cobra.Command {
@@ -57,8 +64,10 @@ affinity, the policy and the threshold per model at run time:
 
 Either a YAML config (--config, see docs/router.md) or replicas on the command line.
 Settings layer as defaults, then the file, then flags: --affinity,
---overflow-threshold, --max-num-seqs, --listen, --admin-listen, --admin-token and
---skip-pinning-check given with --config override the file (for every model).
+--overflow-threshold, --max-num-seqs, --listen, --admin-listen, --admin-token,
+--body-read-timeout, --body-memory-bytes, --seed and --skip-pinning-check given with --config override the file (for every
+model). Without a seed in the file or --seed, the tie-break seed is drawn from
+the clock at start (and logged), so restarts do not repeat the same tie-breaks.
   warden route --replica http://gpu0:8000 --replica http://gpu1:8000
   warden route --replica http://gpu:8000,dp_ranks=4      # one DP=4 server
 
@@ -76,6 +85,7 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 			if err != nil {
 				return err
 			}
+			slog.Info("tie-break seed", "seed", cfg.Seed, "from", o.seedFrom)
 			return serveRouter(cmd.Context(), rt, cfg)
 		},
 	}
@@ -92,6 +102,10 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.StringVar(&o.adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
 	f.IntVar(&o.threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4; with --config: every model, over the file)")
 	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
+	f.DurationVar(&o.bodyRead, "body-read-timeout", routerhttp.DefaultBodyReadTimeout, "longest a client may take to send a request body (408 past it; negative: none)")
+	f.Int64Var(&o.bodyMem, "body-memory-bytes", routerhttp.DefaultBodyMemoryBytes, "memory all request bodies being read may hold together (503 with Retry-After past it)")
+	f.IntVar(&o.ejectAfter, "eject-consecutive-failures", router.DefaultEjectConsecutiveFailures, "eject a replica after this many consecutive failed requests (5xx, broken connections) though its /health passes; negative: never (docs/router.md section 9)")
+	f.Uint64Var(&o.seed, "seed", 0, "tie-break seed (model i uses seed+i); default: the config file's seed, else drawn from the clock at start (logged)")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
 
@@ -141,11 +155,29 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 	if f.Changed("admin-listen") || cfg.AdminListen == "" {
 		cfg.AdminListen = o.adminAddr
 	}
+	if f.Changed("body-read-timeout") || cfg.BodyReadTimeout == 0 {
+		cfg.BodyReadTimeout = o.bodyRead
+	}
+	if f.Changed("body-memory-bytes") || cfg.BodyMemoryBytes == 0 {
+		cfg.BodyMemoryBytes = o.bodyMem
+	}
+	if f.Changed("eject-consecutive-failures") || cfg.EjectConsecutiveFailures == 0 {
+		cfg.EjectConsecutiveFailures = o.ejectAfter
+	}
 	if o.adminTok != "" {
 		cfg.AdminToken = o.adminTok
 	}
 	if o.skipPin {
 		cfg.SkipPinningCheck = true
+	}
+	switch {
+	case f.Changed("seed"):
+		cfg.Seed, o.seedFrom = o.seed, "flag"
+	case o.configPath != "" && cfg.FileSets("seed"):
+		o.seedFrom = "config"
+	default:
+		// Without a seed every restart would repeat the same tie-breaks.
+		cfg.Seed, o.seedFrom = clockSeed(), "clock"
 	}
 	if k := os.Getenv("VLLM_API_KEY"); k != "" && cfg.APIKey == "" {
 		cfg.APIKey = k // the servers' key for the router's own /v1 requests
@@ -154,6 +186,14 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// clockSeed is a tie-break seed drawn from the wall clock (never 0).
+func clockSeed() uint64 {
+	if n := uint64(time.Now().UnixNano()); n != 0 {
+		return n
+	}
+	return 1
 }
 
 func parseOnOff(s string) (bool, error) {

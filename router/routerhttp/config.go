@@ -34,6 +34,16 @@ const (
 	// DefaultDialTimeout bounds connecting to an upstream; a refused or timed-out
 	// connect is retried on another replica.
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultBodyReadTimeout bounds reading one request body (wall time from
+	// the request's headers): a 1 MB Claude Code body needs 35 KB/s to arrive
+	// in time, a 32 MiB one (the body limit) 1.1 MB/s. The same 30 s as the
+	// servers' read-header timeout.
+	DefaultBodyReadTimeout = 30 * time.Second
+	// DefaultBodyMemoryBytes caps the memory of all request bodies being read
+	// at once: 256 one-MB Claude Code bodies in transit together, or 8 at the
+	// body limit. A body holds what it received (from a 16 KiB start, doubling),
+	// so 1,000 clients trickling bytes hold about 16 MiB of it.
+	DefaultBodyMemoryBytes = 256 << 20
 	// WildcardModel as a model name matches any requested model.
 	WildcardModel = "*"
 )
@@ -50,6 +60,14 @@ type Config struct {
 	AdminToken string `yaml:"admin_token"`
 	// BodyLimit in bytes; larger bodies get 413. Default DefaultBodyLimit.
 	BodyLimit int64 `yaml:"body_limit_bytes"`
+	// BodyReadTimeout bounds reading one request body, wall time (408 past it,
+	// in the API's error shape). Default DefaultBodyReadTimeout (30s);
+	// negative: none.
+	BodyReadTimeout time.Duration `yaml:"body_read_timeout"`
+	// BodyMemoryBytes caps the bytes all request bodies being read hold
+	// together; a request whose body would pass it gets 503 with Retry-After.
+	// Default DefaultBodyMemoryBytes (256 MiB).
+	BodyMemoryBytes int64 `yaml:"body_memory_bytes"`
 	// ScrapeInterval between /metrics scrapes of each upstream; scrapes older than 3
 	// intervals are ignored. Default 1s; negative disables scraping.
 	ScrapeInterval time.Duration `yaml:"scrape_interval"`
@@ -73,7 +91,24 @@ type Config struct {
 	SplitSubagents bool `yaml:"split_subagents"`
 	// SnapshotInterval of the shortest-queue policy (affinity off); default 100ms.
 	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
-	Seed             uint64        `yaml:"seed"` // tie-break randomness
+	// Seed of the tie-break randomness (model i uses Seed + i). The Config
+	// takes it as given, 0 included; `warden route` draws one from the clock
+	// when neither the file (FileSets("seed")) nor --seed sets it, and the
+	// benchmark and virtual runs keep theirs, so their runs repeat.
+	Seed uint64 `yaml:"seed"`
+	// Ejection of a replica whose requests fail while its /health passes
+	// (router.OutlierConfig; docs/router.md section 9): this many consecutive
+	// failures (5xx the request did not also get from another replica, or a
+	// connection broken before any response) within EjectWindow eject it for
+	// EjectBaseTime x the ejections in a row (at most EjectMaxTime), then a
+	// probe decides; at most EjectMaxPercent of a model's replicas (at least
+	// one of two or more) are out at once. Defaults 5, 1m, 30s, 5m, 25;
+	// eject_consecutive_failures negative: no ejection.
+	EjectConsecutiveFailures int           `yaml:"eject_consecutive_failures"`
+	EjectWindow              time.Duration `yaml:"eject_window"`
+	EjectBaseTime            time.Duration `yaml:"eject_base_time"`
+	EjectMaxTime             time.Duration `yaml:"eject_max_time"`
+	EjectMaxPercent          int           `yaml:"eject_max_percent"`
 	// SkipPinningCheck turns off the check, once at start, that every URL with
 	// dp_ranks > 1 honours X-Data-Parallel-Rank (CheckDPPinning: two one-token
 	// requests per rank; the verdict goes to the log and /status). Default false:
@@ -203,6 +238,14 @@ func parseConfig(data []byte, source string) (Config, error) {
 	return cfg, nil
 }
 
+// FileSets reports whether the decoded YAML file set the field at path (a
+// Validate path such as "seed" or "models[0].policy"), even to its zero value.
+// False for a Config built in code.
+func (c Config) FileSets(path string) bool {
+	_, ok := c.lines[path]
+	return ok
+}
+
 // LoadConfig reads and decodes the YAML file at path (see ParseConfig).
 func LoadConfig(path string) (Config, error) {
 	raw, err := os.ReadFile(path)
@@ -282,9 +325,16 @@ func (c Config) Validate() error {
 	if c.BodyLimit < 0 {
 		bad("body_limit_bytes", "%d is negative", c.BodyLimit)
 	}
+	if c.EjectMaxPercent < 0 || c.EjectMaxPercent > 100 {
+		bad("eject_max_percent", "%d is out of range 0..100", c.EjectMaxPercent)
+	}
+	if c.BodyMemoryBytes < 0 {
+		bad("body_memory_bytes", "%d is negative", c.BodyMemoryBytes)
+	}
 	for name, d := range map[string]time.Duration{
 		"dial_timeout": c.DialTimeout, "response_header_timeout": c.ResponseHeaderTimeout,
 		"session_ttl": c.SessionTTL, "snapshot_interval": c.SnapshotInterval,
+		"eject_window": c.EjectWindow, "eject_base_time": c.EjectBaseTime, "eject_max_time": c.EjectMaxTime,
 	} {
 		if d < 0 {
 			bad(name, "%v is negative", d)

@@ -202,9 +202,16 @@ func countsByEngine(delta []float64) string {
 // pinProbe sends one non-streamed one-token chat completion pinned to rank and
 // reads the reply; any status but 200 is an error quoting the start of the body.
 func pinProbe(ctx context.Context, hc *http.Client, base, model string, rank int) error {
+	return chatProbe(ctx, hc, base, model, rank, "warden DP pinning probe: reply with one word.")
+}
+
+// chatProbe sends one non-streamed one-token chat completion with the user
+// message text, pinned to rank when rank >= 0, and reads the reply; any status
+// but 200 is an error quoting the start of the body.
+func chatProbe(ctx context.Context, hc *http.Client, base, model string, rank int, text string) error {
 	body, _ := json.Marshal(map[string]any{
 		"model":       model,
-		"messages":    []map[string]string{{"role": "user", "content": "warden DP pinning probe: reply with one word."}},
+		"messages":    []map[string]string{{"role": "user", "content": text}},
 		"max_tokens":  1,
 		"temperature": 0,
 	})
@@ -213,7 +220,9 @@ func pinProbe(ctx context.Context, hc *http.Client, base, model string, rank int
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderDPRank, strconv.Itoa(rank))
+	if rank >= 0 {
+		req.Header.Set(HeaderDPRank, strconv.Itoa(rank))
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err

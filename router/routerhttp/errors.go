@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/lmwarden/warden/router"
 )
@@ -21,12 +24,19 @@ var (
 	errNotFound     = errors.New("no such endpoint")
 	errMethod       = errors.New("method not allowed")
 	errTooLarge     = errors.New("request body too large")
+	errBodyTimeout  = errors.New("request body too slow")
+	errBodyMemory   = errors.New("router's body memory is full")
 )
+
+// bodyMemoryRetryAfter is the Retry-After of a 503 for a full body memory:
+// bodies in transit free their memory as they finish, most within a second.
+const bodyMemoryRetryAfter = time.Second
 
 // StatusFor maps an error met while handling a request to the HTTP status the
 // router answers, in one place (brief style.md): no replica 503, upstream timeout
 // 504, client gone 499, other upstream error 502; plus the request's own faults:
-// bad body 400, unknown model or path 404, wrong method 405, body too large 413.
+// bad body 400, unknown model or path 404, wrong method 405, body not received
+// within the body read timeout 408, body too large 413, body memory full 503.
 // clientGone says the client's context ended.
 func StatusFor(err error, clientGone bool) int {
 	switch {
@@ -40,6 +50,10 @@ func StatusFor(err error, clientGone bool) int {
 		return http.StatusMethodNotAllowed
 	case errors.Is(err, errTooLarge):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errBodyTimeout):
+		return http.StatusRequestTimeout
+	case errors.Is(err, errBodyMemory):
+		return http.StatusServiceUnavailable
 	case errors.Is(err, router.ErrNoReplica):
 		return http.StatusServiceUnavailable
 	case clientGone:
@@ -63,6 +77,15 @@ func isTimeout(err error) bool {
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// clientHungUp says a read of the client's request body failed because the
+// client's connection ended before the body did (the peer closed or reset it): a
+// client cancellation (499), not a malformed body (400). net/http reports a
+// body cut short of its Content-Length or last chunk as io.ErrUnexpectedEOF.
+func clientHungUp(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, context.Canceled)
 }
 
 // apiKind is the API shape of a path, for error bodies and stream error events.
@@ -104,7 +127,7 @@ func anthropicErrorType(status int) string {
 		return "request_too_large"
 	case 503:
 		return "overloaded_error"
-	case 504:
+	case 408, 504:
 		return "timeout_error"
 	}
 	return "api_error"
@@ -118,7 +141,7 @@ func openAIErrorType(status int) string {
 		return "not_found_error"
 	case 503:
 		return "service_unavailable"
-	case 504:
+	case 408, 504:
 		return "timeout"
 	}
 	return "upstream_error"

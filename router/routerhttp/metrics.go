@@ -26,6 +26,8 @@ const (
 	MetricDecision      = "warden_decision_seconds"          // histogram: Balancer.Acquire wall time
 	MetricUpstreamTTFB  = "warden_upstream_ttfb_seconds"     // histogram{model,replica}: sent -> first body byte
 	MetricDecisionTotal = "warden_decisions_by_reason_total" // counter{model,replica,decision} from the Balancer
+	MetricEjections     = "warden_ejections_total"           // counter{model,replica}: ReplicaStatus.Ejections
+	MetricEjected       = "warden_replica_ejected"           // gauge{model,replica}: 1 while ejected
 
 	// The working set the policies compare with the KV cache, and the per-request
 	// prefix-cache view (ReplicaStatus fields of the same meaning).
@@ -129,12 +131,14 @@ var (
 	descLiveTok   = prometheus.NewDesc(MetricLiveTokens, "Summed context estimates of the live conversations, tokens: the working set compared with the KV cache.", []string{"model", "replica"}, nil)
 	descKVCap     = prometheus.NewDesc(MetricKVCapacityTokens, "The replica's KV cache in tokens, (num_gpu_blocks - 1) x block_size from vllm:cache_config_info.", []string{"model", "replica"}, nil)
 	descUsageP    = prometheus.NewDesc(MetricUsagePrompt, "Prompt tokens of responses whose usage carried a cached-token count.", []string{"model", "replica"}, nil)
+	descEjections = prometheus.NewDesc(MetricEjections, "Times the replica was ejected after consecutive failed requests (a failed probe ejects it again).", []string{"model", "replica"}, nil)
+	descEjected   = prometheus.NewDesc(MetricEjected, "1 while the replica is ejected (out of placement until a probe succeeds).", []string{"model", "replica"}, nil)
 	descUsageC    = prometheus.NewDesc(MetricUsageCached, "Of those prompt tokens, the ones the replica read from its prefix cache (per-request usage).", []string{"model", "replica"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descSessions, descHealthy, descScrapeAge, descAffinity, descDecisions,
-		descLive, descLiveTok, descKVCap, descUsageP, descUsageC} {
+		descLive, descLiveTok, descKVCap, descUsageP, descUsageC, descEjections, descEjected} {
 		ch <- d
 	}
 }
@@ -168,6 +172,12 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descUsageP, prometheus.CounterValue, float64(s.UsagePromptTokens), pool.Model, s.Name)
 			ch <- prometheus.MustNewConstMetric(descUsageC, prometheus.CounterValue, float64(s.UsageCachedTokens), pool.Model, s.Name)
+			ej := 0.0
+			if s.Ejected {
+				ej = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descEjections, prometheus.CounterValue, float64(s.Ejections), pool.Model, s.Name)
+			ch <- prometheus.MustNewConstMetric(descEjected, prometheus.GaugeValue, ej, pool.Model, s.Name)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,21 @@ type Pool struct {
 	Upstreams []Upstream
 
 	mu sync.RWMutex // guards Upstreams once the pool serves
+
+	// lastModel is the latest "model" a client asked this pool for: the model
+	// an ejected replica's probe asks for when the pool serves any model.
+	lastModel atomic.Pointer[string]
+}
+
+// probeModel is the model a probe of the pool's replicas asks for.
+func (p *Pool) probeModel() string {
+	if p.Model != WildcardModel {
+		return p.Model
+	}
+	if m := p.lastModel.Load(); m != nil {
+		return *m
+	}
+	return ""
 }
 
 // Upstream returns replica i's upstream.
@@ -83,9 +99,17 @@ func (p *Pool) AddUpstream(u Upstream) int {
 
 // ProxyConfig configures a Proxy. Zero values mean defaults.
 type ProxyConfig struct {
-	Pools       []*Pool           // at least one; at most one with Model WildcardModel
-	Keys        KeyConfig         // where session keys are read
-	BodyLimit   int64             // bytes; default DefaultBodyLimit
+	Pools     []*Pool   // at least one; at most one with Model WildcardModel
+	Keys      KeyConfig // where session keys are read
+	BodyLimit int64     // bytes; default DefaultBodyLimit
+	// BodyReadTimeout bounds reading one request body, wall time from the
+	// handler's start (408 past it); default DefaultBodyReadTimeout, negative
+	// none.
+	BodyReadTimeout time.Duration
+	// BodyMemory caps the bytes all request bodies being read hold together
+	// (503 with Retry-After for a request that would pass it); default
+	// DefaultBodyMemoryBytes.
+	BodyMemory  int64
 	Transport   http.RoundTripper // to the upstreams; default NewTransport(DefaultDialTimeout, 0)
 	MaxAttempts int               // default DefaultMaxAttempts
 	Metrics     *Metrics          // optional
@@ -132,6 +156,8 @@ type Proxy struct {
 	order       []*Pool
 	keys        KeyConfig
 	limit       int64
+	bodyTimeout time.Duration
+	bodyMem     *bodyBudget
 	maxAttempts int
 	rp          *httputil.ReverseProxy
 	m           *Metrics
@@ -215,6 +241,16 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	}
 	if p.limit <= 0 {
 		p.limit = DefaultBodyLimit
+	}
+	switch {
+	case cfg.BodyReadTimeout == 0:
+		p.bodyTimeout = DefaultBodyReadTimeout
+	case cfg.BodyReadTimeout > 0:
+		p.bodyTimeout = cfg.BodyReadTimeout
+	}
+	p.bodyMem = &bodyBudget{limit: cfg.BodyMemory}
+	if p.bodyMem.limit <= 0 {
+		p.bodyMem.limit = DefaultBodyMemoryBytes
 	}
 	if p.maxAttempts <= 0 {
 		p.maxAttempts = DefaultMaxAttempts
@@ -357,8 +393,12 @@ type call struct {
 	held    bool
 	dec     router.Decision
 
-	attempts     int
-	sentAt       time.Time
+	attempts int
+	sentAt   time.Time
+	// failed are the attempts that failed on a replica and were retried
+	// elsewhere (settleOutcomes); retried5xx: a 5xx was retried already.
+	failed       []failedAttempt
+	retried5xx   bool
 	gotFirstByte bool
 	// last is when the current attempt last heard from its upstream (UnixNano:
 	// the send, then every response read); cancel ends the attempt's context.
@@ -373,6 +413,14 @@ type call struct {
 	upStatus     int // the upstream's response status (0: it never answered)
 	err          error
 	streamBroken error
+}
+
+// failedAttempt is one attempt of a call that failed on its replica: a 5xx
+// response (status) or a connection that broke before any response (status 0).
+type failedAttempt struct {
+	replica int
+	status  int
+	why     string
 }
 
 func callFrom(ctx context.Context) *call {
@@ -442,15 +490,21 @@ func (p *Proxy) readRequest(w http.ResponseWriter, r *http.Request, api apiKind)
 		p.fail(w, api, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path), false)
 		return nil, RequestInfo{}, false
 	}
-	body, err := readBody(w, r, p.limit)
+	body, err := p.readBody(w, r)
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		gone := r.Context().Err() != nil || clientHungUp(err)
+		switch {
+		case errors.Is(err, errBodyTimeout), errors.Is(err, errBodyMemory):
+			gone = false
+		case errors.As(err, &tooBig):
 			err = fmt.Errorf("%w: limit is %d bytes", errTooLarge, p.limit)
-		} else {
+		case gone:
+			err = fmt.Errorf("reading body: client went away: %w", err)
+		default:
 			err = fmt.Errorf("%w: reading body: %w", ErrBadBody, err)
 		}
-		p.fail(w, api, err, r.Context().Err() != nil)
+		p.fail(w, api, err, gone)
 		return nil, RequestInfo{}, false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -473,6 +527,9 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 	if pool == nil {
 		p.failModel(w, api, info.Model, fmt.Errorf("%w: %q", errUnknownModel, info.Model), false)
 		return nil, false
+	}
+	if m := pool.lastModel.Load(); info.Model != "" && (m == nil || *m != info.Model) {
+		pool.lastModel.Store(&info.Model)
 	}
 	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == "/v1/messages/count_tokens"}, body: body, inURL: *r.URL, counted: true}
 	t0 := time.Now()
@@ -500,6 +557,7 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 	c.release()
 	p.untrack(c)
 	c.feedback()
+	p.settleOutcomes(r, c)
 	status := c.finalStatus(r.Context().Err() != nil, panicked, sw.status)
 	up := c.upstream()
 	p.m.countRequest(c.pool.Model, up.Name, c.dec.Reason)
@@ -511,6 +569,53 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 			"session", Redact(c.facts.SessionKey), "status", status, "attempts", c.attempts,
 			"duration", time.Since(start))
 	}
+}
+
+// settleOutcomes tells the Balancer which replicas failed the call and which
+// served it (ObserveOutcome: consecutive failures eject a replica), and logs
+// an ejection. A request that got a 5xx from two replicas counts against
+// neither: it is the request (llama-server answers a malformed body with 500),
+// not the replicas. A connection that broke before any response always counts.
+// The final replica served when it answered below 500; a timeout, a client
+// that left first, or a stream that broke later counts neither way.
+func (p *Proxy) settleOutcomes(r *http.Request, c *call) {
+	if !c.counted {
+		return
+	}
+	n5xx := 0
+	for _, f := range c.failed {
+		if f.status >= 500 {
+			n5xx++
+		}
+	}
+	final := c.upStatus >= 500
+	if final {
+		n5xx++
+	}
+	b := c.pool.Balancer
+	observe := func(replica int, failed bool, why string) {
+		if e, ok := b.ObserveOutcome(replica, failed, why); ok {
+			p.logEjection(c.pool, e)
+		}
+	}
+	for _, f := range c.failed {
+		if f.status == 0 || n5xx < 2 {
+			observe(f.replica, true, f.why)
+		}
+	}
+	switch {
+	case final && n5xx < 2:
+		observe(c.dec.Replica, true, "status "+strconv.Itoa(c.upStatus))
+	case c.upStatus > 0 && !final && c.streamBroken == nil && r.Context().Err() == nil:
+		observe(c.dec.Replica, false, "")
+	}
+}
+
+// logEjection logs one ejection (once per ejection; the return is logged by
+// the Router's probe).
+func (p *Proxy) logEjection(pool *Pool, e router.Ejection) {
+	p.log.Warn("replica ejected: its requests fail; its conversations re-home until a probe succeeds", "model", pool.Model,
+		"replica", pool.Upstream(e.Replica).Name, "reason", e.Reason, "for", e.For, "ejections_in_row", e.InRow)
 }
 
 // feedback tells the Balancer what the finished call showed: the prefix-cache
@@ -546,26 +651,106 @@ func (c *call) finalStatus(clientGone, panicked bool, written int) int {
 	return c.status
 }
 
-// maxBodyPrealloc bounds the buffer readBody allocates before any byte arrived,
-// so a request that only claims a large Content-Length cannot make the router
-// reserve BodyLimit bytes. 1 MiB covers a Claude Code body (50 KB to 1 MB; see
-// readRequestBody and DefaultBodyLimit).
-const maxBodyPrealloc = 1 << 20
+// bodyChunk is the most readBody allocates for a body before any of it
+// arrived: a small body gets its Content-Length (plus bytes.MinRead), a larger
+// one starts here and doubles as its bytes arrive (at most to its
+// Content-Length), so a client that only claims a large Content-Length, or
+// sends slowly, holds memory in proportion to what it sent, not to what it
+// claimed. A 52 KB Claude Code body takes two doublings.
+const bodyChunk = 16 << 10
+
+// bodyBudget is the memory all request bodies being read may hold together
+// (ProxyConfig.BodyMemory): readBody takes each growth of its buffer from it
+// and gives it all back when the body is read (or the read failed).
+type bodyBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// take reserves n bytes; false, reserving nothing, when the total would pass
+// the limit.
+func (b *bodyBudget) take(n int64) bool {
+	if b.used.Add(n) > b.limit {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *bodyBudget) give(n int64) { b.used.Add(-n) }
 
 // readBody reads r's body whole through http.MaxBytesReader(limit) (an error
-// wrapping *http.MaxBytesError past limit bytes). When the request states its
-// Content-Length the buffer is sized for it up front (at most maxBodyPrealloc),
-// so a typical Claude Code body is read without io.ReadAll's grow-and-copy steps.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	if r.ContentLength <= 0 || r.ContentLength > limit {
-		return io.ReadAll(rd)
+// wrapping *http.MaxBytesError past limit bytes) within the body read timeout
+// (errBodyTimeout past it: the connection's read deadline, so a client that
+// trickles bytes is cut too) and within the body memory budget (errBodyMemory
+// when the buffer cannot grow). The buffer starts at the Content-Length when
+// that is under bodyChunk, else at bodyChunk, and doubles as bytes arrive,
+// never past Content-Length + bytes.MinRead when that is known.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	deadline := p.bodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(p.bodyTimeout)) == nil
+	var reserved int64
+	defer func() { p.bodyMem.give(reserved) }()
+	grow := func(buf []byte, to int64) ([]byte, bool) {
+		if !p.bodyMem.take(to - int64(cap(buf))) {
+			return buf, false
+		}
+		reserved += to - int64(cap(buf))
+		nb := make([]byte, len(buf), to)
+		copy(nb, buf)
+		return nb, true
 	}
-	// bytes.MinRead spare bytes: ReadFrom wants that much room before each Read,
-	// so the Read that sees EOF needs no growth.
-	buf := bytes.NewBuffer(make([]byte, 0, min(r.ContentLength, maxBodyPrealloc)+bytes.MinRead))
-	_, err := buf.ReadFrom(rd)
-	return buf.Bytes(), err
+	known := r.ContentLength > 0 && r.ContentLength <= p.limit
+	first := int64(bodyChunk)
+	if known {
+		first = min(r.ContentLength+bytes.MinRead, bodyChunk)
+	}
+	buf, ok := grow(nil, first)
+	if !ok {
+		return nil, p.refuseBody(w, rc, errBodyMemory)
+	}
+	rd := http.MaxBytesReader(w, r.Body, p.limit)
+	for {
+		if len(buf) == cap(buf) {
+			to := 2 * int64(cap(buf))
+			if known && r.ContentLength+bytes.MinRead > int64(cap(buf)) {
+				to = min(to, r.ContentLength+bytes.MinRead)
+			}
+			to = min(to, p.limit+bytes.MinRead) // room for the Read that sees the limit
+			if buf, ok = grow(buf, to); !ok {
+				return nil, p.refuseBody(w, rc, errBodyMemory)
+			}
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF:
+			if deadline {
+				rc.SetReadDeadline(time.Time{}) // a stream's connection must not time out
+			}
+			return buf, nil
+		case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, p.refuseBody(w, nil, fmt.Errorf("%w: not received within %v", errBodyTimeout, p.bodyTimeout))
+		case err != nil:
+			return nil, err
+		}
+	}
+}
+
+// refuseBody prepares the answer to a request whose body the router will not
+// finish reading: the connection closes after the answer, with its read
+// deadline (rc non-nil) moved to now, so the server does not wait for the rest
+// of a slow body before closing it. It returns err.
+func (p *Proxy) refuseBody(w http.ResponseWriter, rc *http.ResponseController, err error) error {
+	w.Header().Set("Connection", "close")
+	if rc != nil {
+		rc.SetReadDeadline(time.Now())
+	}
+	if errors.Is(err, errBodyMemory) {
+		w.Header().Set("Retry-After", strconv.Itoa(int(bodyMemoryRetryAfter/time.Second)))
+		err = fmt.Errorf("%w: %d bytes of request bodies are being read (body_memory_bytes)", errBodyMemory, p.bodyMem.limit)
+	}
+	return err
 }
 
 // forward hands the request to the reverse proxy with the call attached.
@@ -588,6 +773,8 @@ func (p *Proxy) failModel(w http.ResponseWriter, api apiKind, model string, err 
 	status := StatusFor(err, clientGone)
 	p.m.countResponse(model, status)
 	if status == StatusClientClosed {
+		// Logged as settle logs a proxied request the client left.
+		p.log.Debug("client went away", "model", model, "status", status, "err", err)
 		return
 	}
 	writeError(w, api, status, err.Error())
@@ -628,6 +815,10 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.p.track(c, cancel)
 		resp, err := t.base.RoundTrip(req)
 		if err == nil {
+			if retry := t.retry5xx(c, resp, parent); retry != nil {
+				req = retry
+				continue
+			}
 			return resp, nil
 		}
 		down := errors.Is(context.Cause(actx), ErrReplicaDown)
@@ -641,6 +832,10 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		dial := isDialError(err)
 		if !dial && !down && isTimeout(err) {
 			return nil, err // the upstream may still be working on it: no duplicate
+		}
+		if !dial && !down {
+			// A reset or closed connection: counts towards ejecting the replica.
+			c.failed = append(c.failed, failedAttempt{replica: c.dec.Replica, why: "connection failed: " + err.Error()})
 		}
 		failed := c.upstream()
 		if dial {
@@ -660,6 +855,38 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.dec, c.held = d, true
 		req = c.retryRequest(req.WithContext(parent))
 	}
+}
+
+// retry5xx decides whether resp, a response of the call's current replica, is
+// a 5xx to try once on another replica (nothing has reached the client yet):
+// not a 504 (the upstream's own timeout: the work may still be running), not
+// when a 5xx was retried already, and only when another replica can take it.
+// It then discards resp, notes the failed attempt, moves the call and returns
+// the request for the new replica; else nil (resp goes to the client).
+func (t *retryTransport) retry5xx(c *call, resp *http.Response, parent context.Context) *http.Request {
+	if resp.StatusCode < 500 || resp.StatusCode == http.StatusGatewayTimeout || c.retried5xx || c.attempts >= t.p.maxAttempts {
+		return nil
+	}
+	facts := c.facts
+	if c.dec.Replica < 64 {
+		facts.Avoid |= 1 << uint(c.dec.Replica)
+	}
+	d, err := c.pool.Balancer.Acquire(facts)
+	if err != nil {
+		return nil
+	}
+	failed := c.upstream()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	t.p.untrack(c)
+	c.failed = append(c.failed, failedAttempt{replica: c.dec.Replica, status: resp.StatusCode, why: "status " + strconv.Itoa(resp.StatusCode)})
+	t.p.log.Warn("upstream answered 5xx before the first byte; retrying once elsewhere", "model", c.pool.Model,
+		"replica", failed.Name, "status", resp.StatusCode)
+	t.p.m.countRetry(c.pool.Model, failed.Name)
+	c.release()
+	c.facts, c.retried5xx = facts, true
+	c.dec, c.held = d, true
+	return c.retryRequest(resp.Request.WithContext(parent))
 }
 
 // retryRequest rebuilds the outgoing request for the call's current replica.

@@ -144,6 +144,10 @@ func New(cfg Config) (*Router, error) {
 			StaleAfter:        stale,
 			Seed:              cfg.Seed + uint64(mi),
 			Now:               cfg.Clock.Now,
+			Outlier: router.OutlierConfig{
+				ConsecutiveFailures: cfg.EjectConsecutiveFailures, Window: cfg.EjectWindow,
+				BaseTime: cfg.EjectBaseTime, MaxTime: cfg.EjectMaxTime, MaxPercent: cfg.EjectMaxPercent,
+			},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("model %q: %w", m.Name, err)
@@ -158,10 +162,13 @@ func New(cfg Config) (*Router, error) {
 		Pools:     pools,
 		Keys:      KeyConfig{Headers: cfg.SessionHeaders, UseOpenAIUser: cfg.UseOpenAIUser, SplitSubagents: cfg.SplitSubagents},
 		BodyLimit: cfg.BodyLimit,
-		Transport: NewTransport(cfg.DialTimeout, cfg.ResponseHeaderTimeout),
-		Metrics:   rt.metrics,
-		Logger:    cfg.Logger,
-		OnRoute:   rt.noteRoute,
+
+		BodyReadTimeout: cfg.BodyReadTimeout,
+		BodyMemory:      cfg.BodyMemoryBytes,
+		Transport:       NewTransport(cfg.DialTimeout, cfg.ResponseHeaderTimeout),
+		Metrics:         rt.metrics,
+		Logger:          cfg.Logger,
+		OnRoute:         rt.noteRoute,
 	})
 	if err != nil {
 		return nil, err
@@ -480,6 +487,7 @@ func (rt *Router) Run(ctx context.Context) error {
 		rt.startLoops(ctx, &wg, t)
 	}
 	rt.tmu.Unlock()
+	wg.Go(func() { rt.every(ctx, ejectProbeInterval, func() { rt.probeEjected(ctx) }) })
 	<-ctx.Done()
 	rt.tmu.Lock() // no AddReplica starts loops on wg after this
 	rt.tmu.Unlock()
@@ -568,6 +576,40 @@ func (rt *Router) checkPinning(ctx context.Context, t *target) {
 		lvl = slog.LevelWarn
 	}
 	rt.log.Log(ctx, lvl, "DP pinning check", "model", t.pool.Model, "url", t.url.String(), "verdict", string(pc.Verdict), "detail", pc.Detail)
+}
+
+// ejectProbeInterval is how often the router looks for ejected replicas whose
+// ejection time is over (simulated time).
+const ejectProbeInterval = time.Second
+
+// probeEjected sends each ejected replica whose ejection time is over
+// (Balancer.DueProbes) one probe, a one-token chat completion of the pool's
+// model (for a pool serving any model, the latest one a client asked for),
+// pinned to its DP rank, with api_key: a 200 returns the replica to placement,
+// anything else keeps it ejected for the next step of backoff. Its /health is
+// no help here: the replica was ejected while it answered 200.
+func (rt *Router) probeEjected(ctx context.Context) {
+	for _, pool := range rt.proxy.Pools() {
+		for _, i := range pool.Balancer.DueProbes() {
+			up := pool.Upstream(i)
+			hc := &http.Client{Transport: rt.client.Transport, Timeout: pinProbeTimeout}
+			if k := rt.cfg.APIKey; k != "" {
+				hc.Transport = BearerTransport(rt.client.Transport, k)
+			}
+			err := chatProbe(ctx, hc, up.URL.String(), pool.probeModel(), up.Rank, "warden ejection probe: reply with one word.")
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				pool.Balancer.EndProbe(i, true, "")
+				rt.log.Info("replica returned: its probe succeeded", "model", pool.Model, "replica", up.Name)
+				continue
+			}
+			if e, ok := pool.Balancer.EndProbe(i, false, "probe: "+err.Error()); ok {
+				rt.proxy.logEjection(pool, e)
+			}
+		}
+	}
 }
 
 // every calls f now and then once per interval of simulated time until ctx ends.

@@ -53,6 +53,9 @@ type CardModel struct {
 	// with fewer ranks than configured ("rank-mismatch"), PinningUnverified those
 	// whose check could not decide.
 	PinningIgnored, PinningMismatch, PinningUnverified []string
+	// Ejected lists the replicas ejected after consecutive failed requests,
+	// each with why and how long until its probe ("d: status 500, probe in 25 s").
+	Ejected []CardEjection
 }
 
 // CardReplica is one replica's row. Unknown values are negative (-1).
@@ -133,6 +136,12 @@ type CardCapacity struct {
 }
 
 // Ratio is Demand / Capacity, or -1 when the capacity is unknown.
+// CardEjection is one ejected replica on the card.
+type CardEjection struct {
+	Name, Reason string
+	ProbeInS     float64 // seconds until a probe may return it (0: due)
+}
+
 func (c CardCapacity) Ratio() float64 {
 	if c.Capacity <= 0 {
 		return -1
@@ -174,6 +183,9 @@ func (rt *Router) Card() Card {
 			}
 			usageP += rep.UsagePromptTokens
 			usageC += rep.UsageCachedTokens
+			if rep.Ejected {
+				cm.Ejected = append(cm.Ejected, CardEjection{Name: rep.Name, Reason: rep.EjectReason, ProbeInS: rep.EjectedForS})
+			}
 			if p := rep.DPPinning; p != nil {
 				switch p.Verdict {
 				case PinIgnored:

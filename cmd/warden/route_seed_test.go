@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// Issue #19 item 6: `warden route` draws its tie-break seed from the clock
+// unless one is set (the seed field of the config file, even 0, or --seed), so
+// restarts do not repeat the same tie-breaks (seed 0 gave r1 r1 r3 r0 r2 r1
+// after every restart).
+func TestRouteSeedsFromClockUnlessSet(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	models := "models:\n  - name: m\n    replicas: [{url: \"http://127.0.0.1:9\"}]\n"
+	noSeed := write("noseed.yaml", models)
+	seed0 := write("seed0.yaml", "seed: 0\n"+models)
+	seed5 := write("seed5.yaml", "seed: 5\n"+models)
+	seedOf := func(args ...string) uint64 {
+		t.Helper()
+		var o routeOpts
+		fs := pflag.NewFlagSet("route", pflag.ContinueOnError)
+		o.bind(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.config(fs)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return cfg.Seed
+	}
+	for _, args := range [][]string{{"--replica", "http://127.0.0.1:9"}, {"--config", noSeed}} {
+		a, b := seedOf(args...), seedOf(args...)
+		if a == b || a == 0 || b == 0 {
+			t.Errorf("%v: two starts drew seeds %d and %d, want two different clock seeds", args, a, b)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want uint64
+	}{
+		{[]string{"--config", seed0}, 0}, // set in the file, even to 0: kept
+		{[]string{"--config", seed5}, 5},
+		{[]string{"--config", seed5, "--seed", "9"}, 9}, // the flag over the file
+		{[]string{"--replica", "http://127.0.0.1:9", "--seed", "0"}, 0},
+	} {
+		if got := seedOf(c.args...); got != c.want {
+			t.Errorf("%v: seed %d, want %d", c.args, got, c.want)
+		}
+	}
+}
