@@ -54,6 +54,12 @@ type Summary struct {
 	// Turns done in the window: OK (status 200, no error) and failed.
 	TurnsOK     int `json:"turns_ok"`
 	TurnsFailed int `json:"turns_failed"`
+	// TurnsNoOutput counts the OK turns that streamed no content, reasoning or
+	// tool-call delta (Result.FirstToken == 0): they have no TTFB and are left out
+	// of it. They stay in TurnsOK and, as a session's last turn, in SessionsPerH:
+	// the server answered with status 200 and a complete stream, and the closed
+	// loop went on with the session (an empty reply). A note gives their share.
+	TurnsNoOutput int `json:"turns_no_output"`
 
 	// SessionsCompleted counts sessions whose last turn is done OK in the window;
 	// SessionsPerH is that count scaled to an hour: SessionsCompleted * 3600 / window_s.
@@ -281,6 +287,9 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 			continue
 		}
 		s.TurnsOK++
+		if r.FirstToken == 0 {
+			s.TurnsNoOutput++
+		}
 		outTokens += int64(r.OutputTokens)
 		promptSum += int64(r.PromptTokens)
 		nominalSum += int64(r.NominalPromptTokens)
@@ -314,6 +323,11 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 	s.SendLagP50S, s.SendLagP99S = quantileS(lag, 50), quantileS(lag, 99)
 	if hist.TotalCount() == 0 {
 		s.note("no OK turn with a first token in the window: TTFB n/a")
+	}
+	if s.TurnsNoOutput > 0 {
+		s.note(fmt.Sprintf("%d of %d OK turns (%.1f %%) produced no output token (no content, reasoning or tool-call delta): "+
+			"left out of TTFB, still counted in turns_ok and sessions/h (turns_no_output)",
+			s.TurnsNoOutput, s.TurnsOK, pct(float64(s.TurnsNoOutput), float64(s.TurnsOK))))
 	}
 	s.StayedPct = pct(float64(s.StayedTurns), float64(s.StayedTurns+s.MovedTurns))
 	s.UsageCachedPct = pct(float64(cachedSum), float64(cachedPromptSum))

@@ -45,6 +45,7 @@ const (
 //	send_lag_p50_s, _p99_s      how late the harness sent turns after the closed loop wanted them, seconds
 //	side_requests_ok, _failed   side requests done in the window (scenario side_requests; 0 without)
 //	side_on_home_pct            share of the OK side requests served by their session's first replica
+//	turns_no_output             OK turns that streamed no token (no TTFB; still in turns_ok and sessions_per_h)
 var CSVColumns = columnNames(filterColumns(func(*column) bool { return true }))
 
 // csvFloat formats v with 4 decimals, or "" for NaN.
