@@ -31,12 +31,15 @@ import (
 // replacement for a completed session likewise; sessions added at a stage start are
 // intended at the stage start.
 //
-// Accounting (peers.md case 14). For every stage window: Started = turns in flight
-// at the window's start (carried over) + turns sent inside it; Completed and Failed
-// = turns that ended inside it (by their Done instant, the stage rule of
-// DESIGN-NOTES); InFlight = turns still in flight at the window's end (or at Stop
-// for the last window). Hence Started == Completed + Failed + InFlight per window,
-// and Started(k+1) >= InFlight(k). Variant.Check verifies both.
+// Accounting (peers.md case 14). For every stage window: CarriedIn = turns in
+// flight at the window's start (sent in an earlier window); Started = turns sent
+// inside it (a turn's window at send is the one containing its Sent instant);
+// Completed and Failed = turns that ended inside it (by their Done instant, the
+// stage rule of DESIGN-NOTES); InFlight = turns still in flight at the window's
+// end (or at Stop for the last window). Hence CarriedIn + Started == Completed +
+// Failed + InFlight per window, CarriedIn(0) == 0 and CarriedIn(k+1) ==
+// InFlight(k), so Started summed over the windows is the number of turns sent.
+// Variant.Check verifies all three.
 type Loop struct {
 	sc      *Scenario
 	w       *Workload
@@ -222,11 +225,11 @@ func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
 	}
 	delete(l.open, k)
 	wd := max(l.WindowIndex(now), ws)
+	l.windows[ws].Started++
 	for i := ws; i < wd; i++ {
-		l.windows[i].Started++
 		l.windows[i].InFlight++
+		l.windows[i+1].CarriedIn++
 	}
-	l.windows[wd].Started++
 	ok = r.OK()
 	if ok {
 		l.windows[wd].Completed++
@@ -262,9 +265,12 @@ func (l *Loop) Stop(now time.Duration) {
 	}
 	last := l.WindowIndex(now)
 	for _, ws := range l.open {
+		l.windows[ws].Started++
 		for i := ws; i <= max(last, ws); i++ {
-			l.windows[i].Started++
 			l.windows[i].InFlight++
+			if i > ws {
+				l.windows[i].CarriedIn++
+			}
 		}
 	}
 	l.stopped, l.stopAt = true, now
@@ -273,32 +279,42 @@ func (l *Loop) Stop(now time.Duration) {
 // ErrAccounting is wrapped by the Check methods when turns went missing.
 var ErrAccounting = errors.New("turn accounting does not add up")
 
-// Check verifies one window's accounting: Started == Completed + Failed + InFlight,
-// all non-negative (peers.md case 14: a runner that drops or hangs turns must not
-// exit 0).
+// Check verifies one window's accounting: CarriedIn + Started == Completed +
+// Failed + InFlight, all non-negative (peers.md case 14: a runner that drops or
+// hangs turns must not exit 0).
 func (w StageWindow) Check() error {
-	if w.Started < 0 || w.Completed < 0 || w.Failed < 0 || w.InFlight < 0 {
-		return fmt.Errorf("%w: negative count (started %d, completed %d, failed %d, in flight %d)",
-			ErrAccounting, w.Started, w.Completed, w.Failed, w.InFlight)
+	if w.CarriedIn < 0 || w.Started < 0 || w.Completed < 0 || w.Failed < 0 || w.InFlight < 0 {
+		return fmt.Errorf("%w: negative count (carried in %d, started %d, completed %d, failed %d, in flight %d)",
+			ErrAccounting, w.CarriedIn, w.Started, w.Completed, w.Failed, w.InFlight)
 	}
-	if w.Started != w.Completed+w.Failed+w.InFlight {
-		return fmt.Errorf("%w: started %d != completed %d + failed %d + in flight %d",
-			ErrAccounting, w.Started, w.Completed, w.Failed, w.InFlight)
+	if !w.Balanced() {
+		return fmt.Errorf("%w: carried in %d + started %d != completed %d + failed %d + in flight %d",
+			ErrAccounting, w.CarriedIn, w.Started, w.Completed, w.Failed, w.InFlight)
 	}
 	return nil
 }
 
-// Check verifies every window of the variant and that turns carried over from one
-// window are counted as started in the next (Started(k+1) >= InFlight(k)).
+// Balanced reports whether CarriedIn + Started == Completed + Failed + InFlight.
+func (w StageWindow) Balanced() bool {
+	return w.CarriedIn+w.Started == w.Completed+w.Failed+w.InFlight
+}
+
+// Check verifies every window of the variant and that the turns in flight at one
+// window's end are the next window's carried-in turns (CarriedIn(k+1) ==
+// InFlight(k), CarriedIn(0) == 0).
 func (v Variant) Check() error {
 	var errs []error
 	for i, w := range v.Stages {
 		if err := w.Check(); err != nil {
 			errs = append(errs, fmt.Errorf("variant %q stage %d (%d sessions): %w", v.Name, i, w.Sessions, err))
 		}
-		if i > 0 && w.Started < v.Stages[i-1].InFlight {
-			errs = append(errs, fmt.Errorf("variant %q stage %d: %w: %d turns in flight at the previous stage's end but only %d started",
-				v.Name, i, ErrAccounting, v.Stages[i-1].InFlight, w.Started))
+		prev := 0
+		if i > 0 {
+			prev = v.Stages[i-1].InFlight
+		}
+		if w.CarriedIn != prev {
+			errs = append(errs, fmt.Errorf("variant %q stage %d: %w: %d turns in flight at the previous stage's end but %d carried in",
+				v.Name, i, ErrAccounting, prev, w.CarriedIn))
 		}
 	}
 	return errors.Join(errs...)

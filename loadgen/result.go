@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -94,12 +95,59 @@ type StageWindow struct {
 	End      time.Duration `json:"end_ns"`
 	Warmup   time.Duration `json:"warmup_ns"`
 	Complete bool          `json:"complete"`
-	// Accounting at the end of the window (peers.md case 14): Started turns ==
-	// Completed + Failed + InFlight.
+	// Accounting at the end of the window (peers.md case 14): CarriedIn (turns in
+	// flight at the window's start, the previous window's InFlight) + Started
+	// (turns sent inside the window) == Completed + Failed + InFlight (turns in
+	// flight at its end).
 	Started   int `json:"turns_started"`
 	Completed int `json:"turns_completed"`
 	Failed    int `json:"turns_failed"`
 	InFlight  int `json:"turns_in_flight"`
+	CarriedIn int `json:"turns_carried_in"`
+
+	legacyStarted bool // read from a manifest without turns_carried_in
+}
+
+// UnmarshalJSON reads a window, noting whether it has turns_carried_in: a
+// manifest written before that field existed counted the carried-in turns in
+// turns_started too (Variant.UnmarshalJSON converts it).
+func (w *StageWindow) UnmarshalJSON(b []byte) error {
+	type plain StageWindow
+	aux := struct {
+		*plain
+		CarriedIn *int `json:"turns_carried_in"` // shallower: shadows plain's
+	}{plain: (*plain)(w)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	w.CarriedIn, w.legacyStarted = 0, aux.CarriedIn == nil
+	if aux.CarriedIn != nil {
+		w.CarriedIn = *aux.CarriedIn
+	}
+	return nil
+}
+
+// UnmarshalJSON reads a variant. Windows of an old manifest (no
+// turns_carried_in) get CarriedIn = the previous window's InFlight (0 for the
+// first), which their Started included, and Started less that: the accounting
+// the loop writes today.
+func (v *Variant) UnmarshalJSON(b []byte) error {
+	type plain Variant
+	if err := json.Unmarshal(b, (*plain)(v)); err != nil {
+		return err
+	}
+	for i := range v.Stages {
+		w := &v.Stages[i]
+		if !w.legacyStarted {
+			continue
+		}
+		w.legacyStarted = false
+		if i > 0 {
+			w.CarriedIn = v.Stages[i-1].InFlight
+			w.Started -= w.CarriedIn
+		}
+	}
+	return nil
 }
 
 // SeriesSample is one scrape of one replica's /metrics (or, in virtual mode, one read

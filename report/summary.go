@@ -153,10 +153,12 @@ type Summary struct {
 }
 
 // Accounting is loadgen.StageWindow's turn accounting. Balanced reports whether
-// Started == Completed + Failed + InFlight; an unbalanced stage means the harness
-// lost turns and its figures are suspect.
+// CarriedIn + Started == Completed + Failed + InFlight (loadgen.StageWindow.Balanced;
+// a manifest without turns_carried_in is converted when read); an unbalanced stage
+// means the harness lost turns and its figures are suspect.
 type Accounting struct {
-	Started   int  `json:"turns_started"`
+	CarriedIn int  `json:"turns_carried_in"` // in flight at the window's start
+	Started   int  `json:"turns_started"`    // sent inside the window
 	Completed int  `json:"turns_completed"`
 	Failed    int  `json:"turns_failed"`
 	InFlight  int  `json:"turns_in_flight"`
@@ -214,11 +216,12 @@ func Summarize(run *Run) ([]Summary, error) {
 				WindowEnd:   st.End,
 				Complete:    st.Complete,
 				Accounting: Accounting{
+					CarriedIn: st.CarriedIn,
 					Started:   st.Started,
 					Completed: st.Completed,
 					Failed:    st.Failed,
 					InFlight:  st.InFlight,
-					Balanced:  st.Started == st.Completed+st.Failed+st.InFlight,
+					Balanced:  st.Balanced(),
 				},
 			}
 			summarizeTurns(&s, results, placed)
@@ -227,8 +230,8 @@ func Summarize(run *Run) ([]Summary, error) {
 				s.note("stage did not complete (run interrupted): figures cover a partial window")
 			}
 			if !s.Accounting.Balanced {
-				s.note(fmt.Sprintf("turn accounting does not balance: started %d != completed %d + failed %d + in flight %d",
-					st.Started, st.Completed, st.Failed, st.InFlight))
+				s.note(fmt.Sprintf("turn accounting does not balance: carried in %d + started %d != completed %d + failed %d + in flight %d",
+					st.CarriedIn, st.Started, st.Completed, st.Failed, st.InFlight))
 			}
 			out = append(out, s)
 		}

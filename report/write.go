@@ -411,12 +411,13 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 
 	b.WriteString("\n## Per variant and stage\n\n")
 	vh := []string{"variant", "sessions", "window (s)", "sessions done", "turns ok", "turns failed",
-		"prompt tokens per turn, mean (server)", "prompt tokens per turn, mean (nominal)", "send lag p50 / p99 (ms)", "started = completed + failed + in flight"}
+		"prompt tokens per turn, mean (server)", "prompt tokens per turn, mean (nominal)", "send lag p50 / p99 (ms)", "carried in + started = completed + failed + in flight"}
 	var vrows [][]string
 	for _, s := range sums {
-		acc := fmt.Sprintf("%d = %d + %d + %d", s.Accounting.Started, s.Accounting.Completed, s.Accounting.Failed, s.Accounting.InFlight)
-		if !s.Accounting.Balanced {
-			acc = fmt.Sprintf("**%d != %d + %d + %d**", s.Accounting.Started, s.Accounting.Completed, s.Accounting.Failed, s.Accounting.InFlight)
+		a := s.Accounting
+		acc := fmt.Sprintf("%d + %d = %d + %d + %d", a.CarriedIn, a.Started, a.Completed, a.Failed, a.InFlight)
+		if !a.Balanced {
+			acc = fmt.Sprintf("**%d + %d != %d + %d + %d**", a.CarriedIn, a.Started, a.Completed, a.Failed, a.InFlight)
 		}
 		vrows = append(vrows, []string{
 			s.Variant, strconv.Itoa(s.Sessions), fmtPrec(0)(s.WindowSeconds()), strconv.Itoa(s.SessionsCompleted),
@@ -426,7 +427,9 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		})
 	}
 	mdTable(&b, vh, vrows)
-	b.WriteString("\nSend lag: how late the harness sent turns after the closed loop wanted them (sent - intended); " +
+	b.WriteString("\nAccounting: carried in = turns in flight at the window's start (the previous stage's in flight), " +
+		"started = turns sent in the window; completed and failed by their end instant. ")
+	b.WriteString("Send lag: how late the harness sent turns after the closed loop wanted them (sent - intended); " +
 		"a closed loop measures the latency of the sessions it holds, not of an arrival rate: when the server slows, sessions send less often.\n")
 
 	var side [][]string

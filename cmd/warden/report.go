@@ -20,7 +20,8 @@ series.csv) and writes results.csv, turns_by_index.csv, results.json, summary.md
 and the PNG figures into it, then prints the results table. Nothing is re-run.
 
 With --check it also verifies the run: every stage of every variant has a row, the
-turn accounting adds up (started = completed + failed + in flight), at least one
+turn accounting adds up (carried in + started = completed + failed + in flight,
+each stage carrying in the previous one's in flight), at least one
 turn succeeded per stage, and no variant was interrupted; it exits non-zero if not.
 
 Example:
