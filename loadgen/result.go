@@ -76,7 +76,17 @@ type Manifest struct {
 	Variants    []Variant         `json:"variants"`
 	Versions    map[string]string `json:"versions"`
 	Interrupted bool              `json:"interrupted"`
+	Stopped     *StopReason       `json:"stopped,omitempty"` // a rule ended the run early; nil otherwise
 	Notes       []string          `json:"notes,omitempty"`
+}
+
+// StopReason says why a rule of the harness ended a run before its last stage
+// (not Ctrl-C, which is Manifest.Interrupted): Reason is the error the run
+// returned, Rule the rule and the limit it applied, e.g. the HTTP runner's
+// consecutive-failures rule (loadgenhttp.DefaultMaxConsecutiveFailures).
+type StopReason struct {
+	Reason string `json:"reason"`
+	Rule   string `json:"rule"`
 }
 
 // Variant is one pass over all stages with one router setting.

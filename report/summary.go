@@ -226,7 +226,10 @@ func Summarize(run *Run) ([]Summary, error) {
 			}
 			summarizeTurns(&s, results, placed)
 			summarizeSeries(&s, replicas)
-			if !s.Complete {
+			switch {
+			case !s.Complete && run.Manifest.Stopped != nil:
+				s.note(fmt.Sprintf("stage did not complete (run stopped: %s): figures cover a partial window", run.Manifest.Stopped.Reason))
+			case !s.Complete:
 				s.note("stage did not complete (run interrupted): figures cover a partial window")
 			}
 			if !s.Accounting.Balanced {

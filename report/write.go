@@ -388,6 +388,9 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	if m.Interrupted {
 		b.WriteString("- **interrupted**: the run stopped early; incomplete stages are marked in the notes\n")
 	}
+	if st := m.Stopped; st != nil {
+		fmt.Fprintf(&b, "- **stopped**: %s (rule: %s)\n", st.Reason, st.Rule)
+	}
 	for _, n := range m.Notes {
 		fmt.Fprintf(&b, "- note: %s\n", n)
 	}

@@ -55,6 +55,9 @@ func checkRun(dir string) error {
 	if m.Interrupted {
 		errs = append(errs, errors.New("the run was interrupted"))
 	}
+	if m.Stopped != nil {
+		errs = append(errs, fmt.Errorf("the run was stopped: %s (rule: %s)", m.Stopped.Reason, m.Stopped.Rule))
+	}
 	if err := m.Check(); err != nil {
 		errs = append(errs, err)
 	}

@@ -23,7 +23,10 @@ const (
 	// DefaultProgressEvery is the wall gap between two progress lines within a stage.
 	DefaultProgressEvery = 10 * time.Second
 	// DefaultMaxConsecutiveFailures aborts a run when that many turns in a row fail
-	// (a wrong model name, a dead server): the figures would mean nothing.
+	// (a wrong model name, a dead server): the figures would mean nothing. A turn
+	// that succeeds resets the count; side requests do not count. The run then
+	// returns ErrTooManyFailures and its manifest records Stopped. warden bench
+	// uses this default (no flag or scenario field sets it; RunConfig does).
 	DefaultMaxConsecutiveFailures = 50
 	// DefaultIdleWait caps (wall) the wait for replicas to drain before a variant.
 	DefaultIdleWait = 30 * time.Second
@@ -111,6 +114,11 @@ func Run(ctx context.Context, cfg RunConfig) (*loadgen.Manifest, error) {
 			break
 		}
 	}
+	if errors.Is(runErr, ErrTooManyFailures) {
+		rn.m.Stopped = &loadgen.StopReason{Reason: runErr.Error(), Rule: fmt.Sprintf(
+			"consecutive failures: the run stops when %d turns in a row fail (RunConfig.MaxConsecutiveFailures, default loadgenhttp.DefaultMaxConsecutiveFailures = %d)",
+			rn.maxConsecutiveFailures(), DefaultMaxConsecutiveFailures)}
+	}
 	if ctx.Err() != nil {
 		rn.m.Interrupted = true
 		if runErr == nil {
@@ -144,6 +152,14 @@ type runner struct {
 	notesMu sync.Mutex
 	notes   []string
 	warned  map[string]bool
+}
+
+// maxConsecutiveFailures is the failure streak that ends the run (< 0: none).
+func (rn *runner) maxConsecutiveFailures() int {
+	if n := rn.cfg.MaxConsecutiveFailures; n != 0 {
+		return n
+	}
+	return DefaultMaxConsecutiveFailures
 }
 
 func (rn *runner) note(format string, args ...any) {

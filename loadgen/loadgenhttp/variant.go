@@ -107,10 +107,7 @@ func (rn *runner) newVariantRun(ctx context.Context, name string, start time.Dur
 		st.ttfb = append(st.ttfb, hdrhistogram.New(1, 3_600_000_000, 3))
 	}
 	vr := &variantRun{rn: rn, name: name, loop: loop, windows: windows, lastEnd: windows[len(windows)-1].End, st: st,
-		results: make(chan turnDone, 256), maxFail: rn.cfg.MaxConsecutiveFailures}
-	if vr.maxFail == 0 {
-		vr.maxFail = DefaultMaxConsecutiveFailures
-	}
+		results: make(chan turnDone, 256), maxFail: rn.maxConsecutiveFailures()}
 	// Turns outlive ctx: at Ctrl-C settle cancels them itself, after the loop.
 	vr.turnCtx, vr.cancelTurns = context.WithCancel(context.WithoutCancel(ctx))
 	return vr
