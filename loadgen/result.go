@@ -114,6 +114,11 @@ type StageWindow struct {
 	Failed    int `json:"turns_failed"`
 	InFlight  int `json:"turns_in_flight"`
 	CarriedIn int `json:"turns_carried_in"`
+	// UnrecordedInFlight is the time, summed over turns, that the turns still in
+	// flight when the variant stopped (canceled, so not in turns.jsonl) spent in
+	// flight inside this window's measured part: the report adds it to what
+	// turns.jsonl gives for the achieved concurrency. 0 when omitted.
+	UnrecordedInFlight time.Duration `json:"unrecorded_in_flight_ns,omitempty"`
 
 	legacyStarted bool // read from a manifest without turns_carried_in
 }

@@ -139,6 +139,9 @@ type Summary struct {
 	TTFBP50StdErrS           float64 `json:"ttfb_p50_stderr_s"`
 	TTFBP95StdErrS           float64 `json:"ttfb_p95_stderr_s"`
 
+	// Concurrency is the concurrency the stage achieved (concurrency.go).
+	Concurrency Concurrency `json:"concurrency"`
+
 	// Accounting is the harness's own turn accounting at the end of the window,
 	// copied from the manifest (peers.md case 14).
 	Accounting Accounting `json:"accounting"`
@@ -226,6 +229,7 @@ func Summarize(run *Run) ([]Summary, error) {
 			}
 			summarizeTurns(&s, results, placed)
 			summarizeSeries(&s, replicas)
+			summarizeConcurrency(&s, results, replicas, st, run.Manifest.Scenario)
 			switch {
 			case !s.Complete && run.Manifest.Stopped != nil:
 				s.note(fmt.Sprintf("stage did not complete (run stopped: %s): figures cover a partial window", run.Manifest.Stopped.Reason))

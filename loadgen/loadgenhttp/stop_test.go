@@ -58,3 +58,41 @@ func TestConsecutiveFailuresStopIsRecordedInManifest(t *testing.T) {
 		t.Errorf("stopped.rule %q: want the limit used (10 turns in a row)", m.Stopped.Rule)
 	}
 }
+
+// While every turn fails at once and its session's replacement waits out a long
+// failure backoff, no turn is in flight: the progress line counts the sessions
+// waiting apart, instead of "outstanding" turns that were never sent; the stage
+// end warns that it held far fewer turns in flight than its sessions.
+func TestProgressLineDoesNotCountBackoffAsInFlight(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	sc := runScenario()
+	sc.Model, sc.Variants = "m", []string{"off"}
+	sc.Stages, sc.StageDuration, sc.FailureBackoff = []int{2}, 20*time.Second, time.Hour
+	var progress strings.Builder
+	_, err := Run(context.Background(), RunConfig{
+		Scenario: sc, BaseURL: srv.URL, Clock: simclock.NewScaled(50), MaxConsecutiveFailures: -1,
+		Progress: &progress, ProgressEvery: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(progress.String()), "\n")
+	var done, warn string
+	for _, l := range lines {
+		if strings.Contains(l, " done ") {
+			done = l
+		}
+		if strings.Contains(l, "turns in flight on average") {
+			warn = l
+		}
+	}
+	if !strings.Contains(done, "in flight 0 waiting 2") {
+		t.Errorf("stage-end line %q: want \"in flight 0 waiting 2\" (all lines:\n%s)", done, progress.String())
+	}
+	if !strings.Contains(warn, "below 90 %") {
+		t.Errorf("no achieved-concurrency warning at the stage end:\n%s", progress.String())
+	}
+}
