@@ -80,7 +80,10 @@
 //
 // # Series
 //
-// The HTTP runner scrapes every replica's /metrics every simulated second and writes one
-// SeriesSample per replica per scrape. A required series that is missing fails the
+// The HTTP runner scrapes every replica's /metrics once at the variant's start, then
+// once within every simulated second at an instant jittered uniformly in it
+// (PollSchedule, the same instants as the virtual world's polls, so replicas busy
+// cannot alias with a periodic load), and writes one SeriesSample per replica per
+// scrape. A required series that is missing fails the
 // run at the first scrape and is written as NaN afterwards, never as 0 (case 13).
 package loadgen

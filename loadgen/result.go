@@ -181,7 +181,8 @@ type SeriesSample struct {
 	Preemptions      float64       `json:"preemptions"`
 }
 
-// DefaultScrapeInterval is the simulated gap between two polls of every replica's
-// engine counters (SeriesSample): the HTTP runner scrapes /metrics that often
-// (wall gap = interval / speed), the virtual world reads the engines that often.
+// DefaultScrapeInterval is the mean simulated gap between two polls of every
+// replica's engine counters (SeriesSample): the HTTP runner scrapes /metrics once
+// per interval (wall = interval / speed), the virtual world reads the engines once
+// per interval, each at the same jittered instant within it (PollSchedule).
 const DefaultScrapeInterval = time.Second

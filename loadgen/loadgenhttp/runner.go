@@ -44,7 +44,8 @@ type RunConfig struct {
 	HTTP   *http.Client // nil = a client with a connection pool sized for the stages
 	Header http.Header  // extra headers on every turn (e.g. auth); may be nil
 
-	// Replicas are scraped every ScrapeInterval; a required series missing at the
+	// Replicas are scraped every ScrapeInterval on average (each scrape jittered
+	// within its interval, loadgen.PollSchedule); a required series missing at the
 	// first scrape fails the run before any load is sent (peers.md case 13).
 	Replicas       []ReplicaMetrics
 	ScrapeInterval time.Duration // simulated; default loadgen.DefaultScrapeInterval
@@ -382,20 +383,20 @@ func (rn *runner) scrapeOnce(ctx context.Context, variant string) {
 	}
 }
 
-func (rn *runner) scrapeLoop(ctx context.Context, variant string) {
+// scrapeLoop scrapes at the variant's poll instants after start
+// (loadgen.PollSchedule: one jittered within each interval, as the virtual world
+// polls) until ctx is done.
+func (rn *runner) scrapeLoop(ctx context.Context, variant string, start time.Duration) {
 	iv := rn.cfg.ScrapeInterval
 	if iv <= 0 {
 		iv = loadgen.DefaultScrapeInterval
 	}
-	t := time.NewTicker(max(rn.clock.WallDuration(iv), time.Millisecond))
-	defer t.Stop()
+	polls := loadgen.NewPollSchedule(rn.sc.Seed, variant, start, iv)
 	for {
-		select {
-		case <-ctx.Done():
+		if err := rn.clock.SleepUntil(ctx, polls.Next()); err != nil {
 			return
-		case <-t.C:
-			rn.scrapeOnce(ctx, variant)
 		}
+		rn.scrapeOnce(ctx, variant)
 	}
 }
 

@@ -50,7 +50,7 @@ func (rn *runner) startScraping(ctx context.Context, variant string) (start time
 	}
 	start = rn.clock.Now()
 	if rn.scraper != nil {
-		wg.Go(func() { rn.scrapeLoop(scrapeCtx, variant) })
+		wg.Go(func() { rn.scrapeLoop(scrapeCtx, variant, start) })
 	}
 	return start, func() { cancel(); wg.Wait() }
 }
