@@ -71,9 +71,11 @@
 // A turn belongs to the stage whose window [Start, End) contains its Done instant;
 // a session counts as completed in the stage where its last turn is done; turns
 // done during a stage's Warmup are excluded from its figures by the report. The
-// manifest's per-stage accounting (StageWindow.Started, Completed, Failed,
-// InFlight) follows the same rule and must satisfy Started == Completed + Failed +
-// InFlight (Manifest.Check; peers.md case 14).
+// manifest's per-stage accounting (StageWindow.CarriedIn, Started, Completed,
+// Failed, InFlight) follows the same rule and must satisfy CarriedIn + Started ==
+// Completed + Failed + InFlight, with CarriedIn(k+1) == InFlight(k)
+// (Manifest.Check; peers.md case 14); Started counts only the turns sent in the
+// window, so it sums over the stages to the turns sent.
 //
 // A failed turn ends its session (the conversation cannot continue without the
 // reply it lacks); a new session replaces it after max(ThinkTime, FailureBackoff).
@@ -82,7 +84,10 @@
 //
 // # Series
 //
-// The HTTP runner scrapes every replica's /metrics every simulated second and writes one
-// SeriesSample per replica per scrape. A required series that is missing fails the
+// The HTTP runner scrapes every replica's /metrics once at the variant's start, then
+// once within every simulated second at an instant jittered uniformly in it
+// (PollSchedule, the same instants as the virtual world's polls, so replicas busy
+// cannot alias with a periodic load), and writes one SeriesSample per replica per
+// scrape. A required series that is missing fails the
 // run at the first scrape and is written as NaN afterwards, never as 0 (case 13).
 package loadgen

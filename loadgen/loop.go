@@ -3,6 +3,7 @@ package loadgen
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -31,12 +32,15 @@ import (
 // replacement for a completed session likewise; sessions added at a stage start are
 // intended at the stage start.
 //
-// Accounting (peers.md case 14). For every stage window: Started = turns in flight
-// at the window's start (carried over) + turns sent inside it; Completed and Failed
-// = turns that ended inside it (by their Done instant, the stage rule of
-// DESIGN-NOTES); InFlight = turns still in flight at the window's end (or at Stop
-// for the last window). Hence Started == Completed + Failed + InFlight per window,
-// and Started(k+1) >= InFlight(k). Variant.Check verifies both.
+// Accounting (peers.md case 14). For every stage window: CarriedIn = turns in
+// flight at the window's start (sent in an earlier window); Started = turns sent
+// inside it (a turn's window at send is the one containing its Sent instant);
+// Completed and Failed = turns that ended inside it (by their Done instant, the
+// stage rule of DESIGN-NOTES); InFlight = turns still in flight at the window's
+// end (or at Stop for the last window). Hence CarriedIn + Started == Completed +
+// Failed + InFlight per window, CarriedIn(0) == 0 and CarriedIn(k+1) ==
+// InFlight(k), so Started summed over the windows is the number of turns sent.
+// Variant.Check verifies all three.
 type Loop struct {
 	sc      *Scenario
 	w       *Workload
@@ -48,7 +52,15 @@ type Loop struct {
 	target int // sessions wanted now
 	live   map[int64]*Session
 	nextID int64
-	open   map[turnKey]int // turns sent and not yet finished -> window index at send
+	open   map[turnKey]openTurn      // turns sent and not yet finished
+	due    map[turnKey]time.Duration // turns handed out and not yet sent -> intended instant
+
+	// Per window, for the achieved concurrency (StageConcurrency): the time turns
+	// finished so far spent in flight inside its measured window, and the sum and
+	// count of the durations (Done - Sent) of the turns done OK in it.
+	busy     []time.Duration
+	turnTime []time.Duration
+	turnN    []int
 
 	stopped bool
 	stopAt  time.Duration
@@ -57,6 +69,12 @@ type Loop struct {
 type turnKey struct {
 	session int64
 	turn    int
+}
+
+// openTurn is a turn sent and not yet finished: its window at send and its Sent instant.
+type openTurn struct {
+	window int
+	sent   time.Duration
 }
 
 // NewLoop returns the controller for one variant whose first stage starts at the
@@ -71,7 +89,8 @@ func NewLoop(sc *Scenario, w *Workload, variant string, start time.Duration) *Lo
 		start:   start,
 		stage:   -1,
 		live:    map[int64]*Session{},
-		open:    map[turnKey]int{},
+		open:    map[turnKey]openTurn{},
+		due:     map[turnKey]time.Duration{},
 	}
 	for i, n := range sc.Stages {
 		l.windows = append(l.windows, StageWindow{
@@ -81,6 +100,8 @@ func NewLoop(sc *Scenario, w *Workload, variant string, start time.Duration) *Lo
 			Warmup:   sc.Warmup,
 		})
 	}
+	n := len(l.windows)
+	l.busy, l.turnTime, l.turnN = make([]time.Duration, n), make([]time.Duration, n), make([]int, n)
 	return l
 }
 
@@ -95,6 +116,124 @@ func (l *Loop) Active() int { return len(l.live) }
 
 // InFlight returns the number of turns sent and not yet finished.
 func (l *Loop) InFlight() int { return len(l.open) }
+
+// InFlightAt returns the turns in flight at the simulated instant now: sent and
+// not finished, or handed out with an intended instant at or before now and not
+// yet reported by Sent (a driver that calls Sent only when the turn ends, as the
+// HTTP runner does, has them on the wire). Side requests are not turns.
+func (l *Loop) InFlightAt(now time.Duration) int {
+	n := len(l.open)
+	for _, at := range l.due {
+		if at <= now {
+			n++
+		}
+	}
+	return n
+}
+
+// Waiting returns the sessions whose next turn is intended after now: waiting
+// out a think time or a failure backoff, not in flight.
+func (l *Loop) Waiting(now time.Duration) int {
+	n := 0
+	for _, at := range l.due {
+		if at > now {
+			n++
+		}
+	}
+	return n
+}
+
+// measured returns window i's measured part [Start+Warmup, End).
+func (l *Loop) measured(i int) (start, end time.Duration) {
+	w := l.windows[i]
+	return w.Start + w.Warmup, w.End
+}
+
+// overlap returns the length of [a, b) inside [lo, hi).
+func overlap(a, b, lo, hi time.Duration) time.Duration {
+	return max(0, min(b, hi)-max(a, lo))
+}
+
+// addBusy adds a turn in flight over [from, to) to the windows it overlaps.
+func (l *Loop) addBusy(from, to time.Duration, into []time.Duration) {
+	for i := l.WindowIndex(from); i <= l.WindowIndex(to) && i < len(l.windows); i++ {
+		lo, hi := l.measured(i)
+		into[i] += overlap(from, to, lo, hi)
+	}
+}
+
+// StageConcurrency returns stage k's achieved concurrency up to the simulated
+// instant now (normally its end): the time-average of the turns in flight over
+// its measured window so far, counting turns in flight now from their Sent
+// instant (or, not yet reported by Sent, their intended one: see InFlightAt);
+// and the level the loop can hold (ConcurrencyTarget of the stage's sessions,
+// the mean duration of its OK turns so far and the scenario's think time). Both
+// are NaN before the measured window starts. The report computes the same
+// figure from turns.jsonl (report.Summary.TurnsInFlightMean).
+func (l *Loop) StageConcurrency(k int, now time.Duration) (achieved, target float64) {
+	if k < 0 || k >= len(l.windows) {
+		return math.NaN(), math.NaN()
+	}
+	lo, hi := l.measured(k)
+	hi = min(hi, now)
+	if hi <= lo {
+		return math.NaN(), math.NaN()
+	}
+	busy := l.busy[k]
+	for _, o := range l.open {
+		busy += overlap(o.sent, now, lo, hi)
+	}
+	for _, at := range l.due {
+		busy += overlap(at, now, lo, hi)
+	}
+	turn := time.Duration(0)
+	if l.turnN[k] > 0 {
+		turn = l.turnTime[k] / time.Duration(l.turnN[k])
+	}
+	return busy.Seconds() / (hi - lo).Seconds(), ConcurrencyTarget(l.windows[k].Sessions, turn, l.sc.ThinkTime)
+}
+
+// ConcurrencyWarning returns the warning for stage k of l at the simulated
+// instant now (its end) when its achieved concurrency (StageConcurrency) is below
+// MinConcurrencyPct of the level the loop can hold, "" otherwise: e.g. "1.26
+// turns in flight on average, 32 % of the 4.00 the loop can hold (below 90 %)".
+// Both worlds print it to stderr at the stage's end.
+func ConcurrencyWarning(l *Loop, k int, now time.Duration) string {
+	achieved, target := l.StageConcurrency(k, now)
+	return ConcurrencyShortfall(achieved, target)
+}
+
+// ConcurrencyShortfall words an achieved concurrency below MinConcurrencyPct of
+// target (see ConcurrencyWarning); "" when it is not, or either is NaN. The
+// report's note uses the same words.
+func ConcurrencyShortfall(achieved, target float64) string {
+	if math.IsNaN(achieved) || math.IsNaN(target) || target <= 0 || 100*achieved/target >= MinConcurrencyPct {
+		return ""
+	}
+	return fmt.Sprintf("%.2f turns in flight on average, %.0f %% of the %.2f the loop can hold (below %.0f %%)",
+		achieved, 100*achieved/target, target, MinConcurrencyPct)
+}
+
+// MinConcurrencyPct is the share of the level a closed loop can hold
+// (ConcurrencyTarget) below which a stage's achieved concurrency is reported as a
+// warning (summary.md note, and stderr at the stage's end): under 90 %, the stage
+// measured fewer turns in flight than its sessions, e.g. because failed turns'
+// replacements waited out FailureBackoff, the router held turns, or the harness
+// sent late. 90 % leaves room for the ramp's first turns and the think time
+// estimate, which are not exact.
+const MinConcurrencyPct = 90.0
+
+// ConcurrencyTarget is the mean number of turns in flight a closed loop of
+// sessions can hold when its turns take turn on average (Sent to Done) and each is
+// followed by a think time think: sessions * turn / (turn + think); sessions
+// when think is 0, or when no turn completed (turn 0: then nothing excuses an
+// empty wire).
+func ConcurrencyTarget(sessions int, turn, think time.Duration) float64 {
+	if think <= 0 || turn <= 0 {
+		return float64(sessions)
+	}
+	return float64(sessions) * turn.Seconds() / (turn + think).Seconds()
+}
 
 // Stopped reports whether Stop was called.
 func (l *Loop) Stopped() bool { return l.stopped }
@@ -177,6 +316,7 @@ func (l *Loop) newSession(intended time.Duration) TurnRequest {
 	l.live[s.ID] = s
 	tr, _ := s.NextTurn(intended)
 	tr.Variant = l.variant
+	l.due[turnKey{s.ID, tr.Turn}] = tr.Intended
 	return tr
 }
 
@@ -194,7 +334,8 @@ func (l *Loop) Sent(tr TurnRequest, now time.Duration) {
 	if s := l.live[tr.Session.ID]; s == nil || s != tr.Session || tr.Turn != s.next-1 {
 		return // not the session's current turn
 	}
-	l.open[k] = l.WindowIndex(now)
+	delete(l.due, k)
+	l.open[k] = openTurn{window: l.WindowIndex(now), sent: now}
 }
 
 // Finish records the outcome of a turn (r.Session, r.Turn) that ended at the
@@ -216,17 +357,24 @@ func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
 		return nil
 	}
 	k := turnKey{r.Session, r.Turn}
-	ws, ok := l.open[k]
+	o, ok := l.open[k]
 	if !ok {
-		ws = l.WindowIndex(r.Sent)
+		o = openTurn{window: l.WindowIndex(r.Sent), sent: r.Sent}
 	}
+	ws := o.window
 	delete(l.open, k)
+	delete(l.due, k)
+	l.addBusy(o.sent, now, l.busy)
 	wd := max(l.WindowIndex(now), ws)
-	for i := ws; i < wd; i++ {
-		l.windows[i].Started++
-		l.windows[i].InFlight++
+	if lo, hi := l.measured(wd); r.OK() && now >= lo && now < hi {
+		l.turnTime[wd] += now - o.sent
+		l.turnN[wd]++
 	}
-	l.windows[wd].Started++
+	l.windows[ws].Started++
+	for i := ws; i < wd; i++ {
+		l.windows[i].InFlight++
+		l.windows[i+1].CarriedIn++
+	}
 	ok = r.OK()
 	if ok {
 		l.windows[wd].Completed++
@@ -240,6 +388,7 @@ func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
 	if !s.Done() {
 		tr, _ := s.NextTurn(now + l.w.ThinkTime(s.ID, s.next))
 		tr.Variant = l.variant
+		l.due[turnKey{s.ID, tr.Turn}] = tr.Intended
 		return l.withSide(nil, tr)
 	}
 	delete(l.live, s.ID)
@@ -261,44 +410,65 @@ func (l *Loop) Stop(now time.Duration) {
 		return
 	}
 	last := l.WindowIndex(now)
-	for _, ws := range l.open {
+	unrecorded := make([]time.Duration, len(l.windows))
+	for _, o := range l.open {
+		l.addBusy(o.sent, now, l.busy)
+		l.addBusy(o.sent, now, unrecorded)
+		ws := o.window
+		l.windows[ws].Started++
 		for i := ws; i <= max(last, ws); i++ {
-			l.windows[i].Started++
 			l.windows[i].InFlight++
+			if i > ws {
+				l.windows[i].CarriedIn++
+			}
 		}
 	}
+	for i := range l.windows {
+		l.windows[i].UnrecordedInFlight = unrecorded[i]
+	}
+	l.due = map[turnKey]time.Duration{}
 	l.stopped, l.stopAt = true, now
 }
 
 // ErrAccounting is wrapped by the Check methods when turns went missing.
 var ErrAccounting = errors.New("turn accounting does not add up")
 
-// Check verifies one window's accounting: Started == Completed + Failed + InFlight,
-// all non-negative (peers.md case 14: a runner that drops or hangs turns must not
-// exit 0).
+// Check verifies one window's accounting: CarriedIn + Started == Completed +
+// Failed + InFlight, all non-negative (peers.md case 14: a runner that drops or
+// hangs turns must not exit 0).
 func (w StageWindow) Check() error {
-	if w.Started < 0 || w.Completed < 0 || w.Failed < 0 || w.InFlight < 0 {
-		return fmt.Errorf("%w: negative count (started %d, completed %d, failed %d, in flight %d)",
-			ErrAccounting, w.Started, w.Completed, w.Failed, w.InFlight)
+	if w.CarriedIn < 0 || w.Started < 0 || w.Completed < 0 || w.Failed < 0 || w.InFlight < 0 {
+		return fmt.Errorf("%w: negative count (carried in %d, started %d, completed %d, failed %d, in flight %d)",
+			ErrAccounting, w.CarriedIn, w.Started, w.Completed, w.Failed, w.InFlight)
 	}
-	if w.Started != w.Completed+w.Failed+w.InFlight {
-		return fmt.Errorf("%w: started %d != completed %d + failed %d + in flight %d",
-			ErrAccounting, w.Started, w.Completed, w.Failed, w.InFlight)
+	if !w.Balanced() {
+		return fmt.Errorf("%w: carried in %d + started %d != completed %d + failed %d + in flight %d",
+			ErrAccounting, w.CarriedIn, w.Started, w.Completed, w.Failed, w.InFlight)
 	}
 	return nil
 }
 
-// Check verifies every window of the variant and that turns carried over from one
-// window are counted as started in the next (Started(k+1) >= InFlight(k)).
+// Balanced reports whether CarriedIn + Started == Completed + Failed + InFlight.
+func (w StageWindow) Balanced() bool {
+	return w.CarriedIn+w.Started == w.Completed+w.Failed+w.InFlight
+}
+
+// Check verifies every window of the variant and that the turns in flight at one
+// window's end are the next window's carried-in turns (CarriedIn(k+1) ==
+// InFlight(k), CarriedIn(0) == 0).
 func (v Variant) Check() error {
 	var errs []error
 	for i, w := range v.Stages {
 		if err := w.Check(); err != nil {
 			errs = append(errs, fmt.Errorf("variant %q stage %d (%d sessions): %w", v.Name, i, w.Sessions, err))
 		}
-		if i > 0 && w.Started < v.Stages[i-1].InFlight {
-			errs = append(errs, fmt.Errorf("variant %q stage %d: %w: %d turns in flight at the previous stage's end but only %d started",
-				v.Name, i, ErrAccounting, v.Stages[i-1].InFlight, w.Started))
+		prev := 0
+		if i > 0 {
+			prev = v.Stages[i-1].InFlight
+		}
+		if w.CarriedIn != prev {
+			errs = append(errs, fmt.Errorf("variant %q stage %d: %w: %d turns in flight at the previous stage's end but %d carried in",
+				v.Name, i, ErrAccounting, prev, w.CarriedIn))
 		}
 	}
 	return errors.Join(errs...)

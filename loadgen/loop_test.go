@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"container/heap"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -227,8 +228,9 @@ func TestLoopRampCarriesOverSessions(t *testing.T) {
 		t.Fatalf("next %+v", next)
 	}
 	ws := l.Windows()
-	// Sent in stage 0, done in stage 1: in flight at stage 0's end, started in both.
-	if ws[0].Started != 1 || ws[0].InFlight != 1 || ws[1].Started != 1 || ws[1].Completed != 1 {
+	// Sent in stage 0, done in stage 1: started in stage 0, in flight at its end,
+	// carried into stage 1.
+	if ws[0].Started != 1 || ws[0].InFlight != 1 || ws[1].CarriedIn != 1 || ws[1].Started != 0 || ws[1].Completed != 1 {
 		t.Errorf("windows %+v", ws)
 	}
 }
@@ -379,7 +381,7 @@ func TestStopCountsInFlightAndCutsStage(t *testing.T) {
 	if !v.Stages[0].Complete || v.Stages[1].Complete || v.Stages[1].End != 15*time.Second {
 		t.Errorf("stages %+v", v.Stages)
 	}
-	if v.Stages[0].InFlight != 2 || v.Stages[1].InFlight != 2 || v.Stages[1].Started != 2 {
+	if v.Stages[0].InFlight != 2 || v.Stages[1].InFlight != 2 || v.Stages[1].CarriedIn != 2 || v.Stages[1].Started != 0 {
 		t.Errorf("in flight %+v", v.Stages)
 	}
 	if err := v.Check(); err != nil {
@@ -430,5 +432,76 @@ func TestSameSessionsInBothVariants(t *testing.T) {
 	tb, _ := b.NextTurn(0)
 	if a.Key == b.Key || !slices.Equal(ta.Messages, tb.Messages) || a.Key != w.SessionFor("off", 4).Key {
 		t.Error("SessionFor: want equal content, distinct and stable keys")
+	}
+}
+
+// A stage's Started counts the turns sent inside its window only; the turns in
+// flight at its start are its carried-in count, the previous stage's in flight.
+// Summed over the stages, Started is then the number of turns sent.
+func TestStageStartedCountsOnlyTurnsSentInTheWindow(t *testing.T) {
+	sc := TinyScenario()
+	sc.Stages, sc.ThinkTime = []int{2, 4, 3}, 200*time.Millisecond
+	s := newSim(sc, "off", 5)
+	s.dur = func(*rand.Rand, TurnRequest) time.Duration { return 7 * time.Second } // spans boundaries
+	v := s.runAll()
+	started, carried := 0, 0
+	for _, w := range v.Stages {
+		started += w.Started
+	}
+	if started != s.sent {
+		t.Errorf("turns started, summed over stages, %d != turns sent %d", started, s.sent)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Stages []map[string]any `json:"stages"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range raw.Stages {
+		n := func(k string) int { f, _ := w[k].(float64); return int(f) }
+		_, ok := w["turns_carried_in"]
+		c, want := n("turns_carried_in"), 0
+		if i > 0 {
+			want = int(raw.Stages[i-1]["turns_in_flight"].(float64))
+		}
+		if !ok || c != want {
+			t.Errorf("stage %d: turns_carried_in %d (present %v), want the previous stage's in flight %d", i, c, ok, want)
+		}
+		carried += c
+		if c+n("turns_started") != n("turns_completed")+n("turns_failed")+n("turns_in_flight") {
+			t.Errorf("stage %d: carried in + started != completed + failed + in flight: %v", i, w)
+		}
+	}
+	if carried == 0 {
+		t.Error("no turn crossed a boundary: the test proves nothing")
+	}
+	if err := v.Check(); err != nil {
+		t.Error(err)
+	}
+}
+
+// A manifest written before turns_carried_in existed counted carried-in turns in
+// Started again; it reads as the same accounting in today's terms.
+func TestManifestWithoutCarriedInReadsAsBefore(t *testing.T) {
+	old := `{"name":"off","stages":[` +
+		`{"sessions":2,"turns_started":5,"turns_completed":2,"turns_failed":0,"turns_in_flight":3},` +
+		`{"sessions":4,"turns_started":7,"turns_completed":5,"turns_failed":1,"turns_in_flight":1}]}`
+	var v Variant
+	if err := json.Unmarshal([]byte(old), &v); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(v.Stages[1])
+	var w map[string]any
+	_ = json.Unmarshal(b, &w)
+	if v.Stages[0].Started != 5 || v.Stages[1].Started != 4 || w["turns_carried_in"] != 3.0 {
+		t.Errorf("old manifest read as started %d, %d, stage 1 %v; want 5, 4, carried in 3",
+			v.Stages[0].Started, v.Stages[1].Started, w)
+	}
+	if err := v.Check(); err != nil {
+		t.Errorf("old balanced manifest: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -88,6 +89,7 @@ type Manifest struct {
 	Variants    []Variant         `json:"variants"`
 	Versions    map[string]string `json:"versions"`
 	Interrupted bool              `json:"interrupted"`
+	Stopped     *StopReason       `json:"stopped,omitempty"` // a rule ended the run early; nil otherwise
 	Notes       []string          `json:"notes,omitempty"`
 	// Engines says, per replica scraped, which engine served it and where each
 	// series.csv column came from; absent in virtual mode and in runs before
@@ -116,6 +118,15 @@ type ColumnSource struct {
 	Missing string `json:"missing,omitempty"`
 }
 
+// StopReason says why a rule of the harness ended a run before its last stage
+// (not Ctrl-C, which is Manifest.Interrupted): Reason is the error the run
+// returned, Rule the rule and the limit it applied, e.g. the HTTP runner's
+// consecutive-failures rule (loadgenhttp.DefaultMaxConsecutiveFailures).
+type StopReason struct {
+	Reason string `json:"reason"`
+	Rule   string `json:"rule"`
+}
+
 // Variant is one pass over all stages with one router setting.
 type Variant struct {
 	Name     string        `json:"name"`     // "off" or "on" (a repeat adds a suffix)
@@ -132,12 +143,64 @@ type StageWindow struct {
 	End      time.Duration `json:"end_ns"`
 	Warmup   time.Duration `json:"warmup_ns"`
 	Complete bool          `json:"complete"`
-	// Accounting at the end of the window (peers.md case 14): Started turns ==
-	// Completed + Failed + InFlight.
+	// Accounting at the end of the window (peers.md case 14): CarriedIn (turns in
+	// flight at the window's start, the previous window's InFlight) + Started
+	// (turns sent inside the window) == Completed + Failed + InFlight (turns in
+	// flight at its end).
 	Started   int `json:"turns_started"`
 	Completed int `json:"turns_completed"`
 	Failed    int `json:"turns_failed"`
 	InFlight  int `json:"turns_in_flight"`
+	CarriedIn int `json:"turns_carried_in"`
+	// UnrecordedInFlight is the time, summed over turns, that the turns still in
+	// flight when the variant stopped (canceled, so not in turns.jsonl) spent in
+	// flight inside this window's measured part: the report adds it to what
+	// turns.jsonl gives for the achieved concurrency. 0 when omitted.
+	UnrecordedInFlight time.Duration `json:"unrecorded_in_flight_ns,omitempty"`
+
+	legacyStarted bool // read from a manifest without turns_carried_in
+}
+
+// UnmarshalJSON reads a window, noting whether it has turns_carried_in: a
+// manifest written before that field existed counted the carried-in turns in
+// turns_started too (Variant.UnmarshalJSON converts it).
+func (w *StageWindow) UnmarshalJSON(b []byte) error {
+	type plain StageWindow
+	aux := struct {
+		*plain
+		CarriedIn *int `json:"turns_carried_in"` // shallower: shadows plain's
+	}{plain: (*plain)(w)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	w.CarriedIn, w.legacyStarted = 0, aux.CarriedIn == nil
+	if aux.CarriedIn != nil {
+		w.CarriedIn = *aux.CarriedIn
+	}
+	return nil
+}
+
+// UnmarshalJSON reads a variant. Windows of an old manifest (no
+// turns_carried_in) get CarriedIn = the previous window's InFlight (0 for the
+// first), which their Started included, and Started less that: the accounting
+// the loop writes today.
+func (v *Variant) UnmarshalJSON(b []byte) error {
+	type plain Variant
+	if err := json.Unmarshal(b, (*plain)(v)); err != nil {
+		return err
+	}
+	for i := range v.Stages {
+		w := &v.Stages[i]
+		if !w.legacyStarted {
+			continue
+		}
+		w.legacyStarted = false
+		if i > 0 {
+			w.CarriedIn = v.Stages[i-1].InFlight
+			w.Started -= w.CarriedIn
+		}
+	}
+	return nil
 }
 
 // SeriesSample is one scrape of one replica's /metrics (or, in virtual mode, one read
@@ -156,7 +219,8 @@ type SeriesSample struct {
 	Preemptions      float64       `json:"preemptions"`
 }
 
-// DefaultScrapeInterval is the simulated gap between two polls of every replica's
-// engine counters (SeriesSample): the HTTP runner scrapes /metrics that often
-// (wall gap = interval / speed), the virtual world reads the engines that often.
+// DefaultScrapeInterval is the mean simulated gap between two polls of every
+// replica's engine counters (SeriesSample): the HTTP runner scrapes /metrics once
+// per interval (wall = interval / speed), the virtual world reads the engines once
+// per interval, each at the same jittered instant within it (PollSchedule).
 const DefaultScrapeInterval = time.Second

@@ -446,6 +446,17 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 			probs = append(probs, problem{line: loc.Line, field: loc.Path, text: loc.Text})
 		}
 	}
+	// A key given twice makes yaml.v3 skip the whole mapping that holds it
+	// (decode.go mapping, uniqueKeys), so every other check would report fields
+	// of that mapping as missing or empty: the duplicates are the only messages.
+	if dups := duplicateKeys(probs); len(dups) > 0 {
+		probs = dups
+		errs := make([]error, len(probs))
+		for i, p := range probs {
+			errs[i] = p.err(source)
+		}
+		return nil, errors.Join(errs...)
+	}
 	// A field that failed to decode is left empty; validating it would only add
 	// a second, misleading message (e.g. "list the turns" after a type error).
 	undecoded := map[string]bool{}
@@ -493,6 +504,27 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		return nil, errors.Join(errs...)
 	}
 	return sc.WithDefaults(), nil
+}
+
+// duplicateKeyRE matches yaml.v3's duplicate-key message (decode.go mapping).
+var duplicateKeyRE = regexp.MustCompile(`mapping key "(.*)" already defined at line (\d+)$`)
+
+// duplicateKeys returns the problems among probs that are keys given twice in
+// one mapping, rewritten as "FIELD: key given twice (first at line N)" at the
+// second occurrence's line (FIELD: the key's path, e.g. side_requests.turns).
+func duplicateKeys(probs []problem) []problem {
+	var out []problem
+	for _, p := range probs {
+		if m := duplicateKeyRE.FindStringSubmatch(p.text); m != nil {
+			field := p.field // the key's path, e.g. side_requests.turns, when yamlpos found it
+			if field == "" {
+				field = m[1]
+			}
+			out = append(out, problem{line: p.line, field: field,
+				text: fmt.Sprintf("%s: key given twice (first at line %s)", field, m[2])})
+		}
+	}
+	return out
 }
 
 // tidyYAMLError rewrites yaml.v3 messages to name fields as the schema does.

@@ -301,3 +301,18 @@ func TestNetworkAndAPIServerFields(t *testing.T) {
 		}
 	}
 }
+
+// A key given twice makes yaml.v3 skip its whole mapping, so every other check
+// would report a field as missing or empty: the duplicate is the one message.
+func TestParseScenarioDuplicateKeyGivesOneMessage(t *testing.T) {
+	src := "turns: 3\nstages: [2, 4]\nturns: 4\nvariants: [off, on]\n"
+	for _, tc := range []struct{ source, want string }{
+		{"x.yaml", `x.yaml:3: turns: key given twice (first at line 1)`},
+		{"", `line 3: turns: key given twice (first at line 1)`},
+	} {
+		_, err := ParseScenario([]byte(src), tc.source)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("source %q: err =\n%v\nwant\n%s", tc.source, err, tc.want)
+		}
+	}
+}

@@ -54,6 +54,10 @@ var columns = []column{
 	intColumn("side_requests_ok", func(s *Summary) int { return s.SideOK }),
 	intColumn("side_requests_failed", func(s *Summary) int { return s.SideFailed }),
 	floatColumn("side_on_home_pct", func(s *Summary) float64 { return s.SideOnHomePct }),
+	intColumn("turns_no_output", func(s *Summary) int { return s.TurnsNoOutput }),
+	floatColumn("turns_in_flight_mean", func(s *Summary) float64 { return s.Concurrency.TurnsInFlightMean }),
+	floatColumn("concurrency_pct", func(s *Summary) float64 { return s.Concurrency.Pct }),
+	floatColumn("engine_requests_mean", func(s *Summary) float64 { return s.Concurrency.EngineRequestsMean }),
 }
 
 func intColumn(name string, v func(s *Summary) int) column {

@@ -54,6 +54,12 @@ type Summary struct {
 	// Turns done in the window: OK (status 200, no error) and failed.
 	TurnsOK     int `json:"turns_ok"`
 	TurnsFailed int `json:"turns_failed"`
+	// TurnsNoOutput counts the OK turns that streamed no content, reasoning or
+	// tool-call delta (Result.FirstToken == 0): they have no TTFB and are left out
+	// of it. They stay in TurnsOK and, as a session's last turn, in SessionsPerH:
+	// the server answered with status 200 and a complete stream, and the closed
+	// loop went on with the session (an empty reply). A note gives their share.
+	TurnsNoOutput int `json:"turns_no_output"`
 
 	// SessionsCompleted counts sessions whose last turn is done OK in the window;
 	// SessionsPerH is that count scaled to an hour: SessionsCompleted * 3600 / window_s.
@@ -133,6 +139,9 @@ type Summary struct {
 	TTFBP50StdErrS           float64 `json:"ttfb_p50_stderr_s"`
 	TTFBP95StdErrS           float64 `json:"ttfb_p95_stderr_s"`
 
+	// Concurrency is the concurrency the stage achieved (concurrency.go).
+	Concurrency Concurrency `json:"concurrency"`
+
 	// Accounting is the harness's own turn accounting at the end of the window,
 	// copied from the manifest (peers.md case 14).
 	Accounting Accounting `json:"accounting"`
@@ -147,10 +156,12 @@ type Summary struct {
 }
 
 // Accounting is loadgen.StageWindow's turn accounting. Balanced reports whether
-// Started == Completed + Failed + InFlight; an unbalanced stage means the harness
-// lost turns and its figures are suspect.
+// CarriedIn + Started == Completed + Failed + InFlight (loadgen.StageWindow.Balanced;
+// a manifest without turns_carried_in is converted when read); an unbalanced stage
+// means the harness lost turns and its figures are suspect.
 type Accounting struct {
-	Started   int  `json:"turns_started"`
+	CarriedIn int  `json:"turns_carried_in"` // in flight at the window's start
+	Started   int  `json:"turns_started"`    // sent inside the window
 	Completed int  `json:"turns_completed"`
 	Failed    int  `json:"turns_failed"`
 	InFlight  int  `json:"turns_in_flight"`
@@ -208,21 +219,26 @@ func Summarize(run *Run) ([]Summary, error) {
 				WindowEnd:   st.End,
 				Complete:    st.Complete,
 				Accounting: Accounting{
+					CarriedIn: st.CarriedIn,
 					Started:   st.Started,
 					Completed: st.Completed,
 					Failed:    st.Failed,
 					InFlight:  st.InFlight,
-					Balanced:  st.Started == st.Completed+st.Failed+st.InFlight,
+					Balanced:  st.Balanced(),
 				},
 			}
 			summarizeTurns(&s, results, placed)
 			summarizeSeries(&s, replicas)
-			if !s.Complete {
+			summarizeConcurrency(&s, results, replicas, st, run.Manifest.Scenario)
+			switch {
+			case !s.Complete && run.Manifest.Stopped != nil:
+				s.note(fmt.Sprintf("stage did not complete (run stopped: %s): figures cover a partial window", run.Manifest.Stopped.Reason))
+			case !s.Complete:
 				s.note("stage did not complete (run interrupted): figures cover a partial window")
 			}
 			if !s.Accounting.Balanced {
-				s.note(fmt.Sprintf("turn accounting does not balance: started %d != completed %d + failed %d + in flight %d",
-					st.Started, st.Completed, st.Failed, st.InFlight))
+				s.note(fmt.Sprintf("turn accounting does not balance: carried in %d + started %d != completed %d + failed %d + in flight %d",
+					st.CarriedIn, st.Started, st.Completed, st.Failed, st.InFlight))
 			}
 			out = append(out, s)
 		}
@@ -281,6 +297,9 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 			continue
 		}
 		s.TurnsOK++
+		if r.FirstToken == 0 {
+			s.TurnsNoOutput++
+		}
 		outTokens += int64(r.OutputTokens)
 		promptSum += int64(r.PromptTokens)
 		nominalSum += int64(r.NominalPromptTokens)
@@ -314,6 +333,11 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 	s.SendLagP50S, s.SendLagP99S = quantileS(lag, 50), quantileS(lag, 99)
 	if hist.TotalCount() == 0 {
 		s.note("no OK turn with a first token in the window: TTFB n/a")
+	}
+	if s.TurnsNoOutput > 0 {
+		s.note(fmt.Sprintf("%d of %d OK turns (%.1f %%) produced no output token (no content, reasoning or tool-call delta): "+
+			"left out of TTFB, still counted in turns_ok and sessions/h (turns_no_output)",
+			s.TurnsNoOutput, s.TurnsOK, pct(float64(s.TurnsNoOutput), float64(s.TurnsOK))))
 	}
 	s.StayedPct = pct(float64(s.StayedTurns), float64(s.StayedTurns+s.MovedTurns))
 	s.UsageCachedPct = pct(float64(cachedSum), float64(cachedPromptSum))

@@ -45,6 +45,10 @@ const (
 //	send_lag_p50_s, _p99_s      how late the harness sent turns after the closed loop wanted them, seconds
 //	side_requests_ok, _failed   side requests done in the window (scenario side_requests; 0 without)
 //	side_on_home_pct            share of the OK side requests served by their session's first replica
+//	turns_no_output             OK turns that streamed no token (no TTFB; still in turns_ok and sessions_per_h)
+//	turns_in_flight_mean        achieved concurrency, client side: time-average of turns in flight (Concurrency)
+//	concurrency_pct             100 * turns_in_flight_mean / the level the closed loop can hold
+//	engine_requests_mean        achieved concurrency, server side: running + waiting summed over replicas, mean per poll
 var CSVColumns = columnNames(filterColumns(func(*column) bool { return true }))
 
 // csvFloat formats v with 4 decimals, or "" for NaN.
@@ -387,6 +391,9 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	if m.Interrupted {
 		b.WriteString("- **interrupted**: the run stopped early; incomplete stages are marked in the notes\n")
 	}
+	if st := m.Stopped; st != nil {
+		fmt.Fprintf(&b, "- **stopped**: %s (rule: %s)\n", st.Reason, st.Rule)
+	}
 	for _, n := range m.Notes {
 		fmt.Fprintf(&b, "- note: %s\n", n)
 	}
@@ -410,22 +417,29 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 
 	b.WriteString("\n## Per variant and stage\n\n")
 	vh := []string{"variant", "sessions", "window (s)", "sessions done", "turns ok", "turns failed",
-		"prompt tokens per turn, mean (server)", "prompt tokens per turn, mean (nominal)", "send lag p50 / p99 (ms)", "started = completed + failed + in flight"}
+		"prompt tokens per turn, mean (server)", "prompt tokens per turn, mean (nominal)", "send lag p50 / p99 (ms)", "turns in flight, mean: client (% of target) / engines", "carried in + started = completed + failed + in flight"}
 	var vrows [][]string
 	for _, s := range sums {
-		acc := fmt.Sprintf("%d = %d + %d + %d", s.Accounting.Started, s.Accounting.Completed, s.Accounting.Failed, s.Accounting.InFlight)
-		if !s.Accounting.Balanced {
-			acc = fmt.Sprintf("**%d != %d + %d + %d**", s.Accounting.Started, s.Accounting.Completed, s.Accounting.Failed, s.Accounting.InFlight)
+		a := s.Accounting
+		acc := fmt.Sprintf("%d + %d = %d + %d + %d", a.CarriedIn, a.Started, a.Completed, a.Failed, a.InFlight)
+		if !a.Balanced {
+			acc = fmt.Sprintf("**%d + %d != %d + %d + %d**", a.CarriedIn, a.Started, a.Completed, a.Failed, a.InFlight)
 		}
 		vrows = append(vrows, []string{
 			s.Variant, strconv.Itoa(s.Sessions), fmtPrec(0)(s.WindowSeconds()), strconv.Itoa(s.SessionsCompleted),
 			strconv.Itoa(s.TurnsOK), strconv.Itoa(s.TurnsFailed),
 			fmtThousands(s.PromptTokensMean), fmtThousands(s.NominalPromptTokensMean),
-			fmtPrec(1)(1000*s.SendLagP50S) + " / " + fmtPrec(1)(1000*s.SendLagP99S), acc,
+			fmtPrec(1)(1000*s.SendLagP50S) + " / " + fmtPrec(1)(1000*s.SendLagP99S),
+			fmtPrec(2)(s.Concurrency.TurnsInFlightMean) + " (" + fmtPrec(0)(s.Concurrency.Pct) + " %) / " + fmtPrec(2)(s.Concurrency.EngineRequestsMean), acc,
 		})
 	}
 	mdTable(&b, vh, vrows)
-	b.WriteString("\nSend lag: how late the harness sent turns after the closed loop wanted them (sent - intended); " +
+	b.WriteString("\nAccounting: carried in = turns in flight at the window's start (the previous stage's in flight), " +
+		"started = turns sent in the window; completed and failed by their end instant. ")
+	b.WriteString("Turns in flight: client side the time-average over the window of the turns sent and not done (turns.jsonl), " +
+		"as a share of what the closed loop can hold (sessions x turn / (turn + think time)), a note when under " +
+		strconv.FormatFloat(loadgen.MinConcurrencyPct, 'f', 0, 64) + " %; engines: running + waiting summed over replicas, mean per poll. ")
+	b.WriteString("Send lag: how late the harness sent turns after the closed loop wanted them (sent - intended); " +
 		"a closed loop measures the latency of the sessions it holds, not of an arrival rate: when the server slows, sessions send less often.\n")
 
 	var side [][]string

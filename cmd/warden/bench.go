@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lmwarden/warden/internal/bench"
 	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/loadgen/loadgenhttp"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/sim"
 )
@@ -66,7 +68,11 @@ Examples:
 
 A run that finished but has a stage without a successful turn, or turn
 accounting that does not add up (the checks of 'warden report --check'), exits
-3 with its results written. Ctrl-C stops after writing what is complete.`,
+3 with its results written. Ctrl-C stops after writing what is complete.
+Over HTTP, a run in which ` + strconv.Itoa(loadgenhttp.DefaultMaxConsecutiveFailures) + ` turns in a row fail (a wrong model, a dead server;
+loadgenhttp.DefaultMaxConsecutiveFailures, not configurable here; a successful
+turn resets the count) stops at once, exits 1 and records why in manifest.json
+("stopped": reason and rule) and summary.md. The virtual world has no such rule.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv("GOGC") == "" {

@@ -20,7 +20,8 @@ series.csv) and writes results.csv, turns_by_index.csv, results.json, summary.md
 and the PNG figures into it, then prints the results table. Nothing is re-run.
 
 With --check it also verifies the run: every stage of every variant has a row, the
-turn accounting adds up (started = completed + failed + in flight), at least one
+turn accounting adds up (carried in + started = completed + failed + in flight,
+each stage carrying in the previous one's in flight), at least one
 turn succeeded per stage, and no variant was interrupted; it exits non-zero if not.
 
 Example:
@@ -53,6 +54,9 @@ func checkRun(dir string) error {
 	var errs []error
 	if m.Interrupted {
 		errs = append(errs, errors.New("the run was interrupted"))
+	}
+	if m.Stopped != nil {
+		errs = append(errs, fmt.Errorf("the run was stopped: %s (rule: %s)", m.Stopped.Reason, m.Stopped.Rule))
 	}
 	if err := m.Check(); err != nil {
 		errs = append(errs, err)

@@ -31,7 +31,8 @@ type Config struct {
 	// router.DefaultScrapeInterval.
 	ObserveInterval time.Duration
 	// PollInterval is how often the harness samples every engine's series (as it
-	// polls /metrics in the HTTP world); default loadgen.DefaultScrapeInterval.
+	// polls /metrics in the HTTP world), on average: each poll is jittered within
+	// its interval (loadgen.PollSchedule); default loadgen.DefaultScrapeInterval.
 	PollInterval time.Duration
 
 	Out      *loadgen.ResultsWriter // nil = write nothing
@@ -99,6 +100,7 @@ type run struct {
 
 	variant int
 	loop    *loadgen.Loop
+	polls   *loadgen.PollSchedule // the variant's poll instants after the first
 	end     time.Duration
 	m       *loadgen.Manifest
 	errs    []error
@@ -271,8 +273,8 @@ func (r *run) loopEvents(ctx context.Context) error {
 			}
 		case evPoll:
 			r.poll(t)
-			if t+r.cfg.PollInterval <= r.end {
-				r.sched.at(event{at: t + r.cfg.PollInterval, kind: evPoll, variant: r.variant})
+			if next := r.polls.Next(); next <= r.end {
+				r.sched.at(event{at: next, kind: evPoll, variant: r.variant})
 			}
 		case evObserve:
 			for i, e := range r.engines {
@@ -324,6 +326,9 @@ func (r *run) startVariant(v int) {
 	for i, w := range ws {
 		r.sched.at(event{at: w.Start, kind: evStage, variant: v, idx: i})
 	}
+	// A poll at the start (every window then has a sample at or before its
+	// start), then one jittered within each interval (loadgen.PollSchedule).
+	r.polls = loadgen.NewPollSchedule(r.sc.Seed, name, now, r.cfg.PollInterval)
 	r.sched.at(event{at: now, kind: evPoll, variant: v})
 	r.sched.at(event{at: now, kind: evObserve, variant: v})
 	r.sched.at(event{at: r.end, kind: evEnd, variant: v})
@@ -696,4 +701,7 @@ func (r *run) stageProgress(k int) {
 	}
 	fmt.Fprintf(r.cfg.Progress, "virtual %-4s stage %d/%d  %3d sessions  t=%6.0fs  turns ok=%d failed=%d  wall %.1fs\n",
 		r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, ws[k].End.Seconds(), r.stageOK[k], r.stageKO[k], time.Since(r.wall).Seconds())
+	if msg := loadgen.ConcurrencyWarning(r.loop, k, ws[k].End); msg != "" {
+		fmt.Fprintf(r.cfg.Progress, "warning: [%s] stage %d/%d (%d sessions): %s\n", r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, msg)
+	}
 }

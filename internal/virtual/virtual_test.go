@@ -194,3 +194,39 @@ func TestRouterSeesKVCapacity(t *testing.T) {
 		}
 	}
 }
+
+// Poll instants are jittered within their intervals (loadgen.PollSchedule), so
+// "replicas busy" cannot alias with a lock-step load: after the poll at the
+// variant's start, poll k lies in [start + k s, start + (k+1) s), not on the grid.
+func TestPollInstantsAreJitteredWithinTheirIntervals(t *testing.T) {
+	sc := smokeScenario(t)
+	dir := t.TempDir()
+	m := runOnce(t, sc, dir)
+	_, _, series, err := loadgen.ReadResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := m.Variants[0].Stages[0].Start
+	var instants []time.Duration
+	for _, s := range series {
+		if s.Variant == m.Variants[0].Name && s.Replica == "r0" {
+			instants = append(instants, s.T)
+		}
+	}
+	if len(instants) < 10 || instants[0] != start {
+		t.Fatalf("%d polls of r0, first at %v; want >= 10, the first at the variant's start %v", len(instants), instants[0], start)
+	}
+	onGrid := 0
+	for k, at := range instants[1:] {
+		lo := start + time.Duration(k)*loadgen.DefaultScrapeInterval
+		if at < lo || at >= lo+loadgen.DefaultScrapeInterval {
+			t.Fatalf("poll %d at %v, want within [%v, %v)", k, at, lo, lo+loadgen.DefaultScrapeInterval)
+		}
+		if (at-start)%loadgen.DefaultScrapeInterval == 0 {
+			onGrid++
+		}
+	}
+	if onGrid > 1 {
+		t.Errorf("%d of %d polls on the fixed 1 s grid: not jittered", onGrid, len(instants)-1)
+	}
+}

@@ -23,7 +23,10 @@ const (
 	// DefaultProgressEvery is the wall gap between two progress lines within a stage.
 	DefaultProgressEvery = 10 * time.Second
 	// DefaultMaxConsecutiveFailures aborts a run when that many turns in a row fail
-	// (a wrong model name, a dead server): the figures would mean nothing.
+	// (a wrong model name, a dead server): the figures would mean nothing. A turn
+	// that succeeds resets the count; side requests do not count. The run then
+	// returns ErrTooManyFailures and its manifest records Stopped. warden bench
+	// uses this default (no flag or scenario field sets it; RunConfig does).
 	DefaultMaxConsecutiveFailures = 50
 	// DefaultIdleWait caps (wall) the wait for replicas to drain before a variant.
 	DefaultIdleWait = 30 * time.Second
@@ -41,7 +44,8 @@ type RunConfig struct {
 	HTTP   *http.Client // nil = a client with a connection pool sized for the stages
 	Header http.Header  // extra headers on every turn (e.g. auth); may be nil
 
-	// Replicas are scraped every ScrapeInterval; a required series missing at the
+	// Replicas are scraped every ScrapeInterval on average (each scrape jittered
+	// within its interval, loadgen.PollSchedule); a required series missing at the
 	// first scrape fails the run before any load is sent (peers.md case 13).
 	Replicas       []ReplicaMetrics
 	ScrapeInterval time.Duration // simulated; default loadgen.DefaultScrapeInterval
@@ -121,6 +125,11 @@ func Run(ctx context.Context, cfg RunConfig) (*loadgen.Manifest, error) {
 			break
 		}
 	}
+	if errors.Is(runErr, ErrTooManyFailures) {
+		rn.m.Stopped = &loadgen.StopReason{Reason: runErr.Error(), Rule: fmt.Sprintf(
+			"consecutive failures: the run stops when %d turns in a row fail (RunConfig.MaxConsecutiveFailures, default loadgenhttp.DefaultMaxConsecutiveFailures = %d)",
+			rn.maxConsecutiveFailures(), DefaultMaxConsecutiveFailures)}
+	}
 	if ctx.Err() != nil {
 		rn.m.Interrupted = true
 		if runErr == nil {
@@ -154,6 +163,14 @@ type runner struct {
 	notesMu sync.Mutex
 	notes   []string
 	warned  map[string]bool
+}
+
+// maxConsecutiveFailures is the failure streak that ends the run (< 0: none).
+func (rn *runner) maxConsecutiveFailures() int {
+	if n := rn.cfg.MaxConsecutiveFailures; n != 0 {
+		return n
+	}
+	return DefaultMaxConsecutiveFailures
 }
 
 func (rn *runner) note(format string, args ...any) {
@@ -387,20 +404,20 @@ func (rn *runner) scrapeOnce(ctx context.Context, variant string) {
 	}
 }
 
-func (rn *runner) scrapeLoop(ctx context.Context, variant string) {
+// scrapeLoop scrapes at the variant's poll instants after start
+// (loadgen.PollSchedule: one jittered within each interval, as the virtual world
+// polls) until ctx is done.
+func (rn *runner) scrapeLoop(ctx context.Context, variant string, start time.Duration) {
 	iv := rn.cfg.ScrapeInterval
 	if iv <= 0 {
 		iv = loadgen.DefaultScrapeInterval
 	}
-	t := time.NewTicker(max(rn.clock.WallDuration(iv), time.Millisecond))
-	defer t.Stop()
+	polls := loadgen.NewPollSchedule(rn.sc.Seed, variant, start, iv)
 	for {
-		select {
-		case <-ctx.Done():
+		if err := rn.clock.SleepUntil(ctx, polls.Next()); err != nil {
 			return
-		case <-t.C:
-			rn.scrapeOnce(ctx, variant)
 		}
+		rn.scrapeOnce(ctx, variant)
 	}
 }
 

@@ -467,6 +467,9 @@ func TestRunAbortsOnConsecutiveFailures(t *testing.T) {
 	sc := runScenario()
 	sc.Model = "nope"
 	sc.FailureBackoff = 10 * time.Millisecond
+	// Long stages: the streak, not the stages' end, must end the run, also when a
+	// loaded machine delays the turns (at 50x, 4 s stages were 80 ms of wall time).
+	sc.StageDuration = 10 * time.Minute
 	m, err := Run(context.Background(), RunConfig{
 		Scenario: sc, BaseURL: srv.URL, Clock: simclock.NewScaled(50), MaxConsecutiveFailures: 10,
 	})

@@ -50,7 +50,7 @@ func (rn *runner) startScraping(ctx context.Context, variant string) (start time
 	}
 	start = rn.clock.Now()
 	if rn.scraper != nil {
-		wg.Go(func() { rn.scrapeLoop(scrapeCtx, variant) })
+		wg.Go(func() { rn.scrapeLoop(scrapeCtx, variant, start) })
 	}
 	return start, func() { cancel(); wg.Wait() }
 }
@@ -65,8 +65,7 @@ type turnDone struct {
 
 // variantStats are the live figures of the progress lines.
 type variantStats struct {
-	ok, failed  int
-	outstanding int // turns dispatched and not yet back (waiting or in flight)
+	ok, failed int
 	// Per stage (index of StageWindow): turns ok and failed, sessions whose last
 	// turn ended in the stage (summary.md's "sessions done").
 	stageOK, stageFailed, stageSessionsDone []int
@@ -107,10 +106,7 @@ func (rn *runner) newVariantRun(ctx context.Context, name string, start time.Dur
 		st.ttfb = append(st.ttfb, hdrhistogram.New(1, 3_600_000_000, 3))
 	}
 	vr := &variantRun{rn: rn, name: name, loop: loop, windows: windows, lastEnd: windows[len(windows)-1].End, st: st,
-		results: make(chan turnDone, 256), maxFail: rn.cfg.MaxConsecutiveFailures}
-	if vr.maxFail == 0 {
-		vr.maxFail = DefaultMaxConsecutiveFailures
-	}
+		results: make(chan turnDone, 256), maxFail: rn.maxConsecutiveFailures()}
 	// Turns outlive ctx: at Ctrl-C settle cancels them itself, after the loop.
 	vr.turnCtx, vr.cancelTurns = context.WithCancel(context.WithoutCancel(ctx))
 	return vr
@@ -145,6 +141,7 @@ func (vr *variantRun) drive(ctx context.Context) (stopAt time.Duration) {
 			vr.complete(d, true)
 		case <-stageTimer.C:
 			vr.progressLine(stage, "done")
+			vr.warnConcurrency(stage)
 			stage++
 			if stage == len(windows) {
 				return vr.lastEnd
@@ -167,7 +164,6 @@ func (vr *variantRun) drive(ctx context.Context) (stopAt time.Duration) {
 // dispatch starts one goroutine per turn: it waits for the turn's intended
 // instant, sends it and reports on results.
 func (vr *variantRun) dispatch(trs []loadgen.TurnRequest) {
-	vr.st.outstanding += len(trs)
 	clock := vr.rn.clock
 	for _, tr := range trs {
 		vr.turns.Go(func() {
@@ -194,7 +190,6 @@ func (vr *variantRun) dispatch(trs []loadgen.TurnRequest) {
 // makes due if dispatchNext. A turn that ended at or after the variant's end is
 // only marked sent: it stays in flight.
 func (vr *variantRun) complete(d turnDone, dispatchNext bool) {
-	vr.st.outstanding--
 	if !d.sent {
 		return
 	}
@@ -265,23 +260,36 @@ func (vr *variantRun) settle(stopAt time.Duration) {
 		if d.sent && d.r.Done < stopAt {
 			vr.complete(d, false)
 		} else if d.sent {
-			vr.st.outstanding--
 			vr.loop.Sent(d.tr, d.r.Sent)
 		}
 	}
 	vr.loop.Stop(stopAt)
 }
 
+// warnConcurrency prints a warning at stage k's end when the turns it held in
+// flight on average (loadgen.Loop.StageConcurrency) fell below
+// loadgen.MinConcurrencyPct of the level the loop can hold; summary.md says the
+// same from turns.jsonl.
+func (vr *variantRun) warnConcurrency(k int) {
+	if msg := loadgen.ConcurrencyWarning(vr.loop, k, vr.windows[k].End); msg != "" {
+		fmt.Fprintf(vr.rn.progress, "warning: [%s] stage %d/%d (%d sessions): %s\n",
+			vr.name, k+1, len(vr.windows), vr.windows[k].Sessions, msg)
+	}
+}
+
 // progressLine prints one status line: variant, stage, elapsed simulated time,
-// sessions, turns ok/failed/in flight, sessions completed, and the stage's TTFB p50.
-// Turns, sessions done and TTFB count the stage only, as summary.md does.
+// sessions, turns ok/failed, turns in flight now and sessions waiting for their
+// next turn (think time or failure backoff: nothing on the wire), sessions
+// completed, and the stage's TTFB p50. Turns, sessions done and TTFB count the
+// stage only, as summary.md does.
 func (vr *variantRun) progressLine(stage int, what string) {
 	rn, st, windows := vr.rn, vr.st, vr.windows
 	if rn.progress == io.Discard || stage >= len(windows) {
 		return
 	}
 	w := windows[stage]
-	el := max(rn.clock.Now()-w.Start, 0)
+	now := rn.clock.Now()
+	el := max(now-w.Start, 0)
 	if what == "done" {
 		el = w.End - w.Start
 	}
@@ -292,8 +300,8 @@ func (vr *variantRun) progressLine(stage int, what string) {
 	if what != "" {
 		what = " " + what
 	}
-	fmt.Fprintf(rn.progress, "[%s] stage %d/%d (%d sessions)%s  t=%s/%s  sessions %d  turns ok %d failed %d outstanding %d  sessions done %d  TTFB p50 %s\n",
+	fmt.Fprintf(rn.progress, "[%s] stage %d/%d (%d sessions)%s  t=%s/%s  sessions %d  turns ok %d failed %d in flight %d waiting %d  sessions done %d  TTFB p50 %s\n",
 		vr.loop.Name(), stage+1, len(windows), w.Sessions, what,
 		el.Round(time.Second), (w.End - w.Start).Round(time.Second),
-		vr.loop.Active(), st.stageOK[stage], st.stageFailed[stage], st.outstanding, st.stageSessionsDone[stage], p50)
+		vr.loop.Active(), st.stageOK[stage], st.stageFailed[stage], vr.loop.InFlightAt(now), vr.loop.Waiting(now), st.stageSessionsDone[stage], p50)
 }

@@ -1,0 +1,101 @@
+package report
+
+import (
+	"math"
+	"time"
+
+	"github.com/lmwarden/warden/loadgen"
+)
+
+// Concurrency is what a stage achieved against the sessions it was configured
+// for, over its measured window W = [Start+Warmup, End).
+type Concurrency struct {
+	// TurnsInFlightMean is the client-side time-average of the turns in flight
+	// over W: the sum over turns (side requests left out) of the length of
+	// [Sent, Done) inside W, from turns.jsonl, plus the manifest's
+	// loadgen.StageWindow.UnrecordedInFlight for the turns still in flight when
+	// the variant stopped (they have no record), divided by |W|. It is below the
+	// sessions whenever sessions are between turns: think time, a failed turn's
+	// replacement waiting out failure_backoff, a hold at the router.
+	TurnsInFlightMean float64 `json:"turns_in_flight_mean"`
+	// Target is the mean the closed loop can hold (loadgen.ConcurrencyTarget):
+	// sessions * turn / (turn + think time) with turn the mean Done - Sent of the
+	// OK turns done in W and the scenario's (nominal) think time; the sessions
+	// without think time or without an OK turn.
+	Target float64 `json:"turns_in_flight_target"`
+	// Pct is 100 * TurnsInFlightMean / Target; a stage under
+	// loadgen.MinConcurrencyPct gets a note.
+	Pct float64 `json:"concurrency_pct"`
+	// EngineRequestsMean is the server-side view: the mean over polls in W of
+	// vllm:num_requests_running + vllm:num_requests_waiting summed over replicas
+	// (per replica the mean over its own polls, summed, as ReplicasBusy); it
+	// includes side requests and anything else the engines serve. NaN without
+	// series or when a gauge is missing.
+	EngineRequestsMean float64 `json:"engine_requests_mean"`
+}
+
+// summarizeConcurrency fills s.Concurrency from the variant's results, its
+// series (grouped by replica) and the stage's manifest window, and notes a stage
+// below loadgen.MinConcurrencyPct.
+func summarizeConcurrency(s *Summary, results []*loadgen.Result, replicas []replicaSeries, st loadgen.StageWindow, sc *loadgen.Scenario) {
+	nan := math.NaN()
+	c := Concurrency{TurnsInFlightMean: nan, Target: nan, Pct: nan, EngineRequestsMean: nan}
+	defer func() { s.Concurrency = c }()
+
+	if w := s.WindowEnd - s.WindowStart; w > 0 {
+		busy := st.UnrecordedInFlight
+		var turnSum time.Duration
+		turnN := 0
+		for _, r := range results {
+			if r.Side {
+				continue
+			}
+			busy += max(0, min(r.Done, s.WindowEnd)-max(r.Sent, s.WindowStart))
+			if r.OK() && contains(s.WindowStart, s.WindowEnd, r.Done) {
+				turnSum += r.Done - r.Sent
+				turnN++
+			}
+		}
+		var think, turn time.Duration
+		if sc != nil {
+			think = sc.ThinkTime
+		}
+		if turnN > 0 {
+			turn = turnSum / time.Duration(turnN)
+		}
+		c.TurnsInFlightMean = busy.Seconds() / w.Seconds()
+		c.Target = loadgen.ConcurrencyTarget(s.Sessions, turn, think)
+		c.Pct = pct(c.TurnsInFlightMean, c.Target)
+		if msg := loadgen.ConcurrencyShortfall(c.TurnsInFlightMean, c.Target); msg != "" {
+			s.note(msg + ": the stage measured fewer concurrent turns than it was configured for " +
+				"(failed turns' replacements waiting out failure_backoff, router holds or a late harness); turns_in_flight_mean, concurrency_pct")
+		}
+	}
+
+	total, polled := 0.0, 0
+	for _, rs := range replicas {
+		n, sum := 0, 0.0
+		for _, x := range rs.samples {
+			if contains(s.WindowStart, s.WindowEnd, x.T) {
+				n++
+				sum += x.Running + x.Waiting // NaN stays NaN
+			}
+		}
+		if n > 0 {
+			polled++
+			total += sum / float64(n)
+		}
+	}
+	if polled > 0 && !math.IsNaN(total) {
+		c.EngineRequestsMean = total
+	}
+}
+
+// MarshalJSON writes c with NaN as null, as Summary does.
+func (c Concurrency) MarshalJSON() ([]byte, error) { return marshalFinite(c) }
+
+// UnmarshalJSON reads what MarshalJSON writes (null as NaN).
+func (c *Concurrency) UnmarshalJSON(b []byte) error {
+	type plain Concurrency
+	return unmarshalFinite(b, (*plain)(c))
+}
