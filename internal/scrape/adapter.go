@@ -98,29 +98,7 @@ func fromFamilies(fams map[string]*dto.MetricFamily, kind engines.Kind) *engines
 // without --metrics answers 501, SGLang without --enable-metrics 404), or the
 // parse.
 func FetchEngine(ctx context.Context, client *http.Client, url, userAgent string, kind engines.Kind) (*engines.Snapshot, error) {
-	if client == nil {
-		client = http.DefaultClient
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	if userAgent != "" {
-		req.Header.Set("User-Agent", userAgent)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, statusError(url, resp)
-	}
-	snap, err := ParseEngine(io.LimitReader(resp.Body, MaxBody), kind)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	return snap, nil
+	return fetch(ctx, client, url, userAgent, func(r io.Reader) (*engines.Snapshot, error) { return ParseEngine(r, kind) })
 }
 
 // labelsOf returns a metric's labels as a map.

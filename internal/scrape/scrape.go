@@ -30,27 +30,35 @@ const MaxBody = 32 << 20
 // sent when non-empty. Errors name the URL: the request, a non-200 status (with
 // up to 512 bytes of the body), or the parse.
 func Fetch(ctx context.Context, client *http.Client, url, userAgent string) (*vllmmetrics.Snapshot, error) {
+	return fetch(ctx, client, url, userAgent, Parse)
+}
+
+// fetch is the one GET of a /metrics body for Fetch and FetchEngine: it sends
+// userAgent when non-empty, turns a non-200 answer into a *StatusError, reads at
+// most MaxBody bytes into parse, and names url in every error.
+func fetch[T any](ctx context.Context, client *http.Client, url, userAgent string, parse func(io.Reader) (T, error)) (T, error) {
+	var zero T
 	if client == nil {
 		client = http.DefaultClient
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
+		return zero, fmt.Errorf("scraping %s: %w", url, err)
 	}
 	if userAgent != "" {
 		req.Header.Set("User-Agent", userAgent)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
+		return zero, fmt.Errorf("scraping %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, statusError(url, resp)
+		return zero, statusError(url, resp)
 	}
-	snap, err := Parse(io.LimitReader(resp.Body, MaxBody))
+	snap, err := parse(io.LimitReader(resp.Body, MaxBody))
 	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
+		return zero, fmt.Errorf("scraping %s: %w", url, err)
 	}
 	return snap, nil
 }
