@@ -54,6 +54,10 @@ var columns = []column{
 	intColumn("side_requests_ok", func(s *Summary) int { return s.SideOK }),
 	intColumn("side_requests_failed", func(s *Summary) int { return s.SideFailed }),
 	floatColumn("side_on_home_pct", func(s *Summary) float64 { return s.SideOnHomePct }),
+	// Admission (router.AdmissionConfig): turns the router held, and their hold.
+	intColumn("held_turns", func(s *Summary) int { return s.HeldTurns }),
+	floatColumn("hold_p50_s", func(s *Summary) float64 { return s.HoldP50S }),
+	floatColumn("hold_p95_s", func(s *Summary) float64 { return s.HoldP95S }),
 }
 
 func intColumn(name string, v func(s *Summary) int) column {

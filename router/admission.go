@@ -72,7 +72,7 @@ const (
 	// DefaultFillTarget is the share of a replica's KV cache the counted working
 	// sets may fill (see the rule above); docs/routing.md "Admission" has the
 	// measurements it was chosen from.
-	DefaultFillTarget = 1.0
+	DefaultFillTarget = 1.1
 	// DefaultMaxHold is the longest a new conversation waits before the limit
 	// action. Claude Code gives up on a request after 5 minutes without a byte
 	// (brief clients.md) and the proxy sends none while it holds, so the hold
@@ -251,7 +251,11 @@ type admission struct {
 	convs  map[uint64]*admConv
 	n      []int   // counted conversations per replica
 	sumCtx []int64 // their summed context estimates
-	idleQ  []idleMark
+	// idleQ: conversations whose last request ended, in order of the end, to
+	// stop counting after the idle window; endQ: those no longer counted, to
+	// forget (and sample as ended) after the live window.
+	idleQ []idleMark
+	endQ  []idleMark
 
 	queue   []*ticket
 	tickets map[uint64]*ticket
@@ -273,7 +277,7 @@ type admission struct {
 }
 
 func newAdmission(cfg AdmissionConfig) *admission {
-	a := &admission{convs: map[uint64]*admConv{}, tickets: map[uint64]*ticket{}, idleWin: MinIdleWindow}
+	a := &admission{convs: map[uint64]*admConv{}, tickets: map[uint64]*ticket{}}
 	a.cfg = cfg.WithDefaults()
 	return a
 }
@@ -287,6 +291,7 @@ func (a *admission) reset() {
 	clear(a.n)
 	clear(a.sumCtx)
 	a.idleQ = a.idleQ[:0]
+	a.endQ = a.endQ[:0]
 	for _, t := range a.queue {
 		delete(a.tickets, t.id)
 	}
@@ -345,10 +350,15 @@ func (a *admission) room(i int, r *ReplicaState, s, e int64) bool {
 	return float64(tot) <= float64(r.KVCapacityTokens)*a.cfg.FillTarget
 }
 
-// idleWindow is the idle window in force: never longer than the session
-// table's live window liveWin.
+// idleWindow is the idle window in force: the learned one (0 until minIdleGaps
+// gaps were seen, then the live window stands in), never longer than the
+// session table's live window liveWin.
 func (a *admission) idleWindow(liveWin time.Duration) time.Duration {
-	return min(a.idleWin, max(liveWin, MinIdleWindow))
+	liveWin = max(liveWin, MinIdleWindow)
+	if a.idleWin == 0 {
+		return liveWin
+	}
+	return min(a.idleWin, liveWin)
 }
 
 // expire drops conversations idle past the idle window (at most liveWin) and
@@ -364,6 +374,23 @@ func (a *admission) expire(now, liveWin time.Duration) {
 			continue
 		}
 		a.uncount(c)
+		a.endQ = append(a.endQ, m)
+	}
+	if k > 0 {
+		a.idleQ = append(a.idleQ[:0], a.idleQ[k:]...)
+	}
+	// A conversation no longer counted is kept until the live window has
+	// passed, so that one that comes back records its real gap (a gap longer
+	// than the idle window would otherwise never be seen, and the window would
+	// never learn it); only then is it taken as ended.
+	k = 0
+	for k < len(a.endQ) && now-a.endQ[k].at > max(liveWin, win) {
+		m := a.endQ[k]
+		k++
+		c := a.convs[m.h]
+		if c == nil || c.inflight > 0 || c.counted || c.lastEnd != m.at {
+			continue
+		}
 		if len(a.ended) < endedSamples {
 			a.ended = append(a.ended, endedSample{peak: c.peak, at: now})
 		} else {
@@ -374,7 +401,7 @@ func (a *admission) expire(now, liveWin time.Duration) {
 		delete(a.convs, m.h)
 	}
 	if k > 0 {
-		a.idleQ = append(a.idleQ[:0], a.idleQ[k:]...)
+		a.endQ = append(a.endQ[:0], a.endQ[k:]...)
 	}
 	for i := 0; i < len(a.queue); {
 		t := a.queue[i]

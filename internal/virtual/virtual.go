@@ -76,7 +76,9 @@ type run struct {
 	// heldSince: for a pending turn the router held (router.ErrHold), when it was
 	// first sent.
 	heldSince map[int]time.Duration
-	nextTurn  int
+	// heldTicket: the admission ticket of a held pending turn (router.AdmitInfo).
+	heldTicket map[int]uint64
+	nextTurn   int
 
 	variant int
 	loop    *loadgen.Loop
@@ -115,13 +117,14 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		cfg.PollInterval = loadgen.DefaultScrapeInterval
 	}
 	r := &run{
-		cfg:       cfg,
-		sc:        sc,
-		caches:    map[int64]*tokCache{},
-		flights:   map[string]*flight{},
-		pending:   map[int]loadgen.TurnRequest{},
-		heldSince: map[int]time.Duration{},
-		wall:      time.Now(),
+		cfg:        cfg,
+		sc:         sc,
+		caches:     map[int64]*tokCache{},
+		flights:    map[string]*flight{},
+		pending:    map[int]loadgen.TurnRequest{},
+		heldSince:  map[int]time.Duration{},
+		heldTicket: map[int]uint64{},
+		wall:       time.Now(),
 	}
 	ecfg := cfg.Engine
 	ecfg.EmitTokens = true
@@ -211,12 +214,14 @@ func (r *run) loopEvents(ctx context.Context) error {
 			tr := r.pending[ev.turn]
 			delete(r.pending, ev.turn)
 			since, held := r.heldSince[ev.turn]
+			ticket := r.heldTicket[ev.turn]
 			if held {
 				delete(r.heldSince, ev.turn)
+				delete(r.heldTicket, ev.turn)
 			} else {
 				since = t
 			}
-			r.submit(tr, t, since)
+			r.submit(tr, t, since, ticket)
 		case evPoll:
 			r.poll(t)
 			if t+r.cfg.PollInterval <= r.end {
@@ -291,7 +296,7 @@ func (r *run) stopVariant(t time.Duration) {
 	for _, id := range ids {
 		f := r.flights[id]
 		r.engines[f.replica].Abort(id)
-		r.bal.Release(f.replica)
+		r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 		delete(r.flights, id)
 	}
 	r.loop.Stop(t)
@@ -299,6 +304,7 @@ func (r *run) stopVariant(t time.Duration) {
 	r.loop = nil
 	r.pending = map[int]loadgen.TurnRequest{}
 	r.heldSince = map[int]time.Duration{}
+	r.heldTicket = map[int]uint64{}
 }
 
 func (r *run) send(trs []loadgen.TurnRequest) {
@@ -339,8 +345,9 @@ func sidePrompt(tr loadgen.TurnRequest) []uint32 {
 }
 
 // submit routes a turn at t; since is when it was first sent (earlier than t when
-// the router held it: router.ErrHold, retried every HoldRetry).
-func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
+// the router held it: router.ErrHold, retried every HoldRetry with the ticket
+// the router gave).
+func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration, ticket uint64) {
 	res := tr.NewResult()
 	res.Sent, res.Headers = since, t
 	r.loop.Sent(tr, since)
@@ -352,13 +359,21 @@ func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
 	} else {
 		prompt = r.prompt(tr.Session)
 	}
-	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - since})
+	d, info, err := r.bal.Admit(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - since,
+		Ticket: ticket, Continuing: tr.Turn > 0 && tr.Side == nil})
 	if errors.Is(err, router.ErrHold) {
 		id := r.nextTurn
 		r.nextTurn++
 		r.pending[id] = tr
 		r.heldSince[id] = since
+		r.heldTicket[id] = info.Ticket
 		r.sched.at(event{at: t + HoldRetry, kind: evSend, variant: r.variant, turn: id})
+		return
+	}
+	res.Held = t - since
+	if errors.Is(err, router.ErrOverloaded) {
+		res.Done, res.Status, res.Err = t, 429, err.Error()
+		r.finish(&res, t, tr.Session)
 		return
 	}
 	if err != nil {
@@ -374,7 +389,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t, since time.Duration) {
 	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens}
 	e := r.engines[d.Replica]
 	if err := e.Submit(req, t); err != nil {
-		r.bal.Release(d.Replica)
+		r.bal.ReleaseSession(d.Replica, tr.Session.Key)
 		res.Done, res.Status, res.Err = t, 400, err.Error()
 		r.finish(&res, t, tr.Session)
 		return
@@ -398,7 +413,7 @@ func (r *run) timeout(id string, t time.Duration) {
 	}
 	delete(r.flights, id)
 	r.engines[f.replica].Abort(id)
-	r.bal.Release(f.replica)
+	r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 	f.res.Done, f.res.Status = t, 200
 	f.res.Err = fmt.Sprintf("timeout: no complete response within %s (request_timeout)", r.sc.RequestTimeout)
 	r.finish(&f.res, t, f.tr.Session)
@@ -425,7 +440,7 @@ func (r *run) step(i int, t time.Duration) {
 			f.res.PromptTokens, f.res.CachedTokens, f.res.OutputTokens = ev.PromptTokens, ev.CachedTokens, ev.OutputTokens
 			delete(r.flights, ev.ReqID)
 			r.bal.ObserveCache(f.tr.Session.Key, f.replica, ev.PromptTokens, ev.CachedTokens)
-			r.bal.Release(f.replica)
+			r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 			if f.tr.Side == nil {
 				f.tr.Session.AddReply(sim.Detokenize(f.out))
 			}

@@ -114,6 +114,8 @@ type ModelConfig struct {
 	// Policy used while affinity is on: "working-set" (default), "sticky",
 	// "session-hash" or "shortest-queue" (PolicyNames; docs/routing.md).
 	Policy string `yaml:"policy"`
+	// Admission: the admission gate (AdmissionYAML; off by default).
+	Admission AdmissionYAML `yaml:"admission"`
 }
 
 // ReplicaConfig is one upstream URL: one replica, or DPRanks replicas (DP ranks
@@ -307,6 +309,7 @@ func (c Config) Validate() error {
 		if m.OverflowThreshold < 0 {
 			bad(p+".overflow_threshold", "%d is negative", m.OverflowThreshold)
 		}
+		admissionProblems(p, m.Admission, bad)
 		if !router.ValidPolicy(m.Policy) {
 			bad(p+".policy", "%q is unknown (have %s)", m.Policy, strings.Join(router.PolicyNames(), ", "))
 		}

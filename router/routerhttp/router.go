@@ -125,6 +125,7 @@ func New(cfg Config) (*Router, error) {
 			StaleAfter:        stale,
 			Seed:              cfg.Seed + uint64(mi),
 			Now:               cfg.Clock.Now,
+			Admission:         router.AdmissionConfig(m.Admission),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("model %q: %w", m.Name, err)
@@ -143,6 +144,7 @@ func New(cfg Config) (*Router, error) {
 		Metrics:   rt.metrics,
 		Logger:    cfg.Logger,
 		OnRoute:   rt.noteRoute,
+		Clock:     cfg.Clock,
 	})
 	if err != nil {
 		return nil, err
