@@ -2,8 +2,10 @@ package routerhttp
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -55,4 +57,65 @@ func admissionProblems(path string, a AdmissionYAML, bad func(field, format stri
 	if err := router.AdmissionConfig(a).Validate(); err != nil {
 		bad(path+".admission", "%v", err)
 	}
+}
+
+type admissionView struct {
+	Model     string                 `json:"model"`
+	Admission router.AdmissionStatus `json:"admission"`
+}
+
+// serveAdmission answers GET and PUT /admin/models/{model}/admission. A PUT
+// changes the fields it names and keeps the others; max_hold is a Go duration
+// ("4m", "-1s" for no limit).
+func (rt *Router) serveAdmission(w http.ResponseWriter, r *http.Request, pools []*Pool, all bool) {
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPut:
+		var body struct {
+			Mode       *string  `json:"mode"`
+			FillTarget *float64 `json:"fill_target"`
+			MaxHold    *string  `json:"max_hold"`
+			MaxQueue   *int     `json:"max_queue"`
+			OnLimit    *string  `json:"on_limit"`
+		}
+		if err := decodeStrict(r.Body, &body); err != nil {
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"mode": "off|fit", "fill_target": 1.1, "max_hold": "4m", "max_queue": 1024, "on_limit": "admit|refuse"}: %w`, err))
+			return
+		}
+		var hold time.Duration
+		if body.MaxHold != nil {
+			d, err := time.ParseDuration(*body.MaxHold)
+			if err != nil {
+				adminError(w, http.StatusBadRequest, fmt.Errorf("max_hold: %w", err))
+				return
+			}
+			hold = d
+		}
+		for _, p := range pools {
+			c := p.Balancer.AdmissionConfig()
+			if body.Mode != nil {
+				c.Mode = *body.Mode
+			}
+			if body.FillTarget != nil {
+				c.FillTarget = *body.FillTarget
+			}
+			if body.MaxHold != nil {
+				c.MaxHold = hold
+			}
+			if body.MaxQueue != nil {
+				c.MaxQueue = *body.MaxQueue
+			}
+			if body.OnLimit != nil {
+				c.OnLimit = *body.OnLimit
+			}
+			if err := p.Balancer.SetAdmission(c); err != nil {
+				adminError(w, http.StatusBadRequest, err)
+				return
+			}
+		}
+	default:
+		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))
+		return
+	}
+	writePerModel(w, pools, all, func(p *Pool) admissionView { return admissionView{p.Model, p.Balancer.Admission()} })
 }

@@ -70,10 +70,15 @@ func (p *Proxy) admit(ctx context.Context, pool *Pool, c *call) (router.Decision
 	}
 }
 
-// sleep waits d on the router's clock (wall time when none is set).
+// sleep waits d on the router's clock, or d of wall time if that comes first
+// (a clock that stands still, as a test's manual clock, still lets the waiter
+// ask again); it returns ctx's error when the client went away.
 func (p *Proxy) sleep(ctx context.Context, d time.Duration) error {
 	if p.clock != nil {
-		return p.clock.SleepUntil(ctx, p.clock.Now()+d)
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		p.clock.SleepUntil(wctx, p.clock.Now()+d)
+		return ctx.Err()
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -362,7 +362,10 @@ type ModelStatus struct {
 	BytesPerToken         float64           `json:"bytes_per_token"`
 	BytesPerTokenMeasured bool              `json:"bytes_per_token_measured"`
 	BytesPerTokenSource   router.SizeSource `json:"bytes_per_token_source"`
-	Replicas              []ReplicaReport   `json:"replicas"`
+	// Admission is the admission gate's configuration, queue and estimates
+	// (router.AdmissionStatus; state "off" when not on).
+	Admission router.AdmissionStatus `json:"admission"`
+	Replicas  []ReplicaReport        `json:"replicas"`
 }
 
 // ReplicaReport is ReplicaStatus plus what only the HTTP router knows.
@@ -392,6 +395,7 @@ func (rt *Router) Status() Status {
 		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
 		ms.BytesPerToken, ms.BytesPerTokenSource = b.BytesPerToken()
 		ms.BytesPerTokenMeasured = ms.BytesPerTokenSource != router.SizeAssumed
+		ms.Admission = b.Admission()
 		ups := pool.UpstreamList()
 		for i, s := range b.Status() {
 			if i >= len(ups) {

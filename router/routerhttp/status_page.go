@@ -48,6 +48,9 @@ type CardModel struct {
 	// with fewer ranks than configured ("rank-mismatch"), PinningUnverified those
 	// whose check could not decide.
 	PinningIgnored, PinningMismatch, PinningUnverified []string
+	// Admission is the admission gate (router.AdmissionStatus; State "off"
+	// when not on).
+	Admission router.AdmissionStatus
 }
 
 // CardReplica is one replica's row. Unknown values are negative (-1).
@@ -132,7 +135,7 @@ func (rt *Router) Card() Card {
 		pool := pools[mi]
 		cm := CardModel{
 			Model: ms.Model, Affinity: ms.Affinity, OverflowThreshold: ms.OverflowThreshold,
-			ThresholdAuto: ms.ThresholdAuto, SessionsHomed: ms.Sessions,
+			ThresholdAuto: ms.ThresholdAuto, SessionsHomed: ms.Sessions, Admission: ms.Admission,
 		}
 		var per []convLoad
 		var total convLoad
