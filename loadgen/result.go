@@ -33,6 +33,11 @@ type Result struct {
 	FirstToken time.Duration `json:"first_token_ns"` // first non-empty content/reasoning/tool delta (0: none)
 	LastToken  time.Duration `json:"last_token_ns"`  // last content-carrying event (0: none)
 	Done       time.Duration `json:"done_ns"`        // stream end, error or cancel
+	// Held is how long the router held the request before sending it upstream
+	// (admission, router.ErrHold): the X-Warden-Held-Ms response header over
+	// HTTP, the world's own count in virtual time; 0 when not held. It is part
+	// of the TTFB, which counts from Sent.
+	Held time.Duration `json:"held_ns,omitempty"`
 
 	Status int    `json:"status"` // HTTP status (0: no response)
 	Err    string `json:"err,omitempty"`

@@ -58,6 +58,10 @@ var columns = []column{
 	floatColumn("turns_in_flight_mean", func(s *Summary) float64 { return s.Concurrency.TurnsInFlightMean }),
 	floatColumn("concurrency_pct", func(s *Summary) float64 { return s.Concurrency.Pct }),
 	floatColumn("engine_requests_mean", func(s *Summary) float64 { return s.Concurrency.EngineRequestsMean }),
+	// Admission (router.AdmissionConfig): turns the router held, and their hold.
+	intColumn("held_turns", func(s *Summary) int { return s.HeldTurns }),
+	floatColumn("hold_p50_s", func(s *Summary) float64 { return s.HoldP50S }),
+	floatColumn("hold_p95_s", func(s *Summary) float64 { return s.HoldP95S }),
 }
 
 func intColumn(name string, v func(s *Summary) int) column {

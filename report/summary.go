@@ -86,6 +86,15 @@ type Summary struct {
 	SendLagP50S float64 `json:"send_lag_p50_s"`
 	SendLagP99S float64 `json:"send_lag_p99_s"`
 
+	// HeldTurns counts the turns done in the window (OK or not) that the router
+	// held before sending them upstream (Result.Held > 0: admission), and
+	// HoldP50S / HoldP95S are the quantiles of their hold in seconds (same
+	// histogram settings as TTFB; NaN when none was held). The hold is part of
+	// their TTFB.
+	HeldTurns int     `json:"held_turns"`
+	HoldP50S  float64 `json:"hold_p50_s"`
+	HoldP95S  float64 `json:"hold_p95_s"`
+
 	// ReplicasBusy is the mean number of replicas with running > 0
 	// (vllm:num_requests_running) per poll in the window. Computed per replica as
 	// the share of its polls in the window with running > 0, summed over replicas:
@@ -287,10 +296,14 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 
 	var outTokens, promptSum, nominalSum int64
 	var cachedSum, cachedPromptSum int64
-	hist, lag := newTTFBHistogram(), newTTFBHistogram()
+	hist, lag, held := newTTFBHistogram(), newTTFBHistogram(), newTTFBHistogram()
 	for _, r := range inWindow {
 		if r.Sent >= r.Intended && r.Intended >= 0 {
 			_ = lag.RecordValue(min(max(int64((r.Sent-r.Intended)/time.Microsecond), 0), ttfbHighestUS))
+		}
+		if r.Held > 0 {
+			s.HeldTurns++
+			_ = held.RecordValue(min(int64(r.Held/time.Microsecond), ttfbHighestUS))
 		}
 		if !r.OK() {
 			s.TurnsFailed++
@@ -331,6 +344,7 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 	}
 	s.TTFBP50S, s.TTFBP95S = quantileS(hist, 50), quantileS(hist, 95)
 	s.SendLagP50S, s.SendLagP99S = quantileS(lag, 50), quantileS(lag, 99)
+	s.HoldP50S, s.HoldP95S = quantileS(held, 50), quantileS(held, 95)
 	if hist.TotalCount() == 0 {
 		s.note("no OK turn with a first token in the window: TTFB n/a")
 	}

@@ -442,6 +442,19 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	b.WriteString("Send lag: how late the harness sent turns after the closed loop wanted them (sent - intended); " +
 		"a closed loop measures the latency of the sessions it holds, not of an arrival rate: when the server slows, sessions send less often.\n")
 
+	var heldRows [][]string
+	for _, s := range sums {
+		if s.HeldTurns > 0 {
+			heldRows = append(heldRows, []string{s.Variant, strconv.Itoa(s.Sessions), strconv.Itoa(s.HeldTurns),
+				strconv.Itoa(s.TurnsOK + s.TurnsFailed), fmtPrec(2)(s.HoldP50S), fmtPrec(2)(s.HoldP95S)})
+		}
+	}
+	if len(heldRows) > 0 {
+		b.WriteString("\n## Held at the router\n\nTurns the router's admission gate held before sending them upstream " +
+			"(new conversations waiting for a replica with room for their working set); the hold is part of their TTFB.\n\n")
+		mdTable(&b, []string{"variant", "sessions", "held turns", "turns", "hold p50 (s)", "hold p95 (s)"}, heldRows)
+	}
+
 	var side [][]string
 	for _, s := range sums {
 		if s.SideOK+s.SideFailed > 0 {

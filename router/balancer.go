@@ -83,6 +83,13 @@ type Facts struct {
 	// NoPrefill marks a request that reads no prompt into the KV cache (the proxy
 	// sets it for /v1/messages/count_tokens); passed on as Request.NoPrefill.
 	NoPrefill bool
+	// Ticket is the admission ticket an earlier ErrHold answer gave this request
+	// (Decision.Ticket), 0 on the first attempt (admission.go).
+	Ticket uint64
+	// Continuing: the request continues a conversation (its body already
+	// carries an assistant message; in virtual mode, a turn after the first), so
+	// admission never holds it even when the router does not know its session.
+	Continuing bool
 }
 
 // SideMeasure is the request size the side-request test compares between the
@@ -177,6 +184,8 @@ type BalancerConfig struct {
 	// Outlier: ejection of a replica whose requests fail while its health
 	// check passes (ObserveOutcome); zero values mean the defaults.
 	Outlier OutlierConfig
+	// Admission configures the admission gate (admission.go); off by default.
+	Admission AdmissionConfig
 }
 
 // Balancer holds one model's replica pool state, its policies and its session table,
@@ -207,6 +216,7 @@ type Balancer struct {
 	seed     uint64
 	kvCap    int64 // configured KV capacity per replica, tokens (0 unknown)
 	outlier  OutlierConfig
+	adm      *admission
 
 	// Body size calibration (ObserveSize): decayed sums of body bytes and prompt
 	// tokens of finished requests, and how many were seen.
@@ -276,6 +286,9 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	if !ValidPolicy(cfg.Policy) && cfg.AffinityPolicy == nil {
 		errs = append(errs, fmt.Errorf("policy: %q is unknown (have %s)", cfg.Policy, strings.Join(PolicyNames(), ", ")))
 	}
+	if err := cfg.Admission.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("building balancer: %w", err)
 	}
@@ -320,6 +333,8 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	}
 	b.view = make([]ReplicaState, len(b.reps))
 	b.sessions.grow(len(b.reps))
+	b.adm = newAdmission(cfg.Admission)
+	b.adm.grow(len(b.reps))
 	return b, nil
 }
 
@@ -377,7 +392,17 @@ func (b *Balancer) sync(now time.Duration) {
 // requests), which keeps it, and the policy is told that estimate as
 // Request.PromptTokens. With affinity off it follows ShortestQueue and the session table is
 // left alone. It returns ErrNoReplica when no replica is healthy.
+// It returns ErrHold or ErrOverloaded when the admission gate holds or refuses
+// a new conversation (Admit says more).
 func (b *Balancer) Acquire(f Facts) (Decision, error) {
+	d, _, err := b.Admit(f)
+	return d, err
+}
+
+// Admit is Acquire that also says what the admission gate decided
+// (admission.go): with ErrHold, AdmitInfo.Ticket is what to present in
+// Facts.Ticket when asking again.
+func (b *Balancer) Admit(f Facts) (Decision, AdmitInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if f.PromptTokens <= 0 && f.BodyBytes > 0 {
@@ -388,8 +413,9 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	b.sessions.expire(now)
 	b.fillView(now, f.Avoid)
 	var (
-		d   Decision
-		err error
+		d    Decision
+		info AdmitInfo
+		err  error
 	)
 	home := -1
 	if b.affinity {
@@ -397,13 +423,28 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 		var lost, side bool
 		ctx := f.PromptTokens
 		over := -1
+		var g gateResult
+		gated := f.SessionKey != "" && b.adm.on()
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
+			if gated {
+				// Admission (admission.go): may hold a new conversation, or
+				// leave only the replicas with room healthy in the view.
+				b.adm.expire(now, b.sessions.LiveWindow())
+				g, err = b.adm.gate(now, f, h, b.sessions.home(h), side, ctx, b.view)
+				if err != nil {
+					return Decision{}, g.info(), err
+				}
+			}
 			home, lost = b.sessions.lookup(now, h, side)
 			over = b.sessions.overflowTarget(h)
 		}
 		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
+		if err == nil && gated {
+			b.adm.routed(now, h, d, ctx, side, g)
+			info = g.info()
+		}
 		if err == nil && f.SessionKey != "" {
 			switch {
 			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.reps[home].out.ejected && !b.view[home].Healthy:
@@ -421,7 +462,7 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1, PromptTokens: f.PromptTokens}, b.view)
 	}
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, info, err
 	}
 	if b.onDec != nil {
 		name := b.polName
@@ -433,7 +474,7 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	r := &b.reps[d.Replica]
 	r.inflight++
 	r.served[d.Reason]++
-	return d, nil
+	return d, info, nil
 }
 
 // Release ends one in-flight request on replica i. A Release without a matching
@@ -472,6 +513,9 @@ func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens
 	b.reps[i].usageCached += uint64(cachedTokens)
 	if sessionKey == "" || !b.affinity {
 		return
+	}
+	if b.adm.on() {
+		b.adm.observeCache(b.sessions.hash(sessionKey), promptTokens, cachedTokens)
 	}
 	b.sessions.observeCache(b.sessions.hash(sessionKey), b.now(), i, promptTokens, cachedTokens)
 }
@@ -702,6 +746,7 @@ func (b *Balancer) ResetSessions() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.sessions.Reset()
+	b.adm.reset()
 }
 
 // AddReplica appends a replica (healthy) and returns its index. Existing sessions
@@ -714,6 +759,7 @@ func (b *Balancer) AddReplica(name string) int {
 	b.reps = append(b.reps, replica{name: name, healthy: true, kvCapacity: b.kvCap})
 	b.view = append(b.view, ReplicaState{})
 	b.sessions.grow(len(b.reps))
+	b.adm.grow(len(b.reps))
 	return len(b.reps) - 1
 }
 

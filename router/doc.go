@@ -42,6 +42,8 @@
 // The proxy, config, session-key extraction, admin API, metrics, status card,
 // health checks and scraping are router/routerhttp. The simulator (sim), the load
 // generator (loadgen) and reports (report) are separate; this package imports none
-// of them. Admission control, queueing in the router and prefix-aware (KV-event)
-// routing are not done.
+// of them. Admission (admission.go): with `admission: fit` a new conversation
+// whose expected working set fits no replica's KV cache waits in a FIFO queue
+// at the router before its first request (Balancer.Admit, ErrHold tickets).
+// Prefix-aware (KV-event) routing is not done.
 package router

@@ -96,6 +96,9 @@ type Options struct {
 	// Policy the router uses while affinity is on (router.PolicyNames); "" means
 	// router.DefaultAffinityPolicy. Ignored with an external router (RouterURL).
 	Policy string
+	// Admission configures the router's admission gate per model
+	// (router.AdmissionConfig; off by default). Ignored with an external router.
+	Admission router.AdmissionConfig
 
 	maxNumSeqsGiven bool // MaxNumSeqs was set (not defaulted): slots do not replace it
 
@@ -187,7 +190,7 @@ func runVirtual(ctx context.Context, o Options) error {
 		Scenario: o.Scenario,
 		Replicas: o.SimReplicas,
 		Engine:   sim.EngineConfig{Profile: prof, MaxNumSeqs: o.MaxNumSeqs},
-		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy},
+		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy, Admission: o.Admission},
 		Out:      out,
 		Progress: o.Progress,
 		RunID:    o.RunID,
@@ -397,6 +400,7 @@ func runHTTP(ctx context.Context, o Options) error {
 			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
 			rcfg.Models[i].OverflowThreshold = routerhttp.Threshold(o.OverflowThreshold)
 			rcfg.Models[i].Policy = o.Policy
+			rcfg.Models[i].Admission = routerhttp.AdmissionYAML(o.Admission)
 		}
 		rt, err := routerhttp.New(rcfg)
 		if err != nil {

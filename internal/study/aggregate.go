@@ -27,6 +27,11 @@ var Metrics = []Metric{
 	{"idle_replicas", "replicas with no live conversation", true, func(s *Stage) float64 { return s.IdleReplicas }},
 	{"preemptions", "preemptions in stage", true, func(s *Stage) float64 { return s.Preemptions }},
 	{"fit_ratio", "working set / fleet KV", true, func(s *Stage) float64 { return s.FitRatio }},
+	{"sessions_per_h", "sessions/h", false, func(s *Stage) float64 { return s.SessionsPerH }},
+	// Admission (admit-* arms): turns held at the router and their hold.
+	{"held_turns", "turns held at the router", true, func(s *Stage) float64 { return float64(s.HeldTurns) }},
+	{"hold_p50_s", "hold p50 of held turns (s)", true, func(s *Stage) float64 { return s.HoldP50S }},
+	{"hold_p95_s", "hold p95 of held turns (s)", true, func(s *Stage) float64 { return s.HoldP95S }},
 }
 
 // MetricByKey returns the metric with the given key.

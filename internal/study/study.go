@@ -42,6 +42,8 @@ type Arm struct {
 	// Reference marks an arm that is not a candidate policy (the unlimited-cache
 	// bound): excluded from the acceptance comparison.
 	Reference bool
+	// Admission configures the router's admission gate (admit-* arms).
+	Admission router.AdmissionConfig
 }
 
 // PolicyEnv is what a custom policy is built from.
@@ -175,6 +177,7 @@ func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*Ru
 		KVCapacityTokens:  kvTokens,
 		LiveWindow:        a.LiveWindow,
 		Seed:              seed,
+		Admission:         a.Admission,
 	}
 	if a.NewPolicy != nil {
 		bcfg.AffinityPolicy = a.NewPolicy(PolicyEnv{Seed: seed, Margin: router.DefaultOverflowMargin, SharedPrefixTokens: systemTokens(&sc)})

@@ -70,6 +70,11 @@ func Write(dir string, o Options, runs []*RunResult) error {
 			}
 		}
 	}
+	if !o.NoFigures {
+		if err := writeFrontier(dir, o.Setups, rows); err != nil {
+			return err
+		}
+	}
 	for _, s := range o.Setups {
 		if o.TraceSeed == 0 {
 			break

@@ -63,6 +63,7 @@ type flight struct {
 // router (evArrive), was sent by the client and reached the router.
 type held struct {
 	since, arrived time.Duration
+	ticket         uint64 // the admission ticket the router gave a held turn (router.AdmitInfo)
 }
 
 // tokCache holds a session's rendered conversation so far, so each turn renders
@@ -348,7 +349,7 @@ func (r *run) stopVariant(t time.Duration) {
 	for _, id := range ids {
 		f := r.flights[id]
 		r.engines[f.replica].Abort(id)
-		r.bal.Release(f.replica)
+		r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 		delete(r.flights, id)
 	}
 	// Finished on their engine, not yet at the client: in flight at the end.
@@ -423,13 +424,21 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	} else {
 		prompt = r.prompt(tr.Session)
 	}
-	d, err := r.bal.Acquire(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - h.arrived})
+	d, info, err := r.bal.Admit(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - h.arrived,
+		Ticket: h.ticket, Continuing: tr.Turn > 0 && tr.Side == nil})
 	if errors.Is(err, router.ErrHold) {
 		id := r.nextTurn
 		r.nextTurn++
 		r.pending[id] = tr
+		h.ticket = info.Ticket
 		r.heldSince[id] = h
 		r.sched.at(event{at: t + HoldRetry, kind: evSend, variant: r.variant, turn: id})
+		return
+	}
+	res.Held = t - h.arrived
+	if errors.Is(err, router.ErrOverloaded) {
+		res.Done, res.Status, res.Err = t, 429, err.Error()
+		r.finish(&res, t, tr.Session)
 		return
 	}
 	if err != nil {
@@ -463,7 +472,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	}
 	e := r.engines[d.Replica]
 	if err := e.Submit(req, t); err != nil {
-		r.bal.Release(d.Replica)
+		r.bal.ReleaseSession(d.Replica, tr.Session.Key)
 		res.Done, res.Status, res.Err = t, 400, err.Error()
 		r.finish(&res, t, tr.Session)
 		return
@@ -585,7 +594,7 @@ func (r *run) timeout(id string, t time.Duration) {
 	}
 	delete(r.flights, id)
 	r.engines[f.replica].Abort(id)
-	r.bal.Release(f.replica)
+	r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 	f.res.Done, f.res.Status = t, 200
 	f.res.Err = fmt.Sprintf("timeout: no complete response within %s (request_timeout)", r.sc.RequestTimeout)
 	r.finish(&f.res, t, f.tr.Session)
@@ -620,7 +629,7 @@ func (r *run) step(i int, t time.Duration) {
 			f.res.PromptTokens, f.res.CachedTokens, f.res.OutputTokens = ev.PromptTokens, ev.CachedTokens, ev.OutputTokens
 			delete(r.flights, ev.ReqID)
 			r.bal.ObserveCache(f.tr.Session.Key, f.replica, ev.PromptTokens, ev.CachedTokens)
-			r.bal.Release(f.replica)
+			r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 			if f.tr.Side == nil {
 				f.tr.Session.AddReply(sim.Detokenize(f.out))
 			}

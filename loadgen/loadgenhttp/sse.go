@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,11 @@ const MaxEventSize = 256 << 10
 // ReplicaHeader is the response header the router sets to the replica that served
 // the request (DESIGN-NOTES "Replica header").
 const ReplicaHeader = "X-Warden-Replica"
+
+// HeldHeader is the response header in which the router says how long it held
+// the request before sending it upstream (admission), in milliseconds of the
+// router's clock; it becomes Result.Held.
+const HeldHeader = "X-Warden-Held-Ms"
 
 // errTurnTimeout is the context cause of a turn that exceeded its request timeout.
 var errTurnTimeout = errors.New("request timeout exceeded")
@@ -260,6 +266,11 @@ func (h httpTurn) do(ctx context.Context, clock simclock.Clock, r *loadgen.Resul
 	r.Headers = now
 	r.Status = resp.StatusCode
 	r.Replica = resp.Header.Get(ReplicaHeader)
+	if v := resp.Header.Get(HeldHeader); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			r.Held = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
 		r.Done = clock.Now()

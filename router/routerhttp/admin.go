@@ -25,6 +25,8 @@ import (
 //	PUT  /admin/models/{model}/threshold      body {"threshold":n} or {"threshold":"auto"}
 //	GET  /admin/models/{model}/policy         {"model":m,"policy":name} (affinity-on policy)
 //	PUT  /admin/models/{model}/policy         body {"policy":name}, one of PolicyNames
+//	GET  /admin/models/{model}/admission      {"model":m,"admission":router.AdmissionStatus}
+//	PUT  /admin/models/{model}/admission      body {"mode":"fit","fill_target":1.1,"max_hold":"4m","max_queue":1024,"on_limit":"admit"}, fields optional (the rest kept)
 //	POST /admin/models/{model}/reset-sessions forget every session home
 //	POST /admin/models/{model}/replicas       body {"name":n,"url":u,"dp_ranks":k}: add
 //	                                          an upstream while serving (Router.AddReplica);
@@ -176,6 +178,8 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusCreated, map[string]any{"model": pools[0].Model, "added": names})
+	case what == "admission":
+		rt.serveAdmission(w, r, pools, all)
 	case what == "affinity" || what == "threshold" || what == "policy" || what == "reset-sessions" || what == "replicas":
 		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))
 	default:

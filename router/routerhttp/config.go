@@ -154,6 +154,8 @@ type ModelConfig struct {
 	// default vllm. A model whose replicas are all llama.cpp is slot-based: its
 	// auto threshold is router.SlotOverflowThreshold(max_num_seqs).
 	Engine string `yaml:"engine"`
+	// Admission: the admission gate (AdmissionYAML; off by default).
+	Admission AdmissionYAML `yaml:"admission"`
 }
 
 // ReplicaConfig is one upstream URL: one replica, or DPRanks replicas (DP ranks
@@ -366,6 +368,7 @@ func (c Config) Validate() error {
 		if m.OverflowThreshold < 0 {
 			bad(p+".overflow_threshold", "%d is negative", m.OverflowThreshold)
 		}
+		admissionProblems(p, m.Admission, bad)
 		if !router.ValidPolicy(m.Policy) {
 			bad(p+".policy", "%q is unknown (have %s)", m.Policy, strings.Join(router.PolicyNames(), ", "))
 		}

@@ -47,6 +47,7 @@ type Metrics struct {
 	retries   *prometheus.CounterVec
 	decision  prometheus.Histogram
 	ttfb      *prometheus.HistogramVec
+	adm       *admissionMetrics
 }
 
 // NewMetrics builds the registry. pools is read at every scrape for the gauges
@@ -76,6 +77,7 @@ func NewMetrics(pools func() []*Pool) *Metrics {
 	m.reg.MustRegister(m.requests, m.responses, m.retries, m.decision, m.ttfb,
 		&poolCollector{pools: pools},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.adm = newAdmissionMetrics(m.reg, pools)
 	return m
 }
 

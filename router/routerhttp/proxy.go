@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -119,6 +120,9 @@ type ProxyConfig struct {
 	// the body size in bytes and the decision. It runs on the request's goroutine
 	// and must be fast and non-blocking (the Router feeds its status card with it).
 	OnRoute func(pool *Pool, key string, bodyBytes int, d router.Decision)
+	// Clock, when set, is the clock a request held for admission waits on (the
+	// Balancers' clock); default wall time.
+	Clock simclock.Clock
 }
 
 // Proxy is the router's http.Handler for the API: it reads each request's model
@@ -163,6 +167,7 @@ type Proxy struct {
 	m           *Metrics
 	log         *slog.Logger
 	onRoute     func(pool *Pool, key string, bodyBytes int, d router.Decision)
+	clock       simclock.Clock
 
 	liveMu sync.Mutex
 	live   map[liveKey]map[*call]struct{} // requests in flight per replica (AbortSilent)
@@ -238,6 +243,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		m:           cfg.Metrics,
 		log:         cfg.Logger,
 		onRoute:     cfg.OnRoute,
+		clock:       cfg.Clock,
 	}
 	if p.limit <= 0 {
 		p.limit = DefaultBodyLimit
@@ -392,6 +398,7 @@ type call struct {
 	counted bool // holds an in-flight count (false for /v1/models forwarding)
 	held    bool
 	dec     router.Decision
+	adm     router.AdmitInfo // what the admission gate decided (hold.go)
 
 	attempts int
 	sentAt   time.Time
@@ -434,7 +441,7 @@ func (c *call) upstream() Upstream { return c.pool.Upstream(c.dec.Replica) }
 func (c *call) release() {
 	if c.held {
 		c.held = false
-		c.pool.Balancer.Release(c.dec.Replica)
+		c.pool.Balancer.ReleaseSession(c.dec.Replica, c.facts.SessionKey)
 	}
 }
 
@@ -442,6 +449,7 @@ func (c *call) setHeaders(h http.Header) {
 	h.Set(HeaderReplica, c.upstream().Name)
 	if c.counted {
 		h.Set(HeaderDecision, c.dec.Reason.String())
+		c.setAdmissionHeaders(h)
 	}
 }
 
@@ -532,15 +540,17 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		pool.lastModel.Store(&info.Model)
 	}
 	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == "/v1/messages/count_tokens"}, body: body, inURL: *r.URL, counted: true}
-	t0 := time.Now()
-	d, err := pool.Balancer.Acquire(c.facts)
-	p.m.observeDecision(time.Since(t0))
+	d, err := p.admit(r.Context(), pool, c)
 	if err != nil {
 		name := pool.Model
 		if name == WildcardModel {
 			name = info.Model // the pool serves any model: name the one asked for
 		}
-		p.failModel(w, api, pool.Model, fmt.Errorf("model %q: %w", name, err), false)
+		if errors.Is(err, router.ErrOverloaded) {
+			p.m.countResponse(pool.Model, writeOverloaded(w, api, fmt.Sprintf("model %q: %v", name, err)))
+			return nil, false
+		}
+		p.failModel(w, api, pool.Model, fmt.Errorf("model %q: %w", name, err), r.Context().Err() != nil)
 		return nil, false
 	}
 	c.dec, c.held = d, true

@@ -148,6 +148,7 @@ func New(cfg Config) (*Router, error) {
 				ConsecutiveFailures: cfg.EjectConsecutiveFailures, Window: cfg.EjectWindow,
 				BaseTime: cfg.EjectBaseTime, MaxTime: cfg.EjectMaxTime, MaxPercent: cfg.EjectMaxPercent,
 			},
+			Admission: router.AdmissionConfig(m.Admission),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("model %q: %w", m.Name, err)
@@ -169,6 +170,7 @@ func New(cfg Config) (*Router, error) {
 		Metrics:         rt.metrics,
 		Logger:          cfg.Logger,
 		OnRoute:         rt.noteRoute,
+		Clock:           cfg.Clock,
 	})
 	if err != nil {
 		return nil, err
@@ -391,7 +393,10 @@ type ModelStatus struct {
 	BytesPerToken         float64           `json:"bytes_per_token"`
 	BytesPerTokenMeasured bool              `json:"bytes_per_token_measured"`
 	BytesPerTokenSource   router.SizeSource `json:"bytes_per_token_source"`
-	Replicas              []ReplicaReport   `json:"replicas"`
+	// Admission is the admission gate's configuration, queue and estimates
+	// (router.AdmissionStatus; state "off" when not on).
+	Admission router.AdmissionStatus `json:"admission"`
+	Replicas  []ReplicaReport        `json:"replicas"`
 }
 
 // ReplicaReport is ReplicaStatus plus what only the HTTP router knows.
@@ -430,6 +435,7 @@ func (rt *Router) Status() Status {
 		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
 		ms.BytesPerToken, ms.BytesPerTokenSource = b.BytesPerToken()
 		ms.BytesPerTokenMeasured = ms.BytesPerTokenSource != router.SizeAssumed
+		ms.Admission = b.Admission()
 		ups := pool.UpstreamList()
 		for i, s := range b.Status() {
 			if i >= len(ups) {

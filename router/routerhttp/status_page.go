@@ -56,6 +56,9 @@ type CardModel struct {
 	// Ejected lists the replicas ejected after consecutive failed requests,
 	// each with why and how long until its probe ("d: status 500, probe in 25 s").
 	Ejected []CardEjection
+	// Admission is the admission gate (router.AdmissionStatus; State "off"
+	// when not on).
+	Admission router.AdmissionStatus
 }
 
 // CardReplica is one replica's row. Unknown values are negative (-1).
@@ -158,7 +161,7 @@ func (rt *Router) Card() Card {
 		pool := pools[mi]
 		cm := CardModel{
 			Model: ms.Model, Affinity: ms.Affinity, OverflowThreshold: ms.OverflowThreshold,
-			ThresholdAuto: ms.ThresholdAuto, SessionsHomed: ms.Sessions,
+			ThresholdAuto: ms.ThresholdAuto, SessionsHomed: ms.Sessions, Admission: ms.Admission,
 		}
 		cm.LiveWindowS = pool.Balancer.LiveWindow().Seconds()
 		fleet := CardReplica{Name: "fleet", Healthy: true, ScrapeFresh: true, ScrapeAgeS: -1}

@@ -1,0 +1,776 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Admission: a new conversation whose expected working set fits no replica's KV
+// cache waits at the router, in FIFO order, before its first request, so the
+// conversations that run keep their prefix cache (issue #16; docs/routing.md,
+// "Admission"). The gate is per model (one per Balancer) and pure: the HTTP proxy
+// and the virtual-time world run the same code.
+//
+// The rule. Replica i has room for a new conversation when
+//
+//	S + sum_j (ctx_j - S) + (E - S) <= KVCapacityTokens_i x FillTarget
+//
+// over the conversations j counted on i, where
+//
+//   - ctx_j is conversation j's context estimate (its latest full-size request's
+//     prompt tokens, as the session table keeps it);
+//   - S is the prefix every conversation shares (the system prompt with its
+//     template): a new conversation's first turn reads it from the cache, so the
+//     median of recent first turns' cached tokens tells its size (0 until
+//     MinSharedPrefixSamples first turns reported usage: counted per
+//     conversation, the cautious side); it takes room once per replica;
+//   - E is the expected peak context of a new conversation: the
+//     ExpectedContextQuantile of the peak contexts of the last endedSamples
+//     conversations seen to end (none older than endedHorizon); until
+//     MinEndedConversations have ended, the conversation's own first prompt;
+//     never less than that first prompt;
+//   - a conversation is counted on its replica while a request of it is in
+//     flight or its last request ended at most the idle window ago (IdleFactor x
+//     the 90th percentile of recent end-to-next-request gaps, at least
+//     MinIdleWindow, at most the session table's live window). The live window
+//     measures request to request, which includes the turn itself (tens of
+//     seconds under load); the idle window measures only the client's pause, so
+//     a conversation that has ended stops counting within about a second of its
+//     last response instead of a live window later (docs/routing.md says why:
+//     the replacement conversation of a closed loop arrives the instant its
+//     predecessor's last turn ends).
+//
+// Only a new conversation's first request is gated: a request of a session the
+// router knows, a side request, and a request whose body already carries an
+// assistant message (Facts.Continuing: a conversation whose home the router
+// forgot) always pass. A new conversation is admitted when it is at the head of
+// the queue (or the queue is empty) and some healthy replica has room; the policy
+// then picks among the replicas with room. Otherwise it waits (ErrHold with a
+// ticket to present when it asks again). Past MaxHold, or when the queue already
+// holds MaxQueue tickets, it is admitted anyway (AdmitLimitAdmit, the default)
+// or refused (ErrOverloaded). A ticket not presented again within TicketTTL is
+// dropped (a waiter that vanished cannot block the head), and CancelHold drops
+// one at once (a client that disconnected). With the KV capacity of a healthy
+// replica unknown the gate passes everything (AdmissionStatus.State says so).
+
+// Admission modes (AdmissionConfig.Mode, the `admission:` YAML field).
+const (
+	AdmissionOff = "off" // no gate (the default)
+	AdmissionFit = "fit" // hold a new conversation until its working set fits
+)
+
+// What happens at a limit (AdmissionConfig.OnLimit).
+const (
+	AdmitLimitAdmit  = "admit"  // admitted anyway (the default)
+	AdmitLimitRefuse = "refuse" // refused: ErrOverloaded (429 / 529 at the proxy)
+)
+
+// Admission defaults and estimator constants.
+const (
+	// DefaultFillTarget is the share of a replica's KV cache the counted working
+	// sets may fill (see the rule above); docs/routing.md "Admission" has the
+	// measurements it was chosen from.
+	DefaultFillTarget = 1.1
+	// DefaultMaxHold is the longest a new conversation waits before the limit
+	// action. Claude Code gives up on a request after 5 minutes without a byte
+	// (brief clients.md) and the proxy sends none while it holds, so the hold
+	// plus the first token's own wait must stay under that: 4 minutes leaves a
+	// minute for prefill and queueing once admitted. The measured waits at 24
+	// and 32 reference sessions are in docs/routing.md.
+	DefaultMaxHold = 4 * time.Minute
+	// DefaultMaxQueue bounds the waiters per model.
+	DefaultMaxQueue = 1024
+	// TicketTTL: a held request that has not asked again for this long has gone
+	// (the virtual world asks every 0.5 s, the proxy every HoldPoll).
+	TicketTTL = 5 * time.Second
+	// HoldPoll is how often a held request asks again (the proxy's wait; the
+	// virtual world uses its own HoldRetry).
+	HoldPoll = 250 * time.Millisecond
+
+	// MinEndedConversations ended conversations are needed before E is learned.
+	MinEndedConversations = 8
+	// ExpectedContextQuantile of the ended conversations' peak contexts is E.
+	ExpectedContextQuantile = 0.9
+	// MinSharedPrefixSamples first turns with usage are needed before S is used.
+	MinSharedPrefixSamples = 8
+	// MinIdleWindow and IdleFactor: see the rule above.
+	MinIdleWindow = time.Second
+	IdleFactor    = 2
+
+	endedSamples  = 64        // ring of the peak contexts of ended conversations
+	endedHorizon  = time.Hour // older samples are forgotten
+	prefixSamples = 32        // ring of first turns' cached tokens
+	idleSamples   = 128       // ring of end -> next request gaps
+	minIdleGaps   = 16        // gaps needed before the idle window adapts
+)
+
+// ErrOverloaded: the admission queue is over a limit (MaxHold, MaxQueue) and the
+// model is configured to refuse (AdmitLimitRefuse). The proxy answers in the
+// API's overload shape: OpenAI 429 with Retry-After, Anthropic 529
+// overloaded_error.
+var ErrOverloaded = errors.New("overloaded: admission queue over its limit")
+
+// AdmissionConfig configures one model's admission gate. Zero values mean the
+// documented defaults.
+type AdmissionConfig struct {
+	// Mode: AdmissionOff ("" too) or AdmissionFit.
+	Mode string `json:"mode" yaml:"mode"`
+	// FillTarget: share of each replica's KV cache the working sets may fill;
+	// 0 means DefaultFillTarget.
+	FillTarget float64 `json:"fill_target" yaml:"fill_target"`
+	// MaxHold: longest wait before the limit action; 0 means DefaultMaxHold,
+	// negative means no limit (waits until there is room).
+	MaxHold time.Duration `json:"max_hold" yaml:"max_hold"`
+	// MaxQueue: most waiters; 0 means DefaultMaxQueue, negative no limit.
+	MaxQueue int `json:"max_queue" yaml:"max_queue"`
+	// OnLimit: AdmitLimitAdmit ("" too) or AdmitLimitRefuse.
+	OnLimit string `json:"on_limit" yaml:"on_limit"`
+}
+
+// Validate reports every problem of c.
+func (c AdmissionConfig) Validate() error {
+	var errs []error
+	switch c.Mode {
+	case "", AdmissionOff, AdmissionFit:
+	default:
+		errs = append(errs, fmt.Errorf("admission: mode %q is unknown (have off, fit)", c.Mode))
+	}
+	switch c.OnLimit {
+	case "", AdmitLimitAdmit, AdmitLimitRefuse:
+	default:
+		errs = append(errs, fmt.Errorf("admission: on_limit %q is unknown (have admit, refuse)", c.OnLimit))
+	}
+	if c.FillTarget < 0 || c.FillTarget > 4 {
+		errs = append(errs, fmt.Errorf("admission: fill_target %g is out of range (0 default, else (0, 4])", c.FillTarget))
+	}
+	return errors.Join(errs...)
+}
+
+// WithDefaults resolves the zero values.
+func (c AdmissionConfig) WithDefaults() AdmissionConfig {
+	if c.Mode == "" {
+		c.Mode = AdmissionOff
+	}
+	if c.FillTarget == 0 {
+		c.FillTarget = DefaultFillTarget
+	}
+	if c.MaxHold == 0 {
+		c.MaxHold = DefaultMaxHold
+	}
+	if c.MaxQueue == 0 {
+		c.MaxQueue = DefaultMaxQueue
+	}
+	if c.OnLimit == "" {
+		c.OnLimit = AdmitLimitAdmit
+	}
+	return c
+}
+
+// Admission is what the gate decided for one request (Decision.Admission).
+type Admission uint8
+
+const (
+	AdmitNone      Admission = iota // no gate (off, affinity off, no session key)
+	AdmitPass                       // not a new conversation: passes
+	AdmitNow                        // new conversation, admitted without a wait
+	AdmitAfterHold                  // admitted after waiting in the queue
+	AdmitAtLimit                    // admitted at max_hold or max_queue (OnLimit admit)
+	AdmitUnknown                    // passed: a healthy replica's KV capacity is unknown
+	AdmitHeld                       // waiting (with ErrHold)
+	AdmitRefused                    // refused at a limit (with ErrOverloaded)
+)
+
+// String is the X-Warden-Admission header value.
+func (a Admission) String() string {
+	switch a {
+	case AdmitPass:
+		return "pass"
+	case AdmitNow:
+		return "admitted"
+	case AdmitAfterHold:
+		return "held"
+	case AdmitAtLimit:
+		return "limit"
+	case AdmitUnknown:
+		return "capacity-unknown"
+	case AdmitHeld:
+		return "waiting"
+	case AdmitRefused:
+		return "refused"
+	}
+	return "none"
+}
+
+// ticket is one waiter in the queue.
+type ticket struct {
+	id     uint64
+	issued time.Duration
+	polled time.Duration
+}
+
+// admConv is one conversation the gate counts.
+type admConv struct {
+	replica  int
+	ctx      int64 // context estimate, tokens
+	peak     int64 // largest ctx seen
+	inflight int
+	lastEnd  time.Duration
+	requests int
+	counted  bool
+	// firstDone: the cached tokens of its first request were sampled (or it had
+	// none to sample).
+	firstDone bool
+}
+
+type idleMark struct {
+	h  uint64
+	at time.Duration
+}
+
+type endedSample struct {
+	peak int64
+	at   time.Duration
+}
+
+// AdmissionOutcomes counts the gate's outcomes since the Balancer was built.
+type AdmissionOutcomes struct {
+	Admitted       uint64  `json:"admitted"`            // new conversations admitted without a wait
+	AfterHold      uint64  `json:"admitted_after_hold"` // admitted after a wait
+	AtLimit        uint64  `json:"admitted_at_limit"`   // admitted at max_hold / max_queue
+	Refused        uint64  `json:"refused"`             // refused at a limit
+	GaveUp         uint64  `json:"gave_up"`             // waiters that left (disconnect, ticket expired)
+	HeldSecondsSum float64 `json:"held_seconds_sum"`    // total wait of the admitted and refused
+}
+
+// admission is the gate's state; guarded by the Balancer's lock.
+type admission struct {
+	cfg AdmissionConfig // defaults resolved
+
+	convs  map[uint64]*admConv
+	n      []int   // counted conversations per replica
+	sumCtx []int64 // their summed context estimates
+	// idleQ: conversations whose last request ended, in order of the end, to
+	// stop counting after the idle window; endQ: those no longer counted, to
+	// forget (and sample as ended) after the live window.
+	idleQ []idleMark
+	endQ  []idleMark
+
+	queue   []*ticket
+	tickets map[uint64]*ticket
+	nextID  uint64
+
+	ended    []endedSample
+	endedPos int
+	endedN   int // conversations seen to end in all
+
+	prefix    []int
+	prefixPos int
+
+	gaps    []time.Duration
+	gapPos  int
+	gapSeen int
+	idleWin time.Duration
+
+	out AdmissionOutcomes
+}
+
+func newAdmission(cfg AdmissionConfig) *admission {
+	a := &admission{convs: map[uint64]*admConv{}, tickets: map[uint64]*ticket{}}
+	a.cfg = cfg.WithDefaults()
+	return a
+}
+
+func (a *admission) on() bool { return a != nil && a.cfg.Mode == AdmissionFit }
+
+// reset forgets conversations and waiters (ResetSessions); the learned
+// estimates and the outcome counts stay.
+func (a *admission) reset() {
+	clear(a.convs)
+	clear(a.n)
+	clear(a.sumCtx)
+	a.idleQ = a.idleQ[:0]
+	a.endQ = a.endQ[:0]
+	for _, t := range a.queue {
+		delete(a.tickets, t.id)
+	}
+	a.queue = a.queue[:0]
+}
+
+func (a *admission) grow(n int) {
+	for len(a.n) < n {
+		a.n = append(a.n, 0)
+		a.sumCtx = append(a.sumCtx, 0)
+	}
+}
+
+// sharedPrefix is S in tokens (0 until learned).
+func (a *admission) sharedPrefix() int64 {
+	if len(a.prefix) < MinSharedPrefixSamples {
+		return 0
+	}
+	s := slices.Clone(a.prefix)
+	slices.Sort(s)
+	return int64(s[len(s)/2])
+}
+
+// expected is E for a new conversation whose first prompt is prompt tokens, and
+// whether it was learned from ended conversations.
+func (a *admission) expected(now time.Duration, prompt int64) (int64, bool) {
+	var s []int64
+	for _, e := range a.ended {
+		if now-e.at <= endedHorizon {
+			s = append(s, e.peak)
+		}
+	}
+	if len(s) < MinEndedConversations {
+		return prompt, false
+	}
+	slices.Sort(s)
+	q := s[min(len(s)-1, int(ExpectedContextQuantile*float64(len(s))))]
+	return max(q, prompt), true
+}
+
+// used is replica i's counted working set in tokens, the shared prefix once.
+func (a *admission) used(i int, s int64) int64 {
+	if i >= len(a.n) || a.n[i] == 0 {
+		return 0
+	}
+	return s + a.sumCtx[i] - int64(a.n[i])*s
+}
+
+// room reports whether replica r (index i) has room for a conversation of
+// expected context e.
+func (a *admission) room(i int, r *ReplicaState, s, e int64) bool {
+	tot := e
+	if i < len(a.n) && a.n[i] > 0 {
+		tot = a.used(i, s) + max(e-s, 0)
+	}
+	return float64(tot) <= float64(r.KVCapacityTokens)*a.cfg.FillTarget
+}
+
+// idleWindow is the idle window in force: the learned one (0 until minIdleGaps
+// gaps were seen, then the live window stands in), never longer than the
+// session table's live window liveWin.
+func (a *admission) idleWindow(liveWin time.Duration) time.Duration {
+	liveWin = max(liveWin, MinIdleWindow)
+	if a.idleWin == 0 {
+		return liveWin
+	}
+	return min(a.idleWin, liveWin)
+}
+
+// expire drops conversations idle past the idle window (at most liveWin) and
+// tickets not presented within TicketTTL.
+func (a *admission) expire(now, liveWin time.Duration) {
+	win := a.idleWindow(liveWin)
+	k := 0
+	for k < len(a.idleQ) && now-a.idleQ[k].at > win {
+		m := a.idleQ[k]
+		k++
+		c := a.convs[m.h]
+		if c == nil || c.inflight > 0 || c.lastEnd != m.at {
+			continue
+		}
+		a.uncount(c)
+		a.endQ = append(a.endQ, m)
+	}
+	if k > 0 {
+		a.idleQ = append(a.idleQ[:0], a.idleQ[k:]...)
+	}
+	// A conversation no longer counted is kept until the live window has
+	// passed, so that one that comes back records its real gap (a gap longer
+	// than the idle window would otherwise never be seen, and the window would
+	// never learn it); only then is it taken as ended.
+	k = 0
+	for k < len(a.endQ) && now-a.endQ[k].at > max(liveWin, win) {
+		m := a.endQ[k]
+		k++
+		c := a.convs[m.h]
+		if c == nil || c.inflight > 0 || c.counted || c.lastEnd != m.at {
+			continue
+		}
+		if len(a.ended) < endedSamples {
+			a.ended = append(a.ended, endedSample{peak: c.peak, at: now})
+		} else {
+			a.ended[a.endedPos] = endedSample{peak: c.peak, at: now}
+		}
+		a.endedPos = (a.endedPos + 1) % endedSamples
+		a.endedN++
+		delete(a.convs, m.h)
+	}
+	if k > 0 {
+		a.endQ = append(a.endQ[:0], a.endQ[k:]...)
+	}
+	for i := 0; i < len(a.queue); {
+		t := a.queue[i]
+		if now-t.polled > TicketTTL {
+			a.drop(i)
+			a.out.GaveUp++
+			continue
+		}
+		i++
+	}
+}
+
+func (a *admission) uncount(c *admConv) {
+	if !c.counted {
+		return
+	}
+	c.counted = false
+	a.n[c.replica]--
+	a.sumCtx[c.replica] -= c.ctx
+}
+
+func (a *admission) count(c *admConv) {
+	if c.counted {
+		return
+	}
+	a.grow(c.replica + 1)
+	c.counted = true
+	a.n[c.replica]++
+	a.sumCtx[c.replica] += c.ctx
+}
+
+// drop removes the i-th waiter.
+func (a *admission) drop(i int) {
+	delete(a.tickets, a.queue[i].id)
+	a.queue = slices.Delete(a.queue, i, i+1)
+}
+
+func (a *admission) position(id uint64) int {
+	if id == 0 {
+		return -1
+	}
+	for i, t := range a.queue {
+		if t.id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// gateResult is what gate decided.
+type gateResult struct {
+	outcome Admission
+	ticket  uint64
+	held    time.Duration
+}
+
+// gate decides for one request of a session with hash h whose home is home
+// (-1 none). For an admitted new conversation it marks the replicas without
+// room unhealthy in view, so the policy picks among those with room. It returns
+// ErrHold (a ticket in the result) or ErrOverloaded.
+func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bool, prompt int, view []ReplicaState) (gateResult, error) {
+	if home >= 0 || side || f.Continuing || a.convs[h] != nil {
+		return gateResult{outcome: AdmitPass}, nil
+	}
+	pos := a.position(f.Ticket)
+	var held time.Duration
+	if pos >= 0 {
+		held = now - a.queue[pos].issued
+	}
+	healthy, unknown := 0, false
+	for i := range view {
+		if view[i].Healthy {
+			healthy++
+			unknown = unknown || view[i].KVCapacityTokens <= 0
+		}
+	}
+	if healthy == 0 {
+		return gateResult{outcome: AdmitPass}, nil // the policy answers ErrNoReplica
+	}
+	if unknown {
+		if pos >= 0 {
+			a.drop(pos)
+		}
+		return gateResult{outcome: AdmitUnknown, held: held}, nil
+	}
+	s := a.sharedPrefix()
+	e, _ := a.expected(now, int64(prompt))
+	fits := 0
+	for i := range view {
+		if view[i].Healthy && a.room(i, &view[i], s, e) {
+			fits++
+		}
+	}
+	if fits > 0 && (len(a.queue) == 0 || pos == 0) {
+		for i := range view {
+			if view[i].Healthy && !a.room(i, &view[i], s, e) {
+				view[i].Healthy = false
+			}
+		}
+		out := AdmitNow
+		if pos >= 0 {
+			a.drop(pos)
+			out = AdmitAfterHold
+		}
+		return gateResult{outcome: out, held: held}, nil
+	}
+	over := (pos < 0 && a.cfg.MaxQueue > 0 && len(a.queue) >= a.cfg.MaxQueue) ||
+		(pos >= 0 && a.cfg.MaxHold > 0 && held >= a.cfg.MaxHold)
+	if over {
+		if pos >= 0 {
+			a.drop(pos)
+		}
+		if a.cfg.OnLimit == AdmitLimitRefuse {
+			a.out.Refused++
+			a.out.HeldSecondsSum += held.Seconds()
+			return gateResult{outcome: AdmitRefused, held: held}, ErrOverloaded
+		}
+		return gateResult{outcome: AdmitAtLimit, held: held}, nil
+	}
+	if pos < 0 {
+		a.nextID++
+		t := &ticket{id: a.nextID, issued: now}
+		a.queue = append(a.queue, t)
+		a.tickets[t.id] = t
+		pos = len(a.queue) - 1
+	}
+	a.queue[pos].polled = now
+	return gateResult{outcome: AdmitHeld, ticket: a.queue[pos].id, held: held}, ErrHold
+}
+
+// routed records a routed request of the session with hash h (a new
+// conversation admitted, or one that passed) on decision d; ctx is its context
+// estimate (the policy's Request.PromptTokens), side whether it was a side
+// request.
+func (a *admission) routed(now time.Duration, h uint64, d Decision, ctx int, side bool, g gateResult) {
+	switch g.outcome {
+	case AdmitNow:
+		a.out.Admitted++
+	case AdmitAfterHold:
+		a.out.AfterHold++
+		a.out.HeldSecondsSum += g.held.Seconds()
+	case AdmitAtLimit:
+		a.out.AtLimit++
+		a.out.HeldSecondsSum += g.held.Seconds()
+	}
+	c := a.convs[h]
+	if c == nil {
+		c = &admConv{replica: d.Replica}
+		a.convs[h] = c
+	} else if c.inflight == 0 && c.lastEnd > 0 && !side {
+		a.recordGap(now - c.lastEnd)
+	}
+	if d.Reason != ReasonOverflow && d.Replica != c.replica {
+		a.uncount(c)
+		c.replica = d.Replica
+	}
+	if !side && ctx > 0 {
+		if c.counted {
+			a.sumCtx[c.replica] += int64(ctx) - c.ctx
+		}
+		c.ctx = int64(ctx)
+		c.peak = max(c.peak, c.ctx)
+	}
+	a.count(c)
+	c.inflight++
+	if !side {
+		c.requests++
+	}
+}
+
+// released ends one request of the session with hash h.
+func (a *admission) released(now time.Duration, h uint64) {
+	c := a.convs[h]
+	if c == nil || c.inflight == 0 {
+		return
+	}
+	c.inflight--
+	if c.inflight == 0 {
+		c.lastEnd = now
+		a.idleQ = append(a.idleQ, idleMark{h: h, at: now})
+	}
+}
+
+// observeCache samples S from a conversation's first request: the cached
+// tokens of a new conversation's first turn are the prefix it shares with the
+// conversations before it.
+func (a *admission) observeCache(h uint64, prompt, cached int) {
+	c := a.convs[h]
+	if c == nil || c.firstDone {
+		return
+	}
+	c.firstDone = true
+	if c.requests != 1 || prompt <= 0 {
+		return
+	}
+	if len(a.prefix) < prefixSamples {
+		a.prefix = append(a.prefix, cached)
+	} else {
+		a.prefix[a.prefixPos] = cached
+	}
+	a.prefixPos = (a.prefixPos + 1) % prefixSamples
+}
+
+func (a *admission) recordGap(g time.Duration) {
+	if len(a.gaps) < idleSamples {
+		a.gaps = append(a.gaps, g)
+	} else {
+		a.gaps[a.gapPos] = g
+	}
+	a.gapPos = (a.gapPos + 1) % idleSamples
+	a.gapSeen++
+	if len(a.gaps) >= minIdleGaps && a.gapSeen%16 == 0 {
+		s := slices.Clone(a.gaps)
+		slices.Sort(s)
+		a.idleWin = max(IdleFactor*s[len(s)*9/10], MinIdleWindow)
+	}
+}
+
+// cancel drops a waiter's ticket (its client went away).
+func (a *admission) cancel(id uint64) {
+	if pos := a.position(id); pos >= 0 {
+		a.drop(pos)
+		a.out.GaveUp++
+	}
+}
+
+// home returns the home of hash h without touching it (-1 when unknown).
+func (t *SessionTable) home(h uint64) int {
+	if idx, ok := t.index[h]; ok {
+		return int(t.ents[idx].home)
+	}
+	return -1
+}
+
+// ReleaseSession ends one in-flight request on replica i, as Release, for the
+// session sessionKey ("" none): with admission on, the conversation's last
+// request ending starts its idle window (admission.go). Callers that know the
+// request's session use it instead of Release.
+func (b *Balancer) ReleaseSession(i int, sessionKey string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.reps) || b.reps[i].inflight == 0 {
+		return
+	}
+	now := b.now()
+	b.sync(now)
+	b.reps[i].inflight--
+	if sessionKey != "" && b.adm.on() {
+		b.adm.released(now, b.sessions.hash(sessionKey))
+	}
+}
+
+// CancelHold drops the admission ticket of a held request whose client went
+// away, so the queue forgets it at once (counted as gave up). Unknown tickets
+// are ignored.
+func (b *Balancer) CancelHold(ticket uint64) {
+	if ticket == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.adm.cancel(ticket)
+}
+
+// SetAdmission replaces the admission configuration at run time. Switching it
+// on starts with no conversation counted: the gate counts a conversation from
+// its next request, so it may over-admit for about one turn. Switching it off
+// lets every waiter through at its next ask. Errors: an invalid config.
+func (b *Balancer) SetAdmission(cfg AdmissionConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("setting admission: %w", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	was := b.adm.on()
+	b.adm.cfg = cfg.WithDefaults()
+	if !b.adm.on() || !was {
+		b.adm.reset()
+	}
+	return nil
+}
+
+// AdmissionConfig returns the admission configuration in force (defaults
+// resolved).
+func (b *Balancer) AdmissionConfig() AdmissionConfig {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.adm.cfg
+}
+
+// AdmissionStatus is the gate's state as /status and the card show it.
+type AdmissionStatus struct {
+	AdmissionConfig
+	// State: "off", "on", or "capacity-unknown" (on, but a healthy replica's KV
+	// capacity is unknown, so everything passes).
+	State string `json:"state"`
+	// Queue: waiters now; OldestHeldS how long the head has waited, seconds.
+	Queue       int     `json:"queue"`
+	OldestHeldS float64 `json:"oldest_held_s"`
+	// ExpectedContextTokens is E for a new conversation (before it is learned,
+	// each conversation's own first prompt is used: ExpectedSource
+	// "first-prompt"; then "ended-p90": the ExpectedContextQuantile of the
+	// EndedSamples peak contexts of recently ended conversations).
+	ExpectedContextTokens int64  `json:"expected_context_tokens"`
+	ExpectedSource        string `json:"expected_source"`
+	EndedSamples          int    `json:"ended_samples"`
+	EndedTotal            int    `json:"ended_total"`
+	// SharedPrefixTokens is S (0 until MinSharedPrefixSamples first turns
+	// reported their cached tokens; SharedPrefixSamples says how many did).
+	SharedPrefixTokens  int64 `json:"shared_prefix_tokens"`
+	SharedPrefixSamples int   `json:"shared_prefix_samples"`
+	// IdleWindowS: a conversation stops counting this long after its last
+	// request ended, seconds.
+	IdleWindowS float64 `json:"idle_window_s"`
+	// Per replica (index = replica): counted conversations and their working
+	// set in tokens (S once per replica), the left side of the rule.
+	Counted       []int             `json:"counted_conversations"`
+	WorkingTokens []int64           `json:"working_set_tokens"`
+	Outcomes      AdmissionOutcomes `json:"outcomes"`
+}
+
+// Admission returns the gate's state.
+func (b *Balancer) Admission() AdmissionStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a := b.adm
+	now := b.now()
+	st := AdmissionStatus{AdmissionConfig: a.cfg, State: "off"}
+	if a.on() {
+		a.expire(now, b.sessions.LiveWindow())
+		st.State = "on"
+		for i := range b.reps {
+			if b.reps[i].healthy && b.reps[i].kvCapacity <= 0 {
+				st.State = "capacity-unknown"
+			}
+		}
+	}
+	st.Outcomes = a.out
+	st.Queue = len(a.queue)
+	if len(a.queue) > 0 {
+		st.OldestHeldS = (now - a.queue[0].issued).Seconds()
+	}
+	e, learned := a.expected(now, 0)
+	st.ExpectedSource = "first-prompt"
+	if learned {
+		st.ExpectedContextTokens, st.ExpectedSource = e, "ended-p90"
+	}
+	st.EndedSamples, st.EndedTotal = len(a.ended), a.endedN
+	st.SharedPrefixTokens, st.SharedPrefixSamples = a.sharedPrefix(), len(a.prefix)
+	st.IdleWindowS = a.idleWindow(b.sessions.LiveWindow()).Seconds()
+	s := a.sharedPrefix()
+	for i := range b.reps {
+		n := 0
+		if i < len(a.n) {
+			n = a.n[i]
+		}
+		st.Counted = append(st.Counted, n)
+		st.WorkingTokens = append(st.WorkingTokens, a.used(i, s))
+	}
+	return st
+}
+
+// AdmitInfo is what the admission gate decided for one request (Balancer.Admit).
+type AdmitInfo struct {
+	Admission Admission     // AdmitNone when the gate is off
+	Held      time.Duration // how long the request has waited in the queue
+	Ticket    uint64        // with ErrHold: present it in Facts.Ticket when asking again
+}
+
+func (g gateResult) info() AdmitInfo {
+	return AdmitInfo{Admission: g.outcome, Held: g.held, Ticket: g.ticket}
+}

@@ -1,0 +1,121 @@
+package routerhttp
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/lmwarden/warden/router"
+)
+
+// AdmissionYAML is a model's `admission:` field: either the mode alone
+// (`admission: fit`, `admission: off`) or a mapping of router.AdmissionConfig's
+// fields:
+//
+//	admission:
+//	  mode: fit          # off (default) | fit
+//	  fill_target: 1.0   # share of each replica's KV cache (default 1.0)
+//	  max_hold: 4m       # longest wait (default 4m; -1s: no limit)
+//	  max_queue: 1024    # most waiters (default 1024; -1: no limit)
+//	  on_limit: admit    # admit (default) | refuse (OpenAI 429, Anthropic 529)
+type AdmissionYAML router.AdmissionConfig
+
+var admissionFields = []string{"mode", "fill_target", "max_hold", "max_queue", "on_limit"}
+
+// UnmarshalYAML accepts the scalar or the mapping form; unknown keys are errors.
+func (a *AdmissionYAML) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		a.Mode = n.Value
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: admission: want a mode (off, fit) or a mapping of %s", n.Line, strings.Join(admissionFields, ", "))}}
+	}
+	var errs []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i].Value; !slices.Contains(admissionFields, k) {
+			errs = append(errs, fmt.Sprintf("line %d: field %s not found in admission (have %s)", n.Content[i].Line, k, strings.Join(admissionFields, ", ")))
+		}
+	}
+	if len(errs) > 0 {
+		return &yaml.TypeError{Errors: errs}
+	}
+	var c router.AdmissionConfig
+	if err := n.Decode(&c); err != nil {
+		return err
+	}
+	*a = AdmissionYAML(c)
+	return nil
+}
+
+// admissionProblems reports what is wrong with a model's admission field.
+func admissionProblems(path string, a AdmissionYAML, bad func(field, format string, args ...any)) {
+	if err := router.AdmissionConfig(a).Validate(); err != nil {
+		bad(path+".admission", "%v", err)
+	}
+}
+
+type admissionView struct {
+	Model     string                 `json:"model"`
+	Admission router.AdmissionStatus `json:"admission"`
+}
+
+// serveAdmission answers GET and PUT /admin/models/{model}/admission. A PUT
+// changes the fields it names and keeps the others; max_hold is a Go duration
+// ("4m", "-1s" for no limit).
+func (rt *Router) serveAdmission(w http.ResponseWriter, r *http.Request, pools []*Pool, all bool) {
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPut:
+		var body struct {
+			Mode       *string  `json:"mode"`
+			FillTarget *float64 `json:"fill_target"`
+			MaxHold    *string  `json:"max_hold"`
+			MaxQueue   *int     `json:"max_queue"`
+			OnLimit    *string  `json:"on_limit"`
+		}
+		if err := decodeStrict(r.Body, &body); err != nil {
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"mode": "off|fit", "fill_target": 1.1, "max_hold": "4m", "max_queue": 1024, "on_limit": "admit|refuse"}: %w`, err))
+			return
+		}
+		var hold time.Duration
+		if body.MaxHold != nil {
+			d, err := time.ParseDuration(*body.MaxHold)
+			if err != nil {
+				adminError(w, http.StatusBadRequest, fmt.Errorf("max_hold: %w", err))
+				return
+			}
+			hold = d
+		}
+		for _, p := range pools {
+			c := p.Balancer.AdmissionConfig()
+			if body.Mode != nil {
+				c.Mode = *body.Mode
+			}
+			if body.FillTarget != nil {
+				c.FillTarget = *body.FillTarget
+			}
+			if body.MaxHold != nil {
+				c.MaxHold = hold
+			}
+			if body.MaxQueue != nil {
+				c.MaxQueue = *body.MaxQueue
+			}
+			if body.OnLimit != nil {
+				c.OnLimit = *body.OnLimit
+			}
+			if err := p.Balancer.SetAdmission(c); err != nil {
+				adminError(w, http.StatusBadRequest, err)
+				return
+			}
+		}
+	default:
+		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))
+		return
+	}
+	writePerModel(w, pools, all, func(p *Pool) admissionView { return admissionView{p.Model, p.Balancer.Admission()} })
+}
