@@ -171,6 +171,10 @@ type BalancerConfig struct {
 	StaleAfter time.Duration
 	Seed       uint64               // tie-break randomness
 	Now        func() time.Duration // clock; required
+	// Shared, when set, is the state shared with other routers (SharedState:
+	// session homes, in-flight counts, live working sets). nil: this Balancer's
+	// own state only (one router, the virtual world).
+	Shared SharedState
 }
 
 // Balancer holds one model's replica pool state, its policies and its session table,
@@ -196,6 +200,7 @@ type Balancer struct {
 	policy   Policy // affinity-on policy
 	polName  string
 	onDec    func(DecisionEvent)
+	shared   SharedState // nil: none
 	margin   int
 	seed     uint64
 	kvCap    int64 // configured KV capacity per replica, tokens (0 unknown)
@@ -297,6 +302,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	}
 	b.sessions.SetLiveWindow(cfg.LiveWindow)
 	b.onDec = cfg.OnDecision
+	b.shared = cfg.Shared
 	b.margin, b.seed, b.kvCap = margin, cfg.Seed, cfg.KVCapacityTokens
 	if cfg.AffinityPolicy != nil {
 		b.policy, b.polName = cfg.AffinityPolicy, "custom"
@@ -339,6 +345,12 @@ func (b *Balancer) fillView(now time.Duration, avoid uint64) {
 		v.Live = b.sessions.Live(i)
 		v.LiveTokens = b.sessions.LiveTokens(i)
 		v.KVCapacityTokens = r.kvCapacity
+		if b.shared != nil {
+			rl := b.shared.Remote(i)
+			v.InFlight += rl.InFlight
+			v.Live = max(v.Live, rl.Live)
+			v.LiveTokens = max(v.LiveTokens, rl.LiveTokens)
+		}
 	}
 }
 
@@ -362,9 +374,27 @@ func (b *Balancer) sync(now time.Duration) {
 // requests), which keeps it, and the policy is told that estimate as
 // Request.PromptTokens. With affinity off it follows ShortestQueue and the session table is
 // left alone. It returns ErrNoReplica when no replica is healthy.
+//
+// With BalancerConfig.Shared the session's home comes from the shared store
+// first and a new home is claimed there (acquireShared): the lock is not held
+// while the store is asked, and a store that does not answer leaves the local
+// decision in force.
 func (b *Balancer) Acquire(f Facts) (Decision, error) {
+	if b.shared != nil {
+		return b.acquireShared(f)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	d, _, err := b.acquireLocked(f, nil)
+	return d, err
+}
+
+// acquireLocked is Acquire's decision under mu. sv is what the shared state said
+// (nil: no shared state, or it did not answer); with it, the shared home is
+// adopted into the local table before the decision, and the returned plan, when
+// not nil, is the write Acquire must make to the store (the decision is then not
+// yet told to the store; without a plan it was, as Acquired).
+func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, *claimPlan, error) {
 	if f.PromptTokens <= 0 && f.BodyBytes > 0 {
 		f.PromptTokens = b.estimateTokens(f.BodyBytes)
 	}
@@ -373,8 +403,9 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	b.sessions.expire(now)
 	b.fillView(now, f.Avoid)
 	var (
-		d   Decision
-		err error
+		d    Decision
+		err  error
+		plan *claimPlan
 	)
 	home := -1
 	if b.affinity {
@@ -383,8 +414,13 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 		ctx := f.PromptTokens
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
+			created := false
+			if sv != nil && sv.home.Replica >= 0 && sv.home.Replica < len(b.reps) {
+				created = b.sessions.adopt(now, h, sv.home.Replica)
+			}
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
-			home, lost = b.sessions.lookup(now, h, side)
+			// A session first seen here through the store has no gap to record.
+			home, lost = b.sessions.lookup(now, h, side || created)
 		}
 		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
 		if err == nil && f.SessionKey != "" {
@@ -396,12 +432,15 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 				b.sessions.set(now, h, d.Replica)
 			}
 			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
+			if sv != nil {
+				plan = b.plan(sv, h, d)
+			}
 		}
 	} else {
 		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1, PromptTokens: f.PromptTokens}, b.view)
 	}
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, nil, err
 	}
 	if b.onDec != nil {
 		name := b.polName
@@ -413,7 +452,10 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	r := &b.reps[d.Replica]
 	r.inflight++
 	r.served[d.Reason]++
-	return d, nil
+	if b.shared != nil && plan == nil {
+		b.shared.Acquired(d.Replica)
+	}
+	return d, plan, nil
 }
 
 // Release ends one in-flight request on replica i. A Release without a matching
@@ -426,6 +468,9 @@ func (b *Balancer) Release(i int) {
 	}
 	b.sync(b.now())
 	b.reps[i].inflight--
+	if b.shared != nil {
+		b.shared.Released(i)
+	}
 }
 
 // ObserveCache records how much of a finished request's prompt replica i read from
@@ -753,6 +798,10 @@ type ReplicaStatus struct {
 	// (ReplicaState.Live, LiveTokens).
 	Live       int   `json:"live_conversations"`
 	LiveTokens int64 `json:"live_tokens"`
+	// SharedInFlight is what the other routers sharing this one's state
+	// (BalancerConfig.Shared) have in flight on the replica; InFlight is this
+	// router's own count. Absent without shared state.
+	SharedInFlight int `json:"shared_in_flight,omitempty"`
 }
 
 // Status returns every replica's state, in replica order.
@@ -781,6 +830,9 @@ func (b *Balancer) Status() []ReplicaStatus {
 		s.UsagePromptTokens, s.UsageCachedTokens = r.usagePrompt, r.usageCached
 		s.KVCapacityTokens = r.kvCapacity
 		s.Live, s.LiveTokens = b.sessions.Live(i), b.sessions.LiveTokens(i)
+		if b.shared != nil {
+			s.SharedInFlight = b.shared.Remote(i).InFlight
+		}
 		out[i] = s
 	}
 	return out

@@ -17,6 +17,7 @@ import (
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp/redisstate"
 )
 
 // probeTimeout bounds one /health or /metrics request (wall time).
@@ -49,6 +50,10 @@ type Router struct {
 	// nothing from it for this long are ended (Proxy.AbortSilent). probeTimeout:
 	// the same silence the failed probe itself waited through.
 	silentAbort time.Duration
+	// state is the store shared with other routers (`state:`), nil without;
+	// states its view of each pool.
+	state  *redisstate.Store
+	states map[*Pool]*redisstate.Pool
 }
 
 // target is one configured upstream URL: one replica, or the DP ranks behind it.
@@ -92,7 +97,13 @@ func New(cfg Config) (*Router, error) {
 		convs:  map[*Pool]*convTracker{},
 
 		silentAbort: probeTimeout,
+		states:      map[*Pool]*redisstate.Pool{},
 	}
+	st, err := openState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rt.state = st
 	var pools []*Pool
 	for mi, m := range cfg.Models {
 		pool := &Pool{Model: m.Name}
@@ -108,6 +119,12 @@ func New(cfg Config) (*Router, error) {
 				pool.Upstreams = append(pool.Upstreams, up)
 			}
 			targets = append(targets, t)
+		}
+		var shared router.SharedState
+		if st != nil {
+			sp := statePool(st, pool)
+			rt.states[pool] = sp
+			shared = sp
 		}
 		stale := router.DefaultStaleAfter
 		if cfg.ScrapeInterval > 0 {
@@ -125,6 +142,7 @@ func New(cfg Config) (*Router, error) {
 			StaleAfter:        stale,
 			Seed:              cfg.Seed + uint64(mi),
 			Now:               cfg.Clock.Now,
+			Shared:            shared,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("model %q: %w", m.Name, err)
@@ -135,6 +153,9 @@ func New(cfg Config) (*Router, error) {
 		rt.targets = append(rt.targets, targets...)
 	}
 	rt.metrics = NewMetrics(func() []*Pool { return pools })
+	if st != nil {
+		registerStateMetrics(rt.metrics, st)
+	}
 	p, err := NewProxy(ProxyConfig{
 		Pools:     pools,
 		Keys:      KeyConfig{Headers: cfg.SessionHeaders, UseOpenAIUser: cfg.UseOpenAIUser, SplitSubagents: cfg.SplitSubagents},
@@ -212,6 +233,9 @@ func (rt *Router) AddReplica(model string, rc ReplicaConfig) ([]string, error) {
 	}
 	var names []string
 	for _, up := range ups {
+		if sp := rt.states[pool]; sp != nil {
+			sp.AddReplica(redisstate.ReplicaKey(up.URL.String(), up.Rank))
+		}
 		pool.AddUpstream(up)
 		names = append(names, up.Name)
 	}
@@ -444,6 +468,9 @@ func (rt *Router) Run(ctx context.Context) error {
 	rt.runCtx, rt.loops = ctx, &wg
 	for _, t := range rt.targets {
 		rt.startLoops(ctx, &wg, t)
+	}
+	if rt.state != nil {
+		wg.Go(func() { rt.state.Run(ctx) })
 	}
 	rt.tmu.Unlock()
 	<-ctx.Done()
