@@ -124,6 +124,7 @@ type Store struct {
 	claims atomic.Int64
 
 	errs, fallbacks, outages atomic.Uint64
+	lastErr                  atomic.Value // string: the last failure, "op: error"
 
 	refresh chan string // home keys whose TTL to refresh
 }
@@ -215,6 +216,12 @@ func (s *Store) Errors() uint64    { return s.errs.Load() }
 func (s *Store) Fallbacks() uint64 { return s.fallbacks.Load() }
 func (s *Store) Outages() uint64   { return s.outages.Load() }
 
+// LastError returns the last failed call as "op: error" ("" none).
+func (s *Store) LastError() string {
+	v, _ := s.lastErr.Load().(string)
+	return v
+}
+
 // Pool returns the shared state of one model, whose replicas have the given
 // keys (ReplicaKey, in Balancer order). live reads the model's local live
 // working sets (router.Balancer.LiveSets) for the heartbeat; nil publishes none.
@@ -260,6 +267,7 @@ func (s *Store) available() (rueidis.Client, bool) {
 // first failure of an outage is logged.
 func (s *Store) fail(what string, err error) {
 	s.errs.Add(1)
+	s.lastErr.Store(what + ": " + err.Error())
 	s.openUntil.Store(time.Now().Add(s.opt.CircuitOpen).UnixNano())
 	s.synced.Store(false)
 	if !s.down.Swap(true) {
