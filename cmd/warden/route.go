@@ -26,6 +26,7 @@ type routeOpts struct {
 	threshold  int
 	maxNumSeqs int
 	skipPin    bool
+	state      string
 }
 
 func newRouteCmd() *cobra.Command {
@@ -92,6 +93,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.StringVar(&o.adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
 	f.IntVar(&o.threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4; with --config: every model, over the file)")
 	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
+	f.StringVar(&o.state, "state", "", "shared state for several routers: redis://[user:password@]host:port/db or rediss://; session homes, in-flight counts and live working sets are shared by every router naming it (docs/router.md); over the file's state:")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
 
@@ -146,6 +148,9 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 	}
 	if o.skipPin {
 		cfg.SkipPinningCheck = true
+	}
+	if o.state != "" {
+		cfg.State = o.state
 	}
 	if k := os.Getenv("VLLM_API_KEY"); k != "" && cfg.APIKey == "" {
 		cfg.APIKey = k // the servers' key for the router's own /v1 requests

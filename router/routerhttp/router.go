@@ -360,6 +360,12 @@ func (rt *Router) ResetSessions(model string) error {
 	}
 	for _, p := range pools {
 		p.Balancer.ResetSessions()
+		if sp := rt.states[p]; sp != nil {
+			// The shared homes too, else the next request reads them back.
+			if err := sp.Reset(context.Background()); err != nil {
+				return fmt.Errorf("resetting sessions: %w", err)
+			}
+		}
 	}
 	return nil
 }

@@ -527,6 +527,34 @@ func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, 
 	return i, adopted == 1, true
 }
 
+// Reset deletes every session home of the pool's model in the store (SCAN and
+// UNLINK; an admin operation, bounded by 10 s, not the request timeout). The
+// other routers' local tables are not reset: call Reset through each router
+// (the benchmark does, before each variant).
+func (p *Pool) Reset(ctx context.Context) error {
+	c := p.s.client.Load()
+	if c == nil {
+		return errors.New("shared state: not connected")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var cursor uint64
+	for {
+		e, err := (*c).Do(ctx, (*c).B().Scan().Cursor(cursor).Match(globEscape(p.homePrefix)+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return fmt.Errorf("shared state: scanning homes: %w", err)
+		}
+		if len(e.Elements) > 0 {
+			if err := (*c).Do(ctx, (*c).B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
+				return fmt.Errorf("shared state: deleting homes: %w", err)
+			}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return nil
+		}
+	}
+}
+
 // Acquired, Released and Claimed keep the local counts (router.SharedState).
 func (p *Pool) Acquired(i int) { p.count(i, 1, 1) }
 func (p *Pool) Released(i int) { p.count(i, -1, -1) }
@@ -625,6 +653,19 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 	}
 	p.remote.Store(&rl)
 	return nil
+}
+
+// globEscape escapes the glob characters of s for SCAN MATCH (a model named
+// "*" is a literal star in its keys).
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
