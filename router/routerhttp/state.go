@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp/redisstate"
 )
 
@@ -54,7 +55,8 @@ func statePool(st *redisstate.Store, pool *Pool) *redisstate.Pool {
 	for _, up := range pool.Upstreams {
 		keys = append(keys, redisstate.ReplicaKey(up.URL.String(), up.Rank))
 	}
-	return st.Pool(pool.Model, keys, pool.Balancer.LiveSets)
+	// pool.Balancer is set after this call: read it at each heartbeat.
+	return st.Pool(pool.Model, keys, func() []router.LiveSet { return pool.Balancer.LiveSets() })
 }
 
 // registerStateMetrics adds the store's gauges and counters to m.
@@ -72,3 +74,6 @@ func registerStateMetrics(m *Metrics, st *redisstate.Store) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricStateOutages, Help: "Times the shared state store went from answering to not."}, func() float64 { return float64(st.Outages()) }),
 	)
 }
+
+// State returns the shared state store (`state:`), nil without one.
+func (rt *Router) State() *redisstate.Store { return rt.state }

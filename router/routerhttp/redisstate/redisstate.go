@@ -199,6 +199,11 @@ func Redact(u string) string {
 	return p.String()
 }
 
+// beatTimeout bounds one heartbeat: off the request path, so ten request
+// timeouts, which a loaded host's scheduling noise does not reach (a heartbeat
+// that times out stops the claims until the next one succeeds).
+func (s *Store) beatTimeout() time.Duration { return 10 * s.opt.Timeout }
+
 // RouterID returns this router's id in the store.
 func (s *Store) RouterID() string { return s.opt.RouterID }
 
@@ -613,7 +618,7 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 			}
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, s.beatTimeout())
 	defer cancel()
 	arr, err := beatScript.Exec(cctx, c, []string{p.flightKey, p.liveKey, p.regKey}, args).ToArray()
 	if err != nil {
