@@ -70,9 +70,6 @@ const (
 	// DefaultCircuitOpen is the least time request-path calls stay off after a
 	// failure (then they resume once a heartbeat succeeds).
 	DefaultCircuitOpen = 500 * time.Millisecond
-	// cacheTTL bounds how long a home read is kept locally without an
-	// invalidation; the server's PTTL bounds it too.
-	cacheTTL = time.Minute
 )
 
 // Options configures a Store. Zero values take the defaults above.
@@ -465,7 +462,9 @@ func (p *Pool) Home(session string) (router.SharedHome, bool) {
 	k := p.homeKey(session)
 	ctx, cancel := context.WithTimeout(context.Background(), p.s.opt.Timeout)
 	defer cancel()
-	res := c.DoCache(ctx, c.B().Get().Key(k).Cache(), cacheTTL)
+	// The local copy lives as long as the key (rueidis keeps min(this, the
+	// server's PTTL)), so CachePTTL below is the key's remaining TTL.
+	res := c.DoCache(ctx, c.B().Get().Key(k).Cache(), p.s.opt.SessionTTL)
 	v, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
 		return h, true
