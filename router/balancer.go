@@ -186,6 +186,10 @@ type BalancerConfig struct {
 	Outlier OutlierConfig
 	// Admission configures the admission gate (admission.go); off by default.
 	Admission AdmissionConfig
+	// Shared, when set, is the state shared with other routers (SharedState:
+	// session homes, in-flight counts, live working sets). nil: this Balancer's
+	// own state only (one router, the virtual world).
+	Shared SharedState
 }
 
 // Balancer holds one model's replica pool state, its policies and its session table,
@@ -212,6 +216,7 @@ type Balancer struct {
 	policy   Policy // affinity-on policy
 	polName  string
 	onDec    func(DecisionEvent)
+	shared   SharedState // nil: none
 	margin   int
 	seed     uint64
 	kvCap    int64 // configured KV capacity per replica, tokens (0 unknown)
@@ -321,6 +326,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	}
 	b.sessions.SetLiveWindow(cfg.LiveWindow)
 	b.onDec = cfg.OnDecision
+	b.shared = cfg.Shared
 	b.margin, b.seed, b.kvCap = margin, cfg.Seed, cfg.KVCapacityTokens
 	b.outlier = cfg.Outlier.withDefaults()
 	if cfg.AffinityPolicy != nil {
@@ -369,6 +375,12 @@ func (b *Balancer) fillView(now time.Duration, avoid uint64) {
 		v.Live = b.sessions.Live(i)
 		v.LiveTokens = b.sessions.LiveTokens(i)
 		v.KVCapacityTokens = r.kvCapacity
+		if b.shared != nil {
+			rl := b.shared.Remote(i)
+			v.InFlight += rl.InFlight
+			v.Live = max(v.Live, rl.Live)
+			v.LiveTokens = max(v.LiveTokens, rl.LiveTokens)
+		}
 	}
 }
 
@@ -394,6 +406,12 @@ func (b *Balancer) sync(now time.Duration) {
 // left alone. It returns ErrNoReplica when no replica is healthy.
 // It returns ErrHold or ErrOverloaded when the admission gate holds or refuses
 // a new conversation (Admit says more).
+//
+// With BalancerConfig.Shared the session's home comes from the shared store
+// first and a new home is claimed there (acquireShared): the lock is not held
+// while the store is asked, and a store that does not answer leaves the local
+// decision in force. The admission gate then decides from this router's view
+// (its queue is not shared).
 func (b *Balancer) Acquire(f Facts) (Decision, error) {
 	d, _, err := b.Admit(f)
 	return d, err
@@ -403,8 +421,22 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 // (admission.go): with ErrHold, AdmitInfo.Ticket is what to present in
 // Facts.Ticket when asking again.
 func (b *Balancer) Admit(f Facts) (Decision, AdmitInfo, error) {
+	if b.shared != nil {
+		return b.acquireShared(f)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	d, info, _, err := b.acquireLocked(f, nil)
+	return d, info, err
+}
+
+// acquireLocked is Acquire's decision under mu. sv is what the shared state said
+// (nil: no shared state, or it did not answer); it also returns what the admission
+// gate decided (AdmitInfo); with sv, the shared home is
+// adopted into the local table before the decision, and the returned plan, when
+// not nil, is the write Acquire must make to the store (the decision is then not
+// yet told to the store; without a plan it was, as Acquired).
+func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, *claimPlan, error) {
 	if f.PromptTokens <= 0 && f.BodyBytes > 0 {
 		f.PromptTokens = b.estimateTokens(f.BodyBytes)
 	}
@@ -416,6 +448,7 @@ func (b *Balancer) Admit(f Facts) (Decision, AdmitInfo, error) {
 		d    Decision
 		info AdmitInfo
 		err  error
+		plan *claimPlan
 	)
 	home := -1
 	if b.affinity {
@@ -427,6 +460,10 @@ func (b *Balancer) Admit(f Facts) (Decision, AdmitInfo, error) {
 		gated := f.SessionKey != "" && b.adm.on()
 		if f.SessionKey != "" {
 			h = b.sessions.hash(f.SessionKey)
+			created := false
+			if sv != nil && sv.home.Replica >= 0 && sv.home.Replica < len(b.reps) {
+				created = b.sessions.adopt(now, h, sv.home.Replica)
+			}
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
 			if gated {
 				// Admission (admission.go): may hold a new conversation, or
@@ -434,10 +471,11 @@ func (b *Balancer) Admit(f Facts) (Decision, AdmitInfo, error) {
 				b.adm.expire(now, b.sessions.LiveWindow())
 				g, err = b.adm.gate(now, f, h, b.sessions.home(h), side, ctx, b.view)
 				if err != nil {
-					return Decision{}, g.info(), err
+					return Decision{}, g.info(), nil, err
 				}
 			}
-			home, lost = b.sessions.lookup(now, h, side)
+			// A session first seen here through the store has no gap to record.
+			home, lost = b.sessions.lookup(now, h, side || created)
 			over = b.sessions.overflowTarget(h)
 		}
 		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
@@ -457,12 +495,15 @@ func (b *Balancer) Admit(f Facts) (Decision, AdmitInfo, error) {
 				b.sessions.setOverflow(h, d.Replica)
 			}
 			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
+			if sv != nil {
+				plan = b.plan(sv, h, d)
+			}
 		}
 	} else {
 		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1, PromptTokens: f.PromptTokens}, b.view)
 	}
 	if err != nil {
-		return Decision{}, info, err
+		return Decision{}, info, nil, err
 	}
 	if b.onDec != nil {
 		name := b.polName
@@ -474,7 +515,10 @@ func (b *Balancer) Admit(f Facts) (Decision, AdmitInfo, error) {
 	r := &b.reps[d.Replica]
 	r.inflight++
 	r.served[d.Reason]++
-	return d, info, nil
+	if b.shared != nil && plan == nil {
+		b.shared.Acquired(d.Replica)
+	}
+	return d, info, plan, nil
 }
 
 // Release ends one in-flight request on replica i. A Release without a matching
@@ -487,6 +531,9 @@ func (b *Balancer) Release(i int) {
 	}
 	b.sync(b.now())
 	b.reps[i].inflight--
+	if b.shared != nil {
+		b.shared.Released(i)
+	}
 }
 
 // ObserveCache records how much of a finished request's prompt replica i read from
@@ -836,6 +883,10 @@ type ReplicaStatus struct {
 	EjectedForS float64 `json:"ejected_for_s"`
 	EjectReason string  `json:"eject_reason,omitempty"`
 	Ejections   uint64  `json:"ejections"`
+	// SharedInFlight is what the other routers sharing this one's state
+	// (BalancerConfig.Shared) have in flight on the replica; InFlight is this
+	// router's own count. Absent without shared state.
+	SharedInFlight int `json:"shared_in_flight,omitempty"`
 }
 
 // Status returns every replica's state, in replica order.
@@ -867,6 +918,9 @@ func (b *Balancer) Status() []ReplicaStatus {
 		s.Ejected, s.EjectReason, s.Ejections = r.out.ejected, r.out.reason, r.out.total
 		if r.out.ejected && r.out.until > now {
 			s.EjectedForS = (r.out.until - now).Seconds()
+		}
+		if b.shared != nil {
+			s.SharedInFlight = b.shared.Remote(i).InFlight
 		}
 		out[i] = s
 	}

@@ -23,6 +23,11 @@
 //   - SessionTable (sessions.go): key hash -> home replica, idle TTL, LRU bound,
 //     counts of homed, active and live sessions per replica and the live sessions'
 //     context tokens; O(1) amortized, no allocation on a hit.
+//   - SharedState (shared.go): the interface to state shared with other routers
+//     (homes claimed first write wins, every router's in-flight count and live
+//     working set); BalancerConfig.Shared, nil in the virtual world. The Redis
+//     implementation is router/routerhttp/redisstate; this package only calls it,
+//     outside its lock for the calls that may wait.
 //
 // One home per rule: the overflow threshold is held by the Balancer and handed to
 // the policy in Request.Threshold (one parser: ParseThreshold); vLLM's DP balancer

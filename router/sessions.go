@@ -437,29 +437,48 @@ func (t *SessionTable) unplace(h uint64, home int) bool {
 	return true
 }
 
+// adopt homes hash h on replica home as another router recorded it (a shared
+// store), without counting a request: an existing entry moves, untouched; a new
+// one is created at now. It reports whether it created the entry.
+func (t *SessionTable) adopt(now time.Duration, h uint64, home int) bool {
+	if idx, ok := t.index[h]; ok {
+		t.grow(home + 1)
+		t.move(idx, home)
+		return false
+	}
+	t.set(now, h, home)
+	return true
+}
+
+// move changes entry idx's home, keeping the per-replica counts (no-op when
+// home is its home already).
+func (t *SessionTable) move(idx int32, home int) {
+	e := &t.ents[idx]
+	if old := int(e.home); old != home {
+		t.homed[old]--
+		t.homed[home]++
+		if e.active {
+			t.active[old]--
+			t.active[home]++
+		}
+		if e.live {
+			t.live[old]--
+			t.live[home]++
+			t.liveTokens[old] -= int64(e.tokens)
+			t.liveTokens[home] += int64(e.tokens)
+		}
+		e.home = int32(home)
+		// The new home has served nothing yet; lost stays until a request
+		// served there reads its previous context from the cache.
+		e.served = 0
+		e.overflow = 0
+	}
+}
+
 func (t *SessionTable) set(now time.Duration, h uint64, home int) {
 	t.grow(home + 1)
 	if idx, ok := t.index[h]; ok {
-		e := &t.ents[idx]
-		if old := int(e.home); old != home {
-			t.homed[old]--
-			t.homed[home]++
-			if e.active {
-				t.active[old]--
-				t.active[home]++
-			}
-			if e.live {
-				t.live[old]--
-				t.live[home]++
-				t.liveTokens[old] -= int64(e.tokens)
-				t.liveTokens[home] += int64(e.tokens)
-			}
-			e.home = int32(home)
-			// The new home has served nothing yet; lost stays until a request
-			// served there reads its previous context from the cache.
-			e.served = 0
-			e.overflow = 0
-		}
+		t.move(idx, home)
 		t.touch(idx, now)
 		return
 	}

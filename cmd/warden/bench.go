@@ -52,6 +52,9 @@ Targets:
                          an already running warden router (before each variant
                          its admin API forgets session homes and switches
                          affinity); replicas are scraped for /metrics
+  --router URL1,URL2 --admin-url A1,A2 --replicas URL,...
+                         several routers sharing state (state: redis://...):
+                         turns go round robin per turn over the routers
 
 Simulated network and API server: a scenario's rtt (client-server round trip)
 and api_servers (vLLM's API-server processes doing tokenization, the chat
@@ -144,8 +147,8 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 	f.IntVar(&o.DPRanks, "dp-ranks", 0, "with one --replicas URL: number of data-parallel ranks behind it")
 	f.StringVar(&o.APIKey, "api-key", "", "with --replicas: the key of servers started with vllm serve --api-key, sent as \"Authorization: Bearer KEY\" on /v1 requests (default $VLLM_API_KEY)")
 	f.BoolVar(&o.SkipPinningCheck, "skip-pinning-check", false, "with --dp-ranks: do not check (2 one-token requests per rank) that the server honours X-Data-Parallel-Rank; without this flag a server that ignores it stops the run")
-	f.StringVar(&o.RouterURL, "router", "", "an already running warden router's API root")
-	f.StringVar(&o.AdminURL, "admin-url", "", "with --router: its admin API root (e.g. http://127.0.0.1:8081)")
+	f.StringVar(&o.RouterURL, "router", "", "an already running warden router's API root; URL1,URL2,... spreads the turns over several routers sharing state (round robin per turn, as behind an L4 balancer)")
+	f.StringVar(&o.AdminURL, "admin-url", "", "with --router: its admin API root (e.g. http://127.0.0.1:8081); with several routers one per router, same order")
 	f.StringVar(&o.AdminToken, "admin-token", "", "with --router: its admin bearer token")
 	f.IntVar(&o.SimReplicas, "sim-replicas", bench.DefaultSimReplicas, "simulated replicas")
 	f.StringVar(&o.Profile, "profile", bench.DefaultProfile, "simulator profile: "+strings.Join(sim.ProfileNames(), ", "))

@@ -33,6 +33,7 @@ type routeOpts struct {
 	// seedFrom says where config took the seed from: "flag", "config" or
 	// "clock" (logged at start).
 	seedFrom string
+	state    string
 }
 
 func newRouteCmd() *cobra.Command {
@@ -106,6 +107,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.Int64Var(&o.bodyMem, "body-memory-bytes", routerhttp.DefaultBodyMemoryBytes, "memory all request bodies being read may hold together (503 with Retry-After past it)")
 	f.IntVar(&o.ejectAfter, "eject-consecutive-failures", router.DefaultEjectConsecutiveFailures, "eject a replica after this many consecutive failed requests (5xx, broken connections) though its /health passes; negative: never (docs/router.md section 9)")
 	f.Uint64Var(&o.seed, "seed", 0, "tie-break seed (model i uses seed+i); default: the config file's seed, else drawn from the clock at start (logged)")
+	f.StringVar(&o.state, "state", "", "shared state for several routers: redis://[user:password@]host:port/db or rediss://; session homes, in-flight counts and live working sets are shared by every router naming it (docs/router.md); over the file's state:")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
 
@@ -178,6 +180,9 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 	default:
 		// Without a seed every restart would repeat the same tie-breaks.
 		cfg.Seed, o.seedFrom = clockSeed(), "clock"
+	}
+	if o.state != "" {
+		cfg.State = o.state
 	}
 	if k := os.Getenv("VLLM_API_KEY"); k != "" && cfg.APIKey == "" {
 		cfg.APIKey = k // the servers' key for the router's own /v1 requests

@@ -258,13 +258,17 @@ func runHTTP(ctx context.Context, o Options) error {
 			return errors.New("bench: --router needs --replicas too: the harness scrapes every replica's /metrics itself")
 		}
 		specs = withDPRanks(o.Replicas, o.DPRanks)
-		rc.BaseURL = strings.TrimRight(o.RouterURL, "/")
-		rc.Target = "router " + rc.BaseURL
-		admin := o.AdminURL
-		if admin == "" {
+		routers := splitURLs(o.RouterURL)
+		rc.BaseURL, rc.BaseURLs = routers[0], routers
+		rc.Target = "router " + strings.Join(routers, " ")
+		admins := splitURLs(o.AdminURL)
+		if len(admins) == 0 {
 			return errors.New("bench: --router needs --admin-url (the router's admin API root) to switch affinity between variants")
 		}
-		rc.SetAffinity = adminSwitch(admin, o.AdminToken)
+		if len(admins) != 1 && len(admins) != len(routers) {
+			return fmt.Errorf("bench: --admin-url has %d roots for %d routers: give one per router, in the same order", len(admins), len(routers))
+		}
+		rc.SetAffinity = adminSwitchAll(admins, o.AdminToken)
 	case len(o.Replicas) > 0:
 		specs = withDPRanks(o.Replicas, o.DPRanks)
 		rc.Target = "vllm " + strings.Join(specs, " ")
@@ -300,7 +304,7 @@ func runHTTP(ctx context.Context, o Options) error {
 		progress = io.Discard
 	}
 	if o.RouterURL != "" {
-		nameLikeRouter(ctx, progress, rcfgs, o.AdminURL, o.AdminToken)
+		nameLikeRouter(ctx, progress, rcfgs, splitURLs(o.AdminURL)[0], o.AdminToken)
 	}
 	hc := &http.Client{}
 	if o.APIKey != "" {
@@ -548,6 +552,35 @@ func routerReplicaNames(ctx context.Context, admin, token string) (map[string]st
 // router's admin API: it forgets every session home (POST
 // {admin}/admin/models/*/reset-sessions), then switches session affinity for
 // every model (PUT {admin}/admin/models/*/affinity).
+// splitURLs splits a comma-separated list of roots (--router URL1,URL2),
+// trimming spaces and trailing slashes and dropping empty items.
+func splitURLs(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// adminSwitchAll is adminSwitch on every router's admin root in turn (several
+// routers sharing state: each keeps its own affinity switch and session table).
+func adminSwitchAll(admins []string, token string) func(ctx context.Context, on bool) error {
+	var sw []func(context.Context, bool) error
+	for _, a := range admins {
+		sw = append(sw, adminSwitch(a, token))
+	}
+	return func(ctx context.Context, on bool) error {
+		for _, f := range sw {
+			if err := f(ctx, on); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 func adminSwitch(admin, token string) func(ctx context.Context, on bool) error {
 	admin = strings.TrimRight(admin, "/")
 	call := func(ctx context.Context, method, path string, body []byte, what string) error {

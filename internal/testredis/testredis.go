@@ -18,8 +18,11 @@ import (
 
 // Server is one redis-server process started for a test.
 type Server struct {
-	Addr string // host:port on 127.0.0.1
-	cmd  *exec.Cmd
+	Addr  string // host:port on 127.0.0.1
+	cmd   *exec.Cmd
+	bin   string
+	args  []string
+	extra []string
 }
 
 // URL is the server's address as a redis:// URL (database 0).
@@ -42,23 +45,39 @@ func Start(t testing.TB, extra ...string) *Server {
 		t.Fatalf("finding a free port: %v", err)
 	}
 	args := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"}, extra...)
-	cmd := exec.Command(bin, args...)
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin, args: args, extra: extra}
+	t.Cleanup(s.Kill)
+	s.run(t)
+	return s
+}
+
+// Restart starts a new, empty server on the same address after Kill (a Redis
+// restarted without persistence), and waits until it answers PING.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	s.run(t)
+}
+
+// run starts the process and waits for PING (10 s at most).
+func (s *Server) run(t testing.TB) {
+	t.Helper()
+	cmd := exec.Command(s.bin, s.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting redis-server: %v", err)
 	}
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
+	s.cmd = cmd
 	go func() { // drain its log so it never blocks on a full pipe
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 		}
 	}()
-	t.Cleanup(s.Kill)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := ping(s.Addr, extra); err == nil {
-			return s
+		if err := ping(s.Addr, s.extra); err == nil {
+			return
 		} else if time.Now().After(deadline) {
 			t.Fatalf("redis-server on %s did not answer PING within 10 s: %v", s.Addr, err)
 		}

@@ -36,6 +36,10 @@ const (
 type RunConfig struct {
 	Scenario *loadgen.Scenario // required; defaults applied
 	BaseURL  string            // router (or server) root the turns go to, e.g. "http://127.0.0.1:8080"
+	// BaseURLs, when it has more than one root, spreads the turns over them
+	// round robin per turn (RoundRobin; several routers sharing state); BaseURL
+	// is then its first and is asked for the model.
+	BaseURLs []string
 	// Clock is the run's simulated clock (speed 1 against real servers); nil = a
 	// new simclock.Scaled at speed 1. Every instant recorded is Clock.Now().
 	Clock *simclock.Scaled
@@ -220,6 +224,13 @@ func (rn *runner) setup(ctx context.Context) error {
 			rn.sc.Model = model
 		}
 		rn.client = NewClient(rn.sc, cfg.BaseURL, rn.http, cfg.Header)
+		if len(cfg.BaseURLs) > 1 {
+			rr := &RoundRobin{}
+			for _, u := range cfg.BaseURLs {
+				rr.Clients = append(rr.Clients, NewClient(rn.sc, u, rn.http, cfg.Header))
+			}
+			rn.client = rr
+		}
 	}
 	rn.w = loadgen.NewWorkload(rn.sc)
 	if len(cfg.Replicas) > 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/yamlpos"
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp/redisstate"
 
 	"github.com/lmwarden/warden/internal/simclock"
 )
@@ -119,6 +120,18 @@ type Config struct {
 	// are forwarded with their own headers, untouched. Default "": none.
 	APIKey string        `yaml:"api_key"`
 	Models []ModelConfig `yaml:"models"`
+	// State, when set, is the store shared with every router that names the same
+	// one: redis://[user:password@]host:port/db, or rediss:// for TLS. Session
+	// homes with their idle TTL, moves, each replica's in-flight count and live
+	// working set are shared; scrapes, health and admin switches stay per router
+	// (docs/router.md "Several routers"). Default "": this router's memory only.
+	State string `yaml:"state"`
+	// StatePrefix begins every key the router writes to State; default
+	// redisstate.DefaultPrefix ("warden:").
+	StatePrefix string `yaml:"state_prefix"`
+	// StateTimeout bounds each call to State (wall time): the most a request
+	// waits for a hung store. Default redisstate.DefaultTimeout (50ms).
+	StateTimeout time.Duration `yaml:"state_timeout"`
 
 	// Clock gives simulated time; nil means wall time (speed 1). Set it to the
 	// simulator's scaled clock when the upstreams run faster than real time.
@@ -337,6 +350,7 @@ func (c Config) Validate() error {
 		"dial_timeout": c.DialTimeout, "response_header_timeout": c.ResponseHeaderTimeout,
 		"session_ttl": c.SessionTTL, "snapshot_interval": c.SnapshotInterval,
 		"eject_window": c.EjectWindow, "eject_base_time": c.EjectBaseTime, "eject_max_time": c.EjectMaxTime,
+		"state_timeout": c.StateTimeout,
 	} {
 		if d < 0 {
 			bad(name, "%v is negative", d)
@@ -344,6 +358,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxSessions < 0 {
 		bad("max_sessions", "%d is negative", c.MaxSessions)
+	}
+	if c.State != "" {
+		if err := checkStateURL(c.State); err != nil {
+			bad("state", "%q is not a redis:// or rediss:// URL: %v", redisstate.Redact(c.State), err)
+		}
 	}
 	for i, h := range c.SessionHeaders {
 		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " :\t\r\n") {

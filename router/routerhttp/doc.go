@@ -13,6 +13,9 @@
 //     the status card (status_page.go, card_window.go), the DP pinning check
 //     (dppin.go) and the background health checks and /metrics scrapes
 //     (internal/scrape) started by Run.
+//   - Shared state (state.go, `state: redis://...`): redisstate, the Redis store of
+//     router.SharedState shared by several routers (docs/router.md §12), its
+//     heartbeat run by Run, its warden_state_* metrics.
 //
 // From a list of URLs (what `warden route --replica URL...` and the benchmark do):
 //

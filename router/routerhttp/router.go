@@ -18,6 +18,7 @@ import (
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp/redisstate"
 )
 
 // probeTimeout bounds one /health or /metrics request (wall time).
@@ -50,6 +51,10 @@ type Router struct {
 	// nothing from it for this long are ended (Proxy.AbortSilent). probeTimeout:
 	// the same silence the failed probe itself waited through.
 	silentAbort time.Duration
+	// state is the store shared with other routers (`state:`), nil without;
+	// states its view of each pool.
+	state  *redisstate.Store
+	states map[*Pool]*redisstate.Pool
 }
 
 // target is one configured upstream URL: one replica, or the DP ranks behind it.
@@ -103,7 +108,13 @@ func New(cfg Config) (*Router, error) {
 		routed: map[*Pool]*routedBytes{},
 
 		silentAbort: probeTimeout,
+		states:      map[*Pool]*redisstate.Pool{},
 	}
+	st, err := openState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rt.state = st
 	var pools []*Pool
 	for mi, m := range cfg.Models {
 		pool := &Pool{Model: m.Name}
@@ -127,6 +138,12 @@ func New(cfg Config) (*Router, error) {
 			}
 			targets = append(targets, t)
 		}
+		var shared router.SharedState
+		if st != nil {
+			sp := statePool(st, pool)
+			rt.states[pool] = sp
+			shared = sp
+		}
 		stale := router.DefaultStaleAfter
 		if cfg.ScrapeInterval > 0 {
 			stale = 3 * cfg.ScrapeInterval
@@ -149,6 +166,7 @@ func New(cfg Config) (*Router, error) {
 				BaseTime: cfg.EjectBaseTime, MaxTime: cfg.EjectMaxTime, MaxPercent: cfg.EjectMaxPercent,
 			},
 			Admission: router.AdmissionConfig(m.Admission),
+			Shared:    shared,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("model %q: %w", m.Name, err)
@@ -159,6 +177,9 @@ func New(cfg Config) (*Router, error) {
 		rt.targets = append(rt.targets, targets...)
 	}
 	rt.metrics = NewMetrics(func() []*Pool { return pools })
+	if st != nil {
+		registerStateMetrics(rt.metrics, st)
+	}
 	p, err := NewProxy(ProxyConfig{
 		Pools:     pools,
 		Keys:      KeyConfig{Headers: cfg.SessionHeaders, UseOpenAIUser: cfg.UseOpenAIUser, SplitSubagents: cfg.SplitSubagents},
@@ -245,6 +266,9 @@ func (rt *Router) AddReplica(model string, rc ReplicaConfig) ([]string, error) {
 	}
 	var names []string
 	for _, up := range ups {
+		if sp := rt.states[pool]; sp != nil {
+			sp.AddReplica(redisstate.ReplicaKey(up.URL.String(), up.Rank))
+		}
 		pool.AddUpstream(up)
 		names = append(names, up.Name)
 	}
@@ -369,6 +393,12 @@ func (rt *Router) ResetSessions(model string) error {
 	}
 	for _, p := range pools {
 		p.Balancer.ResetSessions()
+		if sp := rt.states[p]; sp != nil {
+			// The shared homes too, else the next request reads them back.
+			if err := sp.Reset(context.Background()); err != nil {
+				return fmt.Errorf("resetting sessions: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -491,6 +521,9 @@ func (rt *Router) Run(ctx context.Context) error {
 	rt.runCtx, rt.loops = ctx, &wg
 	for _, t := range rt.targets {
 		rt.startLoops(ctx, &wg, t)
+	}
+	if rt.state != nil {
+		wg.Go(func() { rt.state.Run(ctx) })
 	}
 	rt.tmu.Unlock()
 	wg.Go(func() { rt.every(ctx, ejectProbeInterval, func() { rt.probeEjected(ctx) }) })

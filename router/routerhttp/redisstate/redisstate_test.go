@@ -1,0 +1,371 @@
+package redisstate
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/lmwarden/warden/internal/testredis"
+	"github.com/lmwarden/warden/router"
+)
+
+var testKeys = []string{"http://a:1", "http://b:1", "http://c:1#rank0", "http://c:1#rank1"}
+
+// node is one router's Balancer over a Store, as routerhttp wires them.
+type node struct {
+	b     *router.Balancer
+	st    *Store
+	keys  []string // replica keys in this node's order
+	stop  context.CancelFunc
+	done  chan struct{}
+	start time.Time
+}
+
+// name returns the replica key of this node's replica i.
+func (n *node) name(i int) string { return n.keys[i] }
+
+func newNode(t testing.TB, url string, keys []string, o Options) *node {
+	t.Helper()
+	o.URL = url
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	st, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{st: st, keys: keys, start: time.Now(), done: make(chan struct{})}
+	var b *router.Balancer
+	p := st.Pool("m", keys, func() []router.LiveSet { return b.LiveSets() })
+	b, err = router.NewBalancer(router.BalancerConfig{
+		Replicas: keys, Affinity: true, MaxNumSeqs: 256, Seed: 1,
+		Now: func() time.Duration { return time.Since(n.start) }, Shared: p,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.b = b
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stop = func() { cancel(); <-n.done }
+	go func() { defer close(n.done); st.Run(ctx) }()
+	t.Cleanup(func() { n.stop() })
+	waitFor(t, 3*time.Second, "store synced", func() bool { return st.synced.Load() })
+	return n
+}
+
+func waitFor(t testing.TB, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func reversed(s []string) []string {
+	out := append([]string(nil), s...)
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+func rawClient(t testing.TB, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Eight concurrent first requests of one conversation, four through each of two
+// routers whose configs list the replicas in opposite orders, land on one
+// replica; so does every later request through either.
+func TestFirstRequestsLandOnOneReplica(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newNode(t, srv.URL(), testKeys, Options{})
+	b := newNode(t, srv.URL(), reversed(testKeys), Options{})
+	for s := range 20 {
+		key := fmt.Sprintf("conv-%d", s)
+		var mu sync.Mutex
+		got := map[string]int{}
+		var wg sync.WaitGroup
+		for i := range 8 {
+			n := a
+			if i%2 == 1 {
+				n = b
+			}
+			wg.Go(func() {
+				d, err := n.b.Acquire(router.Facts{SessionKey: key, PromptTokens: 1000})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				got[n.name(d.Replica)]++
+				mu.Unlock()
+				n.b.Release(d.Replica)
+			})
+		}
+		wg.Wait()
+		if len(got) != 1 {
+			t.Fatalf("%s: 8 concurrent first requests through two routers landed on %v, want one replica", key, got)
+		}
+	}
+}
+
+// 64 new conversations sent at once through two routers spread within +-1 per
+// replica (16 each on 4), and every in-flight count returns to exactly 0 after
+// they end, locally and in Redis.
+func TestPlacementsSpreadAcrossRouters(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newNode(t, srv.URL(), testKeys, Options{})
+	b := newNode(t, srv.URL(), reversed(testKeys), Options{})
+	for round := range 3 {
+		type held struct {
+			n *node
+			i int
+		}
+		var mu sync.Mutex
+		var hold []held
+		per := map[string]int{}
+		var wg sync.WaitGroup
+		for s := range 64 {
+			n := a
+			if s%2 == 1 {
+				n = b
+			}
+			wg.Go(func() {
+				d, err := n.b.Acquire(router.Facts{SessionKey: fmt.Sprintf("r%d-s%d", round, s), PromptTokens: 1000})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				per[n.name(d.Replica)]++
+				hold = append(hold, held{n, d.Replica})
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		for _, k := range testKeys {
+			if per[k] < 15 || per[k] > 17 {
+				t.Errorf("round %d: %s got %d of 64 new conversations, want 16 +-1 (all: %v)", round, k, per[k], per)
+			}
+		}
+		for _, h := range hold {
+			h.n.b.Release(h.i)
+		}
+		for _, n := range []*node{a, b} {
+			for _, s := range n.b.Status() {
+				if s.InFlight != 0 {
+					t.Errorf("round %d: %s in flight %d after every request ended", round, s.Name, s.InFlight)
+				}
+			}
+		}
+		c := rawClient(t, srv.Addr)
+		waitFor(t, 2*time.Second, "in-flight in Redis back to 0", func() bool {
+			for _, n := range []*node{a, b} {
+				m, err := c.Do(context.Background(), c.B().Hgetall().Key(DefaultPrefix+"f:m:"+n.st.RouterID()).Build()).AsStrMap()
+				if err != nil {
+					return false
+				}
+				for f, v := range m {
+					if f != "_beat" && v != "0" {
+						return false
+					}
+				}
+			}
+			return a.b.Status()[0].SharedInFlight == 0 && b.b.Status()[0].SharedInFlight == 0
+		})
+	}
+}
+
+// A router that dies (its heartbeat stops, nothing cleaned up) leaves no
+// in-flight count behind: the other sees it go after KeyTTL.
+func TestDeadRouterLeavesNoPhantomInFlight(t *testing.T) {
+	srv := testredis.Start(t)
+	o := Options{KeyTTL: 500 * time.Millisecond}
+	a := newNode(t, srv.URL(), testKeys, o)
+	b := newNode(t, srv.URL(), testKeys, o)
+	for s := range 8 {
+		if _, err := a.b.Acquire(router.Facts{SessionKey: fmt.Sprint("dead-", s)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := func() int {
+		n := 0
+		for _, s := range b.b.Status() {
+			n += s.SharedInFlight
+		}
+		return n
+	}
+	waitFor(t, time.Second, "b sees a's 8 requests", func() bool { return sum() == 8 })
+	a.stop() // no Release: a died with 8 in flight
+	t0 := time.Now()
+	waitFor(t, 2*time.Second, "a's counts expire", func() bool { return sum() == 0 })
+	t.Logf("a's 8 in-flight requests vanished from b's view %v after a stopped (key TTL %v)", time.Since(t0).Round(time.Millisecond), o.KeyTTL)
+}
+
+// A restarted router (new Store, empty session table) serves every existing
+// conversation on its home: no placement.
+func TestRestartedRouterKeepsHomes(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newNode(t, srv.URL(), testKeys, Options{})
+	homes := map[string]string{}
+	for s := range 40 {
+		k := fmt.Sprint("keep-", s)
+		d, err := a.b.Acquire(router.Facts{SessionKey: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.b.Release(d.Replica)
+		homes[k] = a.name(d.Replica)
+	}
+	a.stop()
+	a2 := newNode(t, srv.URL(), reversed(testKeys), Options{})
+	for k, want := range homes {
+		d, err := a2.b.Acquire(router.Facts{SessionKey: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a2.b.Release(d.Replica)
+		if got := a2.name(d.Replica); got != want || d.Reason != router.ReasonSticky {
+			t.Errorf("%s after restart: %s (%v), want %s (sticky)", k, got, d.Reason, want)
+		}
+	}
+}
+
+// Every key the store writes has a TTL, the prefix is honoured, and a session id
+// is not stored.
+func TestEveryKeyHasATTL(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newNode(t, srv.URL(), testKeys, Options{Prefix: "wx:"})
+	for s := range 50 {
+		d, err := a.b.Acquire(router.Facts{SessionKey: fmt.Sprint("secret-session-", s), PromptTokens: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.b.Release(d.Replica)
+	}
+	time.Sleep(3 * DefaultHeartbeat)
+	c := rawClient(t, srv.Addr)
+	keys, err := c.Do(context.Background(), c.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) < 50 {
+		t.Fatalf("%d keys, want at least 50 homes", len(keys))
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "wx:") || strings.Contains(k, "secret") {
+			t.Errorf("key %q: want prefix wx: and no session id", k)
+		}
+		pttl, err := c.Do(context.Background(), c.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil || pttl <= 0 {
+			t.Errorf("key %q: PTTL %d %v, want a TTL", k, pttl, err)
+		}
+	}
+}
+
+// AUTH with a password (and a user) in the URL.
+func TestAuthInURL(t *testing.T) {
+	srv := testredis.Start(t, "--requirepass", "s3cret")
+	for _, u := range []string{"redis://:s3cret@" + srv.Addr + "/0", "redis://default:s3cret@" + srv.Addr + "/1"} {
+		a := newNode(t, u, testKeys, Options{})
+		if _, err := a.b.Acquire(router.Facts{SessionKey: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if !a.st.Up() {
+			t.Errorf("%s: store not up", Redact(u))
+		}
+	}
+	if got := Redact("redis://u:s3cret@h:1/0"); strings.Contains(got, "s3cret") {
+		t.Errorf("Redact kept the password: %s", got)
+	}
+}
+
+// A dead Redis: every request is routed at once from the local view; the store
+// reports down once and is used again, in sync, when Redis is back.
+func TestRedisDownDegradesAndReconciles(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newNode(t, srv.URL(), testKeys, Options{})
+	b := newNode(t, srv.URL(), testKeys, Options{})
+	srv.Kill()
+	for s := range 50 {
+		t0 := time.Now()
+		d, err := a.b.Acquire(router.Facts{SessionKey: fmt.Sprint("down-", s%10)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(t0); el > DefaultTimeout+20*time.Millisecond {
+			t.Errorf("Acquire with Redis down took %v, want at most the timeout %v", el, DefaultTimeout)
+		}
+		a.b.Release(d.Replica)
+	}
+	if a.st.Up() || a.st.Outages() != 1 || a.st.Fallbacks() == 0 {
+		t.Errorf("down: up %v outages %d fallbacks %d, want false 1 >0", a.st.Up(), a.st.Outages(), a.st.Fallbacks())
+	}
+	waitFor(t, time.Second, "b notices", func() bool { return b.st.Outages() == 1 })
+	srv.Restart(t)
+	waitFor(t, 3*time.Second, "both stores up and in sync", func() bool {
+		return a.st.Up() && b.st.Up() && a.st.synced.Load() && b.st.synced.Load()
+	})
+	time.Sleep(DefaultCircuitOpen)
+	// Conversations placed by a during the outage: b (which never saw them)
+	// and a agree on one home each after one request through each.
+	for s := range 10 {
+		k := fmt.Sprint("down-", s)
+		da, _ := a.b.Acquire(router.Facts{SessionKey: k})
+		a.b.Release(da.Replica)
+		db, _ := b.b.Acquire(router.Facts{SessionKey: k})
+		b.b.Release(db.Replica)
+		if a.name(da.Replica) != b.name(db.Replica) {
+			t.Errorf("%s after Redis came back: a %s (%v), b %s (%v); fallbacks a %d b %d; last error b %q", k, a.name(da.Replica), da.Reason, b.name(db.Replica), db.Reason, a.st.Fallbacks(), b.st.Fallbacks(), b.st.LastError())
+		}
+	}
+}
+
+// A hung Redis (SIGSTOP) adds at most the timeout to a request, and only until
+// the circuit opens.
+func TestRedisHangBoundedByTimeout(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newNode(t, srv.URL(), testKeys, Options{})
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Resume()
+	var worst time.Duration
+	slow := 0
+	for s := range 200 {
+		t0 := time.Now()
+		d, err := a.b.Acquire(router.Facts{SessionKey: fmt.Sprint("hang-", s)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		el := time.Since(t0)
+		worst = max(worst, el)
+		if el > 5*time.Millisecond {
+			slow++
+		}
+		a.b.Release(d.Replica)
+	}
+	t.Logf("hung Redis: worst Acquire %v, %d of 200 over 5 ms", worst, slow)
+	if worst > DefaultTimeout+25*time.Millisecond {
+		t.Errorf("worst Acquire with a hung Redis %v, want at most the timeout %v (+ scheduling)", worst, DefaultTimeout)
+	}
+	if slow > 2 {
+		t.Errorf("%d requests waited for the hung Redis, want the circuit to stop it after the first", slow)
+	}
+}

@@ -1,0 +1,96 @@
+package redisstate
+
+import "github.com/redis/rueidis"
+
+// claimScript writes a session's home, first write wins, and counts one request
+// of this router in flight on it, in one atomic step.
+//
+//	KEYS[1] home key, KEYS[2] this router's in-flight hash, KEYS[3] registry
+//	ARGV[1] the home the caller read ("" none), ARGV[2] session TTL ms,
+//	ARGV[3] key TTL ms, ARGV[4] "1": pick the least loaded candidate,
+//	ARGV[5] in-flight hash prefix, ARGV[6..] candidate replica keys
+//
+// When the home key holds a value other than ARGV[1], another router wrote
+// first: that home is kept and returned with adopted 1. Otherwise the home is
+// ARGV[6], or with ARGV[4] "1" the candidate with the fewest requests in flight
+// summed over every router registered and alive (earlier candidates win ties),
+// SET with the session TTL, and returned with adopted 0. Returns {replica key,
+// adopted}. Redis runs a script alone, so 8 concurrent first requests of one
+// conversation through any number of routers get one home, and concurrent
+// placements each see the ones before them.
+var claimScript = rueidis.NewLuaScript(`
+local cur = redis.call('GET', KEYS[1])
+local pick, adopted = nil, 0
+if cur and cur ~= ARGV[1] then
+  pick, adopted = cur, 1
+else
+  pick = ARGV[6]
+  if ARGV[4] == '1' and #ARGV > 6 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local ids = redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')
+    local best = nil
+    for j = 6, #ARGV do
+      local load = 0
+      for _, id in ipairs(ids) do
+        local v = redis.call('HGET', ARGV[5] .. id, ARGV[j])
+        if v then load = load + tonumber(v) end
+      end
+      if best == nil or load < best then best, pick = load, ARGV[j] end
+    end
+  end
+  redis.call('SET', KEYS[1], pick, 'PX', ARGV[2])
+end
+redis.call('HINCRBY', KEYS[2], pick, 1)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {pick, adopted}
+`)
+
+// beatScript is one router's heartbeat for one model.
+//
+//	KEYS[1] this router's in-flight hash, KEYS[2] its live hash, KEYS[3] registry
+//	ARGV[1] router id, ARGV[2] key TTL ms, ARGV[3] "abs" or "delta",
+//	ARGV[4] in-flight hash prefix, ARGV[5] live hash prefix, ARGV[6] n,
+//	then n pairs (replica key, count), then triples (replica key, live, tokens)
+//
+// "abs" replaces the in-flight hash by the counts; "delta" adds them, and
+// answers {"resync"} without changing anything when the hash has expired (the
+// caller then sends "abs"). The live hash is replaced; the router is registered
+// until now + key TTL and every key's TTL refreshed; registrations in the past
+// are dropped. Returns, for every other router alive, its id, its in-flight
+// hash and its live hash (HGETALL, flat).
+var beatScript = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local n = tonumber(ARGV[6])
+if ARGV[3] == 'abs' then
+  redis.call('DEL', KEYS[1])
+elseif redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'resync'}
+end
+for j = 0, n - 1 do
+  local f, v = ARGV[7 + 2 * j], tonumber(ARGV[8 + 2 * j])
+  if v ~= 0 then redis.call('HINCRBY', KEYS[1], f, v) end
+end
+redis.call('HSET', KEYS[1], '_beat', now)
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('DEL', KEYS[2])
+for j = 7 + 2 * n, #ARGV - 2, 3 do
+  redis.call('HSET', KEYS[2], ARGV[j], ARGV[j + 1] .. ' ' .. ARGV[j + 2])
+end
+redis.call('HSET', KEYS[2], '_beat', now)
+redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+redis.call('PEXPIRE', KEYS[3], ttl)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
+  if id ~= ARGV[1] then
+    table.insert(out, id)
+    table.insert(out, redis.call('HGETALL', ARGV[4] .. id))
+    table.insert(out, redis.call('HGETALL', ARGV[5] .. id))
+  end
+end
+return out
+`)

@@ -1,0 +1,184 @@
+package router
+
+// SharedState is the state a Balancer shares with the Balancers of other routers
+// in front of the same replicas (`state: redis://...` in routerhttp; the
+// implementation is router/routerhttp/redisstate, never this package, which does
+// no I/O): each session's home with its idle TTL, and every router's in-flight
+// count and live working set per replica. Replicas are named by index into the
+// Balancer's replicas; the implementation maps them to keys that do not depend
+// on the order of a config file (URL + DP rank).
+//
+// The Balancer calls Home and Claim outside its lock (they may wait on the
+// network, at most the implementation's timeout) and the other methods under it
+// (they must not block: counters and an atomically swapped snapshot). A method
+// that cannot reach the store says so (ok false) and the Balancer decides from
+// its local view alone: routing never waits for the store longer than one
+// timeout and never fails because of it.
+type SharedState interface {
+	// Home returns the session's home as the store holds it (SharedHome.Token ""
+	// when it holds none). ok is false when the store cannot answer now.
+	Home(sessionKey string) (h SharedHome, ok bool)
+	// Claim writes the session's home atomically, first write wins: when the
+	// store holds no home or still holds expect (a Token from Home, "" none), it
+	// homes the session on cands[0], or with pickLeast on the candidate with the
+	// fewest requests in flight summed over every live router (ties: the earlier
+	// in cands), with the session TTL, and returns it with adopted false; when it
+	// holds another home (another router wrote first), it returns that home with
+	// adopted true. Either way it counts one request of this router in flight
+	// on the returned replica in the same atomic step (the caller then calls
+	// Claimed, not Acquired). cands are replica indices, at least one. ok is
+	// false when the store cannot answer, or returned a replica this Balancer
+	// does not have; nothing is then counted.
+	Claim(sessionKey, expect string, cands []int, pickLeast bool) (replica int, adopted, ok bool)
+	// Acquired and Released tell that this router sent one request to replica i,
+	// or that one ended; the store publishes the change soon after (not on the
+	// request's path). Claimed tells that a request counted by a successful
+	// Claim was sent to i.
+	Acquired(i int)
+	Released(i int)
+	Claimed(i int)
+	// Remote returns what the other live routers report for replica i: their
+	// in-flight requests summed, and the largest live working set any of them
+	// sees (RemoteLoad). Zero when the store is unavailable.
+	Remote(i int) RemoteLoad
+}
+
+// SharedHome is a session's home as a SharedState holds it.
+type SharedHome struct {
+	// Replica is the home's index in this Balancer, -1 when the store holds no
+	// home or one on a replica this Balancer does not have.
+	Replica int
+	// Token is the store's value for the home ("" none), given back to Claim as
+	// the home a move expects to replace.
+	Token string
+}
+
+// RemoteLoad is the load other routers report for one replica (SharedState.Remote).
+type RemoteLoad struct {
+	// InFlight: requests the other routers have in flight on the replica, summed.
+	InFlight int
+	// Live and LiveTokens: the largest live-conversation count and live working
+	// set in tokens that any other router's session table holds for the replica.
+	// The largest, not the sum: routers behind a balancer that spreads turns see
+	// the same conversations, and a sum would count each once per router; with
+	// conversations pinned to one router it underestimates, as one router's own
+	// view does today.
+	Live       int
+	LiveTokens int64
+}
+
+// LiveSet is one replica's live working set in this Balancer's session table
+// (Balancer.LiveSets): what a SharedState publishes for the other routers.
+type LiveSet struct {
+	Live       int
+	LiveTokens int64
+}
+
+// LiveSets returns each replica's live conversations and live tokens in the local
+// session table, in replica order.
+func (b *Balancer) LiveSets() []LiveSet {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sessions.expire(b.now())
+	out := make([]LiveSet, len(b.reps))
+	for i := range out {
+		out[i] = LiveSet{Live: b.sessions.Live(i), LiveTokens: b.sessions.LiveTokens(i)}
+	}
+	return out
+}
+
+// claimPlan is what acquireLocked asks Acquire to write to the shared state
+// after the lock is released.
+type claimPlan struct {
+	hash      uint64
+	expect    string
+	cands     []int
+	pickLeast bool
+}
+
+// acquireShared is Acquire with a SharedState: read the shared home (outside the
+// lock), decide under the lock as without one (the shared home adopted into the
+// local table first, the other routers' load added to the view), and, when the
+// decision gives the session a new home or the store holds none, claim it in the
+// store (outside the lock) and follow the store's answer: a home another router
+// wrote first wins, and a placement goes to the least loaded replica over all
+// routers' in-flight counts.
+func (b *Balancer) acquireShared(f Facts) (Decision, AdmitInfo, error) {
+	sh, ok := SharedHome{Replica: -1}, false
+	if f.SessionKey != "" && b.Affinity() {
+		sh, ok = b.shared.Home(f.SessionKey)
+	}
+	b.mu.Lock()
+	var view *sharedView
+	if ok {
+		view = &sharedView{home: sh}
+	}
+	d, info, plan, err := b.acquireLocked(f, view)
+	b.mu.Unlock()
+	if err != nil || plan == nil {
+		return d, info, err
+	}
+	rep, adopted, ok := b.shared.Claim(f.SessionKey, plan.expect, plan.cands, plan.pickLeast)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !ok || rep < 0 || rep >= len(b.reps) {
+		b.shared.Acquired(d.Replica)
+		return d, info, nil
+	}
+	b.shared.Claimed(rep)
+	reason := d.Reason
+	if adopted {
+		reason = ReasonSticky
+	}
+	if rep == d.Replica && reason == d.Reason {
+		return d, info, nil
+	}
+	now := b.now()
+	b.sync(now)
+	old := &b.reps[d.Replica]
+	if old.inflight > 0 {
+		old.inflight--
+	}
+	if old.served[d.Reason] > 0 {
+		old.served[d.Reason]--
+	}
+	b.reps[rep].inflight++
+	b.reps[rep].served[reason]++
+	if rep != d.Replica {
+		b.sessions.adopt(now, plan.hash, rep)
+	}
+	return Decision{Replica: rep, Reason: reason}, info, nil
+}
+
+// sharedView is what the shared state said before a decision (acquireLocked).
+type sharedView struct {
+	home SharedHome
+}
+
+// plan decides whether the decision d for a session (hash h) must be written to
+// the shared state, and how (caller holds mu; b.view is the decision's view).
+// Placements and re-homes go to the least loaded over every router (unless the
+// policy places by hash); moves and the reconciling write of a home the store
+// lost keep the policy's replica.
+func (b *Balancer) plan(sv *sharedView, h uint64, d Decision) *claimPlan {
+	p := &claimPlan{hash: h, expect: sv.home.Token, cands: []int{d.Replica}}
+	switch d.Reason {
+	case ReasonPlaced, ReasonRehome:
+		if b.polName != PolicySessionHash {
+			p.pickLeast = true
+			for i := range b.view {
+				if i != d.Replica && b.view[i].Healthy {
+					p.cands = append(p.cands, i)
+				}
+			}
+		}
+		return p
+	case ReasonMoved:
+		return p
+	case ReasonSticky:
+		if sv.home.Token == "" {
+			return p // the store lost the home (restart, outage): write ours back
+		}
+	}
+	return nil
+}
