@@ -649,6 +649,9 @@ func (b *Balancer) ReleaseSession(i int, sessionKey string) {
 	now := b.now()
 	b.sync(now)
 	b.reps[i].inflight--
+	if b.shared != nil {
+		b.shared.Released(i)
+	}
 	if sessionKey != "" && b.adm.on() {
 		b.adm.released(now, b.sessions.hash(sessionKey))
 	}

@@ -523,18 +523,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 
 // Release ends one in-flight request on replica i. A Release without a matching
 // Acquire is ignored (the count never goes negative).
-func (b *Balancer) Release(i int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if i < 0 || i >= len(b.reps) || b.reps[i].inflight == 0 {
-		return
-	}
-	b.sync(b.now())
-	b.reps[i].inflight--
-	if b.shared != nil {
-		b.shared.Released(i)
-	}
-}
+func (b *Balancer) Release(i int) { b.ReleaseSession(i, "") }
 
 // ObserveCache records how much of a finished request's prompt replica i read from
 // its prefix cache: promptTokens in total and cachedTokens of them, exact counts
