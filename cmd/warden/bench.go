@@ -50,6 +50,10 @@ Targets:
                          an already running warden router (before each variant
                          its admin API forgets session homes and switches
                          affinity); replicas are scraped for /metrics
+  --router URL --admin-url URL
+                         the same without --replicas: no engine /metrics, so
+                         replicas busy and prefix hits % are n/a (stayed %
+                         from the router's X-Warden-Replica header)
 
 Simulated network and API server: a scenario's rtt (client-server round trip)
 and api_servers (vLLM's API-server processes doing tokenization, the chat
