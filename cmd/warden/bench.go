@@ -185,6 +185,8 @@ func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
 			errs = append(errs, fmt.Errorf("--dp-ranks %d: must be at least 1", o.DPRanks))
 		case len(o.Replicas) != 1:
 			errs = append(errs, fmt.Errorf("--dp-ranks needs exactly one --replicas URL (got %d)", len(o.Replicas)))
+		case o.Engine != "" && o.Engine != "auto" && o.Engine != "vllm":
+			errs = append(errs, fmt.Errorf("--dp-ranks with --engine %s: DP ranks are vLLM's only (rank pinning by X-Data-Parallel-Rank, per-rank /metrics labels)", o.Engine))
 		}
 	}
 	if (f.Changed("admin-url") || f.Changed("admin-token")) && o.RouterURL == "" {

@@ -335,6 +335,14 @@ func runHTTP(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
+	for i, r := range rcfgs {
+		if k := probed[i].Info.Kind; r.DPRanks > 0 && k != engines.KindVLLM {
+			// Rank pinning (X-Data-Parallel-Rank) and the per-rank engine
+			// label are vLLM's: another engine's /metrics would be read as
+			// vLLM ranks it does not have.
+			return fmt.Errorf("bench: %s is %s (%s): DP ranks (--dp-ranks, dp_ranks=) are vLLM's only; give each %s server as its own --replicas URL", r.URL, k, probed[i].Info.Evidence, k)
+		}
+	}
 	pinNotes, err := checkPinning(ctx, progress, rcfgs, o.Scenario.Model, o.SkipPinningCheck, hc)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/enginestub"
+	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/router/routerhttp"
 )
 
@@ -68,5 +69,18 @@ func TestBenchRouterWithoutReplicas(t *testing.T) {
 	md, _ := os.ReadFile(filepath.Join(dir, "summary.md"))
 	if !strings.Contains(string(md), "no --replicas given: the harness cannot scrape the engines behind the router") {
 		t.Errorf("summary.md does not say why the engine columns are n/a:\n%s", md)
+	}
+}
+
+// TestBenchRefusesDPRanksOnOtherEngines: --dp-ranks against a server detected
+// as llama.cpp stops at the pre-flight, before any stage: its /metrics would
+// be read as vLLM ranks it does not have.
+func TestBenchRefusesDPRanksOnOtherEngines(t *testing.T) {
+	urls := startStubs(t, 1, enginestub.Config{Kind: engines.KindLlamaCpp, Metrics: true, Slots: 4, ContextLen: 32768})
+	sc := loadgen.DefaultScenario()
+	sc.Model, sc.Stages, sc.Variants = enginestub.DefaultModel, []int{1}, []string{"on"}
+	_, err := Run(context.Background(), Options{Scenario: sc, Replicas: urls, DPRanks: 2, OutDir: filepath.Join(t.TempDir(), "r")})
+	if err == nil || !strings.Contains(err.Error(), "is llamacpp") || !strings.Contains(err.Error(), "DP ranks (--dp-ranks, dp_ranks=) are vLLM's only") {
+		t.Fatalf("error %v, want a refusal naming llamacpp and DP ranks", err)
 	}
 }
