@@ -16,6 +16,11 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 )
 
+// ErrEngineMismatch is wrapped by Compare's error when the two runs' replicas ran
+// other engine kinds, or a series column came from another source (manifest
+// Engines; see engineDiff), and CompareOptions.AllowScenarioMismatch is false.
+var ErrEngineMismatch = errors.New("engines differ")
+
 // ErrThresholdExceeded is wrapped by Compare's error when a --fail-on threshold is
 // crossed; the CLI maps it to a non-zero exit.
 var ErrThresholdExceeded = errors.New("threshold exceeded")
@@ -126,6 +131,11 @@ type CompareOptions struct {
 	// AllowScenarioMismatch compares runs whose manifests name different scenarios
 	// (by default Compare refuses with ErrScenarioMismatch).
 	AllowScenarioMismatch bool
+	// Markdown, when set and the runs are an affinity pair (run A's variants
+	// all affinity off, run B's all on: warden bench --variants off, then
+	// --variants on), receives the off -> on table as markdown, with the noise
+	// marks of summary.md. Unused otherwise.
+	Markdown io.Writer
 }
 
 // StageComparison is one stage of one variant in both runs.
@@ -155,14 +165,27 @@ type Comparison struct {
 	// GatesWithinNoise those of them past their limit that passed because the
 	// change was within the stage's noise (never with StrictGates).
 	GateChecks, GatesWithinNoise int
+	// Pair is set when A and B are the two halves of one off -> on comparison
+	// (run A's variants all affinity off, run B's all on): A's first variant's
+	// name and B's (its row name in the table). Stages then compare A's off
+	// with B's on, stage by stage.
+	Pair []string
 }
 
 // Compare reads two results directories (run A as base, run B as candidate),
 // summarises both the same way Generate does, and prints per variant and stage
 // each metric in A and B, the difference, its 95 % interval and whether it is beyond
 // noise (see Delta). Variants are matched by name, stages by index and
-// concurrency level. It refuses runs whose scenarios differ (ErrScenarioMismatch)
-// unless opts allow it. When a threshold in opts.FailOn is crossed it still prints
+// concurrency level. It refuses runs whose scenarios differ (ErrScenarioMismatch,
+// naming the fields) or whose engines differ (ErrEngineMismatch: engine kinds,
+// or a series column's source; manifest Engines) unless opts allow it.
+//
+// Two runs that are the halves of one off -> on comparison (run A's variants
+// all affinity off, run B's all on, as warden bench --variants off and then
+// --variants on write them) are an affinity pair: their scenarios may differ in
+// variants only (and their replica counts not at all), and Compare prints the
+// off -> on table of a one-run report across them, with the same sub-window
+// noise, then A's off against B's on per metric (comparePair). When a threshold in opts.FailOn is crossed it still prints
 // everything and returns the Comparison with an error wrapping
 // ErrThresholdExceeded. It writes nothing to either directory.
 func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error) {
@@ -174,8 +197,21 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	if err != nil {
 		return nil, fmt.Errorf("comparing runs: %w", err)
 	}
-	if diff := scenarioDiff(runA.Manifest.Scenario, runB.Manifest.Scenario); diff != "" && !opts.AllowScenarioMismatch {
+	pair := isAffinityPair(&runA.Manifest, &runB.Manifest)
+	var skip []string
+	if pair {
+		skip = []string{"variants"} // what the two runs of a pair differ in
+	}
+	if diff := scenarioDiff(runA.Manifest.Scenario, runB.Manifest.Scenario, skip...); diff != "" && !opts.AllowScenarioMismatch {
 		return nil, fmt.Errorf("comparing runs %s and %s: %w: %s", a, b, ErrScenarioMismatch, diff)
+	}
+	if diff := engineDiff(&runA.Manifest, &runB.Manifest); diff != "" && !opts.AllowScenarioMismatch {
+		return nil, fmt.Errorf("comparing runs %s and %s: %w: %s", a, b, ErrEngineMismatch, diff)
+	}
+	if pair {
+		if n, m := len(runA.Manifest.Replicas), len(runB.Manifest.Replicas); n != m && !opts.AllowScenarioMismatch {
+			return nil, fmt.Errorf("comparing runs %s and %s: %w: replicas (%d vs %d)", a, b, ErrScenarioMismatch, n, m)
+		}
 	}
 	sumsA, err := Summarize(runA)
 	if err != nil {
@@ -187,6 +223,9 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	}
 
 	c := &Comparison{A: a, B: b}
+	if pair {
+		return c, c.comparePair(runA, runB, sumsA, sumsB, w, opts)
+	}
 	if sa, sb := runA.Manifest.Scenario, runB.Manifest.Scenario; sa != nil && sb != nil && sa.Seed != sb.Seed {
 		c.Notes = append(c.Notes, fmt.Sprintf("the runs used different seeds (%d vs %d): the differences include the workload's own randomness", sa.Seed, sb.Seed))
 	}
@@ -254,27 +293,34 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	if err := c.print(w); err != nil {
 		return c, err
 	}
+	return c, c.finish(w, opts)
+}
+
+// finish prints the gates' verdict and returns an error wrapping
+// ErrThresholdExceeded when any gate was crossed.
+func (c *Comparison) finish(w io.Writer, opts CompareOptions) error {
 	if len(opts.FailOn) > 0 && len(c.Violations) == 0 {
 		msg := fmt.Sprintf("gates: %d check(s) of %d gate(s), all passed", c.GateChecks, len(opts.FailOn))
 		if c.GatesWithinNoise > 0 {
 			msg += fmt.Sprintf(" (%d past a limit but within the stage's noise; --strict-gates fails them)", c.GatesWithinNoise)
 		}
 		if _, err := fmt.Fprintln(w, msg); err != nil {
-			return c, fmt.Errorf("printing comparison: %w", err)
+			return fmt.Errorf("printing comparison: %w", err)
 		}
 	}
 	if len(c.Violations) > 0 {
-		return c, fmt.Errorf("comparing runs %s and %s: %w: %d violation(s)", a, b, ErrThresholdExceeded, len(c.Violations))
+		return fmt.Errorf("comparing runs %s and %s: %w: %d violation(s)", c.A, c.B, ErrThresholdExceeded, len(c.Violations))
 	}
-	return c, nil
+	return nil
 }
 
 // scenarioDiff names the scenario fields that differ, with both values, "" when
 // equal (two nil scenarios are equal). Fields are named as in the manifest's JSON
 // and printed as Go formats them (durations as "3m0s"). An empty model on one side
 // matches any model: it means "the server's model", which an HTTP run records
-// once resolved and a virtual run leaves empty. Seeds are not compared.
-func scenarioDiff(a, b *loadgen.Scenario) string {
+// once resolved and a virtual run leaves empty. Seeds are not compared, nor the
+// fields named (JSON names) in skip.
+func scenarioDiff(a, b *loadgen.Scenario, skip ...string) string {
 	if a == nil || b == nil {
 		if a == b {
 			return ""
@@ -302,6 +348,9 @@ func scenarioDiff(a, b *loadgen.Scenario) string {
 		name := f.Name
 		if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag != "" && tag != "-" {
 			name = tag
+		}
+		if slices.Contains(skip, name) {
+			continue
 		}
 		diff = append(diff, fmt.Sprintf("%s (%v vs %v)", name, x, y))
 	}
@@ -349,7 +398,11 @@ func (c *Comparison) print(w io.Writer) error {
 		}
 	}
 	for _, v := range variants {
-		if err := pf("\nvariant %s\n", v); err != nil {
+		heading := "variant " + v
+		if len(c.Pair) == 2 {
+			heading = fmt.Sprintf("%s (A) -> %s (B), per metric", c.Pair[0], v)
+		}
+		if err := pf("\n%s\n", heading); err != nil {
 			return err
 		}
 		t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAlignment(tw.AlignRight))

@@ -222,3 +222,109 @@ func TestThresholdCheckRespectsNoise(t *testing.T) {
 		})
 	}
 }
+
+// splitRun writes the synthetic run's "off" half to dirA and its "on" half to
+// dirB, as warden bench --variants off and --variants on would (same turns and
+// series files: Summarize reads only the manifest's variants).
+func splitRun(t *testing.T, dirA, dirB string, edit func(a, b *loadgen.Manifest)) {
+	t.Helper()
+	m, r, s := syntheticRun()
+	a, b := *m, *m
+	sa, sb := *m.Scenario, *m.Scenario
+	a.Scenario, b.Scenario = &sa, &sb
+	a.Variants, b.Variants = m.Variants[:1], m.Variants[1:]
+	sa.Variants, sb.Variants = []string{"off"}, []string{"on"}
+	a.RunID, b.RunID = "half-off", "half-on"
+	if edit != nil {
+		edit(&a, &b)
+	}
+	writeRunDir(t, dirA, &a, r, s)
+	writeRunDir(t, dirB, &b, r, s)
+}
+
+// TestComparePair: two runs that are the off and on halves of one comparison
+// give the off -> on deltas, noise verdicts and table of the one-run report,
+// and a markdown table; runs differing in another scenario field, in engine
+// kinds or in a column's source are refused with the field named.
+func TestComparePair(t *testing.T) {
+	full := t.TempDir()
+	m, r, s := syntheticRun()
+	writeRunDir(t, full, m, r, s)
+	run, err := Load(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, err := Summarize(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pairDeltas(&run.Manifest, sums)
+
+	dirA, dirB := t.TempDir(), t.TempDir()
+	splitRun(t, dirA, dirB, nil)
+	var out, md bytes.Buffer
+	c, err := Compare(dirA, dirB, &out, CompareOptions{Markdown: &md})
+	if err != nil {
+		t.Fatalf("Compare: %v", err)
+	}
+	if !slices.Equal(c.Pair, []string{"off", "on"}) || len(c.Stages) != len(want) || len(want) != 3 {
+		t.Fatalf("pair %v, %d stages; want off -> on over %d stages", c.Pair, len(c.Stages), len(want))
+	}
+	for i, sc := range c.Stages {
+		for j, d := range sc.Deltas {
+			w := want[i].Deltas[j]
+			same := func(x, y float64) bool { return x == y || (math.IsNaN(x) && math.IsNaN(y)) }
+			if !same(d.Diff, w.Diff) || !same(d.CIHalf, w.CIHalf) || d.Noise != w.Noise {
+				t.Errorf("stage %d %s: pair %+v, one-run report %+v", sc.Sessions, d.Metric, d, w)
+			}
+		}
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, &run.Manifest, sums); err != nil {
+		t.Fatal(err)
+	}
+	_, oneRun, _ := strings.Cut(table.String(), "\n") // the rows, without the run line
+	oneRun, _, _ = strings.Cut(oneRun, "* within noise")
+	if !strings.Contains(out.String(), oneRun) {
+		t.Errorf("pair output lacks the one-run off -> on table:\n%s\nwant within it:\n%s", out.String(), oneRun)
+	}
+	for _, s := range []string{"off -> on across two runs: half-off", "off (A) -> on (B), per metric", "within noise"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+	if !strings.Contains(md.String(), "# off -> on across two runs") || !strings.Contains(md.String(), "| sessions |") || !strings.Contains(md.String(), " -> ") {
+		t.Errorf("markdown:\n%s", md.String())
+	}
+	t.Logf("pair output:\n%s", out.String())
+
+	refuse := []struct {
+		name string
+		edit func(a, b *loadgen.Manifest)
+		is   error
+		says string
+	}{
+		{"another scenario field", func(_, b *loadgen.Manifest) { b.Scenario.TurnTokens = 500 }, ErrScenarioMismatch, "turn_tokens (400 vs 500)"},
+		{"replica count", func(_, b *loadgen.Manifest) { b.Replicas = b.Replicas[:2] }, ErrScenarioMismatch, "replicas (4 vs 2)"},
+		{"engine kinds", func(a, b *loadgen.Manifest) {
+			a.Engines = []loadgen.ReplicaEngine{{Replica: "r0", Kind: "llamacpp"}}
+		}, ErrEngineMismatch, "engine kinds (llamacpp vs vllm)"},
+		{"column source", func(a, b *loadgen.Manifest) {
+			a.Engines = []loadgen.ReplicaEngine{{Replica: "r0", Kind: "llamacpp", Columns: []loadgen.ColumnSource{{Column: "running", Source: "llamacpp:requests_processing"}}}}
+			b.Engines = []loadgen.ReplicaEngine{{Replica: "r0", Kind: "llamacpp", Columns: []loadgen.ColumnSource{{Column: "running", Missing: "metrics off"}}}}
+		}, ErrEngineMismatch, "column running source (llamacpp:requests_processing vs n/a: metrics off)"},
+	}
+	for _, tc := range refuse {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := t.TempDir(), t.TempDir()
+			splitRun(t, a, b, tc.edit)
+			_, err := Compare(a, b, &bytes.Buffer{}, CompareOptions{})
+			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("error %v, want %v naming %q", err, tc.is, tc.says)
+			}
+			if strings.Contains(err.Error(), "variants") {
+				t.Errorf("error names the variants, which a pair may differ in: %v", err)
+			}
+		})
+	}
+}

@@ -397,6 +397,9 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	for _, n := range m.Notes {
 		fmt.Fprintf(&b, "- note: %s\n", n)
 	}
+	for _, n := range MissingColumns(m) {
+		fmt.Fprintf(&b, "- missing: %s\n", n)
+	}
 
 	pair := pairVariants(m)
 	fmt.Fprintf(&b, "\n## Per stage, %s\n\n", strings.Join(pair, " -> "))

@@ -55,6 +55,10 @@ Targets:
   --router URL1,URL2 --admin-url A1,A2 --replicas URL,...
                          several routers sharing state (state: redis://...):
                          turns go round robin per turn over the routers
+  --router URL --admin-url URL
+                         the same without --replicas: no engine /metrics, so
+                         replicas busy and prefix hits % are n/a (stayed %
+                         from the router's X-Warden-Replica header)
 
 Simulated network and API server: a scenario's rtt (client-server round trip)
 and api_servers (vLLM's API-server processes doing tokenization, the chat
@@ -195,6 +199,8 @@ func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
 			errs = append(errs, fmt.Errorf("--dp-ranks %d: must be at least 1", o.DPRanks))
 		case len(o.Replicas) != 1:
 			errs = append(errs, fmt.Errorf("--dp-ranks needs exactly one --replicas URL (got %d)", len(o.Replicas)))
+		case o.Engine != "" && o.Engine != "auto" && o.Engine != "vllm":
+			errs = append(errs, fmt.Errorf("--dp-ranks with --engine %s: DP ranks are vLLM's only (rank pinning by X-Data-Parallel-Rank, per-rank /metrics labels)", o.Engine))
 		}
 	}
 	if (f.Changed("admin-url") || f.Changed("admin-token")) && o.RouterURL == "" {

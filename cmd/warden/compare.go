@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+
+	"github.com/lmwarden/warden/internal/atomicfile"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +17,7 @@ func newCompareCmd() *cobra.Command {
 		failOn   []string
 		mismatch bool
 		strict   bool
+		mdOut    string
 	)
 	cmd := &cobra.Command{
 		Use:   "compare RUN_A RUN_B",
@@ -34,9 +39,21 @@ A change past a limit that is within the stage's noise (the 95 % interval from
 unless --strict-gates; a change with no noise estimate (stages under 2 minutes) is
 judged on the limit alone.
 
-Example:
+Affinity off and on as two runs (warden bench --variants off --out A, then
+--variants on --out B, e.g. llama.cpp, which cannot reset its prefix cache
+between variants): when every variant of RUN_A has affinity off and every
+variant of RUN_B has it on, the scenarios may differ in their variants only
+(any other field refuses, naming it; so do other replica counts), and compare
+prints the off -> on table of a one-run report across the two runs, with the
+same noise marks (1-minute sub-windows of each run's stage), then the
+per-metric deltas. --out FILE writes that table as markdown. Runs whose engine
+kinds or series columns' sources differ (manifest.json engines) are refused
+either way.
+
+Examples:
   warden compare results/baseline/virtual-reference results/ci-virtual \
-      --fail-on output_tokens_per_min:-5% --fail-on ttfb_p95_s:+20%`,
+      --fail-on output_tokens_per_min:-5% --fail-on ttfb_p95_s:+20%
+  warden compare results/llama-off results/llama-on --out results/llama-off-on.md`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := report.CompareOptions{AllowScenarioMismatch: mismatch, StrictGates: strict}
@@ -47,7 +64,19 @@ Example:
 				}
 				opts.FailOn = append(opts.FailOn, t)
 			}
-			_, err := report.Compare(args[0], args[1], cmd.OutOrStdout(), opts)
+			var md bytes.Buffer
+			if mdOut != "" {
+				opts.Markdown = &md
+			}
+			c, err := report.Compare(args[0], args[1], cmd.OutOrStdout(), opts)
+			if mdOut != "" && c != nil {
+				if len(c.Pair) != 2 {
+					return errors.Join(err, fmt.Errorf("--out %s: the runs are not an off -> on pair (RUN_A's variants all affinity off, RUN_B's all on): nothing written", mdOut))
+				}
+				if werr := atomicfile.Write(mdOut, md.Bytes()); werr != nil {
+					return errors.Join(err, fmt.Errorf("--out: %w", werr))
+				}
+			}
 			if errors.Is(err, report.ErrThresholdExceeded) {
 				return &exitError{code: ExitGate, err: err}
 			}
@@ -56,6 +85,7 @@ Example:
 	}
 	cmd.Flags().StringArrayVar(&failOn, "fail-on", nil, "regression gate, repeatable (see above)")
 	cmd.Flags().BoolVar(&mismatch, "allow-scenario-mismatch", false, "compare runs of different scenarios anyway")
+	cmd.Flags().StringVar(&mdOut, "out", "", "for an off -> on pair of runs: write the off -> on table as markdown to this file")
 	cmd.Flags().BoolVar(&strict, "strict-gates", false, "fail on a change past a limit even when it is within the run's noise")
 	return cmd
 }

@@ -7,7 +7,8 @@
 // Targets, in order of precedence:
 //   - Virtual: the deterministic virtual-time world (internal/virtual), no HTTP.
 //   - RouterURL: an already running warden router; affinity is switched through its
-//     admin API (AdminURL, AdminToken); Replicas are scraped for /metrics.
+//     admin API (AdminURL, AdminToken); Replicas, when given, are scraped for
+//     /metrics (without them the engine columns are n/a: NoReplicasNote).
 //   - Replicas: real vLLM servers; an in-process router is started in front of them.
 //   - none: an embedded simulated cluster (SimReplicas x Profile at Speed) and an
 //     in-process router in front of it.
@@ -223,6 +224,22 @@ func listen(ctx context.Context, wg *sync.WaitGroup, h http.Handler) (string, fu
 	return "http://" + ln.Addr().String(), stop, nil
 }
 
+// NoReplicasNote is the manifest note of a run against an external router
+// without --replicas: the harness has no engine /metrics to read, so the
+// series columns and the report columns made from them (replicas busy, prefix
+// hits %) are n/a; stayed % still comes from the router's X-Warden-Replica
+// header and usage cached % from the responses.
+const NoReplicasNote = "no --replicas given: the harness cannot scrape the engines behind the router; " +
+	"replicas busy and prefix hits % are n/a (stayed % from the router's X-Warden-Replica header, usage cached % from the responses)"
+
+// progressOr returns w, or io.Discard for nil.
+func progressOr(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
 func runHTTP(ctx context.Context, o Options) error {
 	var (
 		wg       sync.WaitGroup
@@ -255,7 +272,10 @@ func runHTTP(ctx context.Context, o Options) error {
 	switch {
 	case o.RouterURL != "":
 		if len(o.Replicas) == 0 {
-			return errors.New("bench: --router needs --replicas too: the harness scrapes every replica's /metrics itself")
+			// Turns, TTFB, usage and stayed % (the router's X-Warden-Replica
+			// header) need only the router; the engine columns need /metrics.
+			rc.Notes = append(rc.Notes, NoReplicasNote)
+			fmt.Fprintf(progressOr(o.Progress), "note: %s\n", NoReplicasNote)
 		}
 		specs = withDPRanks(o.Replicas, o.DPRanks)
 		routers := splitURLs(o.RouterURL)
@@ -303,7 +323,7 @@ func runHTTP(ctx context.Context, o Options) error {
 	if progress == nil {
 		progress = io.Discard
 	}
-	if o.RouterURL != "" {
+	if o.RouterURL != "" && len(rcfgs) > 0 {
 		nameLikeRouter(ctx, progress, rcfgs, splitURLs(o.AdminURL)[0], o.AdminToken)
 	}
 	hc := &http.Client{}
@@ -321,6 +341,14 @@ func runHTTP(ctx context.Context, o Options) error {
 	probed, err := PreflightEngines(ctx, progress, servers, kind, o.Scenario, hc)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
+	}
+	for i, r := range rcfgs {
+		if k := probed[i].Info.Kind; r.DPRanks > 0 && k != engines.KindVLLM {
+			// Rank pinning (X-Data-Parallel-Rank) and the per-rank engine
+			// label are vLLM's: another engine's /metrics would be read as
+			// vLLM ranks it does not have.
+			return fmt.Errorf("bench: %s is %s (%s): DP ranks (--dp-ranks, dp_ranks=) are vLLM's only; give each %s server as its own --replicas URL", r.URL, k, probed[i].Info.Evidence, k)
+		}
 	}
 	pinNotes, err := checkPinning(ctx, progress, rcfgs, o.Scenario.Model, o.SkipPinningCheck, hc)
 	if err != nil {
@@ -372,6 +400,9 @@ func runHTTP(ctx context.Context, o Options) error {
 			rc.Engines = append(rc.Engines, replicaEngine(rm.Name, probed[serverOf[j]]))
 		}
 		rc.Target = "engines " + strings.Join(specs, " ")
+		for _, n := range report.MissingColumns(&loadgen.Manifest{Engines: rc.Engines}) {
+			fmt.Fprintf(progress, "pre-flight: missing: %s\n", n)
+		}
 	}
 	for _, k := range engines.Kinds {
 		if noReset[k] {

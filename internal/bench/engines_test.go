@@ -37,14 +37,25 @@ func startStubs(t *testing.T, n int, cfg enginestub.Config) []string {
 // returns the results directory, its manifest and the variant's summary.
 func runStubBench(t *testing.T, urls []string, name string, sessions int) (string, loadgen.Manifest, report.Summary) {
 	t.Helper()
+	return runStubBenchWith(t, urls, name, sessions, "on", nil)
+}
+
+// runStubBenchWith is runStubBench with one variant of that name ("off" or
+// "on") and Options edited by opt (nil: none), e.g. an external router.
+func runStubBenchWith(t *testing.T, urls []string, name string, sessions int, variant string, opt func(*Options)) (string, loadgen.Manifest, report.Summary) {
+	t.Helper()
 	sc := loadgen.DefaultScenario()
-	sc.Name, sc.Model = name, enginestub.DefaultModel
-	sc.Stages, sc.StageDuration, sc.Variants = []int{sessions}, 20*time.Second, []string{"on"}
+	sc.Name, sc.Model = "stub-bench", enginestub.DefaultModel
+	sc.Stages, sc.StageDuration, sc.Variants = []int{sessions}, 20*time.Second, []string{variant}
 	sc.Turns, sc.FirstTurnTokens, sc.TurnTokens, sc.MaxOutputTokens, sc.SystemPromptTokens = 6, 300, 100, 16, 200
 	sc.ThinkTime, sc.ThinkSpread.Min, sc.ThinkSpread.Max = 300*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
 	dir := filepath.Join(t.TempDir(), name)
 	var progress strings.Builder
-	if _, err := Run(context.Background(), Options{Scenario: sc, Replicas: urls, OutDir: dir, RunID: name, Progress: &progress}); err != nil {
+	o := Options{Scenario: sc, Replicas: urls, OutDir: dir, RunID: name, Progress: &progress}
+	if opt != nil {
+		opt(&o)
+	}
+	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
 	t.Logf("progress:\n%s", progress.String())
