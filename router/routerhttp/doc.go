@@ -14,7 +14,7 @@
 //     (dppin.go) and the background health checks and /metrics scrapes
 //     (internal/scrape) started by Run.
 //   - Shared state (state.go, `state: redis://...`): redisstate, the Redis store of
-//     router.SharedState shared by several routers (docs/router.md §12), its
+//     router.SharedState shared by several routers (docs/router.md §13), its
 //     heartbeat run by Run, its warden_state_* metrics.
 //
 // From a list of URLs (what `warden route --replica URL...` and the benchmark do):
