@@ -164,6 +164,10 @@ type BalancerConfig struct {
 	// SlotBased: the replicas run MaxNumSeqs fixed slots (llama.cpp -np); the
 	// auto threshold is then SlotOverflowThreshold(MaxNumSeqs).
 	SlotBased bool
+	// LearnSlots (with SlotBased): MaxNumSeqs was not configured, so the
+	// smallest slot count a replica reports (ObserveSlots: llama.cpp GET /props
+	// total_slots) replaces it.
+	LearnSlots bool
 	// OverflowThreshold: a request leaves its home when the home's in-flight count
 	// exceeds it. 0 means auto: MaxNumSeqs / 4 (AutoOverflowThreshold).
 	OverflowThreshold int
@@ -203,6 +207,8 @@ type Balancer struct {
 	staleAfter time.Duration
 	maxNumSeqs int
 	slotBased  bool
+	learnSlots bool // maxNumSeqs follows ObserveSlots until a slot count is seen
+	slotsSeen  bool
 	// threshold is the overflow threshold as configured (0 = auto), the one
 	// copy: Acquire resolves it (overflowThreshold) into Request.Threshold.
 	threshold int
@@ -314,6 +320,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		staleAfter: stale,
 		maxNumSeqs: maxSeqs,
 		slotBased:  cfg.SlotBased,
+		learnSlots: cfg.SlotBased && cfg.LearnSlots,
 		threshold:  cfg.OverflowThreshold,
 		affinity:   cfg.Affinity,
 		sessions:   NewSessionTable(cfg.Now, cfg.SessionTTL, cfg.MaxSessions, cfg.ActiveWindow),
@@ -759,6 +766,24 @@ func (b *Balancer) Affinity() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.affinity
+}
+
+// ObserveSlots records that a replica runs n fixed slots (llama.cpp GET /props
+// total_slots). With BalancerConfig.LearnSlots the smallest count seen becomes
+// max_num_seqs, so the auto threshold is SlotOverflowThreshold of the engine's
+// own slots; otherwise, or for n <= 0, it does nothing.
+func (b *Balancer) ObserveSlots(n int) {
+	if n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.learnSlots {
+		return
+	}
+	if !b.slotsSeen || n < b.maxNumSeqs {
+		b.maxNumSeqs, b.slotsSeen = n, true
+	}
 }
 
 // SetOverflowThreshold sets the overflow threshold (in-flight requests); 0 means

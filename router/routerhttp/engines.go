@@ -122,6 +122,8 @@ func (rt *Router) readProps(ctx context.Context, t *target) {
 		return
 	}
 	if n, ok := p.Slots.Get(); ok && n > 0 {
+		// The Balancer first, so /status never shows slots the threshold lacks.
+		t.pool.Balancer.ObserveSlots(int(n))
 		t.mu.Lock()
 		t.slots = int(n)
 		t.mu.Unlock()

@@ -186,9 +186,9 @@ func TestRouterLlamaCppSlotsKeepSessionsHome(t *testing.T) {
 		specs = append(specs, fmt.Sprintf("r%d=%s", i, s.URL))
 		kinds = append(kinds, engines.KindLlamaCpp)
 	}
-	// max_num_seqs 4 = -np, as warden bench sets it from GET /props total_slots;
-	// warden route does not learn it from /props: give max_num_seqs.
-	rt := startEngineRouter(t, specs, kinds, 4, io.Discard)
+	// No max_num_seqs given: the router learns it from GET /props total_slots
+	// (4 = -np), as warden bench does.
+	rt := startEngineRouter(t, specs, kinds, 0, io.Discard)
 	for i := range 4 {
 		waitStatus(t, rt, fmt.Sprintf("r%d", i), "reported its slots", func(r ReplicaReport) bool { return r.Slots == 4 })
 	}

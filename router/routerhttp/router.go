@@ -149,10 +149,12 @@ func New(cfg Config) (*Router, error) {
 			stale = 3 * cfg.ScrapeInterval
 		}
 		b, err := router.NewBalancer(router.BalancerConfig{
-			Replicas:          names,
-			Affinity:          *m.Affinity,
-			MaxNumSeqs:        m.MaxNumSeqs,
-			SlotBased:         slotBased,
+			Replicas:   names,
+			Affinity:   *m.Affinity,
+			MaxNumSeqs: m.MaxNumSeqs,
+			SlotBased:  slotBased,
+			// max_num_seqs left at its default: learn it from /props (slots).
+			LearnSlots:        m.MaxNumSeqs == router.DefaultMaxNumSeqs,
 			OverflowThreshold: int(m.OverflowThreshold),
 			Policy:            m.Policy,
 			SessionTTL:        cfg.SessionTTL,
