@@ -277,30 +277,24 @@ func (sc *Scenario) problems() []problem {
 	if c.MaxOutputTokens < 1 {
 		bad("max_output_tokens", "must be at least 1, got %d", c.MaxOutputTokens)
 	}
-	if r := c.ThinkSpread; !r.IsFixed() {
+	checkDuration := func(field string, nominal time.Duration, r DurationRange) {
+		if r.IsFixed() {
+			if nominal < 0 {
+				bad(field, "must not be negative, got %s", nominal)
+			}
+			return
+		}
 		switch {
 		case r.Min < 0:
-			bad("think_time", "smallest draw (min, or mean - jitter) must not be negative, got %s", r.Min)
+			bad(field, "smallest draw (min, or mean - jitter) must not be negative, got %s", r.Min)
 		case r.Min > r.Max:
-			bad("think_time", "min %s is greater than max %s", r.Min, r.Max)
-		case c.ThinkTime < r.Min || c.ThinkTime > r.Max:
-			bad("think_time", "nominal %s lies outside [%s, %s]", c.ThinkTime, r.Min, r.Max)
+			bad(field, "min %s is greater than max %s", r.Min, r.Max)
+		case nominal < r.Min || nominal > r.Max:
+			bad(field, "nominal %s lies outside [%s, %s]", nominal, r.Min, r.Max)
 		}
-	} else if c.ThinkTime < 0 {
-		bad("think_time", "must not be negative, got %s", c.ThinkTime)
 	}
-	if r := c.RTTSpread; !r.IsFixed() {
-		switch {
-		case r.Min < 0:
-			bad("rtt", "smallest draw (min, or mean - jitter) must not be negative, got %s", r.Min)
-		case r.Min > r.Max:
-			bad("rtt", "min %s is greater than max %s", r.Min, r.Max)
-		case c.RTT < r.Min || c.RTT > r.Max:
-			bad("rtt", "nominal %s lies outside [%s, %s]", c.RTT, r.Min, r.Max)
-		}
-	} else if c.RTT < 0 {
-		bad("rtt", "must not be negative, got %s", c.RTT)
-	}
+	checkDuration("think_time", c.ThinkTime, c.ThinkSpread)
+	checkDuration("rtt", c.RTT, c.RTTSpread)
 	if c.APIServers < 0 {
 		bad("api_servers", "must not be negative, got %d", c.APIServers)
 	}
