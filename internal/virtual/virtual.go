@@ -360,7 +360,7 @@ func (r *run) stopVariant(t time.Duration) {
 	sort.Strings(ids)
 	for _, id := range ids {
 		if f := r.ending[id]; !f.released {
-			r.bal.Release(f.replica)
+			r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 		}
 		delete(r.ending, id)
 	}
@@ -492,7 +492,7 @@ func (r *run) toEngine(id string, f *flight, t time.Duration) {
 	f.req = nil
 	if err := r.engines[f.replica].Submit(req, t); err != nil {
 		delete(r.flights, id)
-		r.bal.Release(f.replica)
+		r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 		f.res.Done, f.res.Status, f.res.Err = t, 400, err.Error()
 		r.finish(&f.res, t, f.tr.Session)
 		return
@@ -510,7 +510,7 @@ func (r *run) release(f *flight) {
 	}
 	f.released = true
 	r.bal.ObserveCache(f.tr.Session.Key, f.replica, f.res.PromptTokens, f.res.CachedTokens)
-	r.bal.Release(f.replica)
+	r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 }
 
 // deliver is the client receiving a finished request's end at t (the delays path).
