@@ -459,7 +459,7 @@ func runHTTP(ctx context.Context, o Options) error {
 		rc.BaseURL = apiURL
 		rc.SetAffinity = adminSwitch(adminURL, DefaultAdminToken)
 		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "router: %s (admin %s)\n", apiURL, adminURL)
+			fmt.Fprintf(o.Progress, "router: %s (admin %s, token %s; /status and /status/card on the admin listener)\n", apiURL, adminURL, DefaultAdminToken)
 		}
 	}
 	_, err = loadgenhttp.Run(ctx, rc)
