@@ -1,7 +1,6 @@
 package routerhttp
 
 import (
-	"strconv"
 	"sync"
 	"time"
 
@@ -150,13 +149,9 @@ func (rt *Router) recordCard(t *target, snap *vllmmetrics.Snapshot, at time.Dura
 		}
 	}
 	for _, e := range snap.Engines {
-		k := 0
-		if t.ranked {
-			r, err := strconv.Atoi(e.Engine)
-			if err != nil || r < 0 || r >= len(t.replicas) {
-				continue
-			}
-			k = r
+		k, ok := t.replicaOf(e)
+		if !ok {
+			continue
 		}
 		s := &per[k]
 		seen[k] = true

@@ -765,6 +765,20 @@ func (rt *Router) scrapeFailed(ctx context.Context, t *target, why string) {
 	}
 }
 
+// replicaOf returns the index within t.replicas of the replica engine e's
+// counts belong to: with DP ranks, engine label k is rank k (false for a label
+// that is not a rank of t); without, every engine of the URL is its one replica.
+func (t *target) replicaOf(e *vllmmetrics.Engine) (int, bool) {
+	if !t.ranked {
+		return 0, true
+	}
+	r, err := strconv.Atoi(e.Engine)
+	if err != nil || r < 0 || r >= len(t.replicas) {
+		return 0, false
+	}
+	return r, true
+}
+
 // observe feeds one parsed scrape of target t into its Balancer. With DP ranks,
 // engine label k belongs to rank k; without, all engines of the URL are one replica
 // (a DP server balancing internally): running and waiting add up, KV usage is the
@@ -785,13 +799,9 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 	}
 	per := make([]agg, len(t.replicas))
 	for _, e := range snap.Engines {
-		k := 0
-		if t.ranked {
-			r, err := strconv.Atoi(e.Engine)
-			if err != nil || r < 0 || r >= len(t.replicas) {
-				continue
-			}
-			k = r
+		k, ok := t.replicaOf(e)
+		if !ok {
+			continue
 		}
 		a := &per[k]
 		a.n++
