@@ -15,12 +15,17 @@ import (
 //
 // The rule. Replica i has room for a new conversation when
 //
-//	S + sum_j (ctx_j - S) + (E - S) <= KVCapacityTokens_i x FillTarget
+//	S + sum_j (max(ctx_j, M) - S) + (E - S) <= KVCapacityTokens_i x FillTarget
 //
 // over the conversations j counted on i, where
 //
 //   - ctx_j is conversation j's context estimate (its latest full-size request's
 //     prompt tokens, as the session table keeps it);
+//   - M is the median peak context of the ended conversations E is learned
+//     from (0 until E is learned): a running conversation is counted at the
+//     peak it is expected to reach, not at today's size, because it keeps
+//     growing until it ends (on the 7-GPU fleet two conversations fit a
+//     replica at their peak and three at their first turn);
 //   - S is the prefix every conversation shares (the system prompt with its
 //     template): a new conversation's first turn reads it from the cache, so the
 //     median of recent first turns' cached tokens tells its size (0 until
@@ -70,16 +75,27 @@ const (
 // Admission defaults and estimator constants.
 const (
 	// DefaultFillTarget is the share of a replica's KV cache the counted working
-	// sets may fill (see the rule above); docs/routing.md "Admission" has the
-	// measurements it was chosen from.
-	DefaultFillTarget = 1.1
+	// sets, at their expected peaks, may fill (see the rule above): 1, they fit;
+	// docs/routing.md "Admission" has the measurements of 0.9-1.2.
+	DefaultFillTarget = 1.0
 	// DefaultMaxHold is the longest a new conversation waits before the limit
-	// action. Claude Code gives up on a request after 5 minutes without a byte
-	// (brief clients.md) and the proxy sends none while it holds, so the hold
-	// plus the first token's own wait must stay under that: 4 minutes leaves a
-	// minute for prefill and queueing once admitted. The measured waits at 24
-	// and 32 reference sessions are in docs/routing.md.
-	DefaultMaxHold = 4 * time.Minute
+	// action. On the 7-GPU fleet (bf16 KV) waits reach 5-8 minutes: a fleet
+	// conversation lasts tens of minutes; 10 minutes is above every measured
+	// wait there and on the reference (docs/routing.md "Admission"). A held
+	// streaming request outlasts Claude Code's 5 minutes without a byte through
+	// keep-alive events (KeepAliveAfter); others are capped at MaxSilentHold.
+	DefaultMaxHold = 10 * time.Minute
+	// MaxSilentHold caps the hold of a request the proxy cannot keep alive (not
+	// streaming, or keep-alive off): Claude Code gives up after 5 minutes
+	// without a byte (brief clients.md), so the hold plus the first token's own
+	// wait must stay under that; 4 minutes leaves a minute.
+	MaxSilentHold = 4 * time.Minute
+	// DefaultKeepAliveAfter: a streaming request held this long gets its
+	// headers and keep-alive events (KeepAliveAfter); holds shorter than it
+	// keep the plain HTTP statuses.
+	DefaultKeepAliveAfter = time.Minute
+	// KeepAliveInterval is the gap between keep-alive events while held.
+	KeepAliveInterval = 15 * time.Second
 	// DefaultMaxQueue bounds the waiters per model.
 	DefaultMaxQueue = 1024
 	// TicketTTL: a held request that has not asked again for this long has gone
@@ -127,6 +143,11 @@ type AdmissionConfig struct {
 	MaxQueue int `json:"max_queue" yaml:"max_queue"`
 	// OnLimit: AdmitLimitAdmit ("" too) or AdmitLimitRefuse.
 	OnLimit string `json:"on_limit" yaml:"on_limit"`
+	// KeepAliveAfter: a held streaming request gets its response headers and
+	// the API's keep-alive events after this long held, so the hold may outlast
+	// a client's no-byte timeout; 0 means DefaultKeepAliveAfter, negative never
+	// (its hold is then capped at MaxSilentHold, as a non-streaming request's).
+	KeepAliveAfter time.Duration `json:"keepalive_after" yaml:"keepalive_after"`
 }
 
 // Validate reports every problem of c.
@@ -164,6 +185,9 @@ func (c AdmissionConfig) WithDefaults() AdmissionConfig {
 	}
 	if c.OnLimit == "" {
 		c.OnLimit = AdmitLimitAdmit
+	}
+	if c.KeepAliveAfter == 0 {
+		c.KeepAliveAfter = DefaultKeepAliveAfter
 	}
 	return c
 }
@@ -315,9 +339,10 @@ func (a *admission) sharedPrefix() int64 {
 	return int64(s[len(s)/2])
 }
 
-// expected is E for a new conversation whose first prompt is prompt tokens, and
-// whether it was learned from ended conversations.
-func (a *admission) expected(now time.Duration, prompt int64) (int64, bool) {
+// expected is E for a new conversation whose first prompt is prompt tokens, the
+// median peak m a running conversation is projected to, and whether they were
+// learned from ended conversations.
+func (a *admission) expected(now time.Duration, prompt int64) (e, m int64, learned bool) {
 	var s []int64
 	for _, e := range a.ended {
 		if now-e.at <= endedHorizon {
@@ -325,27 +350,43 @@ func (a *admission) expected(now time.Duration, prompt int64) (int64, bool) {
 		}
 	}
 	if len(s) < MinEndedConversations {
-		return prompt, false
+		return prompt, 0, false
 	}
 	slices.Sort(s)
 	q := s[min(len(s)-1, int(ExpectedContextQuantile*float64(len(s))))]
-	return max(q, prompt), true
+	return max(q, prompt), s[len(s)/2], true
 }
 
-// used is replica i's counted working set in tokens, the shared prefix once.
-func (a *admission) used(i int, s int64) int64 {
+// used is replica i's counted working set in tokens, the shared prefix once,
+// from the per-replica context sums sum.
+func (a *admission) used(i int, s int64, sum []int64) int64 {
 	if i >= len(a.n) || a.n[i] == 0 {
 		return 0
 	}
-	return s + a.sumCtx[i] - int64(a.n[i])*s
+	return s + sum[i] - int64(a.n[i])*s
+}
+
+// sums is the per-replica sum of the counted conversations' contexts, each
+// raised to m, the median peak of ended conversations, once that is learned.
+func (a *admission) sums(e int64, learned bool) []int64 {
+	if !learned {
+		return a.sumCtx
+	}
+	out := make([]int64, len(a.n))
+	for _, c := range a.convs {
+		if c.counted {
+			out[c.replica] += max(c.ctx, e)
+		}
+	}
+	return out
 }
 
 // room reports whether replica r (index i) has room for a conversation of
 // expected context e.
-func (a *admission) room(i int, r *ReplicaState, s, e int64) bool {
+func (a *admission) room(i int, r *ReplicaState, s, e int64, sum []int64) bool {
 	tot := e
 	if i < len(a.n) && a.n[i] > 0 {
-		tot = a.used(i, s) + max(e-s, 0)
+		tot = a.used(i, s, sum) + max(e-s, 0)
 	}
 	return float64(tot) <= float64(r.KVCapacityTokens)*a.cfg.FillTarget
 }
@@ -488,16 +529,17 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 		return gateResult{outcome: AdmitUnknown, held: held}, nil
 	}
 	s := a.sharedPrefix()
-	e, _ := a.expected(now, int64(prompt))
+	e, m, learned := a.expected(now, int64(prompt))
+	sum := a.sums(m, learned)
 	fits := 0
 	for i := range view {
-		if view[i].Healthy && a.room(i, &view[i], s, e) {
+		if view[i].Healthy && a.room(i, &view[i], s, e, sum) {
 			fits++
 		}
 	}
 	if fits > 0 && (len(a.queue) == 0 || pos == 0) {
 		for i := range view {
-			if view[i].Healthy && !a.room(i, &view[i], s, e) {
+			if view[i].Healthy && !a.room(i, &view[i], s, e, sum) {
 				view[i].Healthy = false
 			}
 		}
@@ -508,8 +550,12 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 		}
 		return gateResult{outcome: out, held: held}, nil
 	}
+	limit := a.cfg.MaxHold
+	if f.HoldLimit > 0 && (limit < 0 || f.HoldLimit < limit) {
+		limit = f.HoldLimit
+	}
 	over := (pos < 0 && a.cfg.MaxQueue > 0 && len(a.queue) >= a.cfg.MaxQueue) ||
-		(pos >= 0 && a.cfg.MaxHold > 0 && held >= a.cfg.MaxHold)
+		(pos >= 0 && limit > 0 && held >= limit)
 	if over {
 		if pos >= 0 {
 			a.drop(pos)
@@ -747,7 +793,7 @@ func (b *Balancer) Admission() AdmissionStatus {
 	if len(a.queue) > 0 {
 		st.OldestHeldS = (now - a.queue[0].issued).Seconds()
 	}
-	e, learned := a.expected(now, 0)
+	e, _, learned := a.expected(now, 0)
 	st.ExpectedSource = "first-prompt"
 	if learned {
 		st.ExpectedContextTokens, st.ExpectedSource = e, "ended-p90"
@@ -762,7 +808,7 @@ func (b *Balancer) Admission() AdmissionStatus {
 			n = a.n[i]
 		}
 		st.Counted = append(st.Counted, n)
-		st.WorkingTokens = append(st.WorkingTokens, a.used(i, s))
+		st.WorkingTokens = append(st.WorkingTokens, a.used(i, s, a.sumCtx))
 	}
 	return st
 }

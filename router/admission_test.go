@@ -220,3 +220,34 @@ func TestAdmissionLearnsPrefixAndExpectedContext(t *testing.T) {
 		t.Fatalf("admitted %d conversations, want 16 (the prefix counted once)", admitted)
 	}
 }
+
+// A running conversation is counted at the peak ended conversations reached,
+// not at its size now: conversations that grow from 5,000 to 10,000 tokens fit
+// a 25,000-token replica two at a time, although four fit at their first turn
+// (the 7-GPU fleet's case: docs/routing.md "Admission").
+func TestAdmissionCountsRunningConversationsAtTheirExpectedPeak(t *testing.T) {
+	b, now := admitBalancer(t, 1, 25_000, AdmissionConfig{MaxHold: -1})
+	for i := range MinEndedConversations {
+		k := "warm" + strconv.Itoa(i)
+		for _, p := range []int{5000, 7500, 10_000} {
+			if _, _, err := b.Admit(Facts{SessionKey: k, PromptTokens: p}); err != nil {
+				t.Fatalf("%s at %d tokens: %v", k, p, err)
+			}
+			b.ReleaseSession(0, k)
+		}
+		*now += 2*b.sessions.LiveWindow() + time.Second
+	}
+	if st := b.Admission(); st.ExpectedContextTokens != 10_000 || st.ExpectedSource != "ended-p90" {
+		t.Fatalf("estimates: %+v", st)
+	}
+	admitted := 0
+	for i := range 6 {
+		if _, _, err := b.Admit(Facts{SessionKey: "c" + strconv.Itoa(i), PromptTokens: 5000}); err != nil {
+			break
+		}
+		admitted++
+	}
+	if admitted != 2 {
+		t.Fatalf("admitted %d conversations of 5,000 tokens growing to 10,000 on 25,000 tokens, want 2", admitted)
+	}
+}

@@ -90,6 +90,10 @@ type Facts struct {
 	// carries an assistant message; in virtual mode, a turn after the first), so
 	// admission never holds it even when the router does not know its session.
 	Continuing bool
+	// HoldLimit caps this request's admission hold below the model's max_hold
+	// (0: no cap): the proxy sets router.MaxSilentHold for a request it cannot
+	// keep alive while held (admission.go).
+	HoldLimit time.Duration
 }
 
 // SideMeasure is the request size the side-request test compares between the

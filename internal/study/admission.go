@@ -25,8 +25,8 @@ const ArmAdmitFit = "admit-fit"
 // max_hold (h0 is working-set itself, hinf waits without limit): the frontier
 // of results/study/admission/.
 var (
-	AdmitFillTargets = []float64{0.8, 0.9, 1.1, 1.2, 1.3}
-	AdmitMaxHolds    = []time.Duration{15 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 3 * time.Minute, -1}
+	AdmitFillTargets = []float64{0.9, 1.05, 1.1, 1.2}
+	AdmitMaxHolds    = []time.Duration{15 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 6 * time.Minute, 8 * time.Minute, -1}
 )
 
 func admitFitArm(name string, cfg router.AdmissionConfig) func() Arm {

@@ -51,6 +51,9 @@ func (p *Proxy) admit(ctx context.Context, pool *Pool, c *call) (router.Decision
 	if c.facts.SessionKey != "" && b.AdmissionConfig().Mode == router.AdmissionFit {
 		c.facts.Continuing = CarriesAssistantMessage(c.body)
 	}
+	// No byte is sent while held, so no hold may outlast a client's no-byte
+	// timeout.
+	c.facts.HoldLimit = router.MaxSilentHold
 	for {
 		t0 := time.Now()
 		d, info, err := b.Admit(c.facts)
