@@ -88,12 +88,13 @@ type Summary struct {
 
 	// HeldTurns counts the turns done in the window (OK or not) that the router
 	// held before sending them upstream (Result.Held > 0: admission), and
-	// HoldP50S / HoldP95S are the quantiles of their hold in seconds (same
-	// histogram settings as TTFB; NaN when none was held). The hold is part of
-	// their TTFB.
+	// HoldP50S / HoldP95S / HoldMaxS are the quantiles and the longest of their
+	// hold in seconds (same histogram settings as TTFB; NaN when none was held).
+	// The hold is part of their TTFB.
 	HeldTurns int     `json:"held_turns"`
 	HoldP50S  float64 `json:"hold_p50_s"`
 	HoldP95S  float64 `json:"hold_p95_s"`
+	HoldMaxS  float64 `json:"hold_max_s"`
 
 	// ReplicasBusy is the mean number of replicas with running > 0
 	// (vllm:num_requests_running) per poll in the window. Computed per replica as
@@ -344,7 +345,7 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 	}
 	s.TTFBP50S, s.TTFBP95S = quantileS(hist, 50), quantileS(hist, 95)
 	s.SendLagP50S, s.SendLagP99S = quantileS(lag, 50), quantileS(lag, 99)
-	s.HoldP50S, s.HoldP95S = quantileS(held, 50), quantileS(held, 95)
+	s.HoldP50S, s.HoldP95S, s.HoldMaxS = quantileS(held, 50), quantileS(held, 95), quantileS(held, 100)
 	if hist.TotalCount() == 0 {
 		s.note("no OK turn with a first token in the window: TTFB n/a")
 	}

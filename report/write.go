@@ -449,13 +449,13 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	for _, s := range sums {
 		if s.HeldTurns > 0 {
 			heldRows = append(heldRows, []string{s.Variant, strconv.Itoa(s.Sessions), strconv.Itoa(s.HeldTurns),
-				strconv.Itoa(s.TurnsOK + s.TurnsFailed), fmtPrec(2)(s.HoldP50S), fmtPrec(2)(s.HoldP95S)})
+				strconv.Itoa(s.TurnsOK + s.TurnsFailed), fmtPrec(2)(s.HoldP50S), fmtPrec(2)(s.HoldP95S), fmtPrec(2)(s.HoldMaxS)})
 		}
 	}
 	if len(heldRows) > 0 {
 		b.WriteString("\n## Held at the router\n\nTurns the router's admission gate held before sending them upstream " +
 			"(new conversations waiting for a replica with room for their working set); the hold is part of their TTFB.\n\n")
-		mdTable(&b, []string{"variant", "sessions", "held turns", "turns", "hold p50 (s)", "hold p95 (s)"}, heldRows)
+		mdTable(&b, []string{"variant", "sessions", "held turns", "turns", "hold p50 (s)", "hold p95 (s)", "hold max (s)"}, heldRows)
 	}
 
 	var side [][]string

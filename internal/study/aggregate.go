@@ -32,6 +32,7 @@ var Metrics = []Metric{
 	{"held_turns", "turns held at the router", true, func(s *Stage) float64 { return float64(s.HeldTurns) }},
 	{"hold_p50_s", "hold p50 of held turns (s)", true, func(s *Stage) float64 { return s.HoldP50S }},
 	{"hold_p95_s", "hold p95 of held turns (s)", true, func(s *Stage) float64 { return s.HoldP95S }},
+	{"hold_max_s", "longest hold (s)", true, func(s *Stage) float64 { return s.HoldMaxS }},
 }
 
 // MetricByKey returns the metric with the given key.
