@@ -756,6 +756,10 @@ type AdmissionStatus struct {
 	// EndedSamples peak contexts of recently ended conversations).
 	ExpectedContextTokens int64  `json:"expected_context_tokens"`
 	ExpectedSource        string `json:"expected_source"`
+	// RunningPeakTokens is M, the size a running conversation is counted at
+	// when smaller (the median peak of the same ended conversations; 0 until
+	// learned: counted at its size now).
+	RunningPeakTokens int64 `json:"running_peak_tokens"`
 	EndedSamples          int    `json:"ended_samples"`
 	EndedTotal            int    `json:"ended_total"`
 	// SharedPrefixTokens is S (0 until MinSharedPrefixSamples first turns
@@ -766,7 +770,8 @@ type AdmissionStatus struct {
 	// request ended, seconds.
 	IdleWindowS float64 `json:"idle_window_s"`
 	// Per replica (index = replica): counted conversations and their working
-	// set in tokens (S once per replica), the left side of the rule.
+	// set in tokens (S once per replica, each at least M), the left side of the
+	// rule.
 	Counted       []int             `json:"counted_conversations"`
 	WorkingTokens []int64           `json:"working_set_tokens"`
 	Outcomes      AdmissionOutcomes `json:"outcomes"`
@@ -793,11 +798,12 @@ func (b *Balancer) Admission() AdmissionStatus {
 	if len(a.queue) > 0 {
 		st.OldestHeldS = (now - a.queue[0].issued).Seconds()
 	}
-	e, _, learned := a.expected(now, 0)
+	e, m, learned := a.expected(now, 0)
 	st.ExpectedSource = "first-prompt"
 	if learned {
-		st.ExpectedContextTokens, st.ExpectedSource = e, "ended-p90"
+		st.ExpectedContextTokens, st.ExpectedSource, st.RunningPeakTokens = e, "ended-p90", m
 	}
+	sum := a.sums(m, learned)
 	st.EndedSamples, st.EndedTotal = len(a.ended), a.endedN
 	st.SharedPrefixTokens, st.SharedPrefixSamples = a.sharedPrefix(), len(a.prefix)
 	st.IdleWindowS = a.idleWindow(b.sessions.LiveWindow()).Seconds()
@@ -808,7 +814,7 @@ func (b *Balancer) Admission() AdmissionStatus {
 			n = a.n[i]
 		}
 		st.Counted = append(st.Counted, n)
-		st.WorkingTokens = append(st.WorkingTokens, a.used(i, s, a.sumCtx))
+		st.WorkingTokens = append(st.WorkingTokens, a.used(i, s, sum))
 	}
 	return st
 }

@@ -250,4 +250,7 @@ func TestAdmissionCountsRunningConversationsAtTheirExpectedPeak(t *testing.T) {
 	if admitted != 2 {
 		t.Fatalf("admitted %d conversations of 5,000 tokens growing to 10,000 on 25,000 tokens, want 2", admitted)
 	}
+	if st := b.Admission(); st.RunningPeakTokens != 10_000 || st.WorkingTokens[0] != 20_000 {
+		t.Fatalf("status: running peak %d, working set %v; want 10000 and [20000] (two at their peak)", st.RunningPeakTokens, st.WorkingTokens)
+	}
 }
