@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -105,6 +106,7 @@ func frontierFigure(setup string, rows []Row, minSessions int) (*plot.Plot, erro
 	for si, sessions := range stages {
 		var pts plotter.XYs
 		var lab []string
+		first, def := "", false // the first label of a run of arms at one point; the default among them
 		for i, a := range arms {
 			r, ok := byArm[a][sessions]
 			if !ok {
@@ -114,8 +116,20 @@ func frontierFigure(setup string, rows []Row, minSessions int) (*plot.Plot, erro
 			if math.IsNaN(x) || math.IsNaN(y) {
 				continue
 			}
+			if k := len(pts) - 1; k >= 0 && pts[k].X == x && pts[k].Y == y {
+				// max_holds past every wait give one point: one label
+				if a == ArmAdmitFit {
+					def = true
+				}
+				lab[k] = strings.TrimSuffix(first, " (default)") + " to " + labels[i]
+				if def {
+					lab[k] += " (default " + router.DefaultMaxHold.String() + ")"
+				}
+				continue
+			}
 			pts = append(pts, plotter.XY{X: x, Y: y})
 			lab = append(lab, labels[i])
+			first, def = labels[i], a == ArmAdmitFit
 		}
 		col := report.Palette(si)
 		line, points, err := plotter.NewLinePoints(pts)
@@ -137,6 +151,9 @@ func frontierFigure(setup string, rows []Row, minSessions int) (*plot.Plot, erro
 		p.Legend.Add(fmt.Sprintf("%d sessions", sessions), line, points)
 	}
 	p.Add(plotter.NewGrid())
+	// Room for the labels right of and above the last points.
+	p.X.Max += (p.X.Max - p.X.Min) * 0.3
+	p.Y.Max += (p.Y.Max - p.Y.Min) * 0.08
 	return p, nil
 }
 
