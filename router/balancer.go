@@ -609,9 +609,14 @@ func (b *Balancer) ObserveSize(bodyBytes, promptTokens int) {
 // clients that ask for no usage in their streams), and only from a window that
 // counted at least MinMeasuredPromptTokens tokens; the latest such window wins.
 // Its bias: tokens of traffic that did not pass the router count too, so the
-// ratio reads low and the estimates high.
+// ratio reads low and the estimates high. With BalancerConfig.Shared it is
+// ignored: the other routers' traffic is in the tokens and not in the bytes, so
+// the ratio reads low by their share (0.08 bytes per token, estimates 40x too
+// high, for a router that had just joined in the two-router e2e test: its live
+// working sets then read over the KV cache and WorkingSet's fit move fired);
+// the estimate waits for the responses instead.
 func (b *Balancer) ObserveSizeWindow(bodyBytes, promptTokens float64) {
-	if promptTokens < MinMeasuredPromptTokens || bodyBytes <= 0 {
+	if promptTokens < MinMeasuredPromptTokens || bodyBytes <= 0 || b.shared != nil {
 		return
 	}
 	b.mu.Lock()

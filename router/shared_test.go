@@ -39,3 +39,26 @@ func TestSharedInFlightReturnsToZeroOnEveryRelease(t *testing.T) {
 		}
 	}
 }
+
+// The /metrics window's ratio (this router's body bytes over every router's
+// prompt tokens) is not used with shared state: a router that joins after
+// another has served alone would read 0.08 bytes per token and place and move
+// by working sets 40x too large. The estimate stays the assumed one until the
+// responses calibrate it.
+func TestSharedStateIgnoresTheMetricsWindowRatio(t *testing.T) {
+	b, _ := newTestBalancer(t, 4, true, func(c *BalancerConfig) { c.Shared = &countingState{inflight: make([]int, 4)} })
+	b.ObserveSizeWindow(2_000, 24_000) // a window in which the other router sent most of the tokens
+	if r, src := b.BytesPerToken(); r != BytesPerTokenEstimate || src != SizeAssumed {
+		t.Errorf("BytesPerToken with shared state after a /metrics window = %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
+	}
+	if got, want := b.EstimateTokens(4_000), 1_000; got != want {
+		t.Errorf("EstimateTokens(4000 bytes) = %d, want %d", got, want)
+	}
+	b.ObserveSize(3_350, 1_000)
+	for range SizeMinSeen {
+		b.ObserveSize(3_350, 1_000)
+	}
+	if r, src := b.BytesPerToken(); src != SizeResponses || r < 3.34 || r > 3.36 {
+		t.Errorf("after %d responses: %.2f from %s, want 3.35 from responses", SizeMinSeen+1, r, src)
+	}
+}
