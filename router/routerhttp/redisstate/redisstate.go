@@ -27,8 +27,11 @@
 // (RESP3 CLIENT TRACKING, rueidis DoCache): a known session's home is read from
 // local memory, and Redis pushes an invalidation when another router changes it.
 // A placement, move or re-home runs claimScript, one round trip. The in-flight
-// changes of sticky requests and their ends are published by the heartbeat
-// (every Heartbeat) as deltas, never on a request's path. Every request-path call
+// changes of sticky requests and their ends are published at once by the
+// store's goroutine as deltas (flushScript: one round trip per burst of
+// changes, which also reads the other routers' counts back), never on a
+// request's path; the heartbeat (every Heartbeat) publishes the live sets and
+// refreshes every TTL. Every request-path call
 // waits at most Timeout; a failure opens the circuit (no request-path call)
 // until a heartbeat succeeds and CircuitOpen has passed, and the router routes
 // from its own view meanwhile. The first heartbeat after an outage rewrites the
@@ -61,8 +64,9 @@ const (
 	// DefaultTimeout bounds every call to Redis (wall time): the most a request
 	// waits for a hung Redis before it is routed from the local view.
 	DefaultTimeout = 50 * time.Millisecond
-	// DefaultHeartbeat is how often each router publishes its in-flight and live
-	// counts and reads the others'.
+	// DefaultHeartbeat is how often each router publishes its live counts,
+	// refreshes its keys' TTLs and reads the others' counts when it has no
+	// in-flight change of its own to publish (those go at once: Store.Run).
 	DefaultHeartbeat = 100 * time.Millisecond
 	// DefaultKeyTTL is the TTL of a router's own keys (in-flight, live,
 	// registration): a dead router's counts vanish after it.
@@ -124,6 +128,9 @@ type Store struct {
 	lastErr                  atomic.Value // string: the last failure, "op: error"
 
 	refresh chan string // home keys whose TTL to refresh
+	// kick wakes Run to publish in-flight changes now (Pool.count); one slot,
+	// so a burst of changes is one flush.
+	kick chan struct{}
 }
 
 // Open checks o and returns a Store; it does not connect (Run does, and keeps
@@ -181,7 +188,7 @@ func Open(o Options) (*Store, error) {
 	if o.ClientOption != nil {
 		o.ClientOption(&copt)
 	}
-	return &Store{opt: o, copt: copt, log: o.Logger, refresh: make(chan string, 1024)}, nil
+	return &Store{opt: o, copt: copt, log: o.Logger, refresh: make(chan string, 1024), kick: make(chan struct{}, 1)}, nil
 }
 
 // Redact returns u with any password replaced by "xxx", for logs and errors.
@@ -304,8 +311,18 @@ func (s *Store) connect() (rueidis.Client, error) {
 	return c, nil
 }
 
-// Run drives the heartbeat and the TTL refreshes until ctx ends, then closes
-// the client. The router's keys are left to expire (KeyTTL).
+// Run drives the heartbeat, the publication of in-flight changes and the TTL
+// refreshes until ctx ends, then closes the client. The router's keys are left
+// to expire (KeyTTL).
+//
+// An in-flight change (a request sent or ended) is published as soon as Run is
+// free, not at the next heartbeat: the other routers add these counts to the
+// replicas' load, and a count published once per heartbeat and read once per
+// heartbeat was up to two heartbeats old (200 ms) while a claim counts at once.
+// Right after a router's turns ended, another counted them still in flight
+// beside the next turns of the same conversations (24 requests on 4 replicas
+// where 8 ran, in the two-router e2e test), and WorkingSet moved conversations
+// for an overflow that was not there.
 func (s *Store) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -326,6 +343,8 @@ func (s *Store) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			s.beat(ctx)
+		case <-s.kick:
+			s.flush(ctx)
 		}
 	}
 }
@@ -355,6 +374,25 @@ func (s *Store) beat(ctx context.Context) {
 		s.synced.Store(true)
 	}
 	s.recovered()
+}
+
+// flush publishes every pool's in-flight changes since the last beat or flush
+// and reads the other routers' counts back (flushScript). Only while the store
+// is up and in sync: otherwise the heartbeat's rewrite publishes exact counts.
+func (s *Store) flush(ctx context.Context) {
+	c := s.client.Load()
+	if c == nil || s.down.Load() || !s.synced.Load() {
+		return
+	}
+	s.pmu.Lock()
+	pools := append([]*Pool(nil), s.pools...)
+	s.pmu.Unlock()
+	for _, p := range pools {
+		if err := p.flush(ctx, *c); err != nil {
+			s.fail("publish", err)
+			return
+		}
+	}
 }
 
 // refresher sends the PEXPIREs that keep read homes alive.
@@ -566,15 +604,92 @@ func (p *Pool) Claimed(i int)  { p.count(i, 1, 0) }
 
 func (p *Pool) count(i int, local, pending int64) {
 	p.cmu.Lock()
-	defer p.cmu.Unlock()
 	if i < 0 || i >= len(p.local) {
+		p.cmu.Unlock()
 		return
 	}
 	p.local[i] += local
 	p.pending[i] += pending
+	p.cmu.Unlock()
+	select { // a claim publishes nothing but reads the others' counts back
+	case p.s.kick <- struct{}{}:
+	default: // a flush is due already
+	}
 }
 
-// Remote returns the other routers' load on replica i from the last heartbeat.
+// takePending returns the in-flight changes not yet published (abs: the exact
+// counts instead) and clears them.
+func (p *Pool) takePending(n int, abs bool) []int64 {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	vals := make([]int64, n)
+	for i := range n {
+		if abs {
+			vals[i] = p.local[i]
+		} else {
+			vals[i] = p.pending[i]
+		}
+		p.pending[i] = 0
+	}
+	return vals
+}
+
+// flush publishes the pool's pending in-flight changes (none after a claim
+// alone) and stores the other routers' in-flight counts it reads back, keeping
+// their live sets from the last beat.
+func (p *Pool) flush(ctx context.Context, c rueidis.Client) error {
+	s := p.s
+	p.kmu.RLock()
+	keys := p.keys
+	p.kmu.RUnlock()
+	vals := p.takePending(len(keys), false)
+	args := []string{s.opt.RouterID, ms(s.opt.KeyTTL), p.flightPrefix}
+	for i, k := range keys {
+		if vals[i] != 0 {
+			args = append(args, k, strconv.FormatInt(vals[i], 10))
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.beatTimeout())
+	defer cancel()
+	arr, err := flushScript.Exec(cctx, c, []string{p.flightKey, p.regKey}, args).ToArray()
+	if err != nil {
+		return err // as in beat: the rewrite after the failure makes the hash exact
+	}
+	if len(arr) == 1 {
+		if v, _ := arr[0].ToString(); v == "resync" {
+			s.synced.Store(false)
+			return nil
+		}
+	}
+	rl := make([]router.RemoteLoad, len(keys))
+	if old := p.remote.Load(); old != nil {
+		copy(rl, *old)
+	}
+	for i := range rl {
+		rl[i].InFlight = 0
+	}
+	for j := 0; j+1 < len(arr); j += 2 {
+		flights, _ := arr[j+1].ToArray()
+		p.addFlights(rl, flights)
+	}
+	p.remote.Store(&rl)
+	return nil
+}
+
+// addFlights adds one router's in-flight hash (HGETALL, flat) to rl.
+func (p *Pool) addFlights(rl []router.RemoteLoad, flights []rueidis.RedisMessage) {
+	for f := 0; f+1 < len(flights); f += 2 {
+		k, _ := flights[f].ToString()
+		n, _ := flights[f+1].AsInt64()
+		if i := p.lookup(k); i >= 0 && i < len(rl) {
+			rl[i].InFlight += int(max(n, 0))
+		}
+	}
+}
+
+// Remote returns the other routers' load on replica i: in-flight counts as of
+// this router's last publication or heartbeat, live sets as of its last
+// heartbeat.
 func (p *Pool) Remote(i int) router.RemoteLoad {
 	r := p.remote.Load()
 	if r == nil || i < 0 || i >= len(*r) {
@@ -595,17 +710,7 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 	if abs {
 		mode = "abs"
 	}
-	p.cmu.Lock()
-	vals := make([]int64, len(keys))
-	for i := range keys {
-		if abs {
-			vals[i] = p.local[i]
-		} else {
-			vals[i] = p.pending[i]
-		}
-		p.pending[i] = 0
-	}
-	p.cmu.Unlock()
+	vals := p.takePending(len(keys), abs)
 	args := []string{s.opt.RouterID, ms(s.opt.KeyTTL), mode, p.flightPrefix, p.livePrefix, strconv.Itoa(len(keys))}
 	for i, k := range keys {
 		args = append(args, k, strconv.FormatInt(vals[i], 10))
@@ -635,13 +740,7 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 	rl := make([]router.RemoteLoad, len(keys))
 	for j := 0; j+2 < len(arr); j += 3 {
 		flights, _ := arr[j+1].ToArray()
-		for f := 0; f+1 < len(flights); f += 2 {
-			k, _ := flights[f].ToString()
-			n, _ := flights[f+1].AsInt64()
-			if i := p.lookup(k); i >= 0 && i < len(rl) {
-				rl[i].InFlight += int(max(n, 0))
-			}
-		}
+		p.addFlights(rl, flights)
 		lives, _ := arr[j+2].ToArray()
 		for f := 0; f+1 < len(lives); f += 2 {
 			k, _ := lives[f].ToString()

@@ -192,6 +192,69 @@ func TestPlacementsSpreadAcrossRouters(t *testing.T) {
 	}
 }
 
+// In-flight changes reach the other router without waiting for a heartbeat
+// (here 10 s): requests sent and ended through a are in b's view as soon as b
+// has published a change of its own. With the counts published and read once
+// per heartbeat, b counted a's ended turns for up to two heartbeats beside the
+// next turns of the same conversations (the two-router e2e test's phantom
+// overflows).
+func TestInFlightReachesTheOtherRouterAtOnce(t *testing.T) {
+	srv := testredis.Start(t)
+	o := Options{Heartbeat: 10 * time.Second, KeyTTL: 30 * time.Second}
+	a := newNode(t, srv.URL(), testKeys, o)
+	b := newNode(t, srv.URL(), reversed(testKeys), o)
+	seen := func() int {
+		n := 0
+		for _, s := range b.b.Status() {
+			n += s.SharedInFlight
+		}
+		return n
+	}
+	// b learns what a has in flight when it publishes a request of its own.
+	waitSeen := func(what string, want int) {
+		t.Helper()
+		t0 := time.Now()
+		for i := 0; seen() != want; i++ {
+			if time.Since(t0) > time.Second {
+				t.Fatalf("%s: b sees %d of a's requests in flight after %v, want %d (heartbeat %v)", what, seen(), time.Since(t0), want, o.Heartbeat)
+			}
+			d, err := b.b.Acquire(router.Facts{SessionKey: fmt.Sprint("b-", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.b.Release(d.Replica)
+			time.Sleep(time.Millisecond)
+		}
+		t.Logf("%s: b sees %d within %v", what, want, time.Since(t0).Round(time.Millisecond))
+	}
+	var held []int
+	for s := range 8 { // placements: counted in Redis by the claim
+		d, err := a.b.Acquire(router.Facts{SessionKey: fmt.Sprint("a-", s)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, d.Replica)
+	}
+	waitSeen("8 placements", 8)
+	for _, i := range held {
+		a.b.Release(i)
+	}
+	waitSeen("placements ended", 0)
+	held = held[:0]
+	for s := range 8 { // sticky turns: counted by the publication
+		d, err := a.b.Acquire(router.Facts{SessionKey: fmt.Sprint("a-", s)})
+		if err != nil || d.Reason != router.ReasonSticky {
+			t.Fatalf("a-%d: %v %v, want sticky", s, d.Reason, err)
+		}
+		held = append(held, d.Replica)
+	}
+	waitSeen("8 sticky turns", 8)
+	for _, i := range held {
+		a.b.Release(i)
+	}
+	waitSeen("sticky turns ended", 0)
+}
+
 // A router that dies (its heartbeat stops, nothing cleaned up) leaves no
 // in-flight count behind: the other sees it go after KeyTTL.
 func TestDeadRouterLeavesNoPhantomInFlight(t *testing.T) {

@@ -94,3 +94,33 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
 end
 return out
 `)
+
+// flushScript publishes one router's in-flight changes between heartbeats.
+//
+//	KEYS[1] this router's in-flight hash, KEYS[2] registry
+//	ARGV[1] router id, ARGV[2] key TTL ms, ARGV[3] in-flight hash prefix,
+//	then pairs (replica key, change)
+//
+// It adds the changes and refreshes the hash's TTL, or answers {"resync"}
+// without changing anything when the hash has expired (the caller's next
+// heartbeat then rewrites it), and returns, for every other router alive, its
+// id and its in-flight hash (HGETALL, flat).
+var flushScript = rueidis.NewLuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'resync'}
+end
+for j = 4, #ARGV - 1, 2 do
+  redis.call('HINCRBY', KEYS[1], ARGV[j], tonumber(ARGV[j + 1]))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf')) do
+  if id ~= ARGV[1] then
+    table.insert(out, id)
+    table.insert(out, redis.call('HGETALL', ARGV[3] .. id))
+  end
+end
+return out
+`)
