@@ -428,13 +428,22 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 // (admission.go): with ErrHold, AdmitInfo.Ticket is what to present in
 // Facts.Ticket when asking again.
 func (b *Balancer) Admit(f Facts) (Decision, AdmitInfo, error) {
+	d, info, _, err := b.AdmitWait(f)
+	return d, info, err
+}
+
+// AdmitWait is Admit that also returns the wall time the decision waited on the
+// shared state (BalancerConfig.Shared: its Home, Refresh and Claim calls, each
+// bounded by the store's timeout; SharedState); 0 without shared state. The
+// HTTP proxy sums it over a request's decisions (X-Warden-State-Ms).
+func (b *Balancer) AdmitWait(f Facts) (Decision, AdmitInfo, time.Duration, error) {
 	if b.shared != nil {
 		return b.acquireShared(f)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	d, info, _, err := b.acquireLocked(f, nil)
-	return d, info, err
+	return d, info, 0, err
 }
 
 // acquireLocked is Acquire's decision under mu. sv is what the shared state said

@@ -3,20 +3,24 @@ package router
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // countingState is a SharedState that holds no homes and counts what the
 // Balancer tells it is in flight per replica.
 type countingState struct{ inflight []int }
 
-func (c *countingState) Home(string) (SharedHome, bool) { return SharedHome{Replica: -1}, false }
-func (c *countingState) Claim(string, string, []int, bool) (int, bool, bool) {
-	return -1, false, false
+func (c *countingState) Home(string) (SharedHome, time.Duration, bool) {
+	return SharedHome{Replica: -1}, 0, false
 }
-func (c *countingState) Acquired(i int)        { c.inflight[i]++ }
-func (c *countingState) Released(i int)        { c.inflight[i]-- }
-func (c *countingState) Claimed(i int)         { c.inflight[i]++ }
-func (c *countingState) Remote(int) RemoteLoad { return RemoteLoad{} }
+func (c *countingState) Claim(string, string, []int, bool) (int, bool, time.Duration, bool) {
+	return -1, false, 0, false
+}
+func (c *countingState) Refresh() (time.Duration, bool) { return 0, false }
+func (c *countingState) Acquired(i int)                 { c.inflight[i]++ }
+func (c *countingState) Released(i int)                 { c.inflight[i]-- }
+func (c *countingState) Claimed(i int)                  { c.inflight[i]++ }
+func (c *countingState) Remote(int) RemoteLoad          { return RemoteLoad{} }
 
 // Every way a request ends (Release, or ReleaseSession as the proxy calls it)
 // tells the shared state, so the counts other routers see return to 0; a

@@ -491,26 +491,28 @@ func (p *Pool) homeKey(session string) string {
 // Home reads the session's home, from the local cache when Redis has not
 // invalidated it, and queues a TTL refresh when the home's TTL has run down by
 // more than SessionTTL/60.
-func (p *Pool) Home(session string) (router.SharedHome, bool) {
+func (p *Pool) Home(session string) (router.SharedHome, time.Duration, bool) {
 	h := router.SharedHome{Replica: -1}
 	c, ok := p.s.available()
 	if !ok {
-		return h, false
+		return h, 0, false
 	}
+	t0 := time.Now()
 	k := p.homeKey(session)
 	ctx, cancel := context.WithTimeout(context.Background(), p.s.opt.Timeout)
 	defer cancel()
 	// The local copy lives as long as the key (rueidis keeps min(this, the
 	// server's PTTL)), so CachePTTL below is the key's remaining TTL.
 	res := c.DoCache(ctx, c.B().Get().Key(k).Cache(), p.s.opt.SessionTTL)
+	wait := time.Since(t0)
 	v, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
-		return h, true
+		return h, wait, true
 	}
 	if err != nil {
 		p.s.fail("home", err)
 		p.s.fallbacks.Add(1)
-		return h, false
+		return h, wait, false
 	}
 	h.Token, h.Replica = v, p.lookup(v)
 	ttl := p.s.opt.SessionTTL
@@ -520,18 +522,18 @@ func (p *Pool) Home(session string) (router.SharedHome, bool) {
 		default: // full: the next read asks again
 		}
 	}
-	return h, true
+	return h, wait, true
 }
 
 // Claim runs claimScript (see router.SharedState.Claim).
-func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, bool, bool) {
+func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, bool, time.Duration, bool) {
 	s := p.s
 	c, ok := s.available()
 	if !ok || !s.synced.Load() || len(cands) == 0 {
 		if ok {
 			s.fallbacks.Add(1)
 		}
-		return -1, false, false
+		return -1, false, 0, false
 	}
 	s.claims.Add(1)
 	defer s.claims.Add(-1)
@@ -545,16 +547,18 @@ func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, 
 			args = append(args, k)
 		}
 	}
+	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
 	defer cancel()
 	arr, err := claimScript.Exec(ctx, c, []string{p.homeKey(session), p.flightKey, p.regKey}, args).ToArray()
+	wait := time.Since(t0)
 	if err == nil && len(arr) != 2 {
 		err = fmt.Errorf("claim script returned %d values", len(arr))
 	}
 	if err != nil {
 		s.fail("claim", err)
 		s.fallbacks.Add(1)
-		return -1, false, false
+		return -1, false, wait, false
 	}
 	k, _ := arr[0].ToString()
 	adopted, _ := arr[1].AsInt64()
@@ -564,9 +568,31 @@ func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, 
 		// the request there, the router will not send it there; the next
 		// heartbeat rewrites the hash from the exact local counts.
 		s.synced.Store(false)
-		return -1, false, false
+		return -1, false, wait, false
 	}
-	return i, adopted == 1, true
+	return i, adopted == 1, wait, true
+}
+
+// Refresh reads the other routers' in-flight hashes (othersScript; see
+// router.SharedState.Refresh), bounded by Timeout like every request-path call.
+func (p *Pool) Refresh() (time.Duration, bool) {
+	s := p.s
+	c, ok := s.available()
+	if !ok {
+		return 0, false
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
+	defer cancel()
+	arr, err := othersScript.Exec(ctx, c, []string{p.regKey}, []string{s.opt.RouterID, p.flightPrefix}).ToArray()
+	wait := time.Since(t0)
+	if err != nil {
+		s.fail("refresh in-flight", err)
+		s.fallbacks.Add(1)
+		return wait, false
+	}
+	p.storeFlights(arr)
+	return wait, true
 }
 
 // Reset deletes every session home of the pool's model in the store (SCAN and
@@ -661,7 +687,18 @@ func (p *Pool) flush(ctx context.Context, c rueidis.Client) error {
 			return nil
 		}
 	}
-	rl := make([]router.RemoteLoad, len(keys))
+	p.storeFlights(arr)
+	return nil
+}
+
+// storeFlights replaces the other routers' in-flight counts by arr (pairs of
+// router id and in-flight hash, as flushScript and othersScript return them),
+// keeping their live sets from the last beat.
+func (p *Pool) storeFlights(arr []rueidis.RedisMessage) {
+	p.kmu.RLock()
+	n := len(p.keys)
+	p.kmu.RUnlock()
+	rl := make([]router.RemoteLoad, n)
 	if old := p.remote.Load(); old != nil {
 		copy(rl, *old)
 	}
@@ -673,7 +710,6 @@ func (p *Pool) flush(ctx context.Context, c rueidis.Client) error {
 		p.addFlights(rl, flights)
 	}
 	p.remote.Store(&rl)
-	return nil
 }
 
 // addFlights adds one router's in-flight hash (HGETALL, flat) to rl.

@@ -95,6 +95,25 @@ end
 return out
 `)
 
+// othersScript reads the other routers' in-flight counts (Pool.Refresh).
+//
+//	KEYS[1] registry; ARGV[1] router id, ARGV[2] in-flight hash prefix
+//
+// Returns, for every other router alive, its id and its in-flight hash
+// (HGETALL, flat), as flushScript does.
+var othersScript = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')) do
+  if id ~= ARGV[1] then
+    table.insert(out, id)
+    table.insert(out, redis.call('HGETALL', ARGV[2] .. id))
+  end
+end
+return out
+`)
+
 // flushScript publishes one router's in-flight changes between heartbeats.
 //
 //	KEYS[1] this router's in-flight hash, KEYS[2] registry
