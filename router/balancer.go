@@ -579,17 +579,29 @@ func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens
 // client sending only bad requests is not counted as a conversation. It does
 // nothing, and returns false, when affinity is off, the key is empty or
 // unknown, the session's home is no longer i, or another request of the
-// session was routed after the placement (its home is then in use).
+// session was routed after the placement (its home is then in use). With
+// BalancerConfig.Shared the home is deleted from the store too
+// (SharedState.Forget), so the next request through any router places the
+// session afresh.
 func (b *Balancer) Unplace(sessionKey string, i int) bool {
+	ok, _ := b.UnplaceWait(sessionKey, i)
+	return ok
+}
+
+// UnplaceWait is Unplace that also returns the wall time the store's delete
+// waited (0 without shared state or when nothing was undone).
+func (b *Balancer) UnplaceWait(sessionKey string, i int) (bool, time.Duration) {
 	if sessionKey == "" {
-		return false
+		return false, 0
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.affinity {
-		return false
+	ok := b.affinity && b.sessions.unplace(b.sessions.hash(sessionKey), i)
+	b.mu.Unlock()
+	if !ok || b.shared == nil {
+		return ok, 0
 	}
-	return b.sessions.unplace(b.sessions.hash(sessionKey), i)
+	wait, _ := b.shared.Forget(sessionKey, i)
+	return true, wait
 }
 
 // ObserveSize calibrates the prompt estimate from a finished request: its body

@@ -10,7 +10,7 @@ import "time"
 // Balancer's replicas; the implementation maps them to keys that do not depend
 // on the order of a config file (URL + DP rank).
 //
-// The Balancer calls Home, Refresh and Claim outside its lock (they may wait on
+// The Balancer calls Home, Refresh, Claim and Forget outside its lock (they may wait on
 // the network, at most the implementation's timeout; each returns the wall time
 // it waited, which AdmitWait reports) and the other methods under it (they must
 // not block: counters and an atomically swapped snapshot). A method that cannot
@@ -41,6 +41,12 @@ type SharedState interface {
 	// just ended on another router must not count as one in flight there. ok is
 	// false when the store cannot answer (Remote keeps what it had).
 	Refresh() (wait time.Duration, ok bool)
+	// Forget deletes the session's home in the store if it still holds replica
+	// i (compare-and-delete: a home another router wrote since stays), for
+	// Balancer.Unplace: the next request through any router then places the
+	// session afresh. ok is false when the store cannot answer (the home then
+	// lasts its TTL and the next request adopts it).
+	Forget(sessionKey string, i int) (wait time.Duration, ok bool)
 	// Acquired and Released tell that this router sent one request to replica i,
 	// or that one ended; the store publishes the change soon after (not on the
 	// request's path). Claimed tells that a request counted by a successful

@@ -16,11 +16,12 @@ func (c *countingState) Home(string) (SharedHome, time.Duration, bool) {
 func (c *countingState) Claim(string, string, []int, bool) (int, bool, time.Duration, bool) {
 	return -1, false, 0, false
 }
-func (c *countingState) Refresh() (time.Duration, bool) { return 0, false }
-func (c *countingState) Acquired(i int)                 { c.inflight[i]++ }
-func (c *countingState) Released(i int)                 { c.inflight[i]-- }
-func (c *countingState) Claimed(i int)                  { c.inflight[i]++ }
-func (c *countingState) Remote(int) RemoteLoad          { return RemoteLoad{} }
+func (c *countingState) Refresh() (time.Duration, bool)           { return 0, false }
+func (c *countingState) Forget(string, int) (time.Duration, bool) { return 0, false }
+func (c *countingState) Acquired(i int)                           { c.inflight[i]++ }
+func (c *countingState) Released(i int)                           { c.inflight[i]-- }
+func (c *countingState) Claimed(i int)                            { c.inflight[i]++ }
+func (c *countingState) Remote(int) RemoteLoad                    { return RemoteLoad{} }
 
 // Every way a request ends (Release, or ReleaseSession as the proxy calls it)
 // tells the shared state, so the counts other routers see return to 0; a

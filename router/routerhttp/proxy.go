@@ -649,7 +649,8 @@ func (c *call) feedback() {
 		b.ObserveSize(len(c.body), c.usage.prompt)
 	}
 	if c.dec.Reason == router.ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
-		b.Unplace(c.facts.SessionKey, c.dec.Replica)
+		_, wait := b.UnplaceWait(c.facts.SessionKey, c.dec.Replica)
+		c.stateWait += wait // after the response: in MetricStateWait, not in HeaderStateMs
 	}
 }
 

@@ -10,7 +10,9 @@
 //     for a DP rank); PX the session TTL. <session> is the first 16 bytes of
 //     SHA-256 of the session key in hex, so no session id is stored. Written only
 //     by claimScript (first write wins: SET when the key is absent or still holds
-//     the value the writer read), its idle TTL refreshed by PEXPIRE.
+//     the value the writer read), its idle TTL refreshed by PEXPIRE; deleted by
+//     forgetScript (a placement whose request the upstream refused, only while
+//     the key still holds that placement) and Reset.
 //   - P f:M:<router>   hash replica key -> this router's requests in flight; PX
 //     KeyTTL, refreshed by every heartbeat, so a router that dies leaves no
 //     in-flight count behind after KeyTTL.
@@ -592,6 +594,27 @@ func (p *Pool) Refresh() (time.Duration, bool) {
 		return wait, false
 	}
 	p.storeFlights(arr)
+	return wait, true
+}
+
+// Forget deletes the session's home if it still holds replica i
+// (forgetScript; see router.SharedState.Forget), bounded by Timeout.
+func (p *Pool) Forget(session string, i int) (time.Duration, bool) {
+	s := p.s
+	k := p.key(i)
+	c, ok := s.available()
+	if !ok || k == "" {
+		return 0, false
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
+	defer cancel()
+	err := forgetScript.Exec(ctx, c, []string{p.homeKey(session)}, []string{k}).Error()
+	wait := time.Since(t0)
+	if err != nil {
+		s.fail("forget", err)
+		return wait, false
+	}
 	return wait, true
 }
 

@@ -322,6 +322,47 @@ func TestLoadMoveReadsFreshCounts(t *testing.T) {
 	b.b.Release(d.Replica)
 }
 
+// A placement the upstream refused (Unplace after a 4xx) is forgotten in the
+// store as well: the next request, through the other router, is placed
+// afresh instead of adopting the refused home. A home another router wrote
+// meanwhile is not deleted.
+func TestUnplaceForgetsTheSharedHome(t *testing.T) {
+	srv := testredis.Start(t)
+	a := newNode(t, srv.URL(), testKeys, Options{})
+	b := newNode(t, srv.URL(), reversed(testKeys), Options{})
+	d, err := a.b.Acquire(router.Facts{SessionKey: "refused"})
+	if err != nil || d.Reason != router.ReasonPlaced {
+		t.Fatalf("first request: %v %v, want placed", d.Reason, err)
+	}
+	a.b.Release(d.Replica)
+	ok, wait := a.b.UnplaceWait("refused", d.Replica)
+	if !ok || wait <= 0 {
+		t.Errorf("UnplaceWait = %v, %v; want true after one round trip", ok, wait)
+	}
+	c := rawClient(t, srv.Addr)
+	if n, err := c.Do(context.Background(), c.B().Exists().Key(a.st.pools[0].homeKey("refused")).Build()).AsInt64(); err != nil || n != 0 {
+		t.Errorf("home key after Unplace: exists %d (%v), want deleted", n, err)
+	}
+	if d2, err := b.b.Acquire(router.Facts{SessionKey: "refused"}); err != nil || d2.Reason != router.ReasonPlaced {
+		t.Errorf("next request through b: %v %v, want placed afresh", d2.Reason, err)
+	} else {
+		b.b.Release(d2.Replica)
+	}
+
+	// Placed by a, then moved in the store by b before a's request was refused:
+	// b's home stays.
+	d, _ = a.b.Acquire(router.Facts{SessionKey: "moved"})
+	a.b.Release(d.Replica)
+	other := testKeys[(d.Replica+1)%len(testKeys)]
+	if err := c.Do(context.Background(), c.B().Set().Key(a.st.pools[0].homeKey("moved")).Value(other).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	a.b.Unplace("moved", d.Replica)
+	if v, err := c.Do(context.Background(), c.B().Get().Key(a.st.pools[0].homeKey("moved")).Build()).ToString(); err != nil || v != other {
+		t.Errorf("home written by another router after Unplace: %q (%v), want %q kept", v, err, other)
+	}
+}
+
 // A router that dies (its heartbeat stops, nothing cleaned up) leaves no
 // in-flight count behind: the other sees it go after KeyTTL.
 func TestDeadRouterLeavesNoPhantomInFlight(t *testing.T) {

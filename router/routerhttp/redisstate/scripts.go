@@ -95,6 +95,19 @@ end
 return out
 `)
 
+// forgetScript deletes a home if it still holds the given replica.
+//
+//	KEYS[1] home key; ARGV[1] the replica key the caller placed it on
+//
+// Returns 1 when it deleted the home, 0 when the key held something else or
+// nothing.
+var forgetScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
 // othersScript reads the other routers' in-flight counts (Pool.Refresh).
 //
 //	KEYS[1] registry; ARGV[1] router id, ARGV[2] in-flight hash prefix
