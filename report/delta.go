@@ -73,6 +73,22 @@ func NewDelta(metric string, base, cand *Summary) (Delta, error) {
 		return Delta{}, err
 	}
 	v, vse, _ := cand.Metric(metric)
+	return newDelta(metric, b, bse, v, vse), nil
+}
+
+// SampleDelta is the Delta of a metric between two sets of samples of it, e.g.
+// per sub-window of one stage, per seed, or per conversation of a test stage:
+// each side is the mean of its samples with the standard error of that mean
+// (MeanStdErr), judged as NewDelta judges two summaries. metric only names it;
+// any name is accepted. Fewer than two samples on a side give NoiseUnknown.
+func SampleDelta(metric string, base, value []float64) Delta {
+	b, bse := MeanStdErr(base)
+	v, vse := MeanStdErr(value)
+	return newDelta(metric, b, bse, v, vse)
+}
+
+// newDelta is the delta of two estimates with their standard errors.
+func newDelta(metric string, b, bse, v, vse float64) Delta {
 	d := Delta{Metric: metric, Base: b, Value: v, Diff: v - b, RelPct: math.NaN(), CIHalf: math.NaN(), Noise: NoiseUnknown}
 	if b != 0 && !math.IsNaN(b) {
 		d.RelPct = 100 * d.Diff / math.Abs(b)
@@ -85,7 +101,7 @@ func NewDelta(metric string, base, cand *Summary) (Delta, error) {
 			d.Noise = BeyondNoise
 		}
 	}
-	return d, nil
+	return d
 }
 
 // MarshalJSON writes NaN and infinite floats as null.

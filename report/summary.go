@@ -392,9 +392,9 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 			p95s = append(p95s, quantileS(hists[k], 95))
 		}
 	}
-	_, s.OutputTokensPerMinStdErr = meanStdErr(tokens)
-	_, s.TTFBP50StdErrS = meanStdErr(p50s)
-	_, s.TTFBP95StdErrS = meanStdErr(p95s)
+	_, s.OutputTokensPerMinStdErr = MeanStdErr(tokens)
+	_, s.TTFBP50StdErrS = MeanStdErr(p50s)
+	_, s.TTFBP95StdErrS = MeanStdErr(p95s)
 }
 
 func newTTFBHistogram() *hdrhistogram.Histogram {
@@ -428,9 +428,11 @@ func pct(num, den float64) float64 {
 	return 100 * num / den
 }
 
-// meanStdErr returns the mean and the standard error of the mean (sample standard
-// deviation / sqrt(n)); the standard error is NaN for fewer than two values.
-func meanStdErr(v []float64) (mean, se float64) {
+// MeanStdErr returns the mean and the standard error of the mean (sample
+// standard deviation / sqrt(n)) of v, the per-sub-window values of a metric
+// (see SubWindow) or any other set of samples of it; the standard error is NaN
+// for fewer than two values, the mean too for none.
+func MeanStdErr(v []float64) (mean, se float64) {
 	if len(v) == 0 {
 		return math.NaN(), math.NaN()
 	}

@@ -273,6 +273,23 @@ func TestNoiseAndDelta(t *testing.T) {
 			t.Error("no error for an unknown metric")
 		}
 	})
+	// The same samples given directly (SampleDelta) get the same verdicts.
+	for _, tc := range []struct {
+		name  string
+		value []float64
+		want  Noise
+	}{
+		{"samples beyond", []float64{300, 400, 500}, BeyondNoise},
+		{"samples within", []float64{200, 300, 400}, WithinNoise},
+		{"one sample", []float64{1000}, NoiseUnknown}, // no spread to judge by
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := SampleDelta("x", []float64{100, 200, 300}, tc.value)
+			if d.Noise != tc.want || (tc.want != NoiseUnknown && !approx(d.CIHalf, half)) {
+				t.Errorf("ci half %v noise %q; want %v, %q", d.CIHalf, d.Noise, half, tc.want)
+			}
+		})
+	}
 }
 
 func TestSummarizeEmptyManifest(t *testing.T) {

@@ -432,13 +432,22 @@ func (b *Balancer) Acquire(f Facts) (Decision, error) {
 // (admission.go): with ErrHold, AdmitInfo.Ticket is what to present in
 // Facts.Ticket when asking again.
 func (b *Balancer) Admit(f Facts) (Decision, AdmitInfo, error) {
+	d, info, _, err := b.AdmitWait(f)
+	return d, info, err
+}
+
+// AdmitWait is Admit that also returns the wall time the decision waited on the
+// shared state (BalancerConfig.Shared: its Home, Refresh and Claim calls, each
+// bounded by the store's timeout; SharedState); 0 without shared state. The
+// HTTP proxy sums it over a request's decisions (X-Warden-State-Ms).
+func (b *Balancer) AdmitWait(f Facts) (Decision, AdmitInfo, time.Duration, error) {
 	if b.shared != nil {
 		return b.acquireShared(f)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	d, info, _, err := b.acquireLocked(f, nil)
-	return d, info, err
+	return d, info, 0, err
 }
 
 // acquireLocked is Acquire's decision under mu. sv is what the shared state said
@@ -574,17 +583,29 @@ func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens
 // client sending only bad requests is not counted as a conversation. It does
 // nothing, and returns false, when affinity is off, the key is empty or
 // unknown, the session's home is no longer i, or another request of the
-// session was routed after the placement (its home is then in use).
+// session was routed after the placement (its home is then in use). With
+// BalancerConfig.Shared the home is deleted from the store too
+// (SharedState.Forget), so the next request through any router places the
+// session afresh.
 func (b *Balancer) Unplace(sessionKey string, i int) bool {
+	ok, _ := b.UnplaceWait(sessionKey, i)
+	return ok
+}
+
+// UnplaceWait is Unplace that also returns the wall time the store's delete
+// waited (0 without shared state or when nothing was undone).
+func (b *Balancer) UnplaceWait(sessionKey string, i int) (bool, time.Duration) {
 	if sessionKey == "" {
-		return false
+		return false, 0
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.affinity {
-		return false
+	ok := b.affinity && b.sessions.unplace(b.sessions.hash(sessionKey), i)
+	b.mu.Unlock()
+	if !ok || b.shared == nil {
+		return ok, 0
 	}
-	return b.sessions.unplace(b.sessions.hash(sessionKey), i)
+	wait, _ := b.shared.Forget(sessionKey, i)
+	return true, wait
 }
 
 // ObserveSize calibrates the prompt estimate from a finished request: its body
@@ -613,9 +634,14 @@ func (b *Balancer) ObserveSize(bodyBytes, promptTokens int) {
 // clients that ask for no usage in their streams), and only from a window that
 // counted at least MinMeasuredPromptTokens tokens; the latest such window wins.
 // Its bias: tokens of traffic that did not pass the router count too, so the
-// ratio reads low and the estimates high.
+// ratio reads low and the estimates high. With BalancerConfig.Shared it is
+// ignored: the other routers' traffic is in the tokens and not in the bytes, so
+// the ratio reads low by their share (0.08 bytes per token, estimates 40x too
+// high, for a router that had just joined in the two-router e2e test: its live
+// working sets then read over the KV cache and WorkingSet's fit move fired);
+// the estimate waits for the responses instead.
 func (b *Balancer) ObserveSizeWindow(bodyBytes, promptTokens float64) {
-	if promptTokens < MinMeasuredPromptTokens || bodyBytes <= 0 {
+	if promptTokens < MinMeasuredPromptTokens || bodyBytes <= 0 || b.shared != nil {
 		return
 	}
 	b.mu.Lock()

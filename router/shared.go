@@ -1,5 +1,7 @@
 package router
 
+import "time"
+
 // SharedState is the state a Balancer shares with the Balancers of other routers
 // in front of the same replicas (`state: redis://...` in routerhttp; the
 // implementation is router/routerhttp/redisstate, never this package, which does
@@ -8,16 +10,18 @@ package router
 // Balancer's replicas; the implementation maps them to keys that do not depend
 // on the order of a config file (URL + DP rank).
 //
-// The Balancer calls Home and Claim outside its lock (they may wait on the
-// network, at most the implementation's timeout) and the other methods under it
-// (they must not block: counters and an atomically swapped snapshot). A method
-// that cannot reach the store says so (ok false) and the Balancer decides from
-// its local view alone: routing never waits for the store longer than one
-// timeout and never fails because of it.
+// The Balancer calls Home, Refresh, Claim and Forget outside its lock (they may wait on
+// the network, at most the implementation's timeout; each returns the wall time
+// it waited, which AdmitWait reports) and the other methods under it (they must
+// not block: counters and an atomically swapped snapshot). A method that cannot
+// reach the store says so (ok false) and the Balancer decides from its local
+// view alone: routing never fails because of the store, and an implementation
+// that stops calling the store after its first failure (redisstate's circuit)
+// adds at most one timeout to a request while the store hangs.
 type SharedState interface {
 	// Home returns the session's home as the store holds it (SharedHome.Token ""
 	// when it holds none). ok is false when the store cannot answer now.
-	Home(sessionKey string) (h SharedHome, ok bool)
+	Home(sessionKey string) (h SharedHome, wait time.Duration, ok bool)
 	// Claim writes the session's home atomically, first write wins: when the
 	// store holds no home or still holds expect (a Token from Home, "" none), it
 	// homes the session on cands[0], or with pickLeast on the candidate with the
@@ -29,7 +33,20 @@ type SharedState interface {
 	// Claimed, not Acquired). cands are replica indices, at least one. ok is
 	// false when the store cannot answer, or returned a replica this Balancer
 	// does not have; nothing is then counted.
-	Claim(sessionKey, expect string, cands []int, pickLeast bool) (replica int, adopted, ok bool)
+	Claim(sessionKey, expect string, cands []int, pickLeast bool) (replica int, adopted bool, wait time.Duration, ok bool)
+	// Refresh reads the other routers' in-flight counts from the store now, so
+	// that Remote gives them as they are rather than as of the last exchange.
+	// The Balancer calls it before a decision that may move a conversation for
+	// load (its home over the overflow threshold in the view): a request that
+	// just ended on another router must not count as one in flight there. ok is
+	// false when the store cannot answer (Remote keeps what it had).
+	Refresh() (wait time.Duration, ok bool)
+	// Forget deletes the session's home in the store if it still holds replica
+	// i (compare-and-delete: a home another router wrote since stays), for
+	// Balancer.Unplace: the next request through any router then places the
+	// session afresh. ok is false when the store cannot answer (the home then
+	// lasts its TTL and the next request adopts it).
+	Forget(sessionKey string, i int) (wait time.Duration, ok bool)
 	// Acquired and Released tell that this router sent one request to replica i,
 	// or that one ended; the store publishes the change soon after (not on the
 	// request's path). Claimed tells that a request counted by a successful
@@ -42,6 +59,10 @@ type SharedState interface {
 	// sees (RemoteLoad). Zero when the store is unavailable.
 	Remote(i int) RemoteLoad
 }
+
+// Shared reports whether the Balancer shares state with other routers
+// (BalancerConfig.Shared).
+func (b *Balancer) Shared() bool { return b.shared != nil }
 
 // SharedHome is a session's home as a SharedState holds it.
 type SharedHome struct {
@@ -97,16 +118,25 @@ type claimPlan struct {
 }
 
 // acquireShared is Acquire with a SharedState: read the shared home (outside the
-// lock), decide under the lock as without one (the shared home adopted into the
-// local table first, the other routers' load added to the view), and, when the
-// decision gives the session a new home or the store holds none, claim it in the
-// store (outside the lock) and follow the store's answer: a home another router
-// wrote first wins, and a placement goes to the least loaded replica over all
-// routers' in-flight counts.
-func (b *Balancer) acquireShared(f Facts) (Decision, AdmitInfo, error) {
+// lock); when the home looks over the overflow threshold, read the other
+// routers' in-flight counts afresh (outside the lock); decide under the lock as
+// without one (the shared home adopted into the local table first, the other
+// routers' load added to the view); and, when the decision gives the session a
+// new home or the store holds none, claim it in the store (outside the lock) and
+// follow the store's answer: a home another router wrote first wins, and a
+// placement goes to the least loaded replica over all routers' in-flight
+// counts. wait is the wall time the store calls took.
+func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time.Duration, err error) {
 	sh, ok := SharedHome{Replica: -1}, false
 	if f.SessionKey != "" && b.Affinity() {
-		sh, ok = b.shared.Home(f.SessionKey)
+		sh, wait, ok = b.shared.Home(f.SessionKey)
+		b.mu.Lock()
+		hot := b.homeOverThreshold(f.SessionKey, sh)
+		b.mu.Unlock()
+		if hot {
+			w, _ := b.shared.Refresh()
+			wait += w
+		}
 	}
 	b.mu.Lock()
 	var view *sharedView
@@ -116,14 +146,15 @@ func (b *Balancer) acquireShared(f Facts) (Decision, AdmitInfo, error) {
 	d, info, plan, err := b.acquireLocked(f, view)
 	b.mu.Unlock()
 	if err != nil || plan == nil {
-		return d, info, err
+		return d, info, wait, err
 	}
-	rep, adopted, ok := b.shared.Claim(f.SessionKey, plan.expect, plan.cands, plan.pickLeast)
+	rep, adopted, w, ok := b.shared.Claim(f.SessionKey, plan.expect, plan.cands, plan.pickLeast)
+	wait += w
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !ok || rep < 0 || rep >= len(b.reps) {
 		b.shared.Acquired(d.Replica)
-		return d, info, nil
+		return d, info, wait, nil
 	}
 	b.shared.Claimed(rep)
 	reason := d.Reason
@@ -131,7 +162,7 @@ func (b *Balancer) acquireShared(f Facts) (Decision, AdmitInfo, error) {
 		reason = ReasonSticky
 	}
 	if rep == d.Replica && reason == d.Reason {
-		return d, info, nil
+		return d, info, wait, nil
 	}
 	now := b.now()
 	b.sync(now)
@@ -147,7 +178,26 @@ func (b *Balancer) acquireShared(f Facts) (Decision, AdmitInfo, error) {
 	if rep != d.Replica {
 		b.sessions.adopt(now, plan.hash, rep)
 	}
-	return Decision{Replica: rep, Reason: reason}, info, nil
+	return Decision{Replica: rep, Reason: reason}, info, wait, nil
+}
+
+// homeOverThreshold reports whether the session's home (the shared one sh,
+// else the local table's) has more requests in flight in the view, this
+// router's and the others' as last exchanged, than the overflow threshold: the
+// condition under which a policy moves or overflows a conversation for load
+// (caller holds mu).
+func (b *Balancer) homeOverThreshold(key string, sh SharedHome) bool {
+	if !b.affinity {
+		return false
+	}
+	home := sh.Replica
+	if home < 0 {
+		home = b.sessions.home(b.sessions.hash(key))
+	}
+	if home < 0 || home >= len(b.reps) {
+		return false
+	}
+	return b.reps[home].inflight+b.shared.Remote(home).InFlight > b.overflowThreshold()
 }
 
 // sharedView is what the shared state said before a decision (acquireLocked).

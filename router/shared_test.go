@@ -3,20 +3,25 @@ package router
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // countingState is a SharedState that holds no homes and counts what the
 // Balancer tells it is in flight per replica.
 type countingState struct{ inflight []int }
 
-func (c *countingState) Home(string) (SharedHome, bool) { return SharedHome{Replica: -1}, false }
-func (c *countingState) Claim(string, string, []int, bool) (int, bool, bool) {
-	return -1, false, false
+func (c *countingState) Home(string) (SharedHome, time.Duration, bool) {
+	return SharedHome{Replica: -1}, 0, false
 }
-func (c *countingState) Acquired(i int)        { c.inflight[i]++ }
-func (c *countingState) Released(i int)        { c.inflight[i]-- }
-func (c *countingState) Claimed(i int)         { c.inflight[i]++ }
-func (c *countingState) Remote(int) RemoteLoad { return RemoteLoad{} }
+func (c *countingState) Claim(string, string, []int, bool) (int, bool, time.Duration, bool) {
+	return -1, false, 0, false
+}
+func (c *countingState) Refresh() (time.Duration, bool)           { return 0, false }
+func (c *countingState) Forget(string, int) (time.Duration, bool) { return 0, false }
+func (c *countingState) Acquired(i int)                           { c.inflight[i]++ }
+func (c *countingState) Released(i int)                           { c.inflight[i]-- }
+func (c *countingState) Claimed(i int)                            { c.inflight[i]++ }
+func (c *countingState) Remote(int) RemoteLoad                    { return RemoteLoad{} }
 
 // Every way a request ends (Release, or ReleaseSession as the proxy calls it)
 // tells the shared state, so the counts other routers see return to 0; a
@@ -37,5 +42,28 @@ func TestSharedInFlightReturnsToZeroOnEveryRelease(t *testing.T) {
 		if n != 0 {
 			t.Errorf("replica %d: shared in-flight %d after every request ended, want 0", i, n)
 		}
+	}
+}
+
+// The /metrics window's ratio (this router's body bytes over every router's
+// prompt tokens) is not used with shared state: a router that joins after
+// another has served alone would read 0.08 bytes per token and place and move
+// by working sets 40x too large. The estimate stays the assumed one until the
+// responses calibrate it.
+func TestSharedStateIgnoresTheMetricsWindowRatio(t *testing.T) {
+	b, _ := newTestBalancer(t, 4, true, func(c *BalancerConfig) { c.Shared = &countingState{inflight: make([]int, 4)} })
+	b.ObserveSizeWindow(2_000, 24_000) // a window in which the other router sent most of the tokens
+	if r, src := b.BytesPerToken(); r != BytesPerTokenEstimate || src != SizeAssumed {
+		t.Errorf("BytesPerToken with shared state after a /metrics window = %.2f from %s, want %d assumed", r, src, BytesPerTokenEstimate)
+	}
+	if got, want := b.EstimateTokens(4_000), 1_000; got != want {
+		t.Errorf("EstimateTokens(4000 bytes) = %d, want %d", got, want)
+	}
+	b.ObserveSize(3_350, 1_000)
+	for range SizeMinSeen {
+		b.ObserveSize(3_350, 1_000)
+	}
+	if r, src := b.BytesPerToken(); src != SizeResponses || r < 3.34 || r > 3.36 {
+		t.Errorf("after %d responses: %.2f from %s, want 3.35 from responses", SizeMinSeen+1, r, src)
 	}
 }

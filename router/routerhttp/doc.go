@@ -15,7 +15,8 @@
 //     (internal/scrape) started by Run.
 //   - Shared state (state.go, `state: redis://...`): redisstate, the Redis store of
 //     router.SharedState shared by several routers (docs/router.md §13), its
-//     heartbeat run by Run, its warden_state_* metrics.
+//     heartbeat run by Run, its warden_state_* metrics and the X-Warden-State-Ms
+//     header (how long each request waited on it).
 //
 // From a list of URLs (what `warden route --replica URL...` and the benchmark do):
 //

@@ -56,8 +56,9 @@ func (p *Proxy) admit(ctx context.Context, pool *Pool, c *call) (router.Decision
 	c.facts.HoldLimit = router.MaxSilentHold
 	for {
 		t0 := time.Now()
-		d, info, err := b.Admit(c.facts)
+		d, info, wait, err := b.AdmitWait(c.facts)
 		p.m.observeDecision(time.Since(t0))
+		c.stateWait += wait
 		c.adm = info
 		if !errors.Is(err, router.ErrHold) {
 			c.facts.Ticket = 0 // consumed: a retry elsewhere asks as an admitted conversation

@@ -48,6 +48,7 @@ type Metrics struct {
 	decision  prometheus.Histogram
 	ttfb      *prometheus.HistogramVec
 	adm       *admissionMetrics
+	stateWait prometheus.Histogram // with `state:` only (registerStateMetrics)
 }
 
 // NewMetrics builds the registry. pools is read at every scrape for the gauges

@@ -399,6 +399,9 @@ type call struct {
 	held    bool
 	dec     router.Decision
 	adm     router.AdmitInfo // what the admission gate decided (hold.go)
+	// stateWait: wall time the call's decisions waited on the shared state
+	// (Balancer.AdmitWait, summed over admission polls and retries).
+	stateWait time.Duration
 
 	attempts int
 	sentAt   time.Time
@@ -450,6 +453,7 @@ func (c *call) setHeaders(h http.Header) {
 	if c.counted {
 		h.Set(HeaderDecision, c.dec.Reason.String())
 		c.setAdmissionHeaders(h)
+		c.setStateHeader(h)
 	}
 }
 
@@ -571,6 +575,9 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 	status := c.finalStatus(r.Context().Err() != nil, panicked, sw.status)
 	up := c.upstream()
 	p.m.countRequest(c.pool.Model, up.Name, c.dec.Reason)
+	if c.counted && c.pool.Balancer.Shared() {
+		p.m.observeStateWait(c.stateWait)
+	}
 	p.m.countResponse(c.pool.Model, status)
 	// The arguments (Redact formats, the values are boxed) cost allocations on
 	// every request: build them only when the line is written.
@@ -642,7 +649,8 @@ func (c *call) feedback() {
 		b.ObserveSize(len(c.body), c.usage.prompt)
 	}
 	if c.dec.Reason == router.ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
-		b.Unplace(c.facts.SessionKey, c.dec.Replica)
+		_, wait := b.UnplaceWait(c.facts.SessionKey, c.dec.Replica)
+		c.stateWait += wait // after the response: in MetricStateWait, not in HeaderStateMs
 	}
 }
 
@@ -858,7 +866,8 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			c.facts.Avoid |= 1 << uint(c.dec.Replica)
 		}
 		c.release()
-		d, aerr := c.pool.Balancer.Acquire(c.facts)
+		d, _, wait, aerr := c.pool.Balancer.AdmitWait(c.facts)
+		c.stateWait += wait
 		if aerr != nil {
 			return nil, errors.Join(aerr, err)
 		}
@@ -881,7 +890,8 @@ func (t *retryTransport) retry5xx(c *call, resp *http.Response, parent context.C
 	if c.dec.Replica < 64 {
 		facts.Avoid |= 1 << uint(c.dec.Replica)
 	}
-	d, err := c.pool.Balancer.Acquire(facts)
+	d, _, wait, err := c.pool.Balancer.AdmitWait(facts)
+	c.stateWait += wait
 	if err != nil {
 		return nil
 	}

@@ -10,7 +10,9 @@
 //     for a DP rank); PX the session TTL. <session> is the first 16 bytes of
 //     SHA-256 of the session key in hex, so no session id is stored. Written only
 //     by claimScript (first write wins: SET when the key is absent or still holds
-//     the value the writer read), its idle TTL refreshed by PEXPIRE.
+//     the value the writer read), its idle TTL refreshed by PEXPIRE; deleted by
+//     forgetScript (a placement whose request the upstream refused, only while
+//     the key still holds that placement) and Reset.
 //   - P f:M:<router>   hash replica key -> this router's requests in flight; PX
 //     KeyTTL, refreshed by every heartbeat, so a router that dies leaves no
 //     in-flight count behind after KeyTTL.
@@ -27,8 +29,11 @@
 // (RESP3 CLIENT TRACKING, rueidis DoCache): a known session's home is read from
 // local memory, and Redis pushes an invalidation when another router changes it.
 // A placement, move or re-home runs claimScript, one round trip. The in-flight
-// changes of sticky requests and their ends are published by the heartbeat
-// (every Heartbeat) as deltas, never on a request's path. Every request-path call
+// changes of sticky requests and their ends are published at once by the
+// store's goroutine as deltas (flushScript: one round trip per burst of
+// changes, which also reads the other routers' counts back), never on a
+// request's path; the heartbeat (every Heartbeat) publishes the live sets and
+// refreshes every TTL. Every request-path call
 // waits at most Timeout; a failure opens the circuit (no request-path call)
 // until a heartbeat succeeds and CircuitOpen has passed, and the router routes
 // from its own view meanwhile. The first heartbeat after an outage rewrites the
@@ -61,8 +66,9 @@ const (
 	// DefaultTimeout bounds every call to Redis (wall time): the most a request
 	// waits for a hung Redis before it is routed from the local view.
 	DefaultTimeout = 50 * time.Millisecond
-	// DefaultHeartbeat is how often each router publishes its in-flight and live
-	// counts and reads the others'.
+	// DefaultHeartbeat is how often each router publishes its live counts,
+	// refreshes its keys' TTLs and reads the others' counts when it has no
+	// in-flight change of its own to publish (those go at once: Store.Run).
 	DefaultHeartbeat = 100 * time.Millisecond
 	// DefaultKeyTTL is the TTL of a router's own keys (in-flight, live,
 	// registration): a dead router's counts vanish after it.
@@ -124,6 +130,9 @@ type Store struct {
 	lastErr                  atomic.Value // string: the last failure, "op: error"
 
 	refresh chan string // home keys whose TTL to refresh
+	// kick wakes Run to publish in-flight changes now (Pool.count); one slot,
+	// so a burst of changes is one flush.
+	kick chan struct{}
 }
 
 // Open checks o and returns a Store; it does not connect (Run does, and keeps
@@ -181,7 +190,7 @@ func Open(o Options) (*Store, error) {
 	if o.ClientOption != nil {
 		o.ClientOption(&copt)
 	}
-	return &Store{opt: o, copt: copt, log: o.Logger, refresh: make(chan string, 1024)}, nil
+	return &Store{opt: o, copt: copt, log: o.Logger, refresh: make(chan string, 1024), kick: make(chan struct{}, 1)}, nil
 }
 
 // Redact returns u with any password replaced by "xxx", for logs and errors.
@@ -304,8 +313,18 @@ func (s *Store) connect() (rueidis.Client, error) {
 	return c, nil
 }
 
-// Run drives the heartbeat and the TTL refreshes until ctx ends, then closes
-// the client. The router's keys are left to expire (KeyTTL).
+// Run drives the heartbeat, the publication of in-flight changes and the TTL
+// refreshes until ctx ends, then closes the client. The router's keys are left
+// to expire (KeyTTL).
+//
+// An in-flight change (a request sent or ended) is published as soon as Run is
+// free, not at the next heartbeat: the other routers add these counts to the
+// replicas' load, and a count published once per heartbeat and read once per
+// heartbeat was up to two heartbeats old (200 ms) while a claim counts at once.
+// Right after a router's turns ended, another counted them still in flight
+// beside the next turns of the same conversations (24 requests on 4 replicas
+// where 8 ran, in the two-router e2e test), and WorkingSet moved conversations
+// for an overflow that was not there.
 func (s *Store) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -326,6 +345,8 @@ func (s *Store) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			s.beat(ctx)
+		case <-s.kick:
+			s.flush(ctx)
 		}
 	}
 }
@@ -355,6 +376,25 @@ func (s *Store) beat(ctx context.Context) {
 		s.synced.Store(true)
 	}
 	s.recovered()
+}
+
+// flush publishes every pool's in-flight changes since the last beat or flush
+// and reads the other routers' counts back (flushScript). Only while the store
+// is up and in sync: otherwise the heartbeat's rewrite publishes exact counts.
+func (s *Store) flush(ctx context.Context) {
+	c := s.client.Load()
+	if c == nil || s.down.Load() || !s.synced.Load() {
+		return
+	}
+	s.pmu.Lock()
+	pools := append([]*Pool(nil), s.pools...)
+	s.pmu.Unlock()
+	for _, p := range pools {
+		if err := p.flush(ctx, *c); err != nil {
+			s.fail("publish", err)
+			return
+		}
+	}
 }
 
 // refresher sends the PEXPIREs that keep read homes alive.
@@ -453,26 +493,28 @@ func (p *Pool) homeKey(session string) string {
 // Home reads the session's home, from the local cache when Redis has not
 // invalidated it, and queues a TTL refresh when the home's TTL has run down by
 // more than SessionTTL/60.
-func (p *Pool) Home(session string) (router.SharedHome, bool) {
+func (p *Pool) Home(session string) (router.SharedHome, time.Duration, bool) {
 	h := router.SharedHome{Replica: -1}
 	c, ok := p.s.available()
 	if !ok {
-		return h, false
+		return h, 0, false
 	}
+	t0 := time.Now()
 	k := p.homeKey(session)
 	ctx, cancel := context.WithTimeout(context.Background(), p.s.opt.Timeout)
 	defer cancel()
 	// The local copy lives as long as the key (rueidis keeps min(this, the
 	// server's PTTL)), so CachePTTL below is the key's remaining TTL.
 	res := c.DoCache(ctx, c.B().Get().Key(k).Cache(), p.s.opt.SessionTTL)
+	wait := time.Since(t0)
 	v, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
-		return h, true
+		return h, wait, true
 	}
 	if err != nil {
 		p.s.fail("home", err)
 		p.s.fallbacks.Add(1)
-		return h, false
+		return h, wait, false
 	}
 	h.Token, h.Replica = v, p.lookup(v)
 	ttl := p.s.opt.SessionTTL
@@ -482,18 +524,18 @@ func (p *Pool) Home(session string) (router.SharedHome, bool) {
 		default: // full: the next read asks again
 		}
 	}
-	return h, true
+	return h, wait, true
 }
 
 // Claim runs claimScript (see router.SharedState.Claim).
-func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, bool, bool) {
+func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, bool, time.Duration, bool) {
 	s := p.s
 	c, ok := s.available()
 	if !ok || !s.synced.Load() || len(cands) == 0 {
 		if ok {
 			s.fallbacks.Add(1)
 		}
-		return -1, false, false
+		return -1, false, 0, false
 	}
 	s.claims.Add(1)
 	defer s.claims.Add(-1)
@@ -507,16 +549,18 @@ func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, 
 			args = append(args, k)
 		}
 	}
+	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
 	defer cancel()
 	arr, err := claimScript.Exec(ctx, c, []string{p.homeKey(session), p.flightKey, p.regKey}, args).ToArray()
+	wait := time.Since(t0)
 	if err == nil && len(arr) != 2 {
 		err = fmt.Errorf("claim script returned %d values", len(arr))
 	}
 	if err != nil {
 		s.fail("claim", err)
 		s.fallbacks.Add(1)
-		return -1, false, false
+		return -1, false, wait, false
 	}
 	k, _ := arr[0].ToString()
 	adopted, _ := arr[1].AsInt64()
@@ -526,9 +570,52 @@ func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, 
 		// the request there, the router will not send it there; the next
 		// heartbeat rewrites the hash from the exact local counts.
 		s.synced.Store(false)
-		return -1, false, false
+		return -1, false, wait, false
 	}
-	return i, adopted == 1, true
+	return i, adopted == 1, wait, true
+}
+
+// Refresh reads the other routers' in-flight hashes (othersScript; see
+// router.SharedState.Refresh), bounded by Timeout like every request-path call.
+func (p *Pool) Refresh() (time.Duration, bool) {
+	s := p.s
+	c, ok := s.available()
+	if !ok {
+		return 0, false
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
+	defer cancel()
+	arr, err := othersScript.Exec(ctx, c, []string{p.regKey}, []string{s.opt.RouterID, p.flightPrefix}).ToArray()
+	wait := time.Since(t0)
+	if err != nil {
+		s.fail("refresh in-flight", err)
+		s.fallbacks.Add(1)
+		return wait, false
+	}
+	p.storeFlights(arr)
+	return wait, true
+}
+
+// Forget deletes the session's home if it still holds replica i
+// (forgetScript; see router.SharedState.Forget), bounded by Timeout.
+func (p *Pool) Forget(session string, i int) (time.Duration, bool) {
+	s := p.s
+	k := p.key(i)
+	c, ok := s.available()
+	if !ok || k == "" {
+		return 0, false
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
+	defer cancel()
+	err := forgetScript.Exec(ctx, c, []string{p.homeKey(session)}, []string{k}).Error()
+	wait := time.Since(t0)
+	if err != nil {
+		s.fail("forget", err)
+		return wait, false
+	}
+	return wait, true
 }
 
 // Reset deletes every session home of the pool's model in the store (SCAN and
@@ -566,15 +653,102 @@ func (p *Pool) Claimed(i int)  { p.count(i, 1, 0) }
 
 func (p *Pool) count(i int, local, pending int64) {
 	p.cmu.Lock()
-	defer p.cmu.Unlock()
 	if i < 0 || i >= len(p.local) {
+		p.cmu.Unlock()
 		return
 	}
 	p.local[i] += local
 	p.pending[i] += pending
+	p.cmu.Unlock()
+	select { // a claim publishes nothing but reads the others' counts back
+	case p.s.kick <- struct{}{}:
+	default: // a flush is due already
+	}
 }
 
-// Remote returns the other routers' load on replica i from the last heartbeat.
+// takePending returns the in-flight changes not yet published (abs: the exact
+// counts instead) and clears them.
+func (p *Pool) takePending(n int, abs bool) []int64 {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	vals := make([]int64, n)
+	for i := range n {
+		if abs {
+			vals[i] = p.local[i]
+		} else {
+			vals[i] = p.pending[i]
+		}
+		p.pending[i] = 0
+	}
+	return vals
+}
+
+// flush publishes the pool's pending in-flight changes (none after a claim
+// alone) and stores the other routers' in-flight counts it reads back, keeping
+// their live sets from the last beat.
+func (p *Pool) flush(ctx context.Context, c rueidis.Client) error {
+	s := p.s
+	p.kmu.RLock()
+	keys := p.keys
+	p.kmu.RUnlock()
+	vals := p.takePending(len(keys), false)
+	args := []string{s.opt.RouterID, ms(s.opt.KeyTTL), p.flightPrefix}
+	for i, k := range keys {
+		if vals[i] != 0 {
+			args = append(args, k, strconv.FormatInt(vals[i], 10))
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.beatTimeout())
+	defer cancel()
+	arr, err := flushScript.Exec(cctx, c, []string{p.flightKey, p.regKey}, args).ToArray()
+	if err != nil {
+		return err // as in beat: the rewrite after the failure makes the hash exact
+	}
+	if len(arr) == 1 {
+		if v, _ := arr[0].ToString(); v == "resync" {
+			s.synced.Store(false)
+			return nil
+		}
+	}
+	p.storeFlights(arr)
+	return nil
+}
+
+// storeFlights replaces the other routers' in-flight counts by arr (pairs of
+// router id and in-flight hash, as flushScript and othersScript return them),
+// keeping their live sets from the last beat.
+func (p *Pool) storeFlights(arr []rueidis.RedisMessage) {
+	p.kmu.RLock()
+	n := len(p.keys)
+	p.kmu.RUnlock()
+	rl := make([]router.RemoteLoad, n)
+	if old := p.remote.Load(); old != nil {
+		copy(rl, *old)
+	}
+	for i := range rl {
+		rl[i].InFlight = 0
+	}
+	for j := 0; j+1 < len(arr); j += 2 {
+		flights, _ := arr[j+1].ToArray()
+		p.addFlights(rl, flights)
+	}
+	p.remote.Store(&rl)
+}
+
+// addFlights adds one router's in-flight hash (HGETALL, flat) to rl.
+func (p *Pool) addFlights(rl []router.RemoteLoad, flights []rueidis.RedisMessage) {
+	for f := 0; f+1 < len(flights); f += 2 {
+		k, _ := flights[f].ToString()
+		n, _ := flights[f+1].AsInt64()
+		if i := p.lookup(k); i >= 0 && i < len(rl) {
+			rl[i].InFlight += int(max(n, 0))
+		}
+	}
+}
+
+// Remote returns the other routers' load on replica i: in-flight counts as of
+// this router's last publication or heartbeat, live sets as of its last
+// heartbeat.
 func (p *Pool) Remote(i int) router.RemoteLoad {
 	r := p.remote.Load()
 	if r == nil || i < 0 || i >= len(*r) {
@@ -595,17 +769,7 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 	if abs {
 		mode = "abs"
 	}
-	p.cmu.Lock()
-	vals := make([]int64, len(keys))
-	for i := range keys {
-		if abs {
-			vals[i] = p.local[i]
-		} else {
-			vals[i] = p.pending[i]
-		}
-		p.pending[i] = 0
-	}
-	p.cmu.Unlock()
+	vals := p.takePending(len(keys), abs)
 	args := []string{s.opt.RouterID, ms(s.opt.KeyTTL), mode, p.flightPrefix, p.livePrefix, strconv.Itoa(len(keys))}
 	for i, k := range keys {
 		args = append(args, k, strconv.FormatInt(vals[i], 10))
@@ -635,13 +799,7 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 	rl := make([]router.RemoteLoad, len(keys))
 	for j := 0; j+2 < len(arr); j += 3 {
 		flights, _ := arr[j+1].ToArray()
-		for f := 0; f+1 < len(flights); f += 2 {
-			k, _ := flights[f].ToString()
-			n, _ := flights[f+1].AsInt64()
-			if i := p.lookup(k); i >= 0 && i < len(rl) {
-				rl[i].InFlight += int(max(n, 0))
-			}
-		}
+		p.addFlights(rl, flights)
 		lives, _ := arr[j+2].ToArray()
 		for f := 0; f+1 < len(lives); f += 2 {
 			k, _ := lives[f].ToString()

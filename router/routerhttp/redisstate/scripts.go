@@ -94,3 +94,65 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
 end
 return out
 `)
+
+// forgetScript deletes a home if it still holds the given replica.
+//
+//	KEYS[1] home key; ARGV[1] the replica key the caller placed it on
+//
+// Returns 1 when it deleted the home, 0 when the key held something else or
+// nothing.
+var forgetScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// othersScript reads the other routers' in-flight counts (Pool.Refresh).
+//
+//	KEYS[1] registry; ARGV[1] router id, ARGV[2] in-flight hash prefix
+//
+// Returns, for every other router alive, its id and its in-flight hash
+// (HGETALL, flat), as flushScript does.
+var othersScript = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')) do
+  if id ~= ARGV[1] then
+    table.insert(out, id)
+    table.insert(out, redis.call('HGETALL', ARGV[2] .. id))
+  end
+end
+return out
+`)
+
+// flushScript publishes one router's in-flight changes between heartbeats.
+//
+//	KEYS[1] this router's in-flight hash, KEYS[2] registry
+//	ARGV[1] router id, ARGV[2] key TTL ms, ARGV[3] in-flight hash prefix,
+//	then pairs (replica key, change)
+//
+// It adds the changes and refreshes the hash's TTL, or answers {"resync"}
+// without changing anything when the hash has expired (the caller's next
+// heartbeat then rewrites it), and returns, for every other router alive, its
+// id and its in-flight hash (HGETALL, flat).
+var flushScript = rueidis.NewLuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'resync'}
+end
+for j = 4, #ARGV - 1, 2 do
+  redis.call('HINCRBY', KEYS[1], ARGV[j], tonumber(ARGV[j + 1]))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf')) do
+  if id ~= ARGV[1] then
+    table.insert(out, id)
+    table.insert(out, redis.call('HGETALL', ARGV[3] .. id))
+  end
+end
+return out
+`)
