@@ -349,3 +349,29 @@ func TestProxyKeptAliveClientDisconnectLeavesQueue(t *testing.T) {
 		t.Errorf("metrics lack the 499:\n%s", grepLines(m, "warden_responses_total"))
 	}
 }
+
+// keepalive_after is set in the YAML admission mapping and by PUT
+// /admin/models/{model}/admission (a Go duration, as max_hold).
+func TestKeepAliveAfterConfig(t *testing.T) {
+	cfg, err := ParseConfig(strings.NewReader("models:\n  - name: m\n    admission:\n      mode: fit\n      keepalive_after: 30s\n    replicas:\n      - url: http://127.0.0.1:1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Models[0].Admission.KeepAliveAfter; got != 30*time.Second {
+		t.Errorf("yaml keepalive_after: %v, want 30s", got)
+	}
+	if _, err := ParseConfig(strings.NewReader("models:\n  - name: m\n    admission:\n      keep_alive: 30s\n")); err == nil || !strings.Contains(err.Error(), "keepalive_after") {
+		t.Errorf("an unknown admission key should list keepalive_after among the fields: %v", err)
+	}
+	rt, srv := newAdmin(t, "", "m")
+	code, body := adminDo(t, srv, "PUT", "/admin/models/m/admission", "", `{"mode":"fit","keepalive_after":"-1s"}`)
+	if code != 200 || rt.Pools()[0].Balancer.AdmissionConfig().KeepAliveAfter != -time.Second {
+		t.Fatalf("PUT keepalive_after -1s: %d %s, config %+v", code, body, rt.Pools()[0].Balancer.AdmissionConfig())
+	}
+	if code, body := adminDo(t, srv, "PUT", "/admin/models/m/admission", "", `{"keepalive_after":"soon"}`); code != 400 || !strings.Contains(body, "keepalive_after") {
+		t.Errorf("PUT a bad keepalive_after: %d %s, want 400 naming the field", code, body)
+	}
+	if code, body := adminDo(t, srv, "GET", "/admin/models/m/admission", "", ""); code != 200 || !strings.Contains(body, `"keepalive_after": -1000000000`) {
+		t.Errorf("GET: %d %s", code, body)
+	}
+}
