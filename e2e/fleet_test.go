@@ -82,6 +82,9 @@ type routed struct {
 	Status    int
 	Replica   string // X-Warden-Replica
 	Decision  string // X-Warden-Decision
+	// KeepAlives: keep-alive events (Anthropic ping events, SSE comments) the
+	// router wrote before the model's first event (admission keep-alive).
+	KeepAlives int
 }
 
 func (r routed) String() string {
@@ -89,8 +92,8 @@ func (r routed) String() string {
 	if len(sess) > 8 {
 		sess = sess[:8] + "…"
 	}
-	return fmt.Sprintf("%s session=%s agent=%q model=%s max_tokens=%d stream=%v messages=%d body=%dB -> %d %s (%s)",
-		r.Path, sess, r.Agent, r.Model, r.MaxTokens, r.Stream, r.Messages, r.BodyBytes, r.Status, r.Replica, r.Decision)
+	return fmt.Sprintf("%s session=%s agent=%q model=%s max_tokens=%d stream=%v messages=%d body=%dB -> %d %s (%s) keep-alives %d",
+		r.Path, sess, r.Agent, r.Model, r.MaxTokens, r.Stream, r.Messages, r.BodyBytes, r.Status, r.Replica, r.Decision, r.KeepAlives)
 }
 
 // requestLog records every POST the router answers.
@@ -161,6 +164,7 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 			rec.Status = sw.status
 			rec.Replica = sw.Header().Get(routerhttp.HeaderReplica)
 			rec.Decision = sw.Header().Get(routerhttp.HeaderDecision)
+			rec.KeepAlives = sw.keepAlives
 			l.mu.Lock()
 			l.reqs = append(l.reqs, rec)
 			l.active--
@@ -172,7 +176,9 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status     int
+	keepAlives int  // keep-alive events written before the model's first event
+	started    bool // an event that is not a keep-alive was written
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -185,6 +191,15 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
+	}
+	if !w.started {
+		// The router writes each keep-alive event on its own (hold.go).
+		switch s := string(b); s {
+		case "event: ping\ndata: {\"type\": \"ping\"}\n\n", ": keep-alive\n\n":
+			w.keepAlives++
+		default:
+			w.started = true
+		}
 	}
 	return w.ResponseWriter.Write(b)
 }

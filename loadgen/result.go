@@ -34,9 +34,11 @@ type Result struct {
 	LastToken  time.Duration `json:"last_token_ns"`  // last content-carrying event (0: none)
 	Done       time.Duration `json:"done_ns"`        // stream end, error or cancel
 	// Held is how long the router held the request before sending it upstream
-	// (admission, router.ErrHold): the X-Warden-Held-Ms response header over
-	// HTTP, the world's own count in virtual time; 0 when not held. It is part
-	// of the TTFB, which counts from Sent.
+	// (admission, router.ErrHold): X-Warden-Held-Ms over HTTP (the trailer of
+	// a response the router kept alive while it held the request, else the
+	// header), the world's own count in virtual time; 0 when not held. It is
+	// part of the TTFB, which counts from Sent. A kept-alive response's
+	// Headers are the router's commit, before the hold ended.
 	Held time.Duration `json:"held_ns,omitempty"`
 
 	Status int    `json:"status"` // HTTP status (0: no response)

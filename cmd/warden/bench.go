@@ -165,6 +165,7 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 	f.DurationVar(&o.Admission.MaxHold, "admission-max-hold", router.DefaultMaxHold, "with --admission fit: longest wait of a new conversation (negative: no limit)")
 	f.IntVar(&o.Admission.MaxQueue, "admission-max-queue", router.DefaultMaxQueue, "with --admission fit: most waiting conversations (negative: no limit)")
 	f.StringVar(&o.Admission.OnLimit, "admission-on-limit", router.AdmitLimitAdmit, "with --admission fit: past max hold or max queue, admit or refuse (OpenAI 429, Anthropic 529)")
+	f.DurationVar(&o.Admission.KeepAliveAfter, "admission-keepalive-after", router.DefaultKeepAliveAfter, "with --admission fit: a held streaming turn gets its 200 and the API's keep-alive events after this long held (negative: never, and holds are capped at 4m)")
 	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
 	f.StringVar(&o.RunID, "run-id", "", "run id recorded in the manifest (default: the UTC start time, 20060102-150405)")
 	return cmd

@@ -41,7 +41,11 @@ const ReplicaHeader = "X-Warden-Replica"
 
 // HeldHeader is the response header in which the router says how long it held
 // the request before sending it upstream (admission), in milliseconds of the
-// router's clock; it becomes Result.Held.
+// router's clock; it becomes Result.Held. A response the router committed while
+// the request was still held (its keep-alive: ping events or SSE comments
+// until the replica answers) has the hold so far in its header and the final
+// hold in its trailer, as it has ReplicaHeader only in its trailer: the
+// trailer wins when present.
 const HeldHeader = "X-Warden-Held-Ms"
 
 // errTurnTimeout is the context cause of a turn that exceeded its request timeout.
@@ -55,7 +59,9 @@ type wallDurationer interface {
 
 // streamState accumulates what one response stream showed. Both API parsers feed
 // it; it owns the rules shared by both (peers.md cases 10-12):
-//   - FirstEvent is the first SSE event of any kind (a ping, the role-only chunk);
+//   - FirstEvent is the first SSE event of any kind (a ping, the role-only chunk;
+//     an SSE comment, as the router's keep-alive on OpenAI paths, is no event:
+//     go-sse skips comment lines, as the WHATWG event-stream rules say);
 //   - FirstToken/LastToken are set only by events carrying non-empty content,
 //     reasoning or tool-call text, never by role-only, usage-only, finish-only or
 //     terminator events;
@@ -265,12 +271,7 @@ func (h httpTurn) do(ctx context.Context, clock simclock.Clock, r *loadgen.Resul
 	defer resp.Body.Close()
 	r.Headers = now
 	r.Status = resp.StatusCode
-	r.Replica = resp.Header.Get(ReplicaHeader)
-	if v := resp.Header.Get(HeldHeader); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
-			r.Held = time.Duration(ms * float64(time.Millisecond))
-		}
-	}
+	takeRouterHeaders(resp.Header, r)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
 		r.Done = clock.Now()
@@ -278,15 +279,29 @@ func (h httpTurn) do(ctx context.Context, clock simclock.Clock, r *loadgen.Resul
 		return ""
 	}
 	reply := parse(resp.Body, r)
-	if r.Err != "" {
-		if ctx.Err() != nil {
-			r.Err = h.describe(ctx, errors.New(r.Err))
-		}
+	if r.Err != "" && ctx.Err() != nil {
+		r.Err = h.describe(ctx, errors.New(r.Err))
 		return reply
 	}
-	// The Result is settled: draining only lets the connection be reused.
+	// The Result is settled: draining lets the connection be reused, and
+	// brings the trailers of a response the router kept alive while it held
+	// the request (also one that ended with an error event).
 	drainBody(resp.Body, cancel)
+	takeRouterHeaders(resp.Trailer, r)
 	return reply
+}
+
+// takeRouterHeaders sets r.Replica and r.Held from the router's headers in h
+// (the response's header, then its trailer), each when h has it.
+func takeRouterHeaders(h http.Header, r *loadgen.Result) {
+	if v := h.Get(ReplicaHeader); v != "" {
+		r.Replica = v
+	}
+	if v := h.Get(HeldHeader); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			r.Held = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
 }
 
 // describe names a transport failure, telling a turn timeout and a cancellation apart.

@@ -26,7 +26,7 @@ import (
 //	GET  /admin/models/{model}/policy         {"model":m,"policy":name} (affinity-on policy)
 //	PUT  /admin/models/{model}/policy         body {"policy":name}, one of PolicyNames
 //	GET  /admin/models/{model}/admission      {"model":m,"admission":router.AdmissionStatus}
-//	PUT  /admin/models/{model}/admission      body {"mode":"fit","fill_target":1.1,"max_hold":"4m","max_queue":1024,"on_limit":"admit"}, fields optional (the rest kept)
+//	PUT  /admin/models/{model}/admission      body {"mode":"fit","fill_target":1.0,"max_hold":"10m","max_queue":1024,"on_limit":"admit","keepalive_after":"1m"}, fields optional (the rest kept)
 //	POST /admin/models/{model}/reset-sessions forget every session home
 //	POST /admin/models/{model}/replicas       body {"name":n,"url":u,"dp_ranks":k}: add
 //	                                          an upstream while serving (Router.AddReplica);

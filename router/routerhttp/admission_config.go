@@ -17,14 +17,19 @@ import (
 // fields:
 //
 //	admission:
-//	  mode: fit          # off (default) | fit
-//	  fill_target: 1.0   # share of each replica's KV cache (default 1.0)
-//	  max_hold: 4m       # longest wait (default 4m; -1s: no limit)
-//	  max_queue: 1024    # most waiters (default 1024; -1: no limit)
-//	  on_limit: admit    # admit (default) | refuse (OpenAI 429, Anthropic 529)
+//	  mode: fit             # off (default) | fit
+//	  fill_target: 1.0      # share of each replica's KV cache (default 1.0)
+//	  max_hold: 10m         # longest wait (default 10m; -1s: no limit)
+//	  max_queue: 1024       # most waiters (default 1024; -1: no limit)
+//	  on_limit: admit       # admit (default) | refuse (OpenAI 429, Anthropic 529)
+//	  keepalive_after: 1m   # a held streaming request gets its 200 and keep-alive events after this (default 1m; -1s: never, holds capped at 4m)
+//
+// keepalive_after is on the router's clock; keep it under the clients'
+// no-byte timeout (Claude Code: 5 minutes), as nothing is sent before it
+// (hold.go).
 type AdmissionYAML router.AdmissionConfig
 
-var admissionFields = []string{"mode", "fill_target", "max_hold", "max_queue", "on_limit"}
+var admissionFields = []string{"mode", "fill_target", "max_hold", "max_queue", "on_limit", "keepalive_after"}
 
 // UnmarshalYAML accepts the scalar or the mapping form; unknown keys are errors.
 func (a *AdmissionYAML) UnmarshalYAML(n *yaml.Node) error {
@@ -65,8 +70,8 @@ type admissionView struct {
 }
 
 // serveAdmission answers GET and PUT /admin/models/{model}/admission. A PUT
-// changes the fields it names and keeps the others; max_hold is a Go duration
-// ("4m", "-1s" for no limit).
+// changes the fields it names and keeps the others; max_hold and
+// keepalive_after are Go durations ("10m", "-1s" for no limit / never).
 func (rt *Router) serveAdmission(w http.ResponseWriter, r *http.Request, pools []*Pool, all bool) {
 	switch r.Method {
 	case http.MethodGet:
@@ -77,19 +82,27 @@ func (rt *Router) serveAdmission(w http.ResponseWriter, r *http.Request, pools [
 			MaxHold    *string  `json:"max_hold"`
 			MaxQueue   *int     `json:"max_queue"`
 			OnLimit    *string  `json:"on_limit"`
+			KeepAlive  *string  `json:"keepalive_after"`
 		}
 		if err := decodeStrict(r.Body, &body); err != nil {
-			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"mode": "off|fit", "fill_target": 1.1, "max_hold": "4m", "max_queue": 1024, "on_limit": "admit|refuse"}: %w`, err))
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"mode": "off|fit", "fill_target": 1.0, "max_hold": "10m", "max_queue": 1024, "on_limit": "admit|refuse", "keepalive_after": "1m"}: %w`, err))
 			return
 		}
-		var hold time.Duration
-		if body.MaxHold != nil {
-			d, err := time.ParseDuration(*body.MaxHold)
+		var hold, keepAlive time.Duration
+		for _, d := range []struct {
+			name string
+			in   *string
+			out  *time.Duration
+		}{{"max_hold", body.MaxHold, &hold}, {"keepalive_after", body.KeepAlive, &keepAlive}} {
+			if d.in == nil {
+				continue
+			}
+			v, err := time.ParseDuration(*d.in)
 			if err != nil {
-				adminError(w, http.StatusBadRequest, fmt.Errorf("max_hold: %w", err))
+				adminError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", d.name, err))
 				return
 			}
-			hold = d
+			*d.out = v
 		}
 		for _, p := range pools {
 			c := p.Balancer.AdmissionConfig()
@@ -107,6 +120,9 @@ func (rt *Router) serveAdmission(w http.ResponseWriter, r *http.Request, pools [
 			}
 			if body.OnLimit != nil {
 				c.OnLimit = *body.OnLimit
+			}
+			if body.KeepAlive != nil {
+				c.KeepAliveAfter = keepAlive
 			}
 			if err := p.Balancer.SetAdmission(c); err != nil {
 				adminError(w, http.StatusBadRequest, err)

@@ -125,7 +125,9 @@ func anthropicErrorType(status int) string {
 		return "not_found_error"
 	case 413:
 		return "request_too_large"
-	case 503:
+	case 429:
+		return "rate_limit_error"
+	case 503, 529:
 		return "overloaded_error"
 	case 408, 504:
 		return "timeout_error"
@@ -139,6 +141,8 @@ func openAIErrorType(status int) string {
 		return "invalid_request_error"
 	case 404:
 		return "not_found_error"
+	case 429:
+		return "rate_limit_exceeded"
 	case 503:
 		return "service_unavailable"
 	case 408, 504:
@@ -156,13 +160,25 @@ func writeError(w http.ResponseWriter, api apiKind, status int, msg string) {
 }
 
 // streamErrorEvent is the SSE event that ends a client's stream when the upstream
-// stream broke: OpenAI "data: {"error":...}" followed by "data: [DONE]", as vLLM
-// ends a 200 stream that failed (vllm/entrypoints/openai/serving_chat.py
-// chat_completion_stream_generator: the error chunk, then the final [DONE]);
-// Anthropic "event: error", after which the Messages API sends nothing.
+// stream broke (streamErrorFor with 502).
 func streamErrorEvent(api apiKind, msg string) []byte {
+	return streamErrorFor(api, http.StatusBadGateway, msg)
+}
+
+// streamErrorFor is the SSE event that ends a client's stream with the error
+// a response not yet started would have had as its status (errorBody's shape):
+// OpenAI "data: {"error":...}" followed by "data: [DONE]", as vLLM ends a 200
+// stream that failed (vllm/entrypoints/openai/serving_chat.py
+// chat_completion_stream_generator: create_streaming_error_response's
+// {"error": {"message", "type", "code"}} chunk, then the final [DONE]; the
+// OpenAI SDKs raise APIError on a data event with an "error" member,
+// openai-python src/openai/_streaming.py); Anthropic "event: error" with
+// {"type":"error","error":{"type","message"}}, after which the Messages API
+// sends nothing ("Streaming Messages", docs.anthropic.com, Error events: e.g.
+// overloaded_error, "which would normally correspond to an HTTP 529").
+func streamErrorFor(api apiKind, status int, msg string) []byte {
 	if api == apiAnthropic {
-		return fmt.Appendf(nil, "event: error\ndata: %s\n\n", errorBody(api, http.StatusBadGateway, msg))
+		return fmt.Appendf(nil, "event: error\ndata: %s\n\n", errorBody(api, status, msg))
 	}
-	return fmt.Appendf(nil, "data: %s\n\ndata: [DONE]\n\n", errorBody(api, http.StatusBadGateway, msg))
+	return fmt.Appendf(nil, "data: %s\n\ndata: [DONE]\n\n", errorBody(api, status, msg))
 }

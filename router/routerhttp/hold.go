@@ -8,33 +8,83 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lmwarden/warden/router"
 )
 
 // Admission at the proxy (router/admission.go has the rule): a new
-// conversation's first request the gate holds waits here, before any byte goes
-// to the client, asking again every router.HoldPoll of the router's clock with
-// its ticket. So the retry-before-first-byte rule still holds (nothing was
-// written), the wait is measured on the clock the Balancer uses, and a client
-// that disconnects leaves the queue at once (CancelHold). The proxy sends no
-// keep-alive bytes while it holds: Claude Code gives up after 5 minutes without
-// a byte (brief clients.md), which router.DefaultMaxHold (4 minutes) stays
-// under. A keep-alive would have to commit the response's status and headers
-// before the replica is chosen, giving up the retry before the first byte and
-// the right error status for a request refused at the limit.
+// conversation's first request the gate holds waits here, asking again every
+// router.HoldPoll of the router's clock with its ticket, so the wait is
+// measured on the clock the Balancer uses and the order is the core's FIFO. A
+// client that disconnects while held leaves the queue at once (CancelHold).
+//
+// Nothing is written while a request is held, so a short hold keeps the plain
+// HTTP answers: the retry before the first byte, 429/529 for a refusal at the
+// limit, 503 for no replica. But Claude Code gives up after 5 minutes without
+// a byte (brief clients.md), and holds on the 7-GPU fleet reach 5-8 minutes.
+//
+// Keep-alive. A held request that streams ("stream": true in its body) and has
+// been held keepalive_after (router.AdmissionConfig.KeepAliveAfter, default
+// router.DefaultKeepAliveAfter = 1 min, of the router's clock) gets its
+// response committed: 200, Content-Type text/event-stream, Cache-Control
+// no-cache, X-Warden-Admission: waiting, X-Warden-Held-Ms the hold so far, and
+// the trailers keepAliveTrailers (the final hold, admission, replica and
+// decision, sent after the body). Then, at once and every
+// router.KeepAliveInterval (15 s), the API's own keep-alive, flushed:
+//
+//   - Anthropic Messages: `event: ping` / `data: {"type": "ping"}`, the ping
+//     event of the Messages API's streams ("Streaming Messages", docs.anthropic.com:
+//     "Event streams may also include any number of ping events"); the
+//     TypeScript SDK Claude Code uses skips it (src/core/streaming.ts:
+//     `if (sse.event === 'ping') continue`);
+//   - OpenAI chat/completions: the SSE comment `: keep-alive`, which every SSE
+//     parser ignores (WHATWG HTML "Server-sent events", event stream
+//     interpretation: a line starting with a colon is ignored).
+//
+// Such a request's hold is bounded by max_hold only. When admitted it goes
+// upstream as usual: the retry before the upstream's first byte still works
+// (nothing of the model's was sent), and the upstream's SSE body is copied
+// without its headers (keptAliveWriter). A failure after the commit is the
+// API's in-stream error event, then the stream ends (streamErrorFor): every
+// attempt failing, a non-2xx answer (its message kept), no replica, or a
+// refusal at the limit (overloaded_error / rate_limit_exceeded). The call is
+// counted in warden_responses_total with the status it would have had, not the
+// 200 on the wire, and outlier ejection sees the upstream's own status.
+//
+// A request that does not stream, or any when keepalive_after is negative,
+// cannot be kept alive: its hold is capped at router.MaxSilentHold (4 min,
+// Facts.HoldLimit), under Claude Code's 5 minutes.
 
 // Response headers of admission.
 const (
 	// HeaderHeldMs: how long the router held the request before sending it
 	// upstream, in milliseconds of the router's clock (0 when not held); on
-	// every proxied response.
+	// every proxied response. A kept-alive response has the hold so far in its
+	// header and the final hold in its trailer.
 	HeaderHeldMs = "X-Warden-Held-Ms"
 	// HeaderAdmission: what the admission gate decided (router.Admission:
 	// pass, admitted, held, limit, capacity-unknown, refused); only when the
-	// model's gate is on.
+	// model's gate is on. AdmissionWaiting in a kept-alive response's header,
+	// the decision in its trailer.
 	HeaderAdmission = "X-Warden-Admission"
+	// AdmissionWaiting is HeaderAdmission of a response committed while its
+	// request was still held (keep-alive).
+	AdmissionWaiting = "waiting"
+)
+
+// keepAliveTrailers are the headers a kept-alive response declares as
+// trailers ("Trailer" before WriteHeader): its header block went out before the
+// hold ended and a replica was chosen, so their final values follow the body.
+var keepAliveTrailers = strings.Join([]string{HeaderHeldMs, HeaderAdmission, HeaderReplica, HeaderDecision}, ", ")
+
+// maxSilentHold and keepAliveInterval are router.MaxSilentHold and
+// router.KeepAliveInterval, variables only so a test can shorten them (set
+// before the Proxy serves).
+var (
+	maxSilentHold     = router.MaxSilentHold
+	keepAliveInterval = router.KeepAliveInterval
 )
 
 // OverloadRetryAfter is the Retry-After the proxy sends with a request refused
@@ -44,16 +94,16 @@ const (
 const OverloadRetryAfter = 30 * time.Second
 
 // admit asks the pool's Balancer for a replica, waiting while the admission
-// gate holds the request. It returns router.ErrOverloaded when the gate
-// refuses it and the context's error when the client went away while held.
-func (p *Proxy) admit(ctx context.Context, pool *Pool, c *call) (router.Decision, error) {
+// gate holds the request, and keeps a held streaming request alive on w once
+// it has waited keepalive_after (c.ka set). It returns router.ErrOverloaded
+// when the gate refuses it and the context's error when the client went away
+// while held.
+func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c *call) (router.Decision, error) {
 	b := pool.Balancer
 	if c.facts.SessionKey != "" && b.AdmissionConfig().Mode == router.AdmissionFit {
 		c.facts.Continuing = CarriesAssistantMessage(c.body)
 	}
-	// No byte is sent while held, so no hold may outlast a client's no-byte
-	// timeout.
-	c.facts.HoldLimit = router.MaxSilentHold
+	stream, checked := false, false
 	for {
 		t0 := time.Now()
 		d, info, wait, err := b.AdmitWait(c.facts)
@@ -66,12 +116,238 @@ func (p *Proxy) admit(ctx context.Context, pool *Pool, c *call) (router.Decision
 			return d, err
 		}
 		c.facts.Ticket = info.Ticket
+		if !checked {
+			stream, checked = streams(c.body), true
+		}
+		// Per ask: a PUT of the admission config applies to the waiters too.
+		after := b.AdmissionConfig().WithDefaults().KeepAliveAfter
+		switch {
+		case c.ka != nil:
+		case !stream || after < 0:
+			// No byte is sent while held, so no hold may outlast a client's
+			// no-byte timeout.
+			c.facts.HoldLimit = maxSilentHold
+		default:
+			c.facts.HoldLimit = 0
+			if info.Held >= after {
+				c.ka = commitKeepAlive(w, c)
+			}
+		}
+		if c.ka != nil {
+			if err := c.ka.ping(p.now()); err != nil {
+				b.CancelHold(info.Ticket)
+				p.m.countAdmissionOutcome(pool.Model, "gave_up")
+				return router.Decision{}, fmt.Errorf("held for admission: sending a keep-alive: %w", err)
+			}
+		}
 		if serr := p.sleep(ctx, router.HoldPoll); serr != nil {
 			b.CancelHold(info.Ticket)
 			p.m.countAdmissionOutcome(pool.Model, "gave_up")
 			return router.Decision{}, fmt.Errorf("held for admission: %w", serr)
 		}
 	}
+}
+
+// streams reports whether a request body asks for a streamed response
+// ("stream": true, OpenAI and Anthropic alike). A quick byte scan rules most
+// non-streaming bodies out before the body is decoded.
+func streams(body []byte) bool {
+	if !bytes.Contains(body, []byte(`"stream"`)) {
+		return false
+	}
+	var v struct {
+		Stream bool `json:"stream"`
+	}
+	return json.Unmarshal(body, &v) == nil && v.Stream
+}
+
+// keepAlive is a held request whose response was committed (commitKeepAlive).
+type keepAlive struct {
+	w      http.ResponseWriter
+	api    apiKind
+	pinged bool
+	last   time.Duration // when the latest keep-alive event was sent (Proxy.now)
+	broken error         // a keep-alive that could not be written: the client is gone
+}
+
+// Keep-alive events: Anthropic's ping event and an SSE comment for OpenAI (see
+// the comment at the top of this file for the sources).
+var (
+	anthropicPing = []byte("event: ping\ndata: {\"type\": \"ping\"}\n\n")
+	sseKeepAlive  = []byte(": keep-alive\n\n")
+)
+
+// commitKeepAlive writes the status and headers of c's kept-alive response.
+func commitKeepAlive(w http.ResponseWriter, c *call) *keepAlive {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set(HeaderHeldMs, strconv.FormatInt(c.adm.Held.Milliseconds(), 10))
+	h.Set(HeaderAdmission, AdmissionWaiting)
+	h.Set("Trailer", keepAliveTrailers)
+	w.WriteHeader(http.StatusOK)
+	return &keepAlive{w: w, api: c.api}
+}
+
+// ping sends a keep-alive event when none was sent yet or the last one is
+// router.KeepAliveInterval old at now.
+func (k *keepAlive) ping(now time.Duration) error {
+	if k.pinged && now-k.last < keepAliveInterval {
+		return nil
+	}
+	k.pinged, k.last = true, now
+	ev := sseKeepAlive
+	if k.api == apiAnthropic {
+		ev = anthropicPing
+	}
+	return k.write(ev)
+}
+
+// write writes and flushes b, remembering a failure.
+func (k *keepAlive) write(b []byte) error {
+	if k.broken != nil {
+		return k.broken
+	}
+	if _, err := k.w.Write(b); err != nil {
+		k.broken = err
+		return err
+	}
+	if err := http.NewResponseController(k.w).Flush(); err != nil {
+		k.broken = err
+	}
+	return k.broken
+}
+
+// failKeptAlive ends a kept-alive call that will not go upstream (err from
+// admit: refused at the limit, no replica, the client gone) with the API's
+// in-stream error event and the trailers, and counts it with the status a
+// response not kept alive would have had. It reports false, writing nothing,
+// when c was not kept alive.
+func (p *Proxy) failKeptAlive(w http.ResponseWriter, r *http.Request, c *call, msg string, err error) bool {
+	if c.ka == nil {
+		return false
+	}
+	var status int
+	switch {
+	case r.Context().Err() != nil || c.ka.broken != nil:
+		status = StatusClientClosed
+	case errors.Is(err, router.ErrOverloaded):
+		status = overloadedStatus(c.api)
+		c.ka.write(streamErrorFor(c.api, status, msg))
+	default:
+		status = StatusFor(err, false)
+		c.ka.write(streamErrorFor(c.api, status, msg))
+	}
+	c.setAdmissionHeaders(w.Header()) // the trailers
+	p.m.countResponse(c.pool.Model, status)
+	return true
+}
+
+// forwardCall forwards c, the upstream's response of a kept-alive call
+// through a keptAliveWriter.
+func (p *Proxy) forwardCall(w http.ResponseWriter, r *http.Request, c *call) {
+	if c.ka == nil {
+		p.forward(w, r, c)
+		return
+	}
+	kw := &keptAliveWriter{w: w, hdr: http.Header{}}
+	p.forward(kw, r, c)
+	kw.finish(c, r.Context().Err() != nil)
+}
+
+// errorBodyMax bounds the bytes of an upstream's error body a keptAliveWriter
+// keeps for the in-stream error event.
+const errorBodyMax = 16 << 10
+
+// keptAliveWriter is the http.ResponseWriter the reverse proxy writes a
+// kept-alive call's upstream response to: its status and headers went out
+// already, so the upstream's are kept aside (hdr, status); a 2xx body passes
+// through, another body is kept (at most errorBodyMax bytes) for the error
+// event finish writes. Unwrap lets the proxy's flushes reach the connection.
+type keptAliveWriter struct {
+	w      http.ResponseWriter
+	hdr    http.Header
+	status int
+	body   []byte
+}
+
+func (k *keptAliveWriter) Header() http.Header { return k.hdr }
+
+func (k *keptAliveWriter) WriteHeader(code int) {
+	if k.status == 0 && code >= 200 { // 1xx (103 Early Hints) are informational
+		k.status = code
+	}
+}
+
+func (k *keptAliveWriter) Write(b []byte) (int, error) {
+	if k.status == 0 {
+		k.status = http.StatusOK
+	}
+	if k.status < 300 {
+		return k.w.Write(b)
+	}
+	k.body = append(k.body, b[:min(len(b), errorBodyMax-len(k.body))]...)
+	return len(b), nil
+}
+
+func (k *keptAliveWriter) Unwrap() http.ResponseWriter { return k.w }
+
+// finish ends a kept-alive call's stream: an answer that was not 2xx (the
+// upstream's, or the proxy's error for a failed attempt) becomes the API's
+// in-stream error event with its message, unless the client is gone; then the
+// trailers get their final values.
+func (k *keptAliveWriter) finish(c *call, gone bool) {
+	if k.status >= 300 && !gone {
+		msg := errorMessage(k.body)
+		if c.upStatus == k.status { // the upstream's own answer, not errorHandler's
+			msg = fmt.Sprintf("upstream %s answered %d: %s", c.upstream().Name, k.status, msg)
+		}
+		k.w.Write(streamErrorFor(c.api, k.status, msg))
+		http.NewResponseController(k.w).Flush()
+	}
+	c.setHeaders(k.w.Header()) // the trailers
+}
+
+// errorMessage is the message of an error body: OpenAI/vLLM
+// {"error":{"message"}}, Anthropic {"type":"error","error":{"message"}}, older
+// vLLM {"object":"error","message"}, {"error":"text"}, or else the text itself
+// (at most 512 bytes).
+func errorMessage(body []byte) string {
+	var v struct {
+		Message string          `json:"message"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &v) == nil {
+		var inner struct {
+			Message string `json:"message"`
+		}
+		var s string
+		switch {
+		case json.Unmarshal(v.Error, &inner) == nil && inner.Message != "":
+			return inner.Message
+		case json.Unmarshal(v.Error, &s) == nil && s != "":
+			return s
+		case v.Message != "":
+			return v.Message
+		}
+	}
+	t := strings.TrimSpace(string(body))
+	if len(t) > 512 {
+		t = t[:512]
+	}
+	if t == "" {
+		return "no error message"
+	}
+	return t
+}
+
+// now is the router's clock: the Balancers' clock, else wall time (since the
+// Unix epoch).
+func (p *Proxy) now() time.Duration {
+	if p.clock != nil {
+		return p.clock.Now()
+	}
+	return time.Duration(time.Now().UnixNano())
 }
 
 // sleep waits d on the router's clock, or d of wall time if that comes first
@@ -102,24 +378,23 @@ func (c *call) setAdmissionHeaders(h http.Header) {
 	}
 }
 
+// overloadedStatus is the status of a request refused at an admission limit:
+// OpenAI 429 (as OpenAI answers when it sheds load), Anthropic 529 (the
+// Messages API's overload status, which Claude Code retries).
+func overloadedStatus(api apiKind) int {
+	if api == apiAnthropic {
+		return 529
+	}
+	return http.StatusTooManyRequests
+}
+
 // writeOverloaded answers a request refused at an admission limit in the API's
-// own overload shape: OpenAI 429 with Retry-After and a rate_limit_exceeded
-// error (as OpenAI answers when it sheds load), Anthropic 529 overloaded_error
-// (the Messages API's overload status, which Claude Code retries).
+// own overload shape (overloadedStatus; errorBody: rate_limit_exceeded,
+// overloaded_error), with Retry-After.
 func writeOverloaded(w http.ResponseWriter, api apiKind, msg string) int {
 	w.Header().Set("Retry-After", strconv.Itoa(int(OverloadRetryAfter.Seconds())))
-	w.Header().Set("Content-Type", "application/json")
-	var v any
-	status := http.StatusTooManyRequests
-	if api == apiAnthropic {
-		status = 529
-		v = map[string]any{"type": "error", "error": map[string]any{"type": "overloaded_error", "message": msg}}
-	} else {
-		v = map[string]any{"error": map[string]any{"message": msg, "type": "rate_limit_exceeded", "param": nil, "code": status}}
-	}
-	body, _ := json.Marshal(v)
-	w.WriteHeader(status)
-	w.Write(body)
+	status := overloadedStatus(api)
+	writeError(w, api, status, msg)
 	return status
 }
 

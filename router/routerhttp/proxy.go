@@ -134,7 +134,8 @@ type ProxyConfig struct {
 // 404 (error in the OpenAI or Anthropic shape by path). The in-flight count taken by
 // Acquire is released exactly once, when the response has been copied to the end,
 // the upstream failed, or the client went away (peers.md router case 2). The
-// response carries X-Warden-Replica and X-Warden-Decision. Headers pass through
+// response carries X-Warden-Replica and X-Warden-Decision (as trailers when it
+// was committed while held for admission: hold.go). Headers pass through
 // untouched (auth, anthropic-*, x-stainless-*) except X-Data-Parallel-Rank, which
 // a client may not set: the proxy strips it and sets it itself for a DP-rank
 // replica. The inbound context is forwarded, so a client disconnect cancels the
@@ -399,6 +400,7 @@ type call struct {
 	held    bool
 	dec     router.Decision
 	adm     router.AdmitInfo // what the admission gate decided (hold.go)
+	ka      *keepAlive       // the response was committed while held (hold.go)
 	// stateWait: wall time the call's decisions waited on the shared state
 	// (Balancer.AdmitWait, summed over admission polls and retries).
 	stateWait time.Duration
@@ -487,7 +489,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(v) // http.ErrAbortHandler from ReverseProxy: the server drops the connection
 		}
 	}()
-	p.forward(sw, r, c)
+	p.forwardCall(sw, r, c)
 }
 
 // readRequest checks the path and method, reads the body and extracts the model
@@ -544,11 +546,14 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		pool.lastModel.Store(&info.Model)
 	}
 	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == "/v1/messages/count_tokens"}, body: body, inURL: *r.URL, counted: true}
-	d, err := p.admit(r.Context(), pool, c)
+	d, err := p.admit(r.Context(), w, pool, c)
 	if err != nil {
 		name := pool.Model
 		if name == WildcardModel {
 			name = info.Model // the pool serves any model: name the one asked for
+		}
+		if p.failKeptAlive(w, r, c, fmt.Sprintf("model %q: %v", name, err), err) {
+			return nil, false
 		}
 		if errors.Is(err, router.ErrOverloaded) {
 			p.m.countResponse(pool.Model, writeOverloaded(w, api, fmt.Sprintf("model %q: %v", name, err)))
