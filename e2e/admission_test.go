@@ -14,67 +14,72 @@ import (
 
 // TestClaudeCodeHeldAtAdmission runs the real Claude Code CLI through a router
 // whose admission gate holds its new conversation: with a fill target no
-// conversation fits, the CLI's first request waits at the router (no byte sent)
-// for at least 10 s of wall time (keepalive_after negative: no keep-alive,
-// TestClaudeCodeKeptAliveAtAdmission has it); then the fill target is raised
-// and the request, admitted at its next ask, completes normally. Claude Code
-// gives up after 5 minutes without a byte (brief clients.md): a hold under
-// that is invisible to it but for the wait.
+// conversation fits, the CLI's first request waits at the router for at least
+// 10 s of wall time; then the fill target is raised and the request, admitted
+// at its next ask, completes normally. Claude Code gives up after 5 minutes
+// without a byte (brief clients.md). "silent": keepalive_after negative, no
+// byte while held (a hold under 5 minutes is invisible to it but for the wait).
+// "kept alive": keepalive_after 2 s of the router's clock (the simulator's, at
+// 10x), so the 12 s of wall time are 120 s held and the CLI gets the committed
+// 200 and Anthropic ping events (every 15 s of that clock) before its answer.
 func TestClaudeCodeHeldAtAdmission(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the Claude Code test in -short mode")
 	}
 	bin, version := claudeCLI(t)
 	t.Logf("Claude Code %s at %s", version, bin)
-	f := startFleet(t, simhttp.Config{Replicas: 1, Speed: 10, Model: claudeModel}, 32)
-	if !waitFor(10*time.Second, func() bool {
-		r := f.rt.Status().Models[0].Replicas[0]
-		return r.ScrapeFresh && r.KVCapacityTokens > 0
-	}) {
-		t.Fatal("the router never learned the replica's KV capacity")
-	}
-	b := f.rt.Pools()[0].Balancer
-	if err := b.SetAdmission(router.AdmissionConfig{Mode: router.AdmissionFit, FillTarget: 0.0001, MaxHold: -1, KeepAliveAfter: -1}); err != nil {
-		t.Fatal(err)
-	}
-	const hold = 12 * time.Second
-	released := make(chan time.Duration, 1)
-	go func() {
-		if !waitFor(60*time.Second, func() bool { return b.Admission().Queue > 0 }) {
-			released <- 0
-			return
-		}
-		t0 := time.Now()
-		time.Sleep(hold)
-		if err := b.SetAdmission(router.AdmissionConfig{Mode: router.AdmissionFit, MaxHold: -1, KeepAliveAfter: -1}); err != nil {
-			t.Error(err)
-		}
-		released <- time.Since(t0)
-	}()
-	home, work := t.TempDir(), t.TempDir()
-	start := time.Now()
-	out := runClaude(t, bin, home, work, f.url, "-p", "say hi", "--model", claudeModel)
-	took := time.Since(start)
-	waited := <-released
-	if waited == 0 {
-		t.Fatal("the CLI's request was never held")
-	}
-	if strings.TrimSpace(out) == "" {
-		t.Errorf("the CLI printed nothing")
-	}
-	if took < hold {
-		t.Errorf("the CLI finished in %v, under the %v hold", took, hold)
-	}
-	for _, r := range f.log.all() {
-		t.Logf("request: %s", r)
-		if r.Status != 200 || r.KeepAlives != 0 {
-			t.Errorf("request %s: status %d, %d keep-alives (want none)", r.Path, r.Status, r.KeepAlives)
-		}
-	}
-	st := b.Admission()
-	t.Logf("admission: %+v", st.Outcomes)
-	if st.Outcomes.AfterHold == 0 || st.Queue != 0 || st.Outcomes.GaveUp != 0 {
-		t.Errorf("want a request admitted after its hold, none waiting, none gave up: %+v, queue %d", st.Outcomes, st.Queue)
+	for _, tc := range []struct {
+		name           string
+		keepAliveAfter time.Duration
+		minPings       int // 0: want none
+	}{
+		{"silent", -1, 0},
+		{"kept alive", 2 * time.Second, 5}, // a ping at 2 s, then every 15 s of 120 s
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFleet(t, simhttp.Config{Replicas: 1, Speed: 10, Model: claudeModel}, 32)
+			if !waitFor(10*time.Second, func() bool {
+				r := f.rt.Status().Models[0].Replicas[0]
+				return r.ScrapeFresh && r.KVCapacityTokens > 0
+			}) {
+				t.Fatal("the router never learned the replica's KV capacity")
+			}
+			b := f.rt.Pools()[0].Balancer
+			const hold = 12 * time.Second
+			released := holdThenRelease(t, b, tc.keepAliveAfter, hold)
+			home, work := t.TempDir(), t.TempDir()
+			start := time.Now()
+			out := runClaude(t, bin, home, work, f.url, "-p", "say hi", "--model", claudeModel)
+			took := time.Since(start)
+			if <-released == 0 {
+				t.Fatal("the CLI's request was never held")
+			}
+			if strings.TrimSpace(out) == "" {
+				t.Errorf("the CLI printed nothing")
+			}
+			if took < hold {
+				t.Errorf("the CLI finished in %v, under the %v hold", took, hold)
+			}
+			pings := 0
+			for _, r := range f.log.all() {
+				t.Logf("request: %s", r)
+				if r.Status != 200 {
+					t.Errorf("request %s: status %d", r.Path, r.Status)
+				}
+				pings += r.KeepAlives
+			}
+			if tc.minPings == 0 && pings != 0 {
+				t.Errorf("the CLI got %d keep-alives, want none (keepalive_after %v)", pings, tc.keepAliveAfter)
+			}
+			if pings < tc.minPings {
+				t.Errorf("the CLI got %d ping events before its answer, want at least %d", pings, tc.minPings)
+			}
+			st := b.Admission()
+			t.Logf("admission: %+v", st.Outcomes)
+			if st.Outcomes.AfterHold == 0 || st.Queue != 0 || st.Outcomes.GaveUp != 0 {
+				t.Errorf("want a request admitted after its hold, none waiting, none gave up: %+v, queue %d", st.Outcomes, st.Queue)
+			}
+		})
 	}
 }
 
@@ -104,59 +109,6 @@ func holdThenRelease(t *testing.T, b *router.Balancer, keepAliveAfter, hold time
 	return released
 }
 
-// TestClaudeCodeKeptAliveAtAdmission is TestClaudeCodeHeldAtAdmission with
-// keep-alive: keepalive_after 2 s (of the router's clock, the simulator's at
-// 10x) and a hold of 12 s of wall time (120 s of the router's), so the real CLI
-// gets the committed 200 and Anthropic ping events (every 15 s of the router's
-// clock) before its answer, and completes normally.
-func TestClaudeCodeKeptAliveAtAdmission(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipping the Claude Code test in -short mode")
-	}
-	bin, version := claudeCLI(t)
-	t.Logf("Claude Code %s at %s", version, bin)
-	f := startFleet(t, simhttp.Config{Replicas: 1, Speed: 10, Model: claudeModel}, 32)
-	if !waitFor(10*time.Second, func() bool {
-		r := f.rt.Status().Models[0].Replicas[0]
-		return r.ScrapeFresh && r.KVCapacityTokens > 0
-	}) {
-		t.Fatal("the router never learned the replica's KV capacity")
-	}
-	b := f.rt.Pools()[0].Balancer
-	const hold = 12 * time.Second
-	released := holdThenRelease(t, b, 2*time.Second, hold)
-	home, work := t.TempDir(), t.TempDir()
-	start := time.Now()
-	out := runClaude(t, bin, home, work, f.url, "-p", "say hi", "--model", claudeModel)
-	took := time.Since(start)
-	if <-released == 0 {
-		t.Fatal("the CLI's request was never held")
-	}
-	if strings.TrimSpace(out) == "" {
-		t.Errorf("the CLI printed nothing")
-	}
-	if took < hold {
-		t.Errorf("the CLI finished in %v, under the %v hold", took, hold)
-	}
-	pings := 0
-	for _, r := range f.log.all() {
-		t.Logf("request: %s", r)
-		if r.Status != 200 {
-			t.Errorf("request %s: status %d", r.Path, r.Status)
-		}
-		pings += r.KeepAlives
-	}
-	// 120 s of the router's clock held, committed after 2 s: a ping then and
-	// every 15 s.
-	if pings < 5 {
-		t.Errorf("the CLI got %d ping events before its answer, want at least 5", pings)
-	}
-	st := b.Admission()
-	t.Logf("admission: %+v", st.Outcomes)
-	if st.Outcomes.AfterHold == 0 || st.Queue != 0 || st.Outcomes.GaveUp != 0 {
-		t.Errorf("want a request admitted after its hold, none waiting, none gave up: %+v, queue %d", st.Outcomes, st.Queue)
-	}
-}
 
 // The harness through a router that keeps its held first turns alive (issue
 // #16 point 3), over both APIs: each turn completes, its hold and replica come
