@@ -109,7 +109,6 @@ func holdThenRelease(t *testing.T, b *router.Balancer, keepAliveAfter, hold time
 	return released
 }
 
-
 // The harness through a router that keeps its held first turns alive (issue
 // #16 point 3), over both APIs: each turn completes, its hold and replica come
 // from the trailers, and its TTFB runs to the first content token, after the
