@@ -760,8 +760,8 @@ type AdmissionStatus struct {
 	// when smaller (the median peak of the same ended conversations; 0 until
 	// learned: counted at its size now).
 	RunningPeakTokens int64 `json:"running_peak_tokens"`
-	EndedSamples          int    `json:"ended_samples"`
-	EndedTotal            int    `json:"ended_total"`
+	EndedSamples      int   `json:"ended_samples"`
+	EndedTotal        int   `json:"ended_total"`
 	// SharedPrefixTokens is S (0 until MinSharedPrefixSamples first turns
 	// reported their cached tokens; SharedPrefixSamples says how many did).
 	SharedPrefixTokens  int64 `json:"shared_prefix_tokens"`
