@@ -126,7 +126,7 @@ const (
 // model is configured to refuse (AdmitLimitRefuse). The proxy answers in the
 // API's overload shape: OpenAI 429 with Retry-After, Anthropic 529
 // overloaded_error.
-var ErrOverloaded = errors.New("overloaded: admission queue over its limit")
+var ErrOverloaded = errors.New("overloaded: admission limit reached")
 
 // AdmissionConfig configures one model's admission gate. Zero values mean the
 // documented defaults.
@@ -563,7 +563,11 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 		if a.cfg.OnLimit == AdmitLimitRefuse {
 			a.out.Refused++
 			a.out.HeldSecondsSum += held.Seconds()
-			return gateResult{outcome: AdmitRefused, held: held}, ErrOverloaded
+			why := fmt.Errorf("%w: %d conversations waiting, max_queue %d", ErrOverloaded, len(a.queue), a.cfg.MaxQueue)
+			if pos >= 0 {
+				why = fmt.Errorf("%w: held %v, max_hold %v", ErrOverloaded, held.Round(time.Millisecond), limit)
+			}
+			return gateResult{outcome: AdmitRefused, held: held}, why
 		}
 		return gateResult{outcome: AdmitAtLimit, held: held}, nil
 	}

@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -149,6 +150,9 @@ func TestAdmissionLimits(t *testing.T) {
 			if !errors.Is(err, tc.want) || i.Admission != tc.out || i.Held != tc.cfg.MaxHold {
 				t.Fatalf("got %+v %v, want %v after %v", i, err, tc.out, tc.cfg.MaxHold)
 			}
+			if err != nil && !strings.Contains(err.Error(), "held 10s, max_hold 10s") {
+				t.Fatalf("refusal %q does not say which limit", err)
+			}
 			if st := b.Admission(); st.Queue != 0 {
 				t.Fatalf("queue %d after the limit", st.Queue)
 			}
@@ -160,8 +164,8 @@ func TestAdmissionLimits(t *testing.T) {
 		if _, _, err := b.Admit(Facts{SessionKey: "b", PromptTokens: 6000}); !errors.Is(err, ErrHold) {
 			t.Fatalf("b: %v", err)
 		}
-		if _, _, err := b.Admit(Facts{SessionKey: "c", PromptTokens: 6000}); !errors.Is(err, ErrOverloaded) {
-			t.Fatalf("c: %v, want ErrOverloaded (queue full)", err)
+		if _, _, err := b.Admit(Facts{SessionKey: "c", PromptTokens: 6000}); !errors.Is(err, ErrOverloaded) || !strings.Contains(err.Error(), "max_queue 1") {
+			t.Fatalf("c: %v, want ErrOverloaded naming max_queue (queue full)", err)
 		}
 	})
 }

@@ -102,7 +102,7 @@ func TestKeptAliveResponse(t *testing.T) {
 // at the limit after the commit) fails the turn with the error's text, and the
 // final hold still comes from the trailer.
 func TestKeptAliveResponseEndingInError(t *testing.T) {
-	refusal := "event: error\ndata: {\"error\":{\"message\":\"model \\\"m\\\": overloaded: admission queue over its limit\",\"type\":\"overloaded_error\"},\"type\":\"error\"}\n\n"
+	refusal := "event: error\ndata: {\"error\":{\"message\":\"model \\\"m\\\": overloaded: admission limit reached: held 3s, max_hold 2s\",\"type\":\"overloaded_error\"},\"type\":\"error\"}\n\n"
 	srv := keptAliveServer(t, "event: ping\ndata: {\"type\": \"ping\"}\n\n", refusal, true)
 	sc := loadgen.TinyScenario()
 	sc.API = loadgen.APIAnthropicMessages

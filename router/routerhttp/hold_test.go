@@ -125,5 +125,9 @@ func TestProxyRefusesAtLimitInAPIShape(t *testing.T) {
 		if resp.StatusCode != tc.status || !strings.Contains(body, tc.typ) || resp.Header.Get("Retry-After") == "" {
 			t.Errorf("%s: %d %v %s", tc.path, resp.StatusCode, resp.Header, body)
 		}
+		// It says which limit, and carries the admission headers.
+		if !strings.Contains(body, "max_hold") || resp.Header.Get(HeaderAdmission) != "refused" || resp.Header.Get(HeaderHeldMs) == "" {
+			t.Errorf("%s: refusal without its limit or admission headers: %v %s", tc.path, resp.Header, body)
+		}
 	}
 }

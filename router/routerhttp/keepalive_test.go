@@ -200,9 +200,9 @@ func TestProxyRefusesKeptAliveStreamInStream(t *testing.T) {
 			f.clock.Advance(2 * time.Second)
 			body := h.rest(t)
 			f.waitDone(t)
-			want, code := `data: {"error":{"code":429,"message":"model \"m\": overloaded: admission queue over its limit","param":null,"type":"rate_limit_exceeded"}}`+"\n\ndata: [DONE]\n\n", "429"
+			want, code := `data: {"error":{"code":429,"message":"model \"m\": overloaded: admission limit reached: held 3s, max_hold 2s","param":null,"type":"rate_limit_exceeded"}}`+"\n\ndata: [DONE]\n\n", "429"
 			if api.name == "anthropic" {
-				want, code = `event: error`+"\n"+`data: {"error":{"message":"model \"m\": overloaded: admission queue over its limit","type":"overloaded_error"},"type":"error"}`+"\n\n", "529"
+				want, code = `event: error`+"\n"+`data: {"error":{"message":"model \"m\": overloaded: admission limit reached: held 3s, max_hold 2s","type":"overloaded_error"},"type":"error"}`+"\n\n", "529"
 			}
 			if body != want {
 				t.Errorf("after the keep-alive:\n%q\nwant\n%q", body, want)

@@ -556,6 +556,7 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 			return nil, false
 		}
 		if errors.Is(err, router.ErrOverloaded) {
+			c.setAdmissionHeaders(w.Header())
 			p.m.countResponse(pool.Model, writeOverloaded(w, api, fmt.Sprintf("model %q: %v", name, err)))
 			return nil, false
 		}
