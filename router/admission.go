@@ -101,6 +101,10 @@ const (
 	// TicketTTL: a held request that has not asked again for this long has gone
 	// (the virtual world asks every 0.5 s, the proxy every HoldPoll).
 	TicketTTL = 5 * time.Second
+	// SharedFIFOSlack: with shared state, a new conversation waits behind
+	// another router's waiter that has waited this much longer than it (one
+	// poll: the other router's queue is read up to a heartbeat late).
+	SharedFIFOSlack = 250 * time.Millisecond
 	// HoldPoll is how often a held request asks again (the proxy's wait; the
 	// virtual world uses its own HoldRetry).
 	HoldPoll = 250 * time.Millisecond
@@ -236,6 +240,7 @@ type ticket struct {
 
 // admConv is one conversation the gate counts.
 type admConv struct {
+	sid      uint64 // SessionID: the id other routers know it by
 	replica  int
 	ctx      int64 // context estimate, tokens
 	peak     int64 // largest ctx seen
@@ -357,36 +362,64 @@ func (a *admission) expected(now time.Duration, prompt int64) (e, m int64, learn
 	return max(q, prompt), s[len(s)/2], true
 }
 
-// used is replica i's counted working set in tokens, the shared prefix once,
-// from the per-replica context sums sum.
-func (a *admission) used(i int, s int64, sum []int64) int64 {
-	if i >= len(a.n) || a.n[i] == 0 {
-		return 0
-	}
-	return s + sum[i] - int64(a.n[i])*s
+// counts are the counted conversations and their summed contexts per replica,
+// the left side of the rule (sums).
+type counts struct {
+	n   []int
+	sum []int64
 }
 
-// sums is the per-replica sum of the counted conversations' contexts, each
-// raised to m, the median peak of ended conversations, once that is learned.
-func (a *admission) sums(e int64, learned bool) []int64 {
-	if !learned {
-		return a.sumCtx
+// used is replica i's counted working set in tokens, the shared prefix once.
+func (c counts) used(i int, s int64) int64 {
+	if i >= len(c.n) || c.n[i] == 0 {
+		return 0
 	}
-	out := make([]int64, len(a.n))
-	for _, c := range a.convs {
-		if c.counted {
-			out[c.replica] += max(c.ctx, e)
+	return s + c.sum[i] - int64(c.n[i])*s
+}
+
+// sums counts the conversations on each of nrep replicas: this gate's and, with
+// shared state, those only other routers' gates count (remote, nil none: the
+// union by SessionID, so a conversation both routers see counts once), each
+// context raised to m, the median peak of ended conversations, once that is
+// learned.
+func (a *admission) sums(m int64, learned bool, remote *RemoteAdmission, nrep int) counts {
+	if !learned {
+		m = 0
+	}
+	if m == 0 && remote == nil {
+		return counts{n: a.n, sum: a.sumCtx}
+	}
+	c := counts{n: make([]int, max(nrep, len(a.n))), sum: make([]int64, max(nrep, len(a.n)))}
+	var local map[uint64]bool
+	if remote != nil {
+		local = make(map[uint64]bool, len(a.convs))
+	}
+	for _, cv := range a.convs {
+		if cv.counted {
+			c.n[cv.replica]++
+			c.sum[cv.replica] += max(cv.ctx, m)
+			if local != nil {
+				local[cv.sid] = true
+			}
 		}
 	}
-	return out
+	if remote != nil {
+		for id, rc := range remote.Convs {
+			if !local[id] && rc.Replica >= 0 && rc.Replica < len(c.n) {
+				c.n[rc.Replica]++
+				c.sum[rc.Replica] += max(rc.Tokens, m)
+			}
+		}
+	}
+	return c
 }
 
 // room reports whether replica r (index i) has room for a conversation of
 // expected context e.
-func (a *admission) room(i int, r *ReplicaState, s, e int64, sum []int64) bool {
+func (a *admission) room(i int, r *ReplicaState, s, e int64, c counts) bool {
 	tot := e
-	if i < len(a.n) && a.n[i] > 0 {
-		tot = a.used(i, s, sum) + max(e-s, 0)
+	if i < len(c.n) && c.n[i] > 0 {
+		tot = c.used(i, s) + max(e-s, 0)
 	}
 	return float64(tot) <= float64(r.KVCapacityTokens)*a.cfg.FillTarget
 }
@@ -503,7 +536,7 @@ type gateResult struct {
 // (-1 none). For an admitted new conversation it marks the replicas without
 // room unhealthy in view, so the policy picks among those with room. It returns
 // ErrHold (a ticket in the result) or ErrOverloaded.
-func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bool, prompt int, view []ReplicaState) (gateResult, error) {
+func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bool, prompt int, view []ReplicaState, remote *RemoteAdmission) (gateResult, error) {
 	if home >= 0 || side || f.Continuing || a.convs[h] != nil {
 		return gateResult{outcome: AdmitPass}, nil
 	}
@@ -530,16 +563,20 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 	}
 	s := a.sharedPrefix()
 	e, m, learned := a.expected(now, int64(prompt))
-	sum := a.sums(m, learned)
+	cnt := a.sums(m, learned, remote, len(view))
 	fits := 0
 	for i := range view {
-		if view[i].Healthy && a.room(i, &view[i], s, e, sum) {
+		if view[i].Healthy && a.room(i, &view[i], s, e, cnt) {
 			fits++
 		}
 	}
-	if fits > 0 && (len(a.queue) == 0 || pos == 0) {
+	// Another router's waiter that has waited longer goes first (FIFO across
+	// routers, to a poll: SharedFIFOSlack); a router whose queue is gone stops
+	// publishing it within the store's key TTL.
+	behind := remote != nil && remote.Waiting > 0 && remote.OldestHeld > held+SharedFIFOSlack
+	if fits > 0 && !behind && (len(a.queue) == 0 || pos == 0) {
 		for i := range view {
-			if view[i].Healthy && !a.room(i, &view[i], s, e, sum) {
+			if view[i].Healthy && !a.room(i, &view[i], s, e, cnt) {
 				view[i].Healthy = false
 			}
 		}
@@ -586,7 +623,7 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 // conversation admitted, or one that passed) on decision d; ctx is its context
 // estimate (the policy's Request.PromptTokens), side whether it was a side
 // request.
-func (a *admission) routed(now time.Duration, h uint64, d Decision, ctx int, side bool, g gateResult) {
+func (a *admission) routed(now time.Duration, h, sid uint64, d Decision, ctx int, side bool, g gateResult) {
 	switch g.outcome {
 	case AdmitNow:
 		a.out.Admitted++
@@ -599,7 +636,7 @@ func (a *admission) routed(now time.Duration, h uint64, d Decision, ctx int, sid
 	}
 	c := a.convs[h]
 	if c == nil {
-		c = &admConv{replica: d.Replica}
+		c = &admConv{replica: d.Replica, sid: sid}
 		a.convs[h] = c
 	} else if c.inflight == 0 && c.lastEnd > 0 && !side {
 		a.recordGap(now - c.lastEnd)
@@ -768,8 +805,14 @@ type AdmissionStatus struct {
 	EndedTotal        int   `json:"ended_total"`
 	// SharedPrefixTokens is S (0 until MinSharedPrefixSamples first turns
 	// reported their cached tokens; SharedPrefixSamples says how many did).
-	SharedPrefixTokens  int64 `json:"shared_prefix_tokens"`
-	SharedPrefixSamples int   `json:"shared_prefix_samples"`
+	// With shared state: conversations only other routers' gates count (in
+	// Counted and WorkingTokens too), their waiters, and the longest wait among
+	// them, seconds.
+	RemoteConversations int     `json:"remote_conversations,omitempty"`
+	RemoteQueue         int     `json:"remote_queue,omitempty"`
+	RemoteOldestHeldS   float64 `json:"remote_oldest_held_s,omitempty"`
+	SharedPrefixTokens  int64   `json:"shared_prefix_tokens"`
+	SharedPrefixSamples int     `json:"shared_prefix_samples"`
 	// IdleWindowS: a conversation stops counting this long after its last
 	// request ended, seconds.
 	IdleWindowS float64 `json:"idle_window_s"`
@@ -807,18 +850,25 @@ func (b *Balancer) Admission() AdmissionStatus {
 	if learned {
 		st.ExpectedContextTokens, st.ExpectedSource, st.RunningPeakTokens = e, "ended-p90", m
 	}
-	sum := a.sums(m, learned)
+	var remote *RemoteAdmission
+	if b.shared != nil && a.on() {
+		remote = b.shared.RemoteAdmission()
+	}
+	if remote != nil {
+		st.RemoteConversations, st.RemoteQueue, st.RemoteOldestHeldS = len(remote.Convs), remote.Waiting, remote.OldestHeld.Seconds()
+	}
+	cnt := a.sums(m, learned, remote, len(b.reps))
 	st.EndedSamples, st.EndedTotal = len(a.ended), a.endedN
 	st.SharedPrefixTokens, st.SharedPrefixSamples = a.sharedPrefix(), len(a.prefix)
 	st.IdleWindowS = a.idleWindow(b.sessions.LiveWindow()).Seconds()
 	s := a.sharedPrefix()
 	for i := range b.reps {
 		n := 0
-		if i < len(a.n) {
-			n = a.n[i]
+		if i < len(cnt.n) {
+			n = cnt.n[i]
 		}
 		st.Counted = append(st.Counted, n)
-		st.WorkingTokens = append(st.WorkingTokens, a.used(i, s, sum))
+		st.WorkingTokens = append(st.WorkingTokens, cnt.used(i, s))
 	}
 	return st
 }

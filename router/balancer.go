@@ -489,7 +489,11 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 				// Admission (admission.go): may hold a new conversation, or
 				// leave only the replicas with room healthy in the view.
 				b.adm.expire(now, b.sessions.LiveWindow())
-				g, err = b.adm.gate(now, f, h, b.sessions.home(h), side, ctx, b.view)
+				var remote *RemoteAdmission
+				if b.shared != nil {
+					remote = b.shared.RemoteAdmission()
+				}
+				g, err = b.adm.gate(now, f, h, b.sessions.home(h), side, ctx, b.view, remote)
 				if err != nil {
 					return Decision{}, g.info(), nil, err
 				}
@@ -500,7 +504,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 		}
 		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
 		if err == nil && gated {
-			b.adm.routed(now, h, d, ctx, side, g)
+			b.adm.routed(now, h, SessionID(f.SessionKey), d, ctx, side, g)
 			info = g.info()
 		}
 		if err == nil && f.SessionKey != "" {

@@ -1,6 +1,9 @@
 package router
 
-import "time"
+import (
+	"hash/fnv"
+	"time"
+)
 
 // SharedState is the state a Balancer shares with the Balancers of other routers
 // in front of the same replicas (`state: redis://...` in routerhttp; the
@@ -58,6 +61,76 @@ type SharedState interface {
 	// in-flight requests summed, and the largest live working set any of them
 	// sees (RemoteLoad). Zero when the store is unavailable.
 	Remote(i int) RemoteLoad
+	// RemoteAdmission returns what the other live routers' admission gates
+	// count and hold (their Balancer.AdmissionShare, as last exchanged); nil
+	// when none publishes or the store is unavailable.
+	RemoteAdmission() *RemoteAdmission
+}
+
+// RemoteAdmission is the other routers' admission gates (SharedState.RemoteAdmission).
+type RemoteAdmission struct {
+	// Convs: the conversations their gates count, by SessionID; a conversation
+	// more than one counts appears once (the largest size).
+	Convs map[uint64]RemoteConv
+	// Waiting: their waiters, summed; OldestHeld: the longest any has waited.
+	Waiting    int
+	OldestHeld time.Duration
+}
+
+// RemoteConv is one conversation another router's gate counts: its replica
+// (index in this Balancer) and its context estimate in tokens.
+type RemoteConv struct {
+	Replica int
+	Tokens  int64
+}
+
+// AdmissionShare is what this router's gate publishes for the others
+// (Balancer.AdmissionShare): the conversations it counts and its queue.
+type AdmissionShare struct {
+	On         bool // the gate is on (nothing to publish otherwise)
+	Convs      []SharedConv
+	Waiting    int
+	OldestHeld time.Duration
+}
+
+// SharedConv is one counted conversation: SessionID, replica index, context
+// estimate in tokens.
+type SharedConv struct {
+	ID      uint64
+	Replica int
+	Tokens  int64
+}
+
+// SessionID is a session key's id as every router computes it (FNV-1a, 64 bits;
+// the session table's own hash is seeded per process), so admission gates can
+// tell a conversation they both count from two.
+func SessionID(key string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return h.Sum64()
+}
+
+// AdmissionShare returns this gate's counted conversations and queue for the
+// shared state to publish.
+func (b *Balancer) AdmissionShare() AdmissionShare {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a := b.adm
+	if !a.on() {
+		return AdmissionShare{}
+	}
+	now := b.now()
+	a.expire(now, b.sessions.LiveWindow())
+	out := AdmissionShare{On: true, Waiting: len(a.queue)}
+	if len(a.queue) > 0 {
+		out.OldestHeld = now - a.queue[0].issued
+	}
+	for _, c := range a.convs {
+		if c.counted {
+			out.Convs = append(out.Convs, SharedConv{ID: c.sid, Replica: c.replica, Tokens: c.ctx})
+		}
+	}
+	return out
 }
 
 // Shared reports whether the Balancer shares state with other routers

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func (c *countingState) Acquired(i int)                           { c.inflight[i
 func (c *countingState) Released(i int)                           { c.inflight[i]-- }
 func (c *countingState) Claimed(i int)                            { c.inflight[i]++ }
 func (c *countingState) Remote(int) RemoteLoad                    { return RemoteLoad{} }
+func (c *countingState) RemoteAdmission() *RemoteAdmission        { return nil }
 
 // Every way a request ends (Release, or ReleaseSession as the proxy calls it)
 // tells the shared state, so the counts other routers see return to 0; a
@@ -65,5 +67,55 @@ func TestSharedStateIgnoresTheMetricsWindowRatio(t *testing.T) {
 	}
 	if r, src := b.BytesPerToken(); src != SizeResponses || r < 3.34 || r > 3.36 {
 		t.Errorf("after %d responses: %.2f from %s, want 3.35 from responses", SizeMinSeen+1, r, src)
+	}
+}
+
+// admissionState is a SharedState whose other routers' admission gates say
+// remote (and that holds nothing else).
+type admissionState struct {
+	countingState
+	remote *RemoteAdmission
+}
+
+func (s *admissionState) RemoteAdmission() *RemoteAdmission { return s.remote }
+
+// With shared state the gate counts the conversations other routers' gates
+// count (once, when both count one) and waits behind another router's older
+// waiter: one replica of 10,000 tokens, conversations of 6,000.
+func TestAdmissionCountsOtherRoutersConversations(t *testing.T) {
+	st := &admissionState{countingState: countingState{inflight: make([]int, 1)}}
+	b, clk := newTestBalancer(t, 1, true, func(c *BalancerConfig) {
+		c.Shared, c.KVCapacityTokens = st, 10_000
+		c.Admission = AdmissionConfig{Mode: AdmissionFit, FillTarget: 1, MaxHold: -1}
+	})
+	// Another router counts "x" on the replica: "a" waits here.
+	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{SessionID("x"): {Replica: 0, Tokens: 6000}}}
+	if _, info, err := b.Admit(Facts{SessionKey: "a", PromptTokens: 6000}); !errors.Is(err, ErrHold) {
+		t.Fatalf("a with the replica full through another router: %+v %v, want ErrHold", info, err)
+	}
+	if st := b.Admission(); st.RemoteConversations != 1 || st.Counted[0] != 1 || st.WorkingTokens[0] != 6000 {
+		t.Fatalf("status: %+v", st)
+	}
+	// The other router's conversation ended: room. But its waiter, older than
+	// ours by more than a poll, goes first.
+	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{}, Waiting: 1, OldestHeld: 10 * time.Second}
+	clk.Advance(time.Second)
+	_, info, err := b.Admit(Facts{SessionKey: "a", PromptTokens: 6000, Ticket: 1})
+	if !errors.Is(err, ErrHold) {
+		t.Fatalf("a behind an older waiter of another router: %+v %v, want ErrHold", info, err)
+	}
+	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{}}
+	d, info, err := b.Admit(Facts{SessionKey: "a", PromptTokens: 6000, Ticket: info.Ticket})
+	if err != nil || info.Admission != AdmitAfterHold {
+		t.Fatalf("a once the other waiter went: %+v %+v %v", d, info, err)
+	}
+	// Both routers count "a" (the other saw a turn of it): it counts once.
+	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{SessionID("a"): {Replica: 0, Tokens: 6000}}}
+	if st := b.Admission(); st.Counted[0] != 1 || st.RemoteConversations != 1 {
+		t.Fatalf("a conversation both routers count: counted %v, want 1", st.Counted)
+	}
+	sh := b.AdmissionShare()
+	if !sh.On || len(sh.Convs) != 1 || sh.Convs[0].ID != SessionID("a") || sh.Convs[0].Tokens != 6000 {
+		t.Fatalf("published share %+v", sh)
 	}
 }

@@ -84,7 +84,9 @@ func statePool(st *redisstate.Store, pool *Pool) *redisstate.Pool {
 		keys = append(keys, redisstate.ReplicaKey(up.URL.String(), up.Rank))
 	}
 	// pool.Balancer is set after this call: read it at each heartbeat.
-	return st.Pool(pool.Model, keys, func() []router.LiveSet { return pool.Balancer.LiveSets() })
+	sp := st.Pool(pool.Model, keys, func() []router.LiveSet { return pool.Balancer.LiveSets() })
+	sp.SetAdmission(func() router.AdmissionShare { return pool.Balancer.AdmissionShare() })
+	return sp
 }
 
 // registerStateMetrics adds the store's gauges and counters to m.

@@ -18,6 +18,11 @@
 //     in-flight count behind after KeyTTL.
 //   - P l:M:<router>   hash replica key -> "live tokens" of this router's session
 //     table; PX KeyTTL.
+//   - P a:M:<router>   hash, only while this router's admission gate is on:
+//     "q" -> "<waiting> <oldest wait ms>", and "c:<SessionID hex>" ->
+//     "<replica key> <context tokens>" for every conversation it counts
+//     (router.Balancer.AdmissionShare); replaced by every heartbeat (admScript),
+//     PX KeyTTL.
 //   - P r:M            sorted set router id -> expiry (Unix ms); PX KeyTTL. The
 //     routers alive are the members whose score is in the future.
 //
@@ -244,6 +249,8 @@ func (s *Store) Pool(model string, keys []string, live func() []router.LiveSet) 
 	p.livePrefix = pre + "l:" + model + ":"
 	p.flightKey = p.flightPrefix + s.opt.RouterID
 	p.liveKey = p.livePrefix + s.opt.RouterID
+	p.admPrefix = pre + "a:" + model + ":"
+	p.admKey = p.admPrefix + s.opt.RouterID
 	p.regKey = pre + "r:" + model
 	p.setKeys(keys)
 	s.pmu.Lock()
@@ -424,8 +431,14 @@ type Pool struct {
 	model string
 	live  func() []router.LiveSet
 
-	homePrefix, flightPrefix, livePrefix string
-	flightKey, liveKey, regKey           string
+	homePrefix, flightPrefix, livePrefix, admPrefix string
+	flightKey, liveKey, regKey, admKey              string
+
+	// adm reads the model's admission gate (router.Balancer.AdmissionShare)
+	// for the heartbeat (nil: none); admOn: the last beat published one.
+	adm       atomic.Pointer[func() router.AdmissionShare]
+	admOn     bool
+	remoteAdm atomic.Pointer[remoteAdm]
 
 	kmu   sync.RWMutex
 	keys  []string       // replica keys by index
@@ -814,7 +827,117 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 		}
 	}
 	p.remote.Store(&rl)
+	var others []string
+	for j := 0; j+2 < len(arr); j += 3 {
+		if id, err := arr[j].ToString(); err == nil {
+			others = append(others, id)
+		}
+	}
+	return p.beatAdmission(cctx, c, others)
+}
+
+// SetAdmission makes the heartbeat publish the model's admission gate (the
+// conversations it counts and its queue, router.Balancer.AdmissionShare) and
+// read the other routers' (RemoteAdmission).
+func (p *Pool) SetAdmission(share func() router.AdmissionShare) { p.adm.Store(&share) }
+
+// remoteAdm is the other routers' admission gates as last read, and when.
+type remoteAdm struct {
+	ra   router.RemoteAdmission
+	read time.Time
+}
+
+// RemoteAdmission returns the other routers' admission gates as of the last
+// heartbeat (their waiters' wait advanced by the time since), nil when none
+// publishes one or the last heartbeat failed.
+func (p *Pool) RemoteAdmission() *router.RemoteAdmission {
+	r := p.remoteAdm.Load()
+	if r == nil {
+		return nil
+	}
+	ra := r.ra
+	if ra.Waiting > 0 {
+		ra.OldestHeld += time.Since(r.read)
+	}
+	return &ra
+}
+
+// beatAdmission publishes this router's admission gate (admScript) when it is
+// on, or was at the last beat (to clear it), and reads the gates of the other
+// routers alive (others).
+func (p *Pool) beatAdmission(ctx context.Context, c rueidis.Client, others []string) error {
+	f := p.adm.Load()
+	if f == nil {
+		return nil
+	}
+	share := (*f)()
+	if !share.On && !p.admOn {
+		p.remoteAdm.Store(nil)
+		return nil
+	}
+	args := []string{ms(p.s.opt.KeyTTL), p.admPrefix, strconv.Itoa(len(others))}
+	args = append(args, others...)
+	if share.On {
+		args = append(args, "q", strconv.Itoa(share.Waiting)+" "+ms(share.OldestHeld))
+		for _, cv := range share.Convs {
+			if k := p.key(cv.Replica); k != "" {
+				args = append(args, "c:"+strconv.FormatUint(cv.ID, 16), k+" "+strconv.FormatInt(cv.Tokens, 10))
+			}
+		}
+	}
+	arr, err := admScript.Exec(ctx, c, []string{p.admKey}, args).ToArray()
+	if err != nil {
+		p.remoteAdm.Store(nil)
+		return err
+	}
+	p.admOn = share.On
+	if !share.On {
+		p.remoteAdm.Store(nil)
+		return nil
+	}
+	ra := router.RemoteAdmission{Convs: map[uint64]router.RemoteConv{}}
+	for _, m := range arr {
+		kv, _ := m.ToArray()
+		for f := 0; f+1 < len(kv); f += 2 {
+			k, _ := kv[f].ToString()
+			v, _ := kv[f+1].ToString()
+			p.addRemoteAdm(&ra, k, v)
+		}
+	}
+	p.remoteAdm.Store(&remoteAdm{ra: ra, read: time.Now()})
 	return nil
+}
+
+// addRemoteAdm adds one field of another router's admission hash to ra: "q"
+// "<waiting> <oldest held ms>", or "c:<id hex>" "<replica key> <tokens>".
+func (p *Pool) addRemoteAdm(ra *router.RemoteAdmission, k, v string) {
+	if k == "q" {
+		w, held, _ := strings.Cut(v, " ")
+		n, _ := strconv.Atoi(w)
+		h, _ := strconv.ParseInt(held, 10, 64)
+		ra.Waiting += n
+		if n > 0 {
+			ra.OldestHeld = max(ra.OldestHeld, time.Duration(h)*time.Millisecond)
+		}
+		return
+	}
+	id, ok := strings.CutPrefix(k, "c:")
+	if !ok {
+		return
+	}
+	sid, err := strconv.ParseUint(id, 16, 64)
+	cut := strings.LastIndexByte(v, ' ')
+	if err != nil || cut < 0 {
+		return
+	}
+	i := p.lookup(v[:cut])
+	tok, err := strconv.ParseInt(v[cut+1:], 10, 64)
+	if i < 0 || err != nil {
+		return
+	}
+	if old, seen := ra.Convs[sid]; !seen || tok > old.Tokens {
+		ra.Convs[sid] = router.RemoteConv{Replica: i, Tokens: tok}
+	}
 }
 
 // globEscape escapes the glob characters of s for SCAN MATCH (a model named

@@ -2,6 +2,7 @@ package redisstate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,6 +34,13 @@ func (n *node) name(i int) string { return n.keys[i] }
 
 func newNode(t testing.TB, url string, keys []string, o Options) *node {
 	t.Helper()
+	return newNodeWith(t, url, keys, o, nil)
+}
+
+// newNodeWith is newNode with the Balancer's config changed by mod; with
+// admission on, the store publishes the gate as routerhttp wires it.
+func newNodeWith(t testing.TB, url string, keys []string, o Options, mod func(*router.BalancerConfig)) *node {
+	t.Helper()
 	o.URL = url
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -44,12 +52,19 @@ func newNode(t testing.TB, url string, keys []string, o Options) *node {
 	n := &node{st: st, keys: keys, start: time.Now(), done: make(chan struct{})}
 	var b *router.Balancer
 	p := st.Pool("m", keys, func() []router.LiveSet { return b.LiveSets() })
-	b, err = router.NewBalancer(router.BalancerConfig{
+	cfg := router.BalancerConfig{
 		Replicas: keys, Affinity: true, MaxNumSeqs: 256, Seed: 1,
 		Now: func() time.Duration { return time.Since(n.start) }, Shared: p,
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err = router.NewBalancer(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.Admission.Mode == router.AdmissionFit {
+		p.SetAdmission(func() router.AdmissionShare { return b.AdmissionShare() })
 	}
 	n.b = b
 	ctx, cancel := context.WithCancel(context.Background())
@@ -601,5 +616,50 @@ func TestRedisHangBoundedByTimeout(t *testing.T) {
 		undo()
 		waitFor(t, 3*time.Second, "store back", func() bool { return a.st.Up() && a.st.synced.Load() })
 		time.Sleep(150 * time.Millisecond) // the circuit closes
+	}
+}
+
+// Two routers' admission gates count each other's conversations: four
+// conversations admitted through a fill the four replicas (10,000 tokens each,
+// 6,000 per conversation), so b holds the next new conversation, which it would
+// admit from its own view; a conversation both routers count counts once; the
+// published gate has a TTL.
+func TestAdmissionSharedAcrossRouters(t *testing.T) {
+	srv := testredis.Start(t)
+	adm := func(c *router.BalancerConfig) {
+		c.KVCapacityTokens = 10_000
+		c.Admission = router.AdmissionConfig{Mode: router.AdmissionFit, FillTarget: 1, MaxHold: -1}
+	}
+	a := newNodeWith(t, srv.URL(), testKeys, Options{}, adm)
+	b := newNodeWith(t, srv.URL(), reversed(testKeys), Options{}, adm)
+	for i := range 4 {
+		if _, info, err := a.b.Admit(router.Facts{SessionKey: fmt.Sprint("conv-", i), PromptTokens: 6000}); err != nil {
+			t.Fatalf("conv-%d through a: %+v %v", i, info, err)
+		}
+	}
+	waitFor(t, 3*time.Second, "b sees a's four conversations", func() bool { return b.b.Admission().RemoteConversations == 4 })
+	if _, info, err := b.b.Admit(router.Facts{SessionKey: "new", PromptTokens: 6000}); !errors.Is(err, router.ErrHold) {
+		t.Fatalf("a new conversation through b with every replica full through a: %+v %v, want ErrHold", info, err)
+	}
+	// A turn of conv-0 through b: b counts it too, the union still 4.
+	if _, info, err := b.b.Admit(router.Facts{SessionKey: "conv-0", PromptTokens: 6500}); err != nil || info.Admission != router.AdmitPass {
+		t.Fatalf("conv-0's next turn through b: %+v %v", info, err)
+	}
+	st := b.b.Admission()
+	n := 0
+	for _, c := range st.Counted {
+		n += c
+	}
+	if n != 4 {
+		t.Fatalf("b counts %v conversations over its replicas, want 4 (conv-0 once)", st.Counted)
+	}
+	waitFor(t, 3*time.Second, "a sees b's waiter", func() bool { return a.b.Admission().RemoteQueue == 1 })
+	c := rawClient(t, srv.Addr)
+	for _, n := range []*node{a, b} {
+		k := DefaultPrefix + "a:m:" + n.st.RouterID()
+		pttl, err := c.Do(context.Background(), c.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil || pttl <= 0 {
+			t.Errorf("admission key %q: PTTL %d %v, want a TTL", k, pttl, err)
+		}
 	}
 }

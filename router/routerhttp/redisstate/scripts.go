@@ -95,6 +95,32 @@ end
 return out
 `)
 
+// admScript publishes one router's admission gate for one model and reads the
+// others'.
+//
+//	KEYS[1] this router's admission hash; ARGV[1] key TTL ms, ARGV[2] admission
+//	hash prefix, ARGV[3] k, then k router ids (the others alive, from
+//	beatScript), then field/value pairs ("q" and "c:<id>": Pool.addRemoteAdm)
+//
+// The hash is replaced (deleted when no pairs: the gate is off) with the key
+// TTL. Returns, per other router, its admission hash (HGETALL, flat; empty when
+// it publishes none).
+var admScript = rueidis.NewLuaScript(`
+local k = tonumber(ARGV[3])
+redis.call('DEL', KEYS[1])
+for j = 4 + k, #ARGV - 1, 2 do
+  redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 1])
+end
+if #ARGV > 3 + k then
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
+end
+local out = {}
+for j = 4, 3 + k do
+  table.insert(out, redis.call('HGETALL', ARGV[2] .. ARGV[j]))
+end
+return out
+`)
+
 // forgetScript deletes a home if it still holds the given replica.
 //
 //	KEYS[1] home key; ARGV[1] the replica key the caller placed it on
