@@ -1,6 +1,7 @@
 package routerhttp
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -64,9 +65,59 @@ func admissionProblems(path string, a AdmissionYAML, bad func(field, format stri
 	}
 }
 
+// AdmissionReport is router.AdmissionStatus as /status and the admin API
+// (GET and PUT /admin/models/{model}/admission) show it: max_hold and
+// keepalive_after are Go duration strings ("10m0s", "-1s"), the form the PUT
+// and the YAML take, where router.AdmissionConfig's JSON has nanoseconds.
+// The other fields are router.AdmissionStatus's.
+type AdmissionReport struct {
+	router.AdmissionStatus
+}
+
+// admissionJSON is AdmissionReport's JSON shape: its two string fields are
+// shallower than the embedded durations with the same names, so they replace
+// them (encoding/json's rule for embedded fields).
+type admissionJSON struct {
+	router.AdmissionStatus
+	MaxHold        string `json:"max_hold"`
+	KeepAliveAfter string `json:"keepalive_after"`
+}
+
+// MarshalJSON writes the durations as Go duration strings.
+func (a AdmissionReport) MarshalJSON() ([]byte, error) {
+	return json.Marshal(admissionJSON{
+		AdmissionStatus: a.AdmissionStatus,
+		MaxHold:         a.MaxHold.String(),
+		KeepAliveAfter:  a.KeepAliveAfter.String(),
+	})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes (the benchmark reads /status).
+func (a *AdmissionReport) UnmarshalJSON(b []byte) error {
+	var j admissionJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		name, in string
+		out      *time.Duration
+	}{{"max_hold", j.MaxHold, &j.AdmissionStatus.MaxHold}, {"keepalive_after", j.KeepAliveAfter, &j.AdmissionStatus.KeepAliveAfter}} {
+		if d.in == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.in)
+		if err != nil {
+			return fmt.Errorf("admission %s: %w", d.name, err)
+		}
+		*d.out = v
+	}
+	a.AdmissionStatus = j.AdmissionStatus
+	return nil
+}
+
 type admissionView struct {
-	Model     string                 `json:"model"`
-	Admission router.AdmissionStatus `json:"admission"`
+	Model     string          `json:"model"`
+	Admission AdmissionReport `json:"admission"`
 }
 
 // serveAdmission answers GET and PUT /admin/models/{model}/admission. A PUT
@@ -133,5 +184,5 @@ func (rt *Router) serveAdmission(w http.ResponseWriter, r *http.Request, pools [
 		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))
 		return
 	}
-	writePerModel(w, pools, all, func(p *Pool) admissionView { return admissionView{p.Model, p.Balancer.Admission()} })
+	writePerModel(w, pools, all, func(p *Pool) admissionView { return admissionView{p.Model, AdmissionReport{p.Balancer.Admission()}} })
 }

@@ -429,9 +429,10 @@ type ModelStatus struct {
 	BytesPerTokenMeasured bool              `json:"bytes_per_token_measured"`
 	BytesPerTokenSource   router.SizeSource `json:"bytes_per_token_source"`
 	// Admission is the admission gate's configuration, queue and estimates
-	// (router.AdmissionStatus; state "off" when not on).
-	Admission router.AdmissionStatus `json:"admission"`
-	Replicas  []ReplicaReport        `json:"replicas"`
+	// (router.AdmissionStatus with durations as Go duration strings:
+	// AdmissionReport; state "off" when not on).
+	Admission AdmissionReport `json:"admission"`
+	Replicas  []ReplicaReport `json:"replicas"`
 }
 
 // ReplicaReport is ReplicaStatus plus what only the HTTP router knows.
@@ -470,7 +471,7 @@ func (rt *Router) Status() Status {
 		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
 		ms.BytesPerToken, ms.BytesPerTokenSource = b.BytesPerToken()
 		ms.BytesPerTokenMeasured = ms.BytesPerTokenSource != router.SizeAssumed
-		ms.Admission = b.Admission()
+		ms.Admission = AdmissionReport{b.Admission()}
 		ups := pool.UpstreamList()
 		for i, s := range b.Status() {
 			if i >= len(ups) {
