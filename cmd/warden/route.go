@@ -188,7 +188,7 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 		cfg.APIKey = k // the servers' key for the router's own /v1 requests
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, err
+		return cfg, fmt.Errorf("router config: %w", err)
 	}
 	return cfg, nil
 }

@@ -58,10 +58,34 @@ func (a *AdmissionYAML) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// admissionProblems reports what is wrong with a model's admission field.
+// admissionProblems reports what is wrong with a model's admission field (path
+// is the model's), each problem at its own key (models[0].admission.fill_target,
+// which Config.where finds on its own line): router.AdmissionConfig.Validate
+// has the rules, run on one field at a time so each problem is known by key.
 func admissionProblems(path string, a AdmissionYAML, bad func(field, format string, args ...any)) {
-	if err := router.AdmissionConfig(a).Validate(); err != nil {
-		bad(path+".admission", "%v", err)
+	c := router.AdmissionConfig(a)
+	found := false
+	for _, f := range []struct {
+		key  string
+		only router.AdmissionConfig
+	}{
+		{"mode", router.AdmissionConfig{Mode: c.Mode}},
+		{"fill_target", router.AdmissionConfig{FillTarget: c.FillTarget}},
+		{"max_hold", router.AdmissionConfig{MaxHold: c.MaxHold}},
+		{"max_queue", router.AdmissionConfig{MaxQueue: c.MaxQueue}},
+		{"on_limit", router.AdmissionConfig{OnLimit: c.OnLimit}},
+		{"keepalive_after", router.AdmissionConfig{KeepAliveAfter: c.KeepAliveAfter}},
+	} {
+		if err := f.only.Validate(); err != nil {
+			found = true
+			// "admission: fill_target -0.5 is out of range": the path names both.
+			msg := strings.TrimPrefix(err.Error(), "admission: ")
+			bad(path+".admission."+f.key, "%s", strings.TrimPrefix(msg, f.key+" "))
+		}
+	}
+	if err := c.Validate(); err != nil && !found {
+		// A rule across fields: the mapping as a whole.
+		bad(path+".admission", "%s", strings.ReplaceAll(err.Error(), "admission: ", ""))
 	}
 }
 
