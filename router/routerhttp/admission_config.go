@@ -203,6 +203,8 @@ func (rt *Router) serveAdmission(w http.ResponseWriter, r *http.Request, pools [
 				adminError(w, http.StatusBadRequest, err)
 				return
 			}
+			// As affinity switches are logged (SetAffinity).
+			rt.log.Info("admission changed", append([]any{"model", p.Model}, admissionAttrs(c)...)...)
 		}
 	default:
 		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))

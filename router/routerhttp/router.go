@@ -359,6 +359,38 @@ func (rt *Router) SetAffinity(model string, on bool) error {
 	return nil
 }
 
+// logSettings logs, once at start, per model what decides its routing:
+// affinity, policy, overflow threshold, the admission gate (with its settings
+// when on) and the shared state (its URL without the password, or none).
+func (rt *Router) logSettings() {
+	for _, p := range rt.Pools() {
+		b := p.Balancer
+		n, auto := b.OverflowThreshold()
+		threshold := strconv.Itoa(n)
+		if auto {
+			threshold += " (auto)"
+		}
+		state := "none (this router's memory only)"
+		if rt.states[p] != nil {
+			state = redisstate.Redact(rt.cfg.State)
+		}
+		attrs := []any{"model", p.Model, "affinity", b.Affinity(), "policy", b.Policy(), "overflow_threshold", threshold}
+		attrs = append(attrs, admissionAttrs(b.AdmissionConfig())...)
+		rt.log.Info("model settings", append(attrs, "state", state)...)
+	}
+}
+
+// admissionAttrs are the log attributes of an admission config: the mode, and
+// with the gate on its settings (durations as "10m0s").
+func admissionAttrs(c router.AdmissionConfig) []any {
+	c = c.WithDefaults()
+	if c.Mode != router.AdmissionFit {
+		return []any{"admission", c.Mode}
+	}
+	return []any{"admission", c.Mode, "fill_target", c.FillTarget, "max_hold", c.MaxHold.String(),
+		"max_queue", c.MaxQueue, "on_limit", c.OnLimit, "keepalive_after", c.KeepAliveAfter.String()}
+}
+
 // SetOverflowThreshold sets the overflow threshold (0 = auto) for model, or for
 // every model when model is "" or "*".
 func (rt *Router) SetOverflowThreshold(model string, n int) error {
@@ -909,6 +941,7 @@ func (rt *Router) ListenAndServe(ctx context.Context, grace time.Duration) error
 	defer cancel()
 	errc := make(chan error, len(srvs)+1)
 	var wg sync.WaitGroup
+	rt.logSettings()
 	wg.Go(func() { rt.Run(ctx) })
 	for i, s := range srvs {
 		rt.log.Info("router listening", "listener", []string{"api", "admin"}[i], "addr", lns[i].Addr().String())
