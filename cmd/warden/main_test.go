@@ -142,8 +142,31 @@ func TestBenchAdmissionSettingsNeedFit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--admission-fill, --admission-max-hold: need --admission fit") || errors.As(err, &ee) {
 		t.Errorf("err = %v, want a usage error (exit 1) naming both flags and --admission fit", err)
 	}
-	if _, err := run(t, "bench", "--virtual", "--scenario", "../../scenarios/smoke.yaml", "--admission", "fit", "--admission-fill", "0.5", "--out", filepath.Join(t.TempDir(), "run")); err != nil {
-		t.Errorf("with --admission fit: %v", err)
+	dir := filepath.Join(t.TempDir(), "run")
+	if _, err := run(t, "bench", "--virtual", "--scenario", "../../scenarios/smoke.yaml", "--admission", "fit", "--admission-fill", "0.5", "--out", dir); err != nil {
+		t.Fatalf("with --admission fit: %v", err)
+	}
+	// The run records its gate (fresh-user finding: it did not).
+	m, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"admission": {
+    "mode": "fit",
+    "fill_target": 0.5,
+    "max_hold": "10m0s",
+    "max_queue": 1024,
+    "on_limit": "admit",
+    "keepalive_after": "1m0s"
+  }`; !strings.Contains(string(m), want) {
+		t.Errorf("manifest.json lacks %s:\n%s", want, m)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "- admission with affinity on: fit (fill_target 0.5, max_hold 10m0s,"; !strings.Contains(string(md), want) {
+		t.Errorf("summary.md lacks %q", want)
 	}
 }
 

@@ -437,6 +437,7 @@ func runHTTP(ctx context.Context, o Options) error {
 			rcfg.Models[i].Policy = o.Policy
 			rcfg.Models[i].Admission = routerhttp.AdmissionYAML(o.Admission)
 		}
+		rc.Admission = virtual.ManifestAdmission(o.Admission)
 		rt, err := routerhttp.New(rcfg)
 		if err != nil {
 			return fmt.Errorf("bench: starting router: %w", err)
