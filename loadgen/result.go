@@ -83,16 +83,20 @@ func (r *Result) TTFB() time.Duration {
 // Manifest describes a run: what was run, how, and the stage windows of each variant.
 // It is written to manifest.json in the run's results directory.
 type Manifest struct {
-	RunID       string            `json:"run_id"`
-	Created     time.Time         `json:"created"`
-	Mode        string            `json:"mode"` // "http" (real processes on loopback or a real server) or "virtual"
-	Target      string            `json:"target"`
-	Scenario    *Scenario         `json:"scenario"`
-	Seed        uint64            `json:"seed"`
-	Speed       float64           `json:"speed"` // simulated seconds per wall second (1 for real servers)
-	Replicas    []string          `json:"replicas"`
-	Profile     string            `json:"profile,omitempty"` // simulator profile, "" against real servers
-	Policy      string            `json:"policy"`            // router policy used when affinity is on
+	RunID    string    `json:"run_id"`
+	Created  time.Time `json:"created"`
+	Mode     string    `json:"mode"` // "http" (real processes on loopback or a real server) or "virtual"
+	Target   string    `json:"target"`
+	Scenario *Scenario `json:"scenario"`
+	Seed     uint64    `json:"seed"`
+	Speed    float64   `json:"speed"` // simulated seconds per wall second (1 for real servers)
+	Replicas []string  `json:"replicas"`
+	Profile  string    `json:"profile,omitempty"` // simulator profile, "" against real servers
+	Policy   string    `json:"policy"`            // router policy used when affinity is on
+	// Admission is the router's admission gate (it acts with affinity on
+	// only); absent in runs before it was recorded and through an external
+	// router (--router), whose gate the harness does not set.
+	Admission   *Admission        `json:"admission,omitempty"`
 	Variants    []Variant         `json:"variants"`
 	Versions    map[string]string `json:"versions"`
 	Interrupted bool              `json:"interrupted"`

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -161,6 +162,10 @@ type Comparison struct {
 	Stages     []StageComparison
 	Violations []Violation
 	Notes      []string // variants or stages present in only one run
+	// Settings names the router settings that differ between the runs and
+	// act in their affinity-on variants (policy, admission: settingsDiff),
+	// printed first: the differences include their effect.
+	Settings []string
 	// GateChecks counts the (gate, stage) pairs checked against opts.FailOn;
 	// GatesWithinNoise those of them past their limit that passed because the
 	// change was within the stage's noise (never with StrictGates).
@@ -229,6 +234,7 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	if sa, sb := runA.Manifest.Scenario, runB.Manifest.Scenario; sa != nil && sb != nil && sa.Seed != sb.Seed {
 		c.Notes = append(c.Notes, fmt.Sprintf("the runs used different seeds (%d vs %d): the differences include the workload's own randomness", sa.Seed, sb.Seed))
 	}
+	c.Settings = settingsDiff(&runA.Manifest, &runB.Manifest)
 	for _, v := range runA.Manifest.Variants {
 		if variantIndex(&runB.Manifest, v.Name) < 0 {
 			c.Notes = append(c.Notes, fmt.Sprintf("variant %q only in %s", v.Name, a))
@@ -358,6 +364,32 @@ func scenarioDiff(a, b *loadgen.Scenario, skip ...string) string {
 	return strings.Join(diff, ", ")
 }
 
+// settingsDiff names, with both values, the router settings that act with
+// affinity on and differ between a and b: the policy, and the admission gate
+// (loadgen.Admission, all its settings). Nothing when either run has no
+// affinity-on variant, where they do not act. A run that did not record its
+// admission (before it was recorded, or through an external router) differs
+// only from one whose gate was on.
+func settingsDiff(a, b *loadgen.Manifest) []string {
+	on := func(m *loadgen.Manifest) bool {
+		return slices.ContainsFunc(m.Variants, func(v loadgen.Variant) bool { return v.Affinity })
+	}
+	if !on(a) || !on(b) {
+		return nil
+	}
+	var diff []string
+	if a.Policy != b.Policy {
+		diff = append(diff, fmt.Sprintf("policy %s vs %s", cmp.Or(a.Policy, "not recorded"), cmp.Or(b.Policy, "not recorded")))
+	}
+	aa, ab := a.Admission, b.Admission
+	switch {
+	case !aa.On() && !ab.On():
+	case aa == nil || ab == nil || *aa != *ab:
+		diff = append(diff, fmt.Sprintf("admission %s vs %s", aa, ab))
+	}
+	return diff
+}
+
 // formatFor returns the display format of a metric, as in the reference table.
 func formatFor(metric string) func(float64) string {
 	if c, ok := metricByName[metric]; ok {
@@ -390,6 +422,11 @@ func (c *Comparison) print(w io.Writer) error {
 	}
 	if err := pf("A: %s\nB: %s\n", c.A, c.B); err != nil {
 		return err
+	}
+	for _, d := range c.Settings {
+		if err := pf("note: the runs' router settings differ: %s; the affinity-on differences include its effect\n", d); err != nil {
+			return err
+		}
 	}
 	var variants []string
 	for _, s := range c.Stages {
@@ -429,6 +466,12 @@ func (c *Comparison) print(w io.Writer) error {
 	}
 	for _, n := range c.Notes {
 		if err := pf("note: %s\n", n); err != nil {
+			return err
+		}
+	}
+	if len(c.Settings) > 0 {
+		// Again below the tables, where a long comparison ends.
+		if err := pf("note: the runs' router settings differ (above): %s\n", strings.Join(c.Settings, "; ")); err != nil {
 			return err
 		}
 	}

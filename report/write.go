@@ -364,6 +364,10 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		fmt.Fprintf(&b, "; simulator profile: %s", m.Profile)
 	}
 	fmt.Fprintf(&b, "; policy with affinity on: %s\n", m.Policy)
+	if m.Admission.On() {
+		// Off is the default and says nothing: the header of an off run stays as it was.
+		fmt.Fprintf(&b, "- admission with affinity on: %s\n", m.Admission)
+	}
 	var vs []string
 	for _, v := range m.Variants {
 		aff := "off"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -219,5 +220,21 @@ func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
 	if err := o.Admission.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--admission: %w", err))
 	}
+	var tuned []string // admission settings given, which only --admission fit uses
+	for _, name := range admissionFlags {
+		if f.Changed(name) {
+			tuned = append(tuned, "--"+name)
+		}
+	}
+	switch {
+	case o.RouterURL != "" && (f.Changed("admission") || len(tuned) > 0):
+		errs = append(errs, errors.New("--admission and its settings configure the embedded router; with --router set them on that router (its config's admission:, or PUT /admin/models/*/admission)"))
+	case len(tuned) > 0 && o.Admission.Mode != router.AdmissionFit:
+		errs = append(errs, fmt.Errorf("%s: need --admission fit (the admission gate is %s, so they would change nothing)", strings.Join(tuned, ", "), cmp.Or(o.Admission.Mode, router.AdmissionOff)))
+	}
 	return errors.Join(errs...)
 }
+
+// admissionFlags are the bench flags that tune the admission gate (without the
+// gate on they change nothing).
+var admissionFlags = []string{"admission-fill", "admission-max-hold", "admission-max-queue", "admission-on-limit", "admission-keepalive-after"}

@@ -120,12 +120,53 @@ func TestBenchRejectsOutOfRangeFlags(t *testing.T) {
 		{"--profile", "nope"},
 		{"--virtual", "--replicas", "http://127.0.0.1:9"},
 		{"--api-key", "k", "--virtual"},
+		// Admission settings without the gate on changed nothing, silently
+		// (fresh-user finding); with an external router the gate is not ours.
+		{"--admission-fill", "0.5", "--admission-max-hold", "1s", "--virtual"},
+		{"--admission-on-limit", "refuse", "--admission", "off", "--virtual"},
+		{"--router", "http://127.0.0.1:9", "--admin-url", "http://127.0.0.1:9", "--admission", "fit"},
 	}
 	for _, c := range cases {
 		_, err := run(t, append([]string{"bench"}, c...)...)
 		if err == nil || !strings.Contains(err.Error(), c[0]) {
 			t.Errorf("bench %v: err = %v, want an error naming the flag", c, err)
 		}
+	}
+}
+
+// The admission settings name --admission fit when given without it, and are
+// accepted with it.
+func TestBenchAdmissionSettingsNeedFit(t *testing.T) {
+	_, err := run(t, "bench", "--virtual", "--admission-fill", "0.5", "--admission-max-hold", "1s", "--out", t.TempDir())
+	var ee *exitError
+	if err == nil || !strings.Contains(err.Error(), "--admission-fill, --admission-max-hold: need --admission fit") || errors.As(err, &ee) {
+		t.Errorf("err = %v, want a usage error (exit 1) naming both flags and --admission fit", err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	if _, err := run(t, "bench", "--virtual", "--scenario", "../../scenarios/smoke.yaml", "--admission", "fit", "--admission-fill", "0.5", "--out", dir); err != nil {
+		t.Fatalf("with --admission fit: %v", err)
+	}
+	// The run records its gate (fresh-user finding: it did not).
+	m, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"admission": {
+    "mode": "fit",
+    "fill_target": 0.5,
+    "max_hold": "10m0s",
+    "max_queue": 1024,
+    "on_limit": "admit",
+    "keepalive_after": "1m0s"
+  }`; !strings.Contains(string(m), want) {
+		t.Errorf("manifest.json lacks %s:\n%s", want, m)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "- admission with affinity on: fit (fill_target 0.5, max_hold 10m0s,"; !strings.Contains(string(md), want) {
+		t.Errorf("summary.md lacks %q", want)
 	}
 }
 

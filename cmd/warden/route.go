@@ -32,8 +32,9 @@ type routeOpts struct {
 	ejectAfter int
 	// seedFrom says where config took the seed from: "flag", "config" or
 	// "clock" (logged at start).
-	seedFrom string
-	state    string
+	seedFrom  string
+	state     string
+	admission string
 }
 
 func newRouteCmd() *cobra.Command {
@@ -65,9 +66,10 @@ affinity, the policy and the threshold per model at run time:
 
 Either a YAML config (--config, see docs/router.md) or replicas on the command line.
 Settings layer as defaults, then the file, then flags: --affinity,
---overflow-threshold, --max-num-seqs, --listen, --admin-listen, --admin-token,
---body-read-timeout, --body-memory-bytes, --seed and --skip-pinning-check given with --config override the file (for every
-model). Without a seed in the file or --seed, the tie-break seed is drawn from
+--overflow-threshold, --max-num-seqs, --admission, --listen, --admin-listen,
+--admin-token, --body-read-timeout, --body-memory-bytes,
+--eject-consecutive-failures, --seed, --state and --skip-pinning-check given
+with --config override the file (for every model). Without a seed in the file or --seed, the tie-break seed is drawn from
 the clock at start (and logged), so restarts do not repeat the same tie-breaks.
   warden route --replica http://gpu0:8000 --replica http://gpu1:8000
   warden route --replica http://gpu:8000,dp_ranks=4      # one DP=4 server
@@ -108,6 +110,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.IntVar(&o.ejectAfter, "eject-consecutive-failures", router.DefaultEjectConsecutiveFailures, "eject a replica after this many consecutive failed requests (5xx, broken connections) though its /health passes; negative: never (docs/router.md section 9)")
 	f.Uint64Var(&o.seed, "seed", 0, "tie-break seed (model i uses seed+i); default: the config file's seed, else drawn from the clock at start (logged)")
 	f.StringVar(&o.state, "state", "", "shared state for several routers: redis://[user:password@]host:port/db or rediss://; session homes, in-flight counts and live working sets are shared by every router naming it (docs/router.md); over the file's state:")
+	f.StringVar(&o.admission, "admission", router.AdmissionOff, "admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\"); with --config: every model's mode, over the file, keeping its other admission settings")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
 
@@ -138,11 +141,19 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 	default:
 		return cfg, errors.New("no replicas: give --replica URL (repeatable) or --config FILE")
 	}
+	switch o.admission {
+	case router.AdmissionOff, router.AdmissionFit:
+	default:
+		return cfg, fmt.Errorf("--admission %q: want %s or %s", o.admission, router.AdmissionOff, router.AdmissionFit)
+	}
 	given := func(name string) bool { return o.configPath == "" || f.Changed(name) }
 	for i := range cfg.Models {
 		m := &cfg.Models[i]
 		if given("affinity") {
 			m.Affinity = &on
+		}
+		if f.Changed("admission") {
+			m.Admission.Mode = o.admission
 		}
 		if given("max-num-seqs") {
 			m.MaxNumSeqs = o.maxNumSeqs
@@ -188,7 +199,7 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 		cfg.APIKey = k // the servers' key for the router's own /v1 requests
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, err
+		return cfg, fmt.Errorf("router config: %w", err)
 	}
 	return cfg, nil
 }

@@ -437,6 +437,7 @@ func runHTTP(ctx context.Context, o Options) error {
 			rcfg.Models[i].Policy = o.Policy
 			rcfg.Models[i].Admission = routerhttp.AdmissionYAML(o.Admission)
 		}
+		rc.Admission = virtual.ManifestAdmission(o.Admission)
 		rt, err := routerhttp.New(rcfg)
 		if err != nil {
 			return fmt.Errorf("bench: starting router: %w", err)
@@ -459,7 +460,9 @@ func runHTTP(ctx context.Context, o Options) error {
 		rc.BaseURL = apiURL
 		rc.SetAffinity = adminSwitch(adminURL, DefaultAdminToken)
 		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "router: %s (admin %s, token %s; /status and /status/card on the admin listener)\n", apiURL, adminURL, DefaultAdminToken)
+			// Where Handler and AdminHandler serve them (docs/router.md
+			// section 8): the card on both listeners, /status on the admin one.
+			fmt.Fprintf(o.Progress, "router: %s (card at /status/card); admin %s (token %s; /status and /status/card)\n", apiURL, adminURL, DefaultAdminToken)
 		}
 	}
 	_, err = loadgenhttp.Run(ctx, rc)

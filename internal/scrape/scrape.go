@@ -27,8 +27,9 @@ import (
 const MaxBody = 32 << 20
 
 // Fetch GETs url (an engine's /metrics endpoint) and parses the body. userAgent is
-// sent when non-empty. Errors name the URL: the request, a non-200 status (with
-// up to 512 bytes of the body), or the parse.
+// sent when non-empty. Errors name the URL: the request, a non-200 status (a
+// *StatusError, with up to 512 bytes of the body), the body's transfer, or the
+// parse (a *ParseError).
 func Fetch(ctx context.Context, client *http.Client, url, userAgent string) (*vllmmetrics.Snapshot, error) {
 	return fetch(ctx, client, url, userAgent, Parse)
 }
@@ -56,12 +57,43 @@ func fetch[T any](ctx context.Context, client *http.Client, url, userAgent strin
 	if resp.StatusCode != http.StatusOK {
 		return zero, statusError(url, resp)
 	}
-	snap, err := parse(io.LimitReader(resp.Body, MaxBody))
+	body := &bodyReader{r: io.LimitReader(resp.Body, MaxBody)}
+	snap, err := parse(body)
 	if err != nil {
-		return zero, fmt.Errorf("scraping %s: %w", url, err)
+		if body.err != nil {
+			// The body broke off (a timeout, a reset): the transport failed,
+			// not the text.
+			return zero, fmt.Errorf("scraping %s: reading the body: %w", url, body.err)
+		}
+		return zero, &ParseError{URL: url, Err: err}
 	}
 	return snap, nil
 }
+
+// bodyReader keeps the first read error other than io.EOF of r, so fetch
+// tells a body that broke off from one that is not Prometheus text.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// ParseError is the error Fetch and FetchEngine return when the /metrics body
+// arrived whole but is not Prometheus text. Use errors.As to get it.
+type ParseError struct {
+	URL string
+	Err error // the parser's error
+}
+
+func (e *ParseError) Error() string { return fmt.Sprintf("scraping %s: %v", e.URL, e.Err) }
+func (e *ParseError) Unwrap() error { return e.Err }
 
 // StatusError is the error Fetch and FetchEngine return for a non-200 /metrics
 // answer. It keeps the status, up to 512 bytes of the body and the Server header,

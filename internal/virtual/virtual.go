@@ -188,6 +188,7 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 	r.m = loadgen.NewManifest(sc, time.Now(), loadgen.RunInfo{
 		RunID: cfg.RunID, Mode: "virtual", Target: "virtual", Replicas: r.names,
 		Profile: cfg.Profile, Policy: cfg.Policy, Versions: cfg.Versions,
+		Admission: ManifestAdmission(cfg.Balancer.Admission),
 	})
 
 	r.startVariant(0)
@@ -712,5 +713,19 @@ func (r *run) stageProgress(k int) {
 		r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, ws[k].End.Seconds(), r.stageOK[k], r.stageKO[k], time.Since(r.wall).Seconds())
 	if msg := loadgen.ConcurrencyWarning(r.loop, k, ws[k].End); msg != "" {
 		fmt.Fprintf(r.cfg.Progress, "warning: [%s] stage %d/%d (%d sessions): %s\n", r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, msg)
+	}
+}
+
+// ManifestAdmission is a router admission config as a run's manifest records
+// it (loadgen.Admission), defaults resolved: the one conversion for both
+// worlds (the HTTP bench configures its embedded router with the same config).
+func ManifestAdmission(c router.AdmissionConfig) *loadgen.Admission {
+	c = c.WithDefaults()
+	if c.Mode != router.AdmissionFit {
+		return &loadgen.Admission{Mode: router.AdmissionOff}
+	}
+	return &loadgen.Admission{
+		Mode: c.Mode, FillTarget: c.FillTarget, MaxHold: c.MaxHold, MaxQueue: c.MaxQueue,
+		OnLimit: c.OnLimit, KeepAliveAfter: c.KeepAliveAfter,
 	}
 }

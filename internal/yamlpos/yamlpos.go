@@ -5,6 +5,7 @@
 package yamlpos
 
 import (
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -129,4 +130,88 @@ func Tidy(msg string) string {
 		msg += ` (durations are Go duration strings such as "5s", "3m" or "500ms")`
 	}
 	return msg
+}
+
+// notFound matches yaml.v3's unknown-key message (decode.go, KnownFields).
+var notFound = regexp.MustCompile(`field (\S+) not found in type (\S+)`)
+
+// KnownKeys completes a yaml.v3 "field x not found in type T" message with the
+// keys T has, when T is the type of one of structs (values or pointers of the
+// structs the document decodes into): "... (have a, b, c)", led by "did you
+// mean k?" when one key is within two edits of x. Other messages are returned
+// unchanged. Call it before Tidy, which drops the type name.
+func KnownKeys(msg string, structs ...any) string {
+	m := notFound.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	for _, s := range structs {
+		t := reflect.TypeOf(s)
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct || t.String() != m[2] {
+			continue
+		}
+		keys := yamlKeys(t)
+		hint := ""
+		best, bestD := "", 3
+		for _, k := range keys {
+			if d := editDistance(m[1], k); d < bestD {
+				best, bestD = k, d
+			}
+		}
+		if best != "" {
+			hint = "did you mean " + best + "? "
+		}
+		return msg + " (" + hint + "have " + strings.Join(keys, ", ") + ")"
+	}
+	return msg
+}
+
+// yamlKeys lists the keys of struct type t in field order, as yaml.v3 names
+// them: the tag's name, else the field's name in lower case; "-" and
+// unexported fields have none, ",inline" structs add theirs.
+func yamlKeys(t reflect.Type) []string {
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" {
+			continue
+		}
+		if strings.Contains(opts, "inline") && f.Type.Kind() == reflect.Struct {
+			keys = append(keys, yamlKeys(f.Type)...)
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		keys = append(keys, name)
+	}
+	return keys
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -63,3 +63,31 @@ func TestLocate(t *testing.T) {
 		}
 	}
 }
+
+func TestKnownKeys(t *testing.T) {
+	type inner struct {
+		Mode string `yaml:"mode"`
+	}
+	type doc struct {
+		Name      string `yaml:"name"`
+		Admission string `yaml:"admission"`
+		Skipped   string `yaml:"-"`
+		Inline    inner  `yaml:",inline"`
+		hidden    string // unexported: no key
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"line 3: field admision not found in type yamlpos.doc",
+			"line 3: field admision not found in type yamlpos.doc (did you mean admission? have name, admission, mode)"},
+		// Nothing close: the list only.
+		{"line 3: field colour not found in type yamlpos.doc",
+			"line 3: field colour not found in type yamlpos.doc (have name, admission, mode)"},
+		// A type not given, another message: unchanged.
+		{"line 3: field x not found in type other.T", "line 3: field x not found in type other.T"},
+		{"line 3: cannot unmarshal", "line 3: cannot unmarshal"},
+	} {
+		if got := KnownKeys(tc.in, doc{}, &inner{}); got != tc.want {
+			t.Errorf("KnownKeys(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	_ = doc{}.hidden // used, for linters
+}

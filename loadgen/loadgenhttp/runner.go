@@ -83,6 +83,9 @@ type RunConfig struct {
 	Versions map[string]string
 	Notes    []string
 	Engines  []loadgen.ReplicaEngine // Manifest.Engines
+	// Admission is the admission gate of the router the run goes through
+	// (Manifest.Admission); nil when the caller does not know it.
+	Admission *loadgen.Admission
 }
 
 // ResetTarget is one prefix-cache reset call: Method to URL (the full endpoint).
@@ -258,7 +261,7 @@ func (rn *runner) newManifest() *loadgen.Manifest {
 	info := loadgen.RunInfo{
 		RunID: cfg.RunID, Mode: cfg.Mode, Target: cfg.Target, Speed: rn.clock.Speed,
 		Profile: cfg.Profile, Policy: cfg.Policy, Versions: maps.Clone(cfg.Versions), Notes: cfg.Notes,
-		Engines: cfg.Engines,
+		Engines: cfg.Engines, Admission: cfg.Admission,
 	}
 	if info.RunID == "" {
 		info.RunID = loadgen.NewRunID(created)

@@ -25,7 +25,7 @@ import (
 //	PUT  /admin/models/{model}/threshold      body {"threshold":n} or {"threshold":"auto"}
 //	GET  /admin/models/{model}/policy         {"model":m,"policy":name} (affinity-on policy)
 //	PUT  /admin/models/{model}/policy         body {"policy":name}, one of PolicyNames
-//	GET  /admin/models/{model}/admission      {"model":m,"admission":router.AdmissionStatus}
+//	GET  /admin/models/{model}/admission      {"model":m,"admission":AdmissionReport} (durations "10m0s")
 //	PUT  /admin/models/{model}/admission      body {"mode":"fit","fill_target":1.0,"max_hold":"10m","max_queue":1024,"on_limit":"admit","keepalive_after":"1m"}, fields optional (the rest kept)
 //	POST /admin/models/{model}/reset-sessions forget every session home
 //	POST /admin/models/{model}/replicas       body {"name":n,"url":u,"dp_ranks":k}: add

@@ -1,6 +1,7 @@
 package routerhttp
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -57,16 +58,90 @@ func (a *AdmissionYAML) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// admissionProblems reports what is wrong with a model's admission field.
+// admissionProblems reports what is wrong with a model's admission field (path
+// is the model's), each problem at its own key (models[0].admission.fill_target,
+// which Config.where finds on its own line): router.AdmissionConfig.Validate
+// has the rules, run on one field at a time so each problem is known by key.
 func admissionProblems(path string, a AdmissionYAML, bad func(field, format string, args ...any)) {
-	if err := router.AdmissionConfig(a).Validate(); err != nil {
-		bad(path+".admission", "%v", err)
+	c := router.AdmissionConfig(a)
+	found := false
+	for _, f := range []struct {
+		key  string
+		only router.AdmissionConfig
+	}{
+		{"mode", router.AdmissionConfig{Mode: c.Mode}},
+		{"fill_target", router.AdmissionConfig{FillTarget: c.FillTarget}},
+		{"max_hold", router.AdmissionConfig{MaxHold: c.MaxHold}},
+		{"max_queue", router.AdmissionConfig{MaxQueue: c.MaxQueue}},
+		{"on_limit", router.AdmissionConfig{OnLimit: c.OnLimit}},
+		{"keepalive_after", router.AdmissionConfig{KeepAliveAfter: c.KeepAliveAfter}},
+	} {
+		if err := f.only.Validate(); err != nil {
+			found = true
+			// "admission: fill_target -0.5 is out of range": the path names both.
+			msg := strings.TrimPrefix(err.Error(), "admission: ")
+			bad(path+".admission."+f.key, "%s", strings.TrimPrefix(msg, f.key+" "))
+		}
+	}
+	if err := c.Validate(); err != nil && !found {
+		// A rule across fields: the mapping as a whole.
+		bad(path+".admission", "%s", strings.ReplaceAll(err.Error(), "admission: ", ""))
 	}
 }
 
+// AdmissionReport is router.AdmissionStatus as /status and the admin API
+// (GET and PUT /admin/models/{model}/admission) show it: max_hold and
+// keepalive_after are Go duration strings ("10m0s", "-1s"), the form the PUT
+// and the YAML take, where router.AdmissionConfig's JSON has nanoseconds.
+// The other fields are router.AdmissionStatus's.
+type AdmissionReport struct {
+	router.AdmissionStatus
+}
+
+// admissionJSON is AdmissionReport's JSON shape: its two string fields are
+// shallower than the embedded durations with the same names, so they replace
+// them (encoding/json's rule for embedded fields).
+type admissionJSON struct {
+	router.AdmissionStatus
+	MaxHold        string `json:"max_hold"`
+	KeepAliveAfter string `json:"keepalive_after"`
+}
+
+// MarshalJSON writes the durations as Go duration strings.
+func (a AdmissionReport) MarshalJSON() ([]byte, error) {
+	return json.Marshal(admissionJSON{
+		AdmissionStatus: a.AdmissionStatus,
+		MaxHold:         a.MaxHold.String(),
+		KeepAliveAfter:  a.KeepAliveAfter.String(),
+	})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes (the benchmark reads /status).
+func (a *AdmissionReport) UnmarshalJSON(b []byte) error {
+	var j admissionJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		name, in string
+		out      *time.Duration
+	}{{"max_hold", j.MaxHold, &j.AdmissionStatus.MaxHold}, {"keepalive_after", j.KeepAliveAfter, &j.AdmissionStatus.KeepAliveAfter}} {
+		if d.in == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.in)
+		if err != nil {
+			return fmt.Errorf("admission %s: %w", d.name, err)
+		}
+		*d.out = v
+	}
+	a.AdmissionStatus = j.AdmissionStatus
+	return nil
+}
+
 type admissionView struct {
-	Model     string                 `json:"model"`
-	Admission router.AdmissionStatus `json:"admission"`
+	Model     string          `json:"model"`
+	Admission AdmissionReport `json:"admission"`
 }
 
 // serveAdmission answers GET and PUT /admin/models/{model}/admission. A PUT
@@ -128,10 +203,12 @@ func (rt *Router) serveAdmission(w http.ResponseWriter, r *http.Request, pools [
 				adminError(w, http.StatusBadRequest, err)
 				return
 			}
+			// As affinity switches are logged (SetAffinity).
+			rt.log.Info("admission changed", append([]any{"model", p.Model}, admissionAttrs(c)...)...)
 		}
 	default:
 		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))
 		return
 	}
-	writePerModel(w, pools, all, func(p *Pool) admissionView { return admissionView{p.Model, p.Balancer.Admission()} })
+	writePerModel(w, pools, all, func(p *Pool) admissionView { return admissionView{p.Model, AdmissionReport{p.Balancer.Admission()}} })
 }

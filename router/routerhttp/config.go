@@ -2,12 +2,14 @@ package routerhttp
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -228,30 +230,57 @@ func parseConfig(data []byte, source string) (Config, error) {
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
-			return Config{}, fmt.Errorf("decoding router config: %w", err)
+			// A syntax error: "yaml: line 2: did not find expected key".
+			return Config{}, &syntaxError{at: fileLine(strings.TrimPrefix(err.Error(), "yaml: "), source), err: err}
 		}
 		// yaml.v3 names Go types ("field x not found in type router.Config");
-		// a user wrote YAML keys (yamlpos.Tidy).
-		errs := make([]error, len(te.Errors))
-		for i, e := range te.Errors {
-			msg := yamlpos.NameField(yamlpos.Tidy(e), lines)
-			if rest, ok := strings.CutPrefix(msg, "line "); ok && source != "" {
-				msg = source + ":" + rest
+		// a user wrote YAML keys (yamlpos.Tidy), and for an unknown key wants
+		// the ones there are (yamlpos.KnownKeys).
+		var probs []located
+		for _, e := range te.Errors {
+			loc := yamlpos.Locate(yamlpos.Tidy(yamlpos.KnownKeys(e, Config{}, ModelConfig{}, ReplicaConfig{})), lines)
+			msg := loc.Text
+			if loc.Line > 0 {
+				msg = "line " + strconv.Itoa(loc.Line) + ": " + msg
 			}
-			errs[i] = errors.New(msg)
+			probs = append(probs, located{loc.Line, errors.New(fileLine(msg, source))})
 		}
 		// yaml.v3 decodes what it can around a type error, so the rest of the
 		// file can be checked now rather than after the user fixes these (a
 		// field that failed to decode is zero, i.e. its default).
 		cfg.source, cfg.lines = source, lines
-		if verr := cfg.Validate(); verr != nil {
-			errs = append(errs, verr)
-		}
-		return Config{}, fmt.Errorf("router config: %w", errors.Join(errs...))
+		probs = append(probs, cfg.problems()...)
+		return Config{}, fmt.Errorf("router config: %w", joinLocated(probs))
 	}
 	cfg.source, cfg.lines = source, lines
 	return cfg, nil
 }
+
+// fileLine puts source in place of a yaml.v3 message's "line N: " ("router.yaml:N:
+// ..."), or before a message without a line; msg unchanged when source is "".
+func fileLine(msg, source string) string {
+	if source == "" {
+		return msg
+	}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, _, ok := strings.Cut(rest, ":"); ok {
+			if _, err := strconv.Atoi(n); err == nil {
+				return source + ":" + rest
+			}
+		}
+	}
+	return source + ": " + msg
+}
+
+// syntaxError is a config file that is not YAML, located ("router.yaml:2: did
+// not find expected key"); it unwraps to yaml.v3's error.
+type syntaxError struct {
+	at  string
+	err error
+}
+
+func (e *syntaxError) Error() string { return "router config: " + e.at }
+func (e *syntaxError) Unwrap() error { return e.err }
 
 // FileSets reports whether the decoded YAML file set the field at path (a
 // Validate path such as "seed" or "models[0].policy"), even to its zero value.
@@ -333,9 +362,36 @@ func (c Config) WithDefaults() Config {
 // its field path, e.g. "models[0].replicas[1].url: ...". It checks the config as
 // given; call it on WithDefaults() to accept defaulted zero values.
 func (c Config) Validate() error {
-	var errs []error
+	return joinLocated(c.problems())
+}
+
+// located is one config problem and the file line it is at (0: unknown).
+type located struct {
+	line int
+	err  error
+}
+
+// joinLocated joins probs in file order, whichever check found them (a Config
+// built in code has no lines: check order).
+func joinLocated(probs []located) error {
+	slices.SortStableFunc(probs, func(a, b located) int { return cmp.Compare(a.line, b.line) })
+	errs := make([]error, len(probs))
+	for i, p := range probs {
+		errs[i] = p.err
+	}
+	return errors.Join(errs...)
+}
+
+// problems is Validate's list, unsorted.
+func (c Config) problems() []located {
+	var probs []located
 	bad := func(path, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s%s: "+format, append([]any{c.where(path), path}, args...)...))
+		// One error per line, each located: a joined error given as an
+		// argument would otherwise carry the position on its first line only.
+		at, line := c.where(path), c.lineOf(path)
+		for _, text := range strings.Split(fmt.Sprintf(format, args...), "\n") {
+			probs = append(probs, located{line, fmt.Errorf("%s%s: %s", at, path, text)})
+		}
 	}
 	if c.BodyLimit < 0 {
 		bad("body_limit_bytes", "%d is negative", c.BodyLimit)
@@ -428,19 +484,29 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return probs
 }
 
 // where returns "source:line: " (or "line N: ") for a Validate path, from the
 // decoded file's key lines: the path itself, or the nearest enclosing key
 // (session_headers[0] -> session_headers); "" when unknown.
 func (c Config) where(path string) string {
+	l := c.lineOf(path)
+	switch {
+	case l == 0:
+		return ""
+	case c.source != "":
+		return fmt.Sprintf("%s:%d: ", c.source, l)
+	}
+	return fmt.Sprintf("line %d: ", l)
+}
+
+// lineOf is the line where's message names: the path's own key, or the
+// nearest enclosing one; 0 when unknown.
+func (c Config) lineOf(path string) int {
 	for p := path; p != ""; {
 		if l, ok := c.lines[p]; ok {
-			if c.source != "" {
-				return fmt.Sprintf("%s:%d: ", c.source, l)
-			}
-			return fmt.Sprintf("line %d: ", l)
+			return l
 		}
 		switch i := strings.LastIndexAny(p, ".["); {
 		case i > 0:
@@ -449,7 +515,7 @@ func (c Config) where(path string) string {
 			p = ""
 		}
 	}
-	return ""
+	return 0
 }
 
 // MaxDPRanks bounds dp_ranks of one upstream URL (a config file's replica or an

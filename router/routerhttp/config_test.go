@@ -233,3 +233,86 @@ func TestOverflowThresholdZeroIsAuto(t *testing.T) {
 		t.Fatalf("negative threshold: err = %v", err)
 	}
 }
+
+// The fresh-user findings on config error positions (docs/router.md section 2:
+// "every problem with its file, line and path"), from small files.
+func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
+	dir := t.TempDir()
+	load := func(t *testing.T, name, yaml string) error {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := LoadConfig(path)
+		if err != nil {
+			return err
+		}
+		return cfg.WithDefaults().Validate() // as warden route does
+	}
+	const replicas = "    replicas:\n      - url: http://127.0.0.1:1\n"
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string // each a whole line of the error
+		not        string   // must not appear ("": no check)
+	}{
+		// A syntax error names the file (it said only "yaml: line 2: ...").
+		{"syntax.yaml", "models:\n  - name: m\n   bad: x\n",
+			[]string{"router config: syntax.yaml:1: did not find expected '-' indicator"}, "yaml: line"},
+		// A bad admission field at its own line (10), not the admission: line
+		// (8), and "admission:" once.
+		{"fill.yaml", "listen: \":18080\"\nadmin_listen: \"127.0.0.1:18081\"\nmodels:\n  - name: m\n" + replicas + "    policy: working-set\n    admission:\n      mode: fit\n      fill_target: -0.5\n",
+			[]string{"fill.yaml:10: models[0].admission.fill_target: -0.5 is out of range (0 default, else (0, 4])"}, "admission: admission"},
+		// Several admission problems: file:line on every one, in file order.
+		{"adm.yaml", "models:\n  - name: m\n" + replicas + "    admission:\n      mode: fits\n      on_limit: drop\n      fill_target: 9\n",
+			[]string{
+				`adm.yaml:6: models[0].admission.mode: "fits" is unknown (have off, fit)`,
+				`adm.yaml:7: models[0].admission.on_limit: "drop" is unknown (have admit, refuse)`,
+				`adm.yaml:8: models[0].admission.fill_target: 9 is out of range (0 default, else (0, 4])`,
+			}, ""},
+		// The scalar form: the mode is the admission line.
+		{"scalar.yaml", "models:\n  - name: m\n" + replicas + "    admission: fits\n",
+			[]string{`scalar.yaml:5: models[0].admission.mode: "fits" is unknown (have off, fit)`}, ""},
+		// A misspelt key lists the valid ones.
+		{"misspelt.yaml", "models:\n  - name: m\n    admision: fit\n" + replicas,
+			[]string{"misspelt.yaml:3: models[0].admision: field admision not found (did you mean admission? have name, replicas, affinity, overflow_threshold, max_num_seqs, policy, engine, admission)"}, ""},
+		{"top.yaml", "listn: x\nmodels:\n  - name: m\n" + replicas,
+			[]string{"top.yaml:1: field listn not found (did you mean listen? have listen, admin_listen, admin_token, "}, ""},
+		// Decoding and validation problems together, in file order.
+		{"multi.yaml", "models:\n  - name: m\n    max_num_seqs: -1\n    overflow_threshold: lots\n    replicas:\n      - url: ftp://x\n        dp_rank: 2\n",
+			[]string{
+				"multi.yaml:3: models[0].max_num_seqs: -1 is negative",
+				`multi.yaml:4: models[0].overflow_threshold "lots": want "auto", 0 (auto) or a positive integer`,
+				`multi.yaml:6: models[0].replicas[0].url: "ftp://x": scheme must be http or https`,
+				"multi.yaml:7: models[0].replicas[0].dp_rank: field dp_rank not found (did you mean dp_ranks? have url, name, dp_ranks, engine)",
+			}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := load(t, tc.name, tc.yaml)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := strings.ReplaceAll(err.Error(), dir+string(filepath.Separator), "")
+			lines := strings.Split(strings.TrimPrefix(msg, "router config: "), "\n")
+			if len(lines) != len(tc.want) {
+				t.Errorf("%d lines, want %d:\n%s", len(lines), len(tc.want), msg)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error lacks %q:\n%s", w, msg)
+				}
+			}
+			for i, l := range lines {
+				if i < len(tc.want) && !strings.Contains(l, strings.TrimPrefix(tc.want[i], "router config: ")) {
+					t.Errorf("line %d %q, want %q (file order)", i+1, l, tc.want[i])
+				}
+				if !strings.HasPrefix(l, tc.name+":") {
+					t.Errorf("line %d %q does not start with %s:LINE:", i+1, l, tc.name)
+				}
+			}
+			if tc.not != "" && strings.Contains(msg, tc.not) {
+				t.Errorf("error has %q:\n%s", tc.not, msg)
+			}
+		})
+	}
+}

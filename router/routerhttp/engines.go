@@ -49,19 +49,19 @@ func (rt *Router) scrapeEngine(ctx context.Context, t *target, kind engines.Kind
 	t.mu.Unlock()
 	switch {
 	case isStatus && (se.Code == http.StatusNotImplemented || se.Code == http.StatusNotFound):
-		rt.scrapeFailed(ctx, t, fmt.Sprintf("metrics off: GET /metrics answered %d (%s)", se.Code, metricsFlagOf(kind)))
+		rt.scrapeFailed(ctx, t, "metrics off", fmt.Sprintf("metrics off: GET /metrics answered %d (%s)", se.Code, metricsFlagOf(kind)))
 		return
 	case err != nil:
-		rt.scrapeFailed(ctx, t, err.Error())
+		rt.scrapeFailed(ctx, t, scrapeErrorClass(err), err.Error())
 		return
 	case kind == engines.KindUnknown:
-		rt.scrapeFailed(ctx, t, "engine not identified from /metrics (no vllm:, sglang: or llamacpp: series): set engine: in the config")
+		rt.scrapeFailed(ctx, t, "engine unknown", "engine not identified from /metrics (no vllm:, sglang: or llamacpp: series): set engine: in the config")
 		return
 	case len(snap.Ranks) == 0:
-		rt.scrapeFailed(ctx, t, fmt.Sprintf("GET /metrics has none of %s's series", kind))
+		rt.scrapeFailed(ctx, t, "no series", fmt.Sprintf("GET /metrics has none of %s's series", kind))
 		return
 	}
-	rt.scrapeFailed(ctx, t, "")
+	rt.scrapeFailed(ctx, t, "", "")
 	st := snap.Ranks[0]
 	if n, ok := st.KVCapacityTokens.Get(); ok && n > 0 {
 		for _, i := range t.replicas {

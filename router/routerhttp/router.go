@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
@@ -75,13 +76,15 @@ type target struct {
 
 	// kind is the server's engine (ReplicaConfig.Engine; KindUnknown: detect
 	// at each scrape until known). scrapeErr is why the last scrape gave no
-	// figures ("" after a good one); it is logged at warning level when it
-	// changes, not on every scrape. lacks names the figures the engine does
-	// not report, with why (engines.Capability notes).
-	kind      engines.Kind
-	scrapeErr string
-	lacks     []string
-	slots     int // llama.cpp GET /props total_slots; 0 unknown
+	// figures ("" after a good one), scrapeClass its kind (scrapeFailed); it
+	// is logged at warning level when the class changes, not on every scrape.
+	// lacks names the figures the engine does not report, with why
+	// (engines.Capability notes).
+	kind        engines.Kind
+	scrapeErr   string
+	scrapeClass string
+	lacks       []string
+	slots       int // llama.cpp GET /props total_slots; 0 unknown
 }
 
 // prefixStats holds the prefix-cache counters of one replica as scraped: the first
@@ -356,6 +359,38 @@ func (rt *Router) SetAffinity(model string, on bool) error {
 	return nil
 }
 
+// logSettings logs, once at start, per model what decides its routing:
+// affinity, policy, overflow threshold, the admission gate (with its settings
+// when on) and the shared state (its URL without the password, or none).
+func (rt *Router) logSettings() {
+	for _, p := range rt.Pools() {
+		b := p.Balancer
+		n, auto := b.OverflowThreshold()
+		threshold := strconv.Itoa(n)
+		if auto {
+			threshold += " (auto)"
+		}
+		state := "none (this router's memory only)"
+		if rt.states[p] != nil {
+			state = redisstate.Redact(rt.cfg.State)
+		}
+		attrs := []any{"model", p.Model, "affinity", b.Affinity(), "policy", b.Policy(), "overflow_threshold", threshold}
+		attrs = append(attrs, admissionAttrs(b.AdmissionConfig())...)
+		rt.log.Info("model settings", append(attrs, "state", state)...)
+	}
+}
+
+// admissionAttrs are the log attributes of an admission config: the mode, and
+// with the gate on its settings (durations as "10m0s").
+func admissionAttrs(c router.AdmissionConfig) []any {
+	c = c.WithDefaults()
+	if c.Mode != router.AdmissionFit {
+		return []any{"admission", c.Mode}
+	}
+	return []any{"admission", c.Mode, "fill_target", c.FillTarget, "max_hold", c.MaxHold.String(),
+		"max_queue", c.MaxQueue, "on_limit", c.OnLimit, "keepalive_after", c.KeepAliveAfter.String()}
+}
+
 // SetOverflowThreshold sets the overflow threshold (0 = auto) for model, or for
 // every model when model is "" or "*".
 func (rt *Router) SetOverflowThreshold(model string, n int) error {
@@ -426,9 +461,10 @@ type ModelStatus struct {
 	BytesPerTokenMeasured bool              `json:"bytes_per_token_measured"`
 	BytesPerTokenSource   router.SizeSource `json:"bytes_per_token_source"`
 	// Admission is the admission gate's configuration, queue and estimates
-	// (router.AdmissionStatus; state "off" when not on).
-	Admission router.AdmissionStatus `json:"admission"`
-	Replicas  []ReplicaReport        `json:"replicas"`
+	// (router.AdmissionStatus with durations as Go duration strings:
+	// AdmissionReport; state "off" when not on).
+	Admission AdmissionReport `json:"admission"`
+	Replicas  []ReplicaReport `json:"replicas"`
 }
 
 // ReplicaReport is ReplicaStatus plus what only the HTTP router knows.
@@ -467,7 +503,7 @@ func (rt *Router) Status() Status {
 		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
 		ms.BytesPerToken, ms.BytesPerTokenSource = b.BytesPerToken()
 		ms.BytesPerTokenMeasured = ms.BytesPerTokenSource != router.SizeAssumed
-		ms.Admission = b.Admission()
+		ms.Admission = AdmissionReport{b.Admission()}
 		ups := pool.UpstreamList()
 		for i, s := range b.Status() {
 			if i >= len(ups) {
@@ -738,28 +774,63 @@ func (rt *Router) scrape(ctx context.Context, t *target) {
 	}
 	snap, err := scrape.Fetch(ctx, rt.client, u.String(), "")
 	if err != nil {
-		rt.scrapeFailed(ctx, t, err.Error())
+		rt.scrapeFailed(ctx, t, scrapeErrorClass(err), err.Error())
 		return
 	}
-	rt.scrapeFailed(ctx, t, "")
+	rt.scrapeFailed(ctx, t, "", "")
 	rt.observe(t, snap, rt.clock.Now())
 }
 
+// Classes of scrape failure (scrapeErrorClass): what a reader of the log acts
+// on. The texts within one class vary (a /metrics that hangs gives "context
+// deadline exceeded" or "timeout awaiting response headers", whichever timer
+// fires first), so the log follows the class, /status the latest text.
+const (
+	scrapeTimeout    = "timeout"    // no answer in time (dial, headers or body)
+	scrapeRefused    = "refused"    // connection refused: nothing listens
+	scrapeConnection = "connection" // any other transport failure (reset, DNS, TLS)
+	scrapeBadStatus  = "bad status" // answered, not 200
+	scrapeParse      = "parse"      // answered 200, not Prometheus text
+)
+
+// scrapeErrorClass sorts an error of scrape.Fetch or scrape.FetchEngine into
+// one of the classes above.
+func scrapeErrorClass(err error) string {
+	var (
+		se *scrape.StatusError
+		pe *scrape.ParseError
+		ne net.Error
+	)
+	switch {
+	case errors.As(err, &se):
+		return scrapeBadStatus
+	case errors.As(err, &pe):
+		return scrapeParse
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return scrapeTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return scrapeRefused
+	}
+	return scrapeConnection
+}
+
 // scrapeFailed records why t's scrape gave no figures (why "" after a good
-// one) and logs a change: a new failure at warning level, a recovery at info.
-func (rt *Router) scrapeFailed(ctx context.Context, t *target, why string) {
+// one; class its kind, scrapeErrorClass or a fixed text) and logs a change of
+// class: a new kind of failure at warning level, a recovery at info. A new
+// text of the same class only replaces the one /status shows.
+func (rt *Router) scrapeFailed(ctx context.Context, t *target, class, why string) {
 	if ctx.Err() != nil {
 		return
 	}
 	t.mu.Lock()
-	old := t.scrapeErr
-	t.scrapeErr = why
+	old := t.scrapeClass
+	t.scrapeErr, t.scrapeClass = why, class
 	kind := t.kind
 	t.mu.Unlock()
 	switch {
-	case why == old:
-	case why != "":
-		rt.log.Warn("replica metrics cannot be read (logged again only when this changes)", "model", t.pool.Model, "url", t.url.String(), "engine", string(kind), "err", why)
+	case class == old:
+	case class != "":
+		rt.log.Warn("replica metrics cannot be read (logged again only when the kind of failure changes)", "model", t.pool.Model, "url", t.url.String(), "engine", string(kind), "class", class, "err", why)
 	default:
 		rt.log.Info("replica metrics readable again", "model", t.pool.Model, "url", t.url.String(), "engine", string(kind))
 	}
@@ -870,6 +941,7 @@ func (rt *Router) ListenAndServe(ctx context.Context, grace time.Duration) error
 	defer cancel()
 	errc := make(chan error, len(srvs)+1)
 	var wg sync.WaitGroup
+	rt.logSettings()
 	wg.Go(func() { rt.Run(ctx) })
 	for i, s := range srvs {
 		rt.log.Info("router listening", "listener", []string{"api", "admin"}[i], "addr", lns[i].Addr().String())

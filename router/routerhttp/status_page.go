@@ -161,7 +161,7 @@ func (rt *Router) Card() Card {
 		pool := pools[mi]
 		cm := CardModel{
 			Model: ms.Model, Affinity: ms.Affinity, OverflowThreshold: ms.OverflowThreshold,
-			ThresholdAuto: ms.ThresholdAuto, SessionsHomed: ms.Sessions, Admission: ms.Admission,
+			ThresholdAuto: ms.ThresholdAuto, SessionsHomed: ms.Sessions, Admission: ms.Admission.AdmissionStatus,
 		}
 		cm.LiveWindowS = pool.Balancer.LiveWindow().Seconds()
 		fleet := CardReplica{Name: "fleet", Healthy: true, ScrapeFresh: true, ScrapeAgeS: -1}
