@@ -76,6 +76,16 @@ func TestTwoRoutersShareAdmission(t *testing.T) {
 	if !waitFor(3*time.Second, func() bool { return b.rt.Pools()[0].Balancer.Admission().RemoteConversations == 2 }) {
 		t.Fatalf("b never saw a's conversations: %+v", b.rt.Pools()[0].Balancer.Admission())
 	}
+	// b's card says what the other router counts.
+	if cr, err := hc.Get(b.url() + "/status/card"); err != nil {
+		t.Error(err)
+	} else {
+		page, _ := io.ReadAll(cr.Body)
+		cr.Body.Close()
+		if !strings.Contains(string(page), "Other routers (shared state): <b>2</b> conversations") {
+			t.Errorf("b's card does not show a's two conversations (status %d)", cr.StatusCode)
+		}
+	}
 	resp, err := post(b.url(), "new", 1, false)
 	if err != nil {
 		t.Fatal(err)
