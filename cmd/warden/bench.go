@@ -217,6 +217,9 @@ func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
 	if !router.ValidPolicy(o.Policy) {
 		errs = append(errs, fmt.Errorf("--policy %q: unknown (have %s)", o.Policy, strings.Join(router.PolicyNames(), ", ")))
 	}
+	if o.RouterURL != "" && f.Changed("policy") {
+		errs = append(errs, errors.New("--policy configures the embedded router; with --router set it on that router (its config's policy:, or PUT /admin/models/*/policy)"))
+	}
 	if err := o.Admission.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--admission: %w", err))
 	}

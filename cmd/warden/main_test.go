@@ -125,6 +125,7 @@ func TestBenchRejectsOutOfRangeFlags(t *testing.T) {
 		{"--admission-fill", "0.5", "--admission-max-hold", "1s", "--virtual"},
 		{"--admission-on-limit", "refuse", "--admission", "off", "--virtual"},
 		{"--router", "http://127.0.0.1:9", "--admin-url", "http://127.0.0.1:9", "--admission", "fit"},
+		{"--policy", "sticky", "--router", "http://127.0.0.1:9", "--admin-url", "http://127.0.0.1:9"},
 	}
 	for _, c := range cases {
 		_, err := run(t, append([]string{"bench"}, c...)...)

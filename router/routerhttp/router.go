@@ -1,6 +1,7 @@
 package routerhttp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -401,6 +402,7 @@ func (rt *Router) SetOverflowThreshold(model string, n int) error {
 	for _, p := range pools {
 		p.Balancer.SetOverflowThreshold(n)
 	}
+	rt.log.Info("overflow threshold set", "model", model, "threshold", n, "auto", n == 0)
 	return nil
 }
 
@@ -419,6 +421,7 @@ func (rt *Router) SetPolicy(model, name string) error {
 			return err
 		}
 	}
+	rt.log.Info("policy switched", "model", model, "policy", cmp.Or(name, router.DefaultAffinityPolicy))
 	return nil
 }
 

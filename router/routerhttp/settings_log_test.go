@@ -77,4 +77,14 @@ func TestStartLogsModelSettings(t *testing.T) {
 	if l := adminLog.String(); !strings.Contains(l, `msg="admission changed" model=m admission=fit`) || !strings.Contains(l, "max_hold=2m0s") {
 		t.Errorf("the admission change is not logged with its settings:\n%s", l)
 	}
+	// Policy and threshold changes too.
+	if code, body := adminDo(t, srv, "PUT", "/admin/models/m/policy", "", `{"policy":"sticky"}`); code != 200 {
+		t.Fatalf("PUT policy: %d %s", code, body)
+	}
+	if code, body := adminDo(t, srv, "PUT", "/admin/models/m/threshold", "", `{"threshold":5}`); code != 200 {
+		t.Fatalf("PUT threshold: %d %s", code, body)
+	}
+	if l := adminLog.String(); !strings.Contains(l, `msg="policy switched" model=m policy=sticky`) || !strings.Contains(l, `msg="overflow threshold set" model=m threshold=5`) {
+		t.Errorf("policy and threshold changes are not logged:\n%s", l)
+	}
 }
