@@ -523,6 +523,7 @@ func duplicateKeys(probs []problem) []problem {
 
 // tidyYAMLError rewrites yaml.v3 messages to name fields as the schema does.
 func tidyYAMLError(msg string) string {
+	msg = yamlpos.KnownKeys(msg, Scenario{}, SideRequests{})
 	msg = strings.ReplaceAll(msg, " into loadgen.SideRequests", " into a map (turns, prompt_tokens, max_output_tokens)")
 	msg = strings.ReplaceAll(msg, " into loadgen.Scenario", " into a scenario (a mapping of fields)")
 	return yamlpos.Tidy(msg)

@@ -141,7 +141,7 @@ func TestLoadScenarioStrict(t *testing.T) {
 		name, yaml string
 		want       []string // substrings of the error
 	}{
-		{"unknown field", "name: x\nstagez: [1]\n", []string{"x.yaml:2:", `field stagez not found`}},
+		{"unknown field", "name: x\nstagez: [1]\n", []string{"x.yaml:2:", `field stagez not found (did you mean stages? have name, seed`}},
 		{"two unknown fields reported together", "nam: x\nstagez: [1]\n", []string{"x.yaml:1:", "x.yaml:2:"}},
 		{"bare number duration", "stage_duration: 180\n", []string{"x.yaml:1:", "Go duration strings"}},
 		{"bad duration", "think_time: 3 minutes\n", []string{"x.yaml:1:"}},
