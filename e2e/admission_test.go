@@ -38,12 +38,7 @@ func TestClaudeCodeHeldAtAdmission(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := startFleet(t, simhttp.Config{Replicas: 1, Speed: 10, Model: claudeModel}, 32)
-			if !waitFor(10*time.Second, func() bool {
-				r := f.rt.Status().Models[0].Replicas[0]
-				return r.ScrapeFresh && r.KVCapacityTokens > 0
-			}) {
-				t.Fatal("the router never learned the replica's KV capacity")
-			}
+			waitCapacity(t, f)
 			b := f.rt.Pools()[0].Balancer
 			const hold = 12 * time.Second
 			released := holdThenRelease(t, b, tc.keepAliveAfter, hold)
@@ -83,6 +78,17 @@ func TestClaudeCodeHeldAtAdmission(t *testing.T) {
 	}
 }
 
+// waitCapacity waits until f's router has scraped its replica's KV capacity.
+func waitCapacity(t *testing.T, f *fleet) {
+	t.Helper()
+	if !waitFor(10*time.Second, func() bool {
+		r := f.rt.Status().Models[0].Replicas[0]
+		return r.ScrapeFresh && r.KVCapacityTokens > 0
+	}) {
+		t.Fatal("the router never learned the replica's KV capacity")
+	}
+}
+
 // holdThenRelease holds the new conversations of b's model (a fill target no
 // conversation fits) with keep-alive after keepAliveAfter, and once a request
 // is queued releases it after hold of wall time (the normal fill target). It
@@ -115,12 +121,7 @@ func holdThenRelease(t *testing.T, b *router.Balancer, keepAliveAfter, hold time
 // hold (the keep-alive events before it are not tokens).
 func TestHarnessThroughKeptAliveRouter(t *testing.T) {
 	f := startFleet(t, simhttp.Config{Replicas: 1, Speed: 10, Model: claudeModel}, 32)
-	if !waitFor(10*time.Second, func() bool {
-		r := f.rt.Status().Models[0].Replicas[0]
-		return r.ScrapeFresh && r.KVCapacityTokens > 0
-	}) {
-		t.Fatal("the router never learned the replica's KV capacity")
-	}
+	waitCapacity(t, f)
 	b := f.rt.Pools()[0].Balancer
 	clock := f.sim.Clock()
 	for i, api := range []string{loadgen.APIAnthropicMessages, loadgen.APIOpenAIChat} {

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/spf13/pflag"
 
 	"github.com/lmwarden/warden/router/routerhttp"
 )
@@ -18,26 +14,11 @@ import (
 // not given it leaves the file alone.
 func TestRouteAdmissionFlag(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return writeTestFile(t, dir, name, body) }
 	replicas := "    replicas: [{url: \"http://127.0.0.1:9\"}]\n"
 	plain := write("plain.yaml", "models:\n  - name: m\n"+replicas)
 	tuned := write("tuned.yaml", "models:\n  - name: m\n"+replicas+"    admission:\n      mode: fit\n      max_hold: 3m\n")
-	configOf := func(args ...string) (routerhttp.Config, error) {
-		t.Helper()
-		var o routeOpts
-		fs := pflag.NewFlagSet("route", pflag.ContinueOnError)
-		o.bind(fs)
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		return o.config(fs)
-	}
+	configOf := func(args ...string) (routerhttp.Config, error) { return routeConfigOf(t, args...) }
 	for _, c := range []struct {
 		args []string
 		mode string

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/lmwarden/warden/router/routerhttp"
 )
 
 // Issue #19 item 6: `warden route` draws its tie-break seed from the clock
@@ -14,26 +16,14 @@ import (
 // after every restart).
 func TestRouteSeedsFromClockUnlessSet(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return writeTestFile(t, dir, name, body) }
 	models := "models:\n  - name: m\n    replicas: [{url: \"http://127.0.0.1:9\"}]\n"
 	noSeed := write("noseed.yaml", models)
 	seed0 := write("seed0.yaml", "seed: 0\n"+models)
 	seed5 := write("seed5.yaml", "seed: 5\n"+models)
 	seedOf := func(args ...string) uint64 {
 		t.Helper()
-		var o routeOpts
-		fs := pflag.NewFlagSet("route", pflag.ContinueOnError)
-		o.bind(fs)
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := o.config(fs)
+		cfg, err := routeConfigOf(t, args...)
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
@@ -58,4 +48,26 @@ func TestRouteSeedsFromClockUnlessSet(t *testing.T) {
 			t.Errorf("%v: seed %d, want %d", c.args, got, c.want)
 		}
 	}
+}
+
+// writeTestFile writes body to dir/name and returns the path.
+func writeTestFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// routeConfigOf is the router config `warden route args...` would start with.
+func routeConfigOf(t *testing.T, args ...string) (routerhttp.Config, error) {
+	t.Helper()
+	var o routeOpts
+	fs := pflag.NewFlagSet("route", pflag.ContinueOnError)
+	o.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return o.config(fs)
 }
