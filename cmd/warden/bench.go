@@ -221,7 +221,7 @@ func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
 		errs = append(errs, errors.New("--policy configures the embedded router; with --router set it on that router (its config's policy:, or PUT /admin/models/*/policy)"))
 	}
 	if err := o.Admission.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("--admission: %w", err))
+		errs = append(errs, fmt.Errorf("--admission flags: %w", err)) // names the setting (mode, fill_target, on_limit)
 	}
 	var tuned []string // admission settings given, which only --admission fit uses
 	for _, name := range admissionFlags {

@@ -426,4 +426,8 @@ func TestRouteFlagsOverrideConfigFile(t *testing.T) {
 	if on, thr, seqs := parse("--replica", "http://127.0.0.1:9"); !on || thr != 0 || seqs != 256 {
 		t.Errorf("--replica defaults: affinity %v, threshold %d, max_num_seqs %d; want true, 0, 256", on, thr, seqs)
 	}
+	// "auto" as README says (the flag took only numbers).
+	if _, thr, _ := parse("--config", path, "--overflow-threshold", "auto"); thr != 0 {
+		t.Errorf("--overflow-threshold auto over the file: threshold %d, want 0 (auto)", thr)
+	}
 }

@@ -17,19 +17,19 @@ import (
 
 // routeOpts are warden route's flags.
 type routeOpts struct {
-	configPath string
-	replicas   []string
-	affinity   string
-	listen     string
-	adminAddr  string
-	adminTok   string
-	threshold  int
-	maxNumSeqs int
-	skipPin    bool
-	seed       uint64
-	bodyRead   time.Duration
-	bodyMem    int64
-	ejectAfter int
+	configPath   string
+	replicas     []string
+	affinity     string
+	listen       string
+	adminAddr    string
+	adminTok     string
+	thresholdArg string // auto, 0 (auto) or a positive number (router.ParseThreshold)
+	maxNumSeqs   int
+	skipPin      bool
+	seed         uint64
+	bodyRead     time.Duration
+	bodyMem      int64
+	ejectAfter   int
 	// seedFrom says where config took the seed from: "flag", "config" or
 	// "clock" (logged at start).
 	seedFrom  string
@@ -103,7 +103,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.StringVar(&o.listen, "listen", routerhttp.DefaultListen, "API listen address")
 	f.StringVar(&o.adminAddr, "admin-listen", routerhttp.DefaultAdminListen, "admin API listen address (keep it on loopback)")
 	f.StringVar(&o.adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
-	f.IntVar(&o.threshold, "overflow-threshold", 0, "in-flight requests above which a request leaves its replica (0 = auto: max_num_seqs/4; with --config: every model, over the file)")
+	f.StringVar(&o.thresholdArg, "overflow-threshold", "auto", "in-flight requests above which a request leaves its replica (auto or 0: max_num_seqs/4; with --config: every model, over the file)")
 	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
 	f.DurationVar(&o.bodyRead, "body-read-timeout", routerhttp.DefaultBodyReadTimeout, "longest a client may take to send a request body (408 past it; negative: none)")
 	f.Int64Var(&o.bodyMem, "body-memory-bytes", routerhttp.DefaultBodyMemoryBytes, "memory all request bodies being read may hold together (503 with Retry-After past it)")
@@ -146,6 +146,10 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 	default:
 		return cfg, fmt.Errorf("--admission %q: want %s or %s", o.admission, router.AdmissionOff, router.AdmissionFit)
 	}
+	threshold, err := router.ParseThreshold(o.thresholdArg)
+	if err != nil {
+		return cfg, fmt.Errorf("--overflow-threshold %w", err)
+	}
 	given := func(name string) bool { return o.configPath == "" || f.Changed(name) }
 	for i := range cfg.Models {
 		m := &cfg.Models[i]
@@ -159,7 +163,7 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 			m.MaxNumSeqs = o.maxNumSeqs
 		}
 		if given("overflow-threshold") {
-			m.OverflowThreshold = routerhttp.Threshold(o.threshold)
+			m.OverflowThreshold = routerhttp.Threshold(threshold)
 		}
 	}
 	if f.Changed("listen") || cfg.Listen == "" {

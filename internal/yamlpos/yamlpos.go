@@ -153,18 +153,7 @@ func KnownKeys(msg string, structs ...any) string {
 		if t == nil || t.Kind() != reflect.Struct || t.String() != m[2] {
 			continue
 		}
-		keys := yamlKeys(t)
-		hint := ""
-		best, bestD := "", 3
-		for _, k := range keys {
-			if d := editDistance(m[1], k); d < bestD {
-				best, bestD = k, d
-			}
-		}
-		if best != "" {
-			hint = "did you mean " + best + "? "
-		}
-		return msg + " (" + hint + "have " + strings.Join(keys, ", ") + ")"
+		return msg + " (" + Suggest(m[1], yamlKeys(t)) + ")"
 	}
 	return msg
 }
@@ -193,6 +182,22 @@ func yamlKeys(t reflect.Type) []string {
 		keys = append(keys, name)
 	}
 	return keys
+}
+
+// Suggest is the hint for an unknown key among keys: "did you mean k? have a,
+// b, c", the "did you mean" only when one key is within two edits.
+func Suggest(key string, keys []string) string {
+	best, bestD := "", 3
+	for _, k := range keys {
+		if d := editDistance(key, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	hint := ""
+	if best != "" {
+		hint = "did you mean " + best + "? "
+	}
+	return hint + "have " + strings.Join(keys, ", ")
 }
 
 // editDistance is the Levenshtein distance of a and b (bytes).

@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/lmwarden/warden/internal/yamlpos"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -44,7 +45,7 @@ func (a *AdmissionYAML) UnmarshalYAML(n *yaml.Node) error {
 	var errs []string
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i].Value; !slices.Contains(admissionFields, k) {
-			errs = append(errs, fmt.Sprintf("line %d: field %s not found in admission (have %s)", n.Content[i].Line, k, strings.Join(admissionFields, ", ")))
+			errs = append(errs, fmt.Sprintf("line %d: field %s not found in admission (%s)", n.Content[i].Line, k, yamlpos.Suggest(k, admissionFields)))
 		}
 	}
 	if len(errs) > 0 {

@@ -67,4 +67,9 @@ func TestAdmissionDurationsAsStrings(t *testing.T) {
 	if !strings.Contains(card.String(), "max hold 3m0s") {
 		t.Errorf("the card lacks the hold:\n%s", card.String())
 	}
+	// The fill target unrounded and the keep-alive (second fresh-user pass:
+	// 0.0001 read "fill 0.00", keepalive_after was missing).
+	if !strings.Contains(card.String(), "fill 1 of each KV cache") || !strings.Contains(card.String(), "keep-alive after 1m0s") {
+		t.Errorf("the card lacks the fill target or the keep-alive:\n%s", card.String())
+	}
 }

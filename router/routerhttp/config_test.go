@@ -276,6 +276,8 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 		// A misspelt key lists the valid ones.
 		{"misspelt.yaml", "models:\n  - name: m\n    admision: fit\n" + replicas,
 			[]string{"misspelt.yaml:3: models[0].admision: field admision not found (did you mean admission? have name, replicas, affinity, overflow_threshold, max_num_seqs, policy, engine, admission)"}, ""},
+		{"admkey.yaml", "models:\n  - name: m\n    admission:\n      keepalive_afer: 2s\n" + replicas,
+			[]string{"admkey.yaml:4: models[0].admission.keepalive_afer: field keepalive_afer not found in admission (did you mean keepalive_after? have mode, "}, ""},
 		{"top.yaml", "listn: x\nmodels:\n  - name: m\n" + replicas,
 			[]string{"top.yaml:1: field listn not found (did you mean listen? have listen, admin_listen, admin_token, "}, ""},
 		// Decoding and validation problems together, in file order.
