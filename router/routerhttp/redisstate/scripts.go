@@ -2,6 +2,26 @@ package redisstate
 
 import "github.com/redis/rueidis"
 
+// luaLib is prepended to the scripts: nowMs() is Redis' clock in Unix ms;
+// others(reg, self, prefix) lists, for every router registered in reg and
+// alive except self, its id and its hash prefix..id (HGETALL, flat).
+const luaLib = `
+local function nowMs()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function others(reg, self, prefix)
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', reg, nowMs(), '+inf')) do
+    if id ~= self then
+      table.insert(out, id)
+      table.insert(out, redis.call('HGETALL', prefix .. id))
+    end
+  end
+  return out
+end
+`
+
 // claimScript writes a session's home, first write wins, and counts one request
 // of this router in flight on it, in one atomic step.
 //
@@ -18,7 +38,7 @@ import "github.com/redis/rueidis"
 // adopted}. Redis runs a script alone, so 8 concurrent first requests of one
 // conversation through any number of routers get one home, and concurrent
 // placements each see the ones before them.
-var claimScript = rueidis.NewLuaScript(`
+var claimScript = rueidis.NewLuaScript(luaLib + `
 local cur = redis.call('GET', KEYS[1])
 local pick, adopted = nil, 0
 if cur and cur ~= ARGV[1] then
@@ -26,8 +46,7 @@ if cur and cur ~= ARGV[1] then
 else
   pick = ARGV[6]
   if ARGV[4] == '1' and #ARGV > 6 then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local now = nowMs()
     local ids = redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')
     local best = nil
     for j = 6, #ARGV do
@@ -59,9 +78,8 @@ return {pick, adopted}
 // until now + key TTL and every key's TTL refreshed; registrations in the past
 // are dropped. Returns, for every other router alive, its id, its in-flight
 // hash and its live hash (HGETALL, flat).
-var beatScript = rueidis.NewLuaScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var beatScript = rueidis.NewLuaScript(luaLib + `
+local now = nowMs()
 local ttl = tonumber(ARGV[2])
 local n = tonumber(ARGV[6])
 if ARGV[3] == 'abs' then
@@ -140,17 +158,8 @@ return 0
 //
 // Returns, for every other router alive, its id and its in-flight hash
 // (HGETALL, flat), as flushScript does.
-var othersScript = rueidis.NewLuaScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')) do
-  if id ~= ARGV[1] then
-    table.insert(out, id)
-    table.insert(out, redis.call('HGETALL', ARGV[2] .. id))
-  end
-end
-return out
+var othersScript = rueidis.NewLuaScript(luaLib + `
+return others(KEYS[1], ARGV[1], ARGV[2])
 `)
 
 // flushScript publishes one router's in-flight changes between heartbeats.
@@ -163,7 +172,7 @@ return out
 // without changing anything when the hash has expired (the caller's next
 // heartbeat then rewrites it), and returns, for every other router alive, its
 // id and its in-flight hash (HGETALL, flat).
-var flushScript = rueidis.NewLuaScript(`
+var flushScript = rueidis.NewLuaScript(luaLib + `
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'resync'}
 end
@@ -171,14 +180,5 @@ for j = 4, #ARGV - 1, 2 do
   redis.call('HINCRBY', KEYS[1], ARGV[j], tonumber(ARGV[j + 1]))
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf')) do
-  if id ~= ARGV[1] then
-    table.insert(out, id)
-    table.insert(out, redis.call('HGETALL', ARGV[3] .. id))
-  end
-end
-return out
+return others(KEYS[2], ARGV[1], ARGV[3])
 `)
