@@ -101,11 +101,12 @@ cache, and measures with numbers what that routing does.
   warden report   make results.csv, summary.md and PNG figures from a results directory
   warden compare  compare two runs; non-zero exit when a threshold is crossed
   warden study    compare routing policies over seeds in virtual time (docs/routing.md)
+  warden trace    summarise, size a cache for and slice request traces (docs/traces.md)
   warden version  print the version`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd())
+	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd(), newTraceCmd())
 	for _, c := range append(root.Commands(), root) {
 		if c.Long == "" {
 			c.Long = c.Short

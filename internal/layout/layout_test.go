@@ -13,6 +13,7 @@ import (
 var pureCores = []string{
 	"github.com/lmwarden/warden/router",
 	"github.com/lmwarden/warden/loadgen",
+	"github.com/lmwarden/warden/loadgen/trace",
 	"github.com/lmwarden/warden/sim",
 	"github.com/lmwarden/warden/report",
 	"github.com/lmwarden/warden/internal/virtual",
