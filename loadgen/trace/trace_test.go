@@ -244,3 +244,36 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+func TestSynthSharesExactlyTheCommonBlocks(t *testing.T) {
+	s := Synth{BlockSize: 4, Overhead: 2}
+	a := Request{InputLength: 14, HashIDs: []int64{0, 1, 2, 3}}
+	b := Request{InputLength: 14, HashIDs: []int64{0, 1, 9, 3}}
+	words := func(r *Request, idx int) []string {
+		var out []string
+		s.Each(r, idx, func(w []byte) error { out = append(out, string(w)); return nil })
+		return out
+	}
+	wa, wb := words(&a, 0), words(&b, 1)
+	if len(wa) != 12 || len(wb) != 12 { // 14 - 2 overhead
+		t.Fatalf("words %d and %d, want 12", len(wa), len(wb))
+	}
+	common := 0
+	for common < len(wa) && wa[common] == wb[common] {
+		common++
+	}
+	if common != 8 { // blocks 0 and 1
+		t.Errorf("common leading words %d, want 8: %v / %v", common, wa, wb)
+	}
+	// The partial last block (words 12 on) is not in the text; words 8-11 are
+	// block 2 vs 9, so they differ.
+	if strings.Join(wa[8:], " ") == strings.Join(wb[8:], " ") {
+		t.Errorf("the unique part is shared: %v", wa[8:])
+	}
+	var sb1, sb2 strings.Builder
+	s.WriteContent(&sb1, &a, 0)
+	s.WriteContent(&sb2, &a, 0)
+	if sb1.String() != sb2.String() || len(strings.Fields(sb1.String())) != 12 {
+		t.Errorf("content not deterministic or wrong length: %q", sb1.String())
+	}
+}
