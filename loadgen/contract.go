@@ -31,6 +31,9 @@ type Scenario struct {
 	Variants           []string      `yaml:"variants" json:"variants"`                   // default ["off","on"]
 	ResetCache         *bool         `yaml:"reset_cache" json:"reset_cache"`             // POST /reset_prefix_cache before each variant; default true
 	RequestTimeout     time.Duration `yaml:"request_timeout" json:"request_timeout"`     // per turn, simulated; default 10m
+	// Trace replays a request trace instead of synthetic sessions (TraceSpec;
+	// docs/traces.md); stages, turns and token sizes are then unused.
+	Trace *TraceSpec `yaml:"trace" json:"trace,omitempty"`
 	// SideRequests: short requests a session sends beside some of its turns, as
 	// Claude Code sends title and topic requests with the conversation's session id
 	// (brief clients.md). nil (the default): none.
@@ -133,6 +136,10 @@ type TurnRequest struct {
 	// of Session: Messages is then its one user message and Side.System its system
 	// prompt; the closed loop ignores it (Loop.Sent, Loop.Finish).
 	Side *SideRequest
+	// Trace is set when the turn replays a trace request (TraceLoop): its
+	// prompt is synthesized from Trace.Request (trace.Synth), not Messages, and
+	// it asks for exactly Trace.Request.OutputLength tokens.
+	Trace *TraceTurn
 }
 
 // Message is one chat message as the generator wrote it.
