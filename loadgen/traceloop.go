@@ -105,10 +105,13 @@ type TraceReplay struct {
 	// Requests kept by the slice; Sent of them were sent, NotSent were not
 	// (recorded after the run's end, or a later turn of a conversation whose
 	// earlier turn failed).
-	Requests, Sent, NotSent int
+	Requests int `json:"requests"`
+	Sent     int `json:"sent"`
+	NotSent  int `json:"not_sent"`
 	// Conversations: first turns kept; ContinuedFirst: later turns whose earlier
 	// turn fell outside the slice, sent as first turns (session mode).
-	Conversations, ContinuedFirst int
+	Conversations  int `json:"conversations"`
+	ContinuedFirst int `json:"continued_first"`
 	// TurnsPerConversation: conversation length in turns -> conversations.
 	TurnsPerConversation map[int]int `json:"turns_per_conversation"`
 	InputTokens          int64       `json:"input_tokens"`
@@ -178,21 +181,11 @@ func NewTraceLoop(sc *Scenario, variant string, start time.Duration, fleetKVToke
 	if sc.Trace == nil {
 		return nil, errors.New("trace replay: scenario has no trace")
 	}
-	spec := sc.Trace.WithDefaults()
-	if spec.Opener == nil {
-		path := spec.Path
-		if path == "" {
-			path = spec.File
-		}
-		spec.Opener = func() (io.ReadCloser, error) { return os.Open(path) }
-	}
+	spec := sc.Trace.resolved()
 	// Pass 1: the span of the slice.
-	last, kept, err := traceSpan(&spec, sc.Seed)
+	last, _, err := traceSpan(&spec, sc.Seed)
 	if err != nil {
 		return nil, err
-	}
-	if kept == 0 {
-		return nil, fmt.Errorf("trace replay %s: the slice (from %v to %v, sample %g) keeps no request", spec.File, spec.From, spec.To, spec.Sample)
 	}
 	rc, err := spec.Opener()
 	if err != nil {
@@ -247,7 +240,24 @@ func traceSpan(spec *TraceSpec, seed uint64) (last time.Duration, kept int, err 
 	if err != nil {
 		return 0, 0, fmt.Errorf("trace replay: %w", err)
 	}
+	if kept == 0 {
+		return 0, 0, fmt.Errorf("trace replay %s: the slice (from %v to %v, sample %g) keeps no request", spec.File, spec.From, spec.To, spec.Sample)
+	}
 	return last, kept, nil
+}
+
+// resolved returns the spec with defaults and an Opener (os.Open of Path, or
+// of File when Path is unset).
+func (t *TraceSpec) resolved() TraceSpec {
+	spec := t.WithDefaults()
+	if spec.Opener == nil {
+		path := spec.Path
+		if path == "" {
+			path = spec.File
+		}
+		spec.Opener = func() (io.ReadCloser, error) { return os.Open(path) }
+	}
+	return spec
 }
 
 // Name returns the variant name.
@@ -500,4 +510,16 @@ func (l *TraceLoop) Variant() Variant {
 		complete = complete && w.Complete
 	}
 	return Variant{Name: l.variant, Affinity: aff, Stages: ws, Complete: complete}
+}
+
+// CheckTrace reads sc.Trace's file once (no-op without a trace) and returns
+// the requests the slice keeps; an error names the file and line, so a
+// harness can refuse a bad trace before it writes anything.
+func CheckTrace(sc *Scenario) (int, error) {
+	if sc.Trace == nil {
+		return 0, nil
+	}
+	spec := sc.Trace.resolved()
+	_, kept, err := traceSpan(&spec, sc.WithDefaults().Seed)
+	return kept, err
 }

@@ -27,6 +27,7 @@ func newBenchCmd() *cobra.Command {
 		stageDur     string
 		stages       []int
 		variants     []string
+		tr           traceFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -73,6 +74,13 @@ Examples:
   warden bench --virtual                             # same, in virtual time
   warden bench --scenario scenarios/smoke.yaml --speed 20
   warden bench --replicas http://gpu:8000 --dp-ranks 4 --stage-duration 3m
+  warden bench --virtual --trace conversation_trace.jsonl --trace-mode session
+
+Trace replay (--trace FILE, or trace: in a scenario; docs/traces.md): requests
+of a Mooncake-format trace instead of synthetic sessions, prompts synthesized
+from the block ids, exactly output_length tokens each; --trace-mode timestamp
+(open loop at the recorded times) or session (a conversation's next turn at the
+previous turn's end plus the recorded gap). Virtual time only for now.
 
 A run that finished but has a stage without a successful turn, or turn
 accounting that does not add up (the checks of 'warden report --check'), exits
@@ -116,11 +124,24 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 				}
 				sc.StageDuration = d
 			}
+			if err := tr.apply(cmd, sc); err != nil {
+				return err
+			}
 			if err := sc.Validate(); err != nil {
 				return err
 			}
 			if err := checkBenchFlags(cmd, &o); err != nil {
 				return err
+			}
+			if sc.Trace != nil {
+				if !o.Virtual {
+					return fmt.Errorf("trace replay: only --virtual is implemented (over HTTP the prompts would be calibrated through /tokenize first; not done yet)")
+				}
+				// Read the whole trace before anything is written: a bad line
+				// stops the run with nothing half-written.
+				if _, err := loadgen.CheckTrace(sc); err != nil {
+					return err
+				}
 			}
 			o.Scenario = sc
 			o.Progress = cmd.ErrOrStderr()
@@ -168,6 +189,7 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 	f.StringVar(&o.Admission.OnLimit, "admission-on-limit", router.AdmitLimitAdmit, "with --admission fit: past max hold or max queue, admit or refuse (OpenAI 429, Anthropic 529)")
 	f.DurationVar(&o.Admission.KeepAliveAfter, "admission-keepalive-after", router.DefaultKeepAliveAfter, "with --admission fit: a held streaming turn gets its 200 and the API's keep-alive events after this long held (negative: never, and holds are capped at 4m)")
 	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
+	tr.register(f)
 	f.StringVar(&o.RunID, "run-id", "", "run id recorded in the manifest (default: the UTC start time, 20060102-150405)")
 	return cmd
 }

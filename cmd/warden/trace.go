@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lmwarden/warden/internal/atomicfile"
+	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/loadgen/trace"
 	"github.com/lmwarden/warden/report"
 )
@@ -252,4 +254,84 @@ Example:
 	cmd.Flags().Uint64Var(&o.Seed, "seed", 1, "seed of the conversation sample")
 	cmd.Flags().StringVar(&outP, "out", "", "output trace path (required)")
 	return cmd
+}
+
+// traceFlags are bench's trace replay flags; they build or override the
+// scenario's trace: section.
+type traceFlags struct {
+	file, mode, from, to string
+	speedup, sample      float64
+	window               time.Duration
+	blockSize            int
+	keys                 bool
+	sessionHeader        string
+}
+
+func (t *traceFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&t.file, "trace", "", "replay this Mooncake-format trace instead of synthetic sessions (docs/traces.md)")
+	f.StringVar(&t.mode, "trace-mode", "", "trace replay mode: timestamp (open loop at the recorded times; default) or session (next turn at the previous turn's end + the recorded gap)")
+	f.Float64Var(&t.speedup, "speedup", 0, "trace replay: divide the recorded times by this factor (default 1)")
+	f.StringVar(&t.from, "from", "", "trace replay: start of the recorded window, e.g. 10m")
+	f.StringVar(&t.to, "to", "", "trace replay: end of the recorded window (exclusive), e.g. 20m")
+	f.Float64Var(&t.sample, "sample", 0, "trace replay: fraction of conversations kept, in (0, 1] (default 1)")
+	f.DurationVar(&t.window, "trace-window", 0, "trace replay: report window (one results stage; default 5m)")
+	f.IntVar(&t.blockSize, "block-size", 0, "trace replay: prompt tokens per hash id (default 512)")
+	f.BoolVar(&t.keys, "trace-keys", false, "trace replay, timestamp mode: send a session key per reconstructed conversation (session mode always does)")
+	f.StringVar(&t.sessionHeader, "session-header", "", "session key style: claude-code, x-session-id, or none (keyless; trace replays only)")
+}
+
+// apply writes the flags given into sc.Trace (created by --trace).
+func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
+	ch := cmd.Flags().Changed
+	if t.file != "" {
+		spec := loadgen.TraceSpec{}
+		if sc.Trace != nil {
+			spec = *sc.Trace
+		}
+		spec.File, spec.Path = t.file, t.file
+		sc.Trace = &spec
+	}
+	if ch("session-header") {
+		sc.SessionHeader = t.sessionHeader
+	}
+	traceOnly := []string{"trace-mode", "speedup", "from", "to", "sample", "trace-window", "block-size", "trace-keys"}
+	if sc.Trace == nil {
+		for _, n := range traceOnly {
+			if ch(n) {
+				return fmt.Errorf("--%s: only with a trace replay (--trace FILE, or trace: in the scenario)", n)
+			}
+		}
+		return nil
+	}
+	s := sc.Trace
+	var err error
+	if ch("trace-mode") {
+		s.Mode = t.mode
+	}
+	if ch("speedup") {
+		s.Speedup = t.speedup
+	}
+	if ch("from") {
+		if s.From, err = time.ParseDuration(t.from); err != nil {
+			return fmt.Errorf("--from %q: want a duration such as 10m", t.from)
+		}
+	}
+	if ch("to") {
+		if s.To, err = time.ParseDuration(t.to); err != nil {
+			return fmt.Errorf("--to %q: want a duration such as 20m", t.to)
+		}
+	}
+	if ch("sample") {
+		s.Sample = t.sample
+	}
+	if ch("trace-window") {
+		s.Window = t.window
+	}
+	if ch("block-size") {
+		s.BlockSize = t.blockSize
+	}
+	if ch("trace-keys") {
+		s.Keys = t.keys
+	}
+	return nil
 }

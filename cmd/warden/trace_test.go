@@ -56,3 +56,34 @@ func TestTraceBadInputWritesNothing(t *testing.T) {
 		t.Errorf("files written on bad input: %v", ents)
 	}
 }
+
+func TestBenchTraceBadLineWritesNoResults(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(bad, []byte(`{"timestamp": 5, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}`+"\n"+
+		`{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [0, 2]}`+"\n"), 0o644)
+	out := filepath.Join(dir, "run")
+	_, err := run(t, "bench", "--virtual", "--trace", bad, "--out", out)
+	if err == nil || !strings.Contains(err.Error(), "bad.jsonl line 2: timestamp 1 ms is before") {
+		t.Fatalf("err %v, want line 2 named", err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("results directory exists after a bad trace: %v", err)
+	}
+	if _, err := run(t, "bench", "--virtual", "--speedup", "2"); err == nil || !strings.Contains(err.Error(), "--speedup: only with a trace replay") {
+		t.Errorf("--speedup without a trace: %v", err)
+	}
+}
+
+func TestBenchTraceVirtualSessionMode(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	if _, err := run(t, "bench", "--virtual", "--trace", mooncakeTrace, "--trace-mode", "session", "--to", "3m", "--sample", "0.1",
+		"--trace-window", "1m", "--out", out); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"manifest.json", "results.csv", "summary.md", "turns.jsonl"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
