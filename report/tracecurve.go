@@ -1,7 +1,12 @@
 package report
 
 import (
+	"fmt"
 	"math"
+	"slices"
+	"strings"
+
+	"github.com/lmwarden/warden/loadgen"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -42,3 +47,42 @@ func TraceCurveFigure(title string, pts []TraceCurvePoint, ceilingPct float64) (
 // Thousands rounds v to an integer and groups digits by three ("12,031"); "n/a"
 // for NaN or an infinity.
 func Thousands(v float64) string { return fmtThousands(v) }
+
+// traceSection writes summary.md's "Trace replay" section (nothing for a run
+// without one): per variant, the reconstruction and what the block ids allow.
+func traceSection(b *strings.Builder, m *loadgen.Manifest) {
+	if len(m.Traces) == 0 {
+		return
+	}
+	b.WriteString("\n## Trace replay\n\n")
+	if sc := m.Scenario; sc != nil && sc.Trace != nil {
+		t := sc.Trace.WithDefaults()
+		fmt.Fprintf(b, "Trace `%s`, mode %s, window %v..%v recorded, speedup %g, sample %g of conversations, report windows of %v. ",
+			t.File, t.Mode, t.From, t.To, t.Speedup, t.Sample, t.Window)
+	}
+	b.WriteString("Reuse ceiling: prompt tokens an unbounded prefix cache shared by all replicas would serve; " +
+		"shared LRU: one LRU cache of the fleet's total KV capacity; both from the block ids alone, over the requests kept, " +
+		"to set beside the achieved prefix hits above. Lateness: send instant minus intended instant.\n\n")
+	var rows [][]string
+	for _, t := range m.Traces {
+		rows = append(rows, []string{t.Variant, Thousands(float64(t.Requests)), Thousands(float64(t.Sent)), Thousands(float64(t.NotSent)),
+			Thousands(float64(t.Conversations)), TurnsDistribution(t.TurnsPerConversation),
+			fmtPrec(1)(t.CeilingPct), fmt.Sprintf("%s (%s tokens)", fmtPrec(1)(t.SharedLRUPct), Thousands(float64(t.SharedLRUTokens))),
+			fmt.Sprintf("%.2f / %.2f / %.2f", t.LatenessP50S, t.LatenessP99S, t.LatenessMaxS)})
+	}
+	mdTable(b, []string{"variant", "requests", "sent", "not sent", "conversations", "turns/conversation", "reuse ceiling %", "shared LRU %", "lateness p50/p99/max (s)"}, rows)
+}
+
+// TurnsDistribution words a turns -> conversations map: "1: 108, 2: 19".
+func TurnsDistribution(m map[int]int) string {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d: %s", k, Thousands(float64(m[k])))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -78,26 +78,12 @@ Example:
 			fmt.Fprintf(w, "mean output     %s tokens (%.1f)\n", report.Thousands(s.MeanOutput), s.MeanOutput)
 			fmt.Fprintf(w, "cache ratio     %.1f %% of prompt tokens (unbounded shared prefix cache; %.1f %% of block ids seen before)\n", s.CacheRatioPct, s.BlockReusePct)
 			fmt.Fprintf(w, "conversations   %s (%s requests continue one)\n", report.Thousands(float64(s.Conversations)), report.Thousands(float64(s.Requests-s.Conversations)))
-			fmt.Fprintf(w, "turns/conv      %s\n", turnsDistribution(s.TurnsPerConversation))
+			fmt.Fprintf(w, "turns/conv      %s\n", report.TurnsDistribution(s.TurnsPerConversation))
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&blockSize, "block-size", trace.DefaultBlockSize, "prompt tokens per hash id")
 	return cmd
-}
-
-// turnsDistribution words a turns -> conversations map: "1: 6,044, 2: 1,225, ...".
-func turnsDistribution(m map[int]int) string {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%d: %s", k, report.Thousands(float64(m[k])))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // parseTokenCounts reads a list such as "0.1M,1M,500k,2000000" (k = 1e3, M = 1e6,
