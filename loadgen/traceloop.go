@@ -443,14 +443,7 @@ func (l *TraceLoop) Stop(now time.Duration) {
 	}
 	last := l.WindowIndex(now)
 	for _, o := range l.open {
-		ws := o.window
-		l.windows[ws].Started++
-		for i := ws; i <= max(last, ws); i++ {
-			l.windows[i].InFlight++
-			if i > ws {
-				l.windows[i].CarriedIn++
-			}
-		}
+		countOpenAtStop(l.windows, o.window, last)
 	}
 	l.rep.NotSent += len(l.due)
 	for _, kids := range l.waiting {
@@ -503,13 +496,7 @@ func (l *TraceLoop) Windows() []StageWindow {
 
 // Variant returns the variant record for the manifest.
 func (l *TraceLoop) Variant() Variant {
-	aff, _ := AffinityOf(l.variant)
-	ws := l.Windows()
-	complete := l.stopped && len(ws) == len(l.windows)
-	for _, w := range ws {
-		complete = complete && w.Complete
-	}
-	return Variant{Name: l.variant, Affinity: aff, Stages: ws, Complete: complete}
+	return variantRecord(l.variant, l.Windows(), l.stopped, len(l.windows))
 }
 
 // CheckTrace reads sc.Trace's file once (no-op without a trace) and returns

@@ -106,3 +106,26 @@ func TestTraceLoopBadLine(t *testing.T) {
 		t.Fatalf("err %v, want line 4 unsorted", err)
 	}
 }
+
+// session_header none: session mode replays keyless traffic.
+func TestTraceLoopSessionModeKeyless(t *testing.T) {
+	sc := tinyScenario(TraceSession)
+	sc.SessionHeader = SessionHeaderNone
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewTraceLoop(sc, "on", 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range l.StartStage(0, 0) {
+		if tr.Session.Key != "" {
+			t.Errorf("request %d sent key %q with session_header none", tr.Trace.Index, tr.Session.Key)
+		}
+	}
+	plain := TinyScenario()
+	plain.SessionHeader = SessionHeaderNone
+	if err := plain.Validate(); err == nil || !strings.Contains(err.Error(), "trace replays") {
+		t.Errorf("session_header none without a trace: %v", err)
+	}
+}

@@ -38,15 +38,14 @@ func traceSynth(spec *loadgen.TraceSpec) *trace.Synth {
 	}
 }
 
-// tracePrompt renders a trace request's synthesized prompt into buf's storage
-// (reused between requests; Submit copies the prompt). The text lives only
-// while it is tokenized.
+// tracePrompt renders a trace request's synthesized prompt into a new slice
+// (a prompt may wait for its engine, on the delayed path, while the next one is
+// rendered). The text lives only while it is tokenized.
 func (r *run) tracePrompt(tt *loadgen.TraceTurn) []uint32 {
 	r.traceText.Reset()
 	// A strings.Builder's writes do not fail.
 	_ = r.synth.WriteContent(&r.traceText, &tt.Request, tt.Index)
-	r.traceToks = sim.RenderChat(r.traceToks[:0], []sim.ChatMessage{{Role: "user", Content: r.traceText.String()}}, true)
-	return r.traceToks
+	return sim.RenderChat(make([]uint32, 0, tt.Request.InputLength+1), []sim.ChatMessage{{Role: "user", Content: r.traceText.String()}}, true)
 }
 
 // fleetKVTokens is the KV capacity of all engines together (the shared-LRU
@@ -60,5 +59,4 @@ func (r *run) fleetKVTokens() int64 {
 type traceState struct {
 	synth     *trace.Synth
 	traceText strings.Builder
-	traceToks []uint32
 }

@@ -1,11 +1,13 @@
 package virtual
 
 import (
+	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/loadgen/trace"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -20,6 +22,9 @@ func TestTraceReplayBothModes(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			sc := loadgen.TinyScenario()
 			sc.Variants = []string{"off", "on"}
+			// The reference network and API servers (the delayed event path,
+			// where a prompt waits before it reaches its engine).
+			sc.RTT, sc.APIServers = loadgen.ReferenceRTT, loadgen.ReferenceAPIServers
 			sc.Trace = &loadgen.TraceSpec{File: mooncakeTrace, Mode: mode, To: 5 * time.Minute, Sample: 0.2, Window: time.Minute}
 			var results []loadgen.Result
 			prof, err := sim.LookupProfile("a4000-qwen3-4b")
@@ -66,7 +71,45 @@ func TestTraceReplayBothModes(t *testing.T) {
 			if ok == 0 {
 				t.Fatal("no request succeeded")
 			}
+			// No request hits more than its block ids allow: its cached tokens are
+			// at most its leading full blocks that some other request of the run
+			// shares (a prompt that is not what it should be would hit more).
+			ids := traceIDs(t)
+			count := map[string]map[int64]int{} // variant -> block id -> requests with it
+			for _, r := range results {
+				if count[r.Variant] == nil {
+					count[r.Variant] = map[int64]int{}
+				}
+				for _, id := range ids[r.Trace.Index][:r.Trace.InputLength/512] {
+					count[r.Variant][id]++
+				}
+			}
+			for _, r := range results {
+				full := ids[r.Trace.Index][:r.Trace.InputLength/512]
+				k := 0
+				for k < len(full) && count[r.Variant][full[k]] > 1 {
+					k++
+				}
+				if r.OK() && r.CachedTokens > k*512 {
+					t.Errorf("%s request %d: %d cached tokens, but only %d leading blocks are shared (%d tokens)", r.Variant, r.Trace.Index, r.CachedTokens, k, k*512)
+				}
+			}
 			t.Logf("%s: %d results, %d ok; replay %+v", mode, len(results), ok, rep)
 		})
 	}
+}
+
+// traceIDs returns the hash ids of every request of the Mooncake trace.
+func traceIDs(t *testing.T) [][]int64 {
+	f, err := os.Open(mooncakeTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out [][]int64
+	err = trace.Each(trace.NewReader(f, "", 0), func(r trace.Request) error { out = append(out, r.HashIDs); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
