@@ -134,6 +134,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/models", s.handleModels)
 	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	m.HandleFunc("GET /version", s.handleVersion)
+	m.HandleFunc("POST /tokenize", s.handleTokenize)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&collector{s: s})
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
