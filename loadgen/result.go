@@ -120,6 +120,9 @@ type Manifest struct {
 	// Traces: one record per variant of a trace replay (Scenario.Trace); absent
 	// otherwise.
 	Traces []TraceReplay `json:"traces,omitempty"`
+	// TraceCalibration: how a trace replay's prompts were fitted to the
+	// server's tokenizer (HTTP runs); absent otherwise.
+	TraceCalibration *TraceCalibration `json:"trace_calibration,omitempty"`
 }
 
 // ReplicaEngine is one replica's engine in the manifest.

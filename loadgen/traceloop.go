@@ -117,7 +117,8 @@ type TraceReplay struct {
 	InputTokens          int64       `json:"input_tokens"`
 	OutputTokens         int64       `json:"output_tokens"`
 	// CeilingPct: hit % of an unbounded prefix cache shared by all replicas;
-	// SharedLRUPct: of one LRU cache of SharedLRUTokens (the fleet's KV), both
+	// SharedLRUPct: of one LRU cache of SharedLRUTokens (the fleet's KV; 0 when
+	// the fleet's KV is not known, and SharedLRUPct is then 0 too), both
 	// over the kept requests in order, from the block ids alone (trace.LRU).
 	CeilingPct      float64 `json:"reuse_ceiling_pct"`
 	SharedLRUPct    float64 `json:"shared_lru_pct"`
@@ -205,9 +206,11 @@ func NewTraceLoop(sc *Scenario, variant string, start time.Duration, fleetKVToke
 		open:    map[int]openTurn{},
 		due:     map[int]time.Duration{},
 		ceiling: trace.NewHitCounter(math.MaxInt, spec.BlockSize),
-		shared:  trace.NewHitCounter(int(min(fleetKVTokens, math.MaxInt32*int64(spec.BlockSize))), spec.BlockSize),
 		late:    hdrhistogram.New(1, 24*3600*1000_000, 3),
 		rep:     TraceReplay{Variant: variant, Mode: spec.Mode, TurnsPerConversation: map[int]int{}, SharedLRUTokens: fleetKVTokens},
+	}
+	if fleetKVTokens > 0 {
+		l.shared = trace.NewHitCounter(int(min(fleetKVTokens, math.MaxInt32*int64(spec.BlockSize))), spec.BlockSize)
 	}
 	// Windows cover the span, plus one to drain (session mode shifts turns later).
 	n := int(last/spec.Window) + 2
@@ -333,7 +336,9 @@ func (l *TraceLoop) StartStage(i int, now time.Duration) []TurnRequest {
 		l.rep.InputTokens += int64(tt.Request.InputLength)
 		l.rep.OutputTokens += int64(tt.Request.OutputLength)
 		l.ceiling.Add(&tt.Request)
-		l.shared.Add(&tt.Request)
+		if l.shared != nil {
+			l.shared.Add(&tt.Request)
+		}
 		first := t.Parent < 0 || !l.kept[t.Parent]
 		l.kept[t.Index] = true
 		l.convLen[t.Conversation]++
@@ -461,7 +466,10 @@ func (l *TraceLoop) Stop(now time.Duration) {
 	for _, n := range l.convLen {
 		l.rep.TurnsPerConversation[n]++
 	}
-	l.rep.CeilingPct, l.rep.SharedLRUPct = l.ceiling.HitPct(), l.shared.HitPct()
+	l.rep.CeilingPct = l.ceiling.HitPct()
+	if l.shared != nil && l.shared.Requests > 0 {
+		l.rep.SharedLRUPct = l.shared.HitPct()
+	}
 	l.rep.LatenessP50S = float64(l.late.ValueAtQuantile(50)) / 1e6
 	l.rep.LatenessP99S = float64(l.late.ValueAtQuantile(99)) / 1e6
 	l.rep.LatenessMaxS = float64(l.late.Max()) / 1e6
@@ -509,4 +517,92 @@ func CheckTrace(sc *Scenario) (int, error) {
 	spec := sc.Trace.resolved()
 	_, kept, err := traceSpan(&spec, sc.WithDefaults().Seed)
 	return kept, err
+}
+
+// Active returns the conversations with a request in flight or due (the
+// progress line's "sessions").
+func (l *TraceLoop) Active() int { return len(l.open) + len(l.due) }
+
+// InFlightAt returns the requests sent and not finished, or due at or before
+// now (see Loop.InFlightAt).
+func (l *TraceLoop) InFlightAt(now time.Duration) int {
+	n := len(l.open)
+	for _, at := range l.due {
+		if at <= now {
+			n++
+		}
+	}
+	return n
+}
+
+// Waiting returns the requests handed out and due after now, plus the later
+// turns waiting for an earlier turn to end.
+func (l *TraceLoop) Waiting(now time.Duration) int {
+	n := 0
+	for _, at := range l.due {
+		if at > now {
+			n++
+		}
+	}
+	for _, kids := range l.waiting {
+		n += len(kids)
+	}
+	return n
+}
+
+// TraceCalibration is how a trace replay's prompt text was fitted to the
+// server's tokenizer, as recorded in the manifest: the tokens per synthesized
+// word and the chat template's own tokens, measured through Endpoint, and the
+// prompt-token error of Samples requests of the slice against their
+// input_length (|tokens - input_length| / input_length). Endpoint "none" means
+// the server has no tokenize endpoint: the default ratio (1 token per word)
+// was used and the error is unknown (NaN is not written: ErrP50Pct and
+// ErrMaxPct are then -1).
+type TraceCalibration struct {
+	Endpoint       string  `json:"endpoint"`
+	TokensPerWord  float64 `json:"tokens_per_word"`
+	OverheadTokens int     `json:"overhead_tokens"`
+	Samples        int     `json:"samples"`
+	ErrP50Pct      float64 `json:"prompt_token_error_p50_pct"`
+	ErrMaxPct      float64 `json:"prompt_token_error_max_pct"`
+	Note           string  `json:"note,omitempty"`
+}
+
+// TraceSample returns up to n requests of sc.Trace's slice, spread evenly over
+// the first 10n kept (for calibration).
+func TraceSample(sc *Scenario, n int) ([]TraceTurn, error) {
+	if sc.Trace == nil || n <= 0 {
+		return nil, nil
+	}
+	spec := sc.Trace.resolved()
+	rc, err := spec.Opener()
+	if err != nil {
+		return nil, fmt.Errorf("trace replay: opening %s: %w", spec.File, err)
+	}
+	defer rc.Close()
+	sl, err := trace.NewSlicer(spec.sliceOptions(sc.WithDefaults().Seed), spec.BlockSize)
+	if err != nil {
+		return nil, err
+	}
+	var out []TraceTurn
+	kept := 0
+	errStop := errors.New("enough")
+	err = trace.Each(trace.NewReader(rc, spec.File, spec.BlockSize), func(r trace.Request) error {
+		t, ok := sl.Keep(&r)
+		if !ok {
+			return nil
+		}
+		if kept%10 == 0 {
+			out = append(out, TraceTurn{Index: t.Index, Request: r})
+		}
+		kept++
+		if len(out) >= n {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && err != errStop {
+		return nil, fmt.Errorf("trace replay: %w", err)
+	}
+	return out, nil
 }

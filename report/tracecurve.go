@@ -67,7 +67,7 @@ func traceSection(b *strings.Builder, m *loadgen.Manifest) {
 	for _, t := range m.Traces {
 		rows = append(rows, []string{t.Variant, Thousands(float64(t.Requests)), Thousands(float64(t.Sent)), Thousands(float64(t.NotSent)),
 			Thousands(float64(t.Conversations)), TurnsDistribution(t.TurnsPerConversation),
-			fmtPrec(1)(t.CeilingPct), fmt.Sprintf("%s (%s tokens)", fmtPrec(1)(t.SharedLRUPct), Thousands(float64(t.SharedLRUTokens))),
+			fmtPrec(1)(t.CeilingPct), sharedLRUCell(t),
 			fmt.Sprintf("%.2f / %.2f / %.2f", t.LatenessP50S, t.LatenessP99S, t.LatenessMaxS)})
 	}
 	mdTable(b, []string{"variant", "requests", "sent", "not sent", "conversations", "turns/conversation", "reuse ceiling %", "shared LRU %", "lateness p50/p99/max (s)"}, rows)
@@ -85,4 +85,11 @@ func TurnsDistribution(m map[int]int) string {
 		parts[i] = fmt.Sprintf("%d: %s", k, Thousands(float64(m[k])))
 	}
 	return strings.Join(parts, ", ")
+}
+
+func sharedLRUCell(t loadgen.TraceReplay) string {
+	if t.SharedLRUTokens <= 0 {
+		return "n/a (fleet KV unknown)"
+	}
+	return fmt.Sprintf("%s (%s tokens)", fmtPrec(1)(t.SharedLRUPct), Thousands(float64(t.SharedLRUTokens)))
 }

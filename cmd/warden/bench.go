@@ -80,7 +80,8 @@ Trace replay (--trace FILE, or trace: in a scenario; docs/traces.md): requests
 of a Mooncake-format trace instead of synthetic sessions, prompts synthesized
 from the block ids, exactly output_length tokens each; --trace-mode timestamp
 (open loop at the recorded times) or session (a conversation's next turn at the
-previous turn's end plus the recorded gap). Virtual time only for now.
+previous turn's end plus the recorded gap). Over HTTP the prompts are first
+calibrated through the server's /tokenize (the manifest records the error).
 
 A run that finished but has a stage without a successful turn, or turn
 accounting that does not add up (the checks of 'warden report --check'), exits
@@ -134,9 +135,6 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 				return err
 			}
 			if sc.Trace != nil {
-				if !o.Virtual {
-					return fmt.Errorf("trace replay: only --virtual is implemented (over HTTP the prompts would be calibrated through /tokenize first; not done yet)")
-				}
 				// Read the whole trace before anything is written: a bad line
 				// stops the run with nothing half-written.
 				if _, err := loadgen.CheckTrace(sc); err != nil {
