@@ -38,8 +38,27 @@ const CalibrationSamples = 20
 func CalibrateTrace(ctx context.Context, hc *http.Client, base, model, dialect string, header http.Header, blockSize int, salt uint64, samples []loadgen.TraceTurn) (trace.Synth, loadgen.TraceCalibration, error) {
 	s := trace.Synth{BlockSize: blockSize, Salt: salt}
 	cal := loadgen.TraceCalibration{Endpoint: "POST /tokenize (" + dialect + ")", TokensPerWord: 1, ErrP50Pct: -1, ErrMaxPct: -1}
+	root := strings.TrimSuffix(base, "/")
+	templated := false // llama.cpp: the chat template applied through /apply-template first
 	count := func(content string) (int, error) {
-		return tokenizeCount(ctx, hc, strings.TrimSuffix(base, "/")+"/tokenize", model, dialect, header, content)
+		if templated {
+			p, err := applyTemplate(ctx, hc, root+"/apply-template", header, content)
+			if err != nil {
+				return 0, err
+			}
+			content = p
+		}
+		return tokenizeCount(ctx, hc, root+"/tokenize", model, dialect, header, content)
+	}
+	if dialect == TokenizeLlamaCpp {
+		if _, err := applyTemplate(ctx, hc, root+"/apply-template", header, ""); err == nil {
+			templated = true
+			cal.Endpoint = "POST /apply-template + POST /tokenize (llamacpp)"
+		} else if _, ok := err.(unsupportedError); ok {
+			cal.Note = "no /apply-template: llama.cpp's /tokenize counts content only, the chat template's tokens are not in the count"
+		} else {
+			return s, cal, fmt.Errorf("calibrating trace prompts: %w", err)
+		}
 	}
 	empty, err := count("")
 	if err != nil {
@@ -63,9 +82,6 @@ func CalibrateTrace(ctx context.Context, hc *http.Client, base, model, dialect s
 	s.TokensPerWord = float64(block-empty) / float64(words)
 	s.Overhead = empty
 	cal.TokensPerWord, cal.OverheadTokens = s.TokensPerWord, s.Overhead
-	if dialect == TokenizeLlamaCpp {
-		cal.Note = "llama.cpp's /tokenize counts content only: the chat template's tokens are not in the count"
-	}
 	var errs []float64
 	for _, tt := range samples {
 		sb.Reset()
@@ -98,36 +114,12 @@ func tokenizeCount(ctx context.Context, hc *http.Client, url, model, dialect str
 		}
 		body = b
 	}
-	req, err := newJSONRequest(ctx, url, body, header)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Accept", "application/json")
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("POST %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return 0, fmt.Errorf("POST %s: reading the answer: %w", url, err)
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
-		return 0, unsupportedError{fmt.Errorf("POST %s: http %d", url, resp.StatusCode)}
-	default:
-		return 0, fmt.Errorf("POST %s: http %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b[:min(len(b), 256)])))
-	}
 	var out struct {
 		Count  *int  `json:"count"`
 		Tokens []any `json:"tokens"`
 	}
-	if err := json.Unmarshal(b, &out); err != nil {
-		return 0, fmt.Errorf("POST %s: decoding the answer: %w", url, err)
+	if err := postJSON(ctx, hc, url, header, body, &out); err != nil {
+		return 0, err
 	}
 	if out.Count != nil {
 		return *out.Count, nil
@@ -136,4 +128,53 @@ func tokenizeCount(ctx context.Context, hc *http.Client, url, model, dialect str
 		return len(out.Tokens), nil
 	}
 	return 0, fmt.Errorf("POST %s: the answer has neither count nor tokens", url)
+}
+
+// applyTemplate renders one user message through llama.cpp's POST
+// /apply-template ({"messages"} -> {"prompt"}).
+func applyTemplate(ctx context.Context, hc *http.Client, url string, header http.Header, content string) (string, error) {
+	var out struct {
+		Prompt *string `json:"prompt"`
+	}
+	body := map[string]any{"messages": []openAIMessage{{Role: "user", Content: content}}}
+	if err := postJSON(ctx, hc, url, header, body, &out); err != nil {
+		return "", err
+	}
+	if out.Prompt == nil {
+		return "", fmt.Errorf("POST %s: the answer has no prompt", url)
+	}
+	return *out.Prompt, nil
+}
+
+// postJSON posts body and decodes a 200 answer into out; 404, 405 and 501 are
+// an unsupportedError.
+func postJSON(ctx context.Context, hc *http.Client, url string, header http.Header, body, out any) error {
+	req, err := newJSONRequest(ctx, url, body, header)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("POST %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("POST %s: reading the answer: %w", url, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
+		return unsupportedError{fmt.Errorf("POST %s: http %d", url, resp.StatusCode)}
+	default:
+		return fmt.Errorf("POST %s: http %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b[:min(len(b), 256)])))
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("POST %s: decoding the answer: %w", url, err)
+	}
+	return nil
 }
