@@ -34,6 +34,9 @@ type Scenario struct {
 	// Trace replays a request trace instead of synthetic sessions (TraceSpec;
 	// docs/traces.md); stages, turns and token sizes are then unused.
 	Trace *TraceSpec `yaml:"trace" json:"trace,omitempty"`
+	// SLO is the service-level objective goodput is counted against (the
+	// report's goodput columns); nil = no goodput.
+	SLO *SLO `yaml:"slo" json:"slo,omitempty"`
 	// SideRequests: short requests a session sends beside some of its turns, as
 	// Claude Code sends title and topic requests with the conversation's session id
 	// (brief clients.md). nil (the default): none.
@@ -69,6 +72,16 @@ type Scenario struct {
 
 	source string         // file it was loaded from, for error messages
 	lines  map[string]int // YAML key path -> line (yamlpos.KeyLines), for error messages
+}
+
+// SLO is a request-level service-level objective, as vLLM's benchmark
+// (benchmarks/serve.py --goodput ttft:MS tpot:MS), GuideLLM and AIPerf count
+// goodput: a turn meets it when it is OK, its TTFB is at most TTFB and its
+// time per output token, (LastToken - FirstToken) / (output tokens - 1), at
+// most TPOT. A zero field sets no limit on that figure.
+type SLO struct {
+	TTFB time.Duration `yaml:"ttfb" json:"ttfb_ns"`
+	TPOT time.Duration `yaml:"tpot" json:"tpot_ns"`
 }
 
 // SideRequests describes the side requests of a scenario (Scenario.SideRequests).

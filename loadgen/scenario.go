@@ -300,6 +300,11 @@ func (sc *Scenario) problems() []problem {
 			bad(field, "nominal %s lies outside [%s, %s]", nominal, r.Min, r.Max)
 		}
 	}
+	if c.SLO != nil {
+		if c.SLO.TTFB < 0 || c.SLO.TPOT < 0 || (c.SLO.TTFB == 0 && c.SLO.TPOT == 0) {
+			bad("slo", "give ttfb and/or tpot as positive durations (e.g. ttfb: 2s, tpot: 50ms), got ttfb %v, tpot %v", c.SLO.TTFB, c.SLO.TPOT)
+		}
+	}
 	if c.Trace != nil {
 		if err := c.Trace.Validate(); err != nil {
 			bad("trace", "%v", err)

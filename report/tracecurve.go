@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lmwarden/warden/loadgen"
 
@@ -92,4 +94,29 @@ func sharedLRUCell(t loadgen.TraceReplay) string {
 		return "n/a (fleet KV unknown)"
 	}
 	return fmt.Sprintf("%s (%s tokens)", fmtPrec(1)(t.SharedLRUPct), Thousands(float64(t.SharedLRUTokens)))
+}
+
+// goodputSection writes summary.md's "Goodput" section when the scenario has
+// an slo: per variant and stage, the turns done, those meeting the SLO, their
+// share and rate.
+func goodputSection(b *strings.Builder, m *loadgen.Manifest, sums []Summary) {
+	if m.Scenario == nil || m.Scenario.SLO == nil {
+		return
+	}
+	slo := m.Scenario.SLO
+	limit := func(d time.Duration) string {
+		if d <= 0 {
+			return "none"
+		}
+		return d.String()
+	}
+	fmt.Fprintf(b, "\n## Goodput\n\nTurns done in the stage's window that are OK with TTFB <= %s and time per output token <= %s "+
+		"((last token - first token) / (output tokens - 1), as vLLM's benchmark counts it), of all turns done there (failed ones included).\n\n",
+		limit(slo.TTFB), limit(slo.TPOT))
+	var rows [][]string
+	for _, s := range sums {
+		rows = append(rows, []string{s.Variant, strconv.Itoa(s.Sessions), strconv.Itoa(s.TurnsOK + s.TurnsFailed), strconv.Itoa(s.GoodTurns),
+			fmtPrec(1)(s.GoodputPct), fmtPrec(1)(s.GoodputPerMin)})
+	}
+	mdTable(b, []string{"variant", "sessions", "turns", "meeting the SLO", "goodput %", "goodput turns/min"}, rows)
 }

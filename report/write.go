@@ -463,6 +463,7 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	}
 
 	traceSection(&b, m)
+	goodputSection(&b, m, sums)
 
 	var side [][]string
 	for _, s := range sums {

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -28,6 +29,8 @@ func newBenchCmd() *cobra.Command {
 		stages       []int
 		variants     []string
 		tr           traceFlags
+		sloTTFB      time.Duration
+		sloTPOT      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -128,6 +131,19 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 			if err := tr.apply(cmd, sc); err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("slo-ttfb") || cmd.Flags().Changed("slo-tpot") {
+				slo := loadgen.SLO{}
+				if sc.SLO != nil {
+					slo = *sc.SLO
+				}
+				if cmd.Flags().Changed("slo-ttfb") {
+					slo.TTFB = sloTTFB
+				}
+				if cmd.Flags().Changed("slo-tpot") {
+					slo.TPOT = sloTPOT
+				}
+				sc.SLO = &slo
+			}
 			if err := sc.Validate(); err != nil {
 				return err
 			}
@@ -188,6 +204,8 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 	f.DurationVar(&o.Admission.KeepAliveAfter, "admission-keepalive-after", router.DefaultKeepAliveAfter, "with --admission fit: a held streaming turn gets its 200 and the API's keep-alive events after this long held (negative: never, and holds are capped at 4m)")
 	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
 	tr.register(f)
+	f.DurationVar(&sloTTFB, "slo-ttfb", 0, "goodput SLO: a turn's TTFB at most this (the scenario's slo.ttfb; the report's goodput columns)")
+	f.DurationVar(&sloTPOT, "slo-tpot", 0, "goodput SLO: a turn's time per output token at most this (slo.tpot)")
 	f.StringVar(&o.RunID, "run-id", "", "run id recorded in the manifest (default: the UTC start time, 20060102-150405)")
 	return cmd
 }
