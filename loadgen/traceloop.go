@@ -126,9 +126,21 @@ type TraceReplay struct {
 	// LatenessP50/P99/Max: how late sends were against the intended instant
 	// (timestamp mode: the recorded time; session mode: the previous turn's end
 	// plus the gap), seconds.
-	LatenessP50S float64 `json:"lateness_p50_s"`
-	LatenessP99S float64 `json:"lateness_p99_s"`
-	LatenessMaxS float64 `json:"lateness_max_s"`
+	// Windows: the same two hit rates per report window, over the requests
+	// recorded in it (in window order, as the manifest's stages).
+	Windows      []TraceWindow `json:"windows,omitempty"`
+	LatenessP50S float64       `json:"lateness_p50_s"`
+	LatenessP99S float64       `json:"lateness_p99_s"`
+	LatenessMaxS float64       `json:"lateness_max_s"`
+}
+
+// TraceWindow is one report window's share of a TraceReplay: requests recorded
+// in it and the hit % the block ids allow them (reuse ceiling, shared LRU of
+// the fleet's KV; 0 when the fleet's KV is unknown).
+type TraceWindow struct {
+	Requests     int     `json:"requests"`
+	CeilingPct   float64 `json:"reuse_ceiling_pct"`
+	SharedLRUPct float64 `json:"shared_lru_pct"`
 }
 
 // TraceLoop is the dispatcher of one variant of a trace replay, in the role
@@ -162,10 +174,16 @@ type TraceLoop struct {
 	due     map[int]time.Duration
 
 	ceiling, shared *trace.HitCounter
+	win             []windowHits // per window: requests read in it and their hits
 	late            *hdrhistogram.Histogram
 	rep             TraceReplay
 	stopped         bool
 	stopAt          time.Duration
+}
+
+type windowHits struct {
+	requests                int
+	prompt, ceiling, shared int64
 }
 
 type endInfo struct {
@@ -214,6 +232,7 @@ func NewTraceLoop(sc *Scenario, variant string, start time.Duration, fleetKVToke
 	}
 	// Windows cover the span, plus one to drain (session mode shifts turns later).
 	n := int(last/spec.Window) + 2
+	l.win = make([]windowHits, n)
 	for i := range n {
 		l.windows = append(l.windows, StageWindow{
 			Start: start + time.Duration(i)*spec.Window,
@@ -335,10 +354,12 @@ func (l *TraceLoop) StartStage(i int, now time.Duration) []TurnRequest {
 		l.rep.Requests++
 		l.rep.InputTokens += int64(tt.Request.InputLength)
 		l.rep.OutputTokens += int64(tt.Request.OutputLength)
-		l.ceiling.Add(&tt.Request)
+		l.win[i].prompt += int64(tt.Request.InputLength)
+		l.win[i].ceiling += int64(l.ceiling.Add(&tt.Request))
 		if l.shared != nil {
-			l.shared.Add(&tt.Request)
+			l.win[i].shared += int64(l.shared.Add(&tt.Request))
 		}
+		l.win[i].requests++
 		first := t.Parent < 0 || !l.kept[t.Parent]
 		l.kept[t.Index] = true
 		l.convLen[t.Conversation]++
@@ -465,6 +486,14 @@ func (l *TraceLoop) Stop(now time.Duration) {
 	l.due, l.waiting = map[int]time.Duration{}, map[int][]TurnRequest{}
 	for _, n := range l.convLen {
 		l.rep.TurnsPerConversation[n]++
+	}
+	for _, w := range l.win[:l.WindowIndex(now)+1] {
+		tw := TraceWindow{Requests: w.requests}
+		if w.prompt > 0 {
+			tw.CeilingPct = 100 * float64(w.ceiling) / float64(w.prompt)
+			tw.SharedLRUPct = 100 * float64(w.shared) / float64(w.prompt)
+		}
+		l.rep.Windows = append(l.rep.Windows, tw)
 	}
 	l.rep.CeilingPct = l.ceiling.HitPct()
 	if l.shared != nil && l.shared.Requests > 0 {

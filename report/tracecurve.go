@@ -52,7 +52,7 @@ func Thousands(v float64) string { return fmtThousands(v) }
 
 // traceSection writes summary.md's "Trace replay" section (nothing for a run
 // without one): per variant, the reconstruction and what the block ids allow.
-func traceSection(b *strings.Builder, m *loadgen.Manifest) {
+func traceSection(b *strings.Builder, m *loadgen.Manifest, sums []Summary) {
 	if len(m.Traces) == 0 {
 		return
 	}
@@ -73,6 +73,33 @@ func traceSection(b *strings.Builder, m *loadgen.Manifest) {
 			fmt.Sprintf("%.2f / %.2f / %.2f", t.LatenessP50S, t.LatenessP99S, t.LatenessMaxS)})
 	}
 	mdTable(b, []string{"variant", "requests", "sent", "not sent", "conversations", "turns/conversation", "reuse ceiling %", "shared LRU %", "lateness p50/p99/max (s)"}, rows)
+
+	// Per window: what the block ids allow the requests recorded in it, beside
+	// what the engines achieved on the requests done in it.
+	rows = nil
+	for _, t := range m.Traces {
+		k := 0
+		for _, s := range sums {
+			if s.Variant != t.Variant {
+				continue
+			}
+			if k < len(t.Windows) {
+				w := t.Windows[k]
+				shared := "n/a"
+				if t.SharedLRUTokens > 0 {
+					shared = fmtPrec(1)(w.SharedLRUPct)
+				}
+				rows = append(rows, []string{t.Variant, fmt.Sprintf("%v-%v", s.WindowStart.Round(time.Second), s.WindowEnd.Round(time.Second)),
+					strconv.Itoa(w.Requests), strconv.Itoa(s.TurnsOK + s.TurnsFailed), fmtPrec(1)(s.PrefixHitsPct), fmtPrec(1)(s.UsageCachedPct),
+					fmtPrec(1)(w.CeilingPct), shared})
+			}
+			k++
+		}
+	}
+	if len(rows) > 0 {
+		b.WriteString("\nPer report window: requests recorded in it and the hit % their block ids allow, beside the turns done in it and the hits the engines reported.\n\n")
+		mdTable(b, []string{"variant", "window", "requests recorded", "turns done", "prefix hits %", "usage cached %", "reuse ceiling %", "shared LRU %"}, rows)
+	}
 }
 
 // TurnsDistribution words a turns -> conversations map: "1: 108, 2: 19".

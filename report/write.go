@@ -462,7 +462,7 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		mdTable(&b, []string{"variant", "sessions", "held turns", "turns", "hold p50 (s)", "hold p95 (s)", "hold max (s)"}, heldRows)
 	}
 
-	traceSection(&b, m)
+	traceSection(&b, m, sums)
 	goodputSection(&b, m, sums)
 
 	var side [][]string
