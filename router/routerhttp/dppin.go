@@ -14,6 +14,7 @@ import (
 	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // PinVerdict is what CheckDPPinning concluded about a DP server.
@@ -95,7 +96,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 	}
 	// The engines the server reports: fewer than ranks is a configuration error
 	// the probes would only see as refusals; more is worth saying too.
-	snap, err := scrape.Fetch(ctx, hc, base+"/metrics", "")
+	snap, err := scrape.Fetch(ctx, hc, base+wire.PathMetrics, "")
 	if err != nil {
 		return unverified("%s: %v", base, err)
 	}
@@ -111,7 +112,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 		}
 	}
 	finished := func() ([]float64, error) {
-		snap, err := scrape.Fetch(ctx, hc, base+"/metrics", "")
+		snap, err := scrape.Fetch(ctx, hc, base+wire.PathMetrics, "")
 		if err != nil {
 			return nil, err
 		}
@@ -168,7 +169,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 			if delta[k] < pinProbesPerRank {
 				return PinCheck{Verdict: PinIgnored, Detail: fmt.Sprintf(
 					"%s: of %d requests pinned to rank %d with %s, engine %d counted %g within %s (requests finished per engine meanwhile, other traffic included: %s): the server's balancer chose the rank, so a router cannot place conversations on it (use a vLLM that reads the header, or one server per rank)",
-					base, pinProbesPerRank, k, HeaderDPRank, k, delta[k], pinCounterWait, countsByEngine(delta))}
+					base, pinProbesPerRank, k, wire.HeaderDPRank, k, delta[k], pinCounterWait, countsByEngine(delta))}
 			}
 			clean = total == pinProbesPerRank
 		}
@@ -215,13 +216,13 @@ func chatProbe(ctx context.Context, hc *http.Client, base, model string, rank in
 		"max_tokens":  1,
 		"temperature": 0,
 	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+wire.PathChatCompletions, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if rank >= 0 {
-		req.Header.Set(HeaderDPRank, strconv.Itoa(rank))
+		req.Header.Set(wire.HeaderDPRank, strconv.Itoa(rank))
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -30,7 +31,7 @@ const DefaultMaxAttempts = 3
 // ProxiedPaths are the POST endpoints the proxy routes. Every one of them goes
 // through Balancer.Acquire/Release, so each feeds the load counts (peers.md router
 // case 3). Query strings pass through (Claude Code calls /v1/messages?beta=true).
-var ProxiedPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens"}
+var ProxiedPaths = []string{wire.PathChatCompletions, wire.PathCompletions, wire.PathMessages, wire.PathCountTokens}
 
 var proxiedPath = func() map[string]bool {
 	m := map[string]bool{}
@@ -451,9 +452,9 @@ func (c *call) release() {
 }
 
 func (c *call) setHeaders(h http.Header) {
-	h.Set(HeaderReplica, c.upstream().Name)
+	h.Set(wire.HeaderReplica, c.upstream().Name)
 	if c.counted {
-		h.Set(HeaderDecision, c.dec.Reason.String())
+		h.Set(wire.HeaderDecision, c.dec.Reason.String())
 		c.setAdmissionHeaders(h)
 		c.setStateHeader(h)
 	}
@@ -464,10 +465,10 @@ func (c *call) setHeaders(h http.Header) {
 // and settled when it ends (settle: release, policy feedback, metrics, log).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
-	case "/health":
+	case wire.PathHealth:
 		p.serveHealth(w, r)
 		return
-	case "/v1/models":
+	case wire.PathModels:
 		p.serveModels(w, r)
 		return
 	}
@@ -545,7 +546,7 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 	if m := pool.lastModel.Load(); info.Model != "" && (m == nil || *m != info.Model) {
 		pool.lastModel.Store(&info.Model)
 	}
-	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == "/v1/messages/count_tokens"}, body: body, inURL: *r.URL, counted: true}
+	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens}, body: body, inURL: *r.URL, counted: true}
 	d, err := p.admit(r.Context(), w, pool, c)
 	if err != nil {
 		name := pool.Model
@@ -656,7 +657,7 @@ func (c *call) feedback() {
 	}
 	if c.dec.Reason == router.ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
 		_, wait := b.UnplaceWait(c.facts.SessionKey, c.dec.Replica)
-		c.stateWait += wait // after the response: in MetricStateWait, not in HeaderStateMs
+		c.stateWait += wait // after the response: in MetricStateWait, not in wire.HeaderStateMs
 	}
 }
 
@@ -812,9 +813,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 }
 
 func setRank(h http.Header, rank int) {
-	h.Del(HeaderDPRank)
+	h.Del(wire.HeaderDPRank)
 	if rank >= 0 {
-		h.Set(HeaderDPRank, strconv.Itoa(rank))
+		h.Set(wire.HeaderDPRank, strconv.Itoa(rank))
 	}
 }
 

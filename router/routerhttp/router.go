@@ -19,6 +19,7 @@ import (
 	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp/redisstate"
 )
@@ -607,7 +608,7 @@ func (rt *Router) checkPinning(ctx context.Context, t *target) {
 	}
 	setPin(PinCheck{Verdict: PinPending, Detail: fmt.Sprintf("%s: waiting for GET /health to answer 200", t.url)})
 	for waited := false; ; waited = true {
-		resp, err := rt.get(ctx, t, "/health")
+		resp, err := rt.get(ctx, t, wire.PathHealth)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -729,7 +730,7 @@ func singleJoin(a, b string) string {
 
 func (rt *Router) checkHealth(ctx context.Context, t *target) {
 	ok := false
-	resp, err := rt.get(ctx, t, "/health")
+	resp, err := rt.get(ctx, t, wire.PathHealth)
 	if err == nil {
 		ok = resp.StatusCode == http.StatusOK
 		if !ok {
@@ -767,7 +768,7 @@ func (rt *Router) checkHealth(ctx context.Context, t *target) {
 
 func (rt *Router) scrape(ctx context.Context, t *target) {
 	u := *t.url
-	u.Path = singleJoin(u.Path, "/metrics")
+	u.Path = singleJoin(u.Path, wire.PathMetrics)
 	t.mu.Lock()
 	kind := t.kind
 	t.mu.Unlock()
