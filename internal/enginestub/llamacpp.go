@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 //go:embed recorded/llamacpp
@@ -159,9 +160,9 @@ func (s *llamaCpp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveChat(w, r)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
 		s.serveMessages(w, r)
-	case r.Method == http.MethodPost && r.URL.Path == "/tokenize":
+	case r.Method == http.MethodPost && r.URL.Path == wire.PathTokenize:
 		s.serveTokenize(w, r)
-	case r.Method == http.MethodPost && r.URL.Path == "/apply-template":
+	case r.Method == http.MethodPost && r.URL.Path == wire.PathApplyTemplate:
 		s.serveApplyTemplate(w, r)
 	default:
 		// The recorded 404 (GET /version, POST /reset_prefix_cache, anything else).

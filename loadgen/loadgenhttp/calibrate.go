@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/loadgen/trace"
 )
@@ -42,16 +43,16 @@ func CalibrateTrace(ctx context.Context, hc *http.Client, base, model, dialect s
 	templated := false // llama.cpp: the chat template applied through /apply-template first
 	count := func(content string) (int, error) {
 		if templated {
-			p, err := applyTemplate(ctx, hc, root+"/apply-template", header, content)
+			p, err := applyTemplate(ctx, hc, root+wire.PathApplyTemplate, header, content)
 			if err != nil {
 				return 0, err
 			}
 			content = p
 		}
-		return tokenizeCount(ctx, hc, root+"/tokenize", model, dialect, header, content)
+		return tokenizeCount(ctx, hc, root+wire.PathTokenize, model, dialect, header, content)
 	}
 	if dialect == TokenizeLlamaCpp {
-		if _, err := applyTemplate(ctx, hc, root+"/apply-template", header, ""); err == nil {
+		if _, err := applyTemplate(ctx, hc, root+wire.PathApplyTemplate, header, ""); err == nil {
 			templated = true
 			cal.Endpoint = "POST /apply-template + POST /tokenize (llamacpp)"
 		} else if _, ok := err.(unsupportedError); ok {
