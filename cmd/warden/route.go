@@ -35,6 +35,7 @@ type routeOpts struct {
 	seedFrom  string
 	state     string
 	admission string
+	record    string // --record FILE: write the traffic as a trace
 }
 
 func newRouteCmd() *cobra.Command {
@@ -89,6 +90,25 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 				return err
 			}
 			slog.Info("tie-break seed", "seed", cfg.Seed, "from", o.seedFrom)
+			if o.record != "" {
+				// O_EXCL: a recording never overwrites an earlier one.
+				f, err := os.OpenFile(o.record, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+				if err != nil {
+					return fmt.Errorf("--record: %w", err)
+				}
+				rec, err := routerhttp.NewRecorder(f)
+				if err != nil {
+					f.Close()
+					return err
+				}
+				rt.Proxy().SetRecorder(rec)
+				slog.Info("recording traffic as a trace (Mooncake format + session ids; no text, no keys)", "file", o.record)
+				err = serveRouter(cmd.Context(), rt, cfg)
+				rt.Proxy().SetRecorder(nil)
+				cerr := rec.Close()
+				slog.Info("recording closed", "file", o.record, "requests", rec.Written, "not_recorded", rec.Dropped)
+				return errors.Join(err, cerr)
+			}
 			return serveRouter(cmd.Context(), rt, cfg)
 		},
 	}
@@ -110,6 +130,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.IntVar(&o.ejectAfter, "eject-consecutive-failures", router.DefaultEjectConsecutiveFailures, "eject a replica after this many consecutive failed requests (5xx, broken connections) though its /health passes; negative: never (docs/router.md section 9)")
 	f.Uint64Var(&o.seed, "seed", 0, "tie-break seed (model i uses seed+i); default: the config file's seed, else drawn from the clock at start (logged)")
 	f.StringVar(&o.state, "state", "", "shared state for several routers: redis://[user:password@]host:port/db or rediss://; session homes, in-flight counts and live working sets are shared by every router naming it (docs/router.md); over the file's state:")
+	f.StringVar(&o.record, "record", "", "write the requests served as a replayable trace to this new file (Mooncake JSONL + session ids; no text, no keys; warden bench --trace replays it; docs/traces.md)")
 	f.StringVar(&o.admission, "admission", router.AdmissionOff, "admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\"); with --config: every model's mode, over the file, keeping its other admission settings")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }

@@ -34,6 +34,7 @@ type usageScanner struct {
 	prompt     int
 	cached     int
 	haveCached bool
+	output     int // completion / output tokens, for the trace recorder
 }
 
 // feedJSON takes the next bytes of a non-streaming JSON response.
@@ -100,8 +101,11 @@ type usageFields struct {
 		CachedTokens *int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
 	InputTokens *int `json:"input_tokens"`
-	CacheRead   *int `json:"cache_read_input_tokens"`
-	CacheCreate *int `json:"cache_creation_input_tokens"`
+	// Output: OpenAI completion_tokens, Anthropic output_tokens (message_delta).
+	CompletionTokens *int `json:"completion_tokens"`
+	OutputTokens     *int `json:"output_tokens"`
+	CacheRead        *int `json:"cache_read_input_tokens"`
+	CacheCreate      *int `json:"cache_creation_input_tokens"`
 }
 
 type usageProbe struct {
@@ -128,6 +132,12 @@ func (u *usageScanner) line(l []byte) {
 }
 
 func (u *usageScanner) use(f *usageFields) {
+	if f != nil && f.CompletionTokens != nil {
+		u.output = *f.CompletionTokens
+	}
+	if f != nil && f.OutputTokens != nil {
+		u.output = *f.OutputTokens
+	}
 	switch {
 	case f == nil:
 	case f.PromptTokens != nil:
