@@ -101,7 +101,7 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 					f.Close()
 					return err
 				}
-				rt.Proxy().SetRecorder(rec)
+				rt.SetRecorder(rec)
 				slog.Info("recording traffic as a trace (Mooncake format + session ids; no text, no keys)", "file", o.record)
 				err = serveRouter(cmd.Context(), rt, cfg)
 				rt.Proxy().SetRecorder(nil)

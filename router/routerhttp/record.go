@@ -7,7 +7,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"io"
 	"strings"
 	"sync"
@@ -254,4 +256,54 @@ func contentText(raw json.RawMessage) string {
 		sb.WriteByte('\n')
 	}
 	return sb.String()
+}
+
+// recordView is the admin API's view of the recording switch.
+type recordView struct {
+	Enabled bool `json:"enabled"`
+	Written int  `json:"written"`
+	Dropped int  `json:"dropped"`
+}
+
+// SetRecorder gives the router a recorder (warden route --record) and starts
+// recording; the admin API's /admin/record then pauses and resumes it.
+func (rt *Router) SetRecorder(rec *Recorder) {
+	rt.recMu.Lock()
+	rt.rec = rec
+	rt.recMu.Unlock()
+	rt.proxy.SetRecorder(rec)
+}
+
+// serveAdminRecord serves GET and PUT /admin/record (body {"enabled": bool}):
+// pause or resume the recording of a router started with a recorder; 404
+// without one.
+func (rt *Router) serveAdminRecord(w http.ResponseWriter, r *http.Request) {
+	rt.recMu.Lock()
+	rec := rt.rec
+	rt.recMu.Unlock()
+	if rec == nil {
+		adminError(w, http.StatusNotFound, errors.New("not recording: the router was started without --record"))
+		return
+	}
+	if r.Method == http.MethodPut {
+		var body struct {
+			Enabled *bool `json:"enabled"`
+		}
+		if err := decodeStrict(r.Body, &body); err != nil || body.Enabled == nil {
+			if err == nil {
+				err = errors.New(`"enabled" is missing`)
+			}
+			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"enabled": true|false}: %w`, err))
+			return
+		}
+		if *body.Enabled {
+			rt.proxy.SetRecorder(rec)
+		} else {
+			rt.proxy.SetRecorder(nil)
+		}
+	}
+	rec.mu.Lock()
+	v := recordView{Enabled: rt.proxy.recorder.Load() != nil, Written: rec.Written, Dropped: rec.Dropped}
+	rec.mu.Unlock()
+	writeJSON(w, http.StatusOK, v)
 }

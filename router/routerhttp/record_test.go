@@ -79,3 +79,21 @@ func TestRecorder(t *testing.T) {
 		t.Errorf("two files share ids or session ids: %+v / %+v", y, r1)
 	}
 }
+
+func TestAdminRecordSwitch(t *testing.T) {
+	rt, srv := newAdmin(t, "", "m")
+	if code, body := adminDo(t, srv, "GET", "/admin/record", "", ""); code != 404 || !strings.Contains(body, "without --record") {
+		t.Fatalf("without a recorder: %d %s", code, body)
+	}
+	rec, _ := NewRecorder(&bytes.Buffer{})
+	rt.SetRecorder(rec)
+	if code, body := adminDo(t, srv, "PUT", "/admin/record", "", `{"enabled":false}`); code != 200 || !strings.Contains(body, `"enabled": false`) || rt.Proxy().recorder.Load() != nil {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	if code, body := adminDo(t, srv, "PUT", "/admin/record", "", `{"enabled":true}`); code != 200 || !strings.Contains(body, `"enabled": true`) || rt.Proxy().recorder.Load() != rec {
+		t.Fatalf("resume: %d %s", code, body)
+	}
+	if code, _ := adminDo(t, srv, "PUT", "/admin/record", "", `{"on":true}`); code != 400 {
+		t.Fatalf("bad body: %d", code)
+	}
+}

@@ -28,6 +28,8 @@ const probeTimeout = 5 * time.Second
 type Router struct {
 	cfg     Config
 	proxy   *Proxy
+	recMu   sync.Mutex
+	rec     *Recorder // warden route --record; nil without
 	metrics *Metrics
 
 	// targets are the configured upstream URLs, then any added by AddReplica.
