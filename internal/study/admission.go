@@ -98,7 +98,7 @@ func frontierFigure(setup string, rows []Row, minSessions int) (*plot.Plot, erro
 	if n < 3 || len(stages) == 0 {
 		return nil, nil
 	}
-	p := plot.New()
+	p := newFigure()
 	p.Title.Text = fmt.Sprintf("%s: output tokens/min vs TTFB p95 as max_hold grows (admit-fit)", setup)
 	p.X.Label.Text = "TTFB p95 (s)"
 	p.Y.Label.Text = "output tokens/min"
