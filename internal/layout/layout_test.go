@@ -1,4 +1,6 @@
-// Package layout holds checks of the module's package layout (no code of its own).
+// Package layout holds checks of the module's layout and docs (no code of its own):
+// the package table of docs/DESIGN-NOTES.md against go list (layout_test.go) and
+// every relative link of README.md and docs/*.md (links_test.go).
 package layout
 
 import (
