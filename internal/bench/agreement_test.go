@@ -90,6 +90,7 @@ func runWorldWith(t *testing.T, virtual bool, sc *loadgen.Scenario, speed float6
 // goroutine scheduling jitter (docs/simulator.md, "Virtual and HTTP worlds"); beyond
 // that they run the same engine, policy and sessions.
 func TestVirtualAgreesWithHTTP(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("short: runs the HTTP world for about two minutes of wall time")
 	}
@@ -158,6 +159,7 @@ const longOffEnv = "WARDEN_AGREEMENT_OFF"
 // virtual). About 4 minutes of wall time at speed 6, so it runs only with
 // WARDEN_AGREEMENT_OFF=1 (make agreement-off).
 func TestVirtualAgreesWithHTTPOffLongStages(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(longOffEnv) == "" {
 		t.Skip("set " + longOffEnv + "=1 to run (about 4 minutes of wall time)")
 	}
@@ -218,6 +220,7 @@ func meanSD(xs []float64) (mean, sd float64) {
 // (Scenario.RTT, Scenario.APIServers): both worlds apply the same simulated-time
 // delays, so they still agree.
 func TestVirtualAgreesWithHTTPNetwork(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("short: runs the HTTP world for about a minute of wall time")
 	}
