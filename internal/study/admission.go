@@ -159,16 +159,16 @@ func frontierFigure(setup string, rows []Row, minSessions int) (*plot.Plot, erro
 
 // writeFrontier draws frontier-<setup>.png for every setup whose rows have the
 // frontier's arms (stages of 24 sessions and more).
-func writeFrontier(dir string, setups []Setup, rows []Row) error {
+func writeFrontier(dir string, setups []string, rows []Row) error {
 	for _, s := range setups {
-		p, err := frontierFigure(s.Name, rows, 24)
+		p, err := frontierFigure(s, rows, 24)
 		if err != nil {
 			return fmt.Errorf("writing study: frontier: %w", err)
 		}
 		if p == nil {
 			continue
 		}
-		if err := savePlot(p, filepath.Join(dir, "frontier-"+s.Name+".png")); err != nil {
+		if err := savePlot(p, filepath.Join(dir, "frontier-"+s+".png")); err != nil {
 			return err
 		}
 	}
