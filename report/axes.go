@@ -152,3 +152,8 @@ func addHeadroom(p *plot.Plot, f float64) {
 	}
 	p.Y.Max = p.Y.Min + (p.Y.Max-p.Y.Min)/(1-f)
 }
+
+// PlainTicks is the run figures' axis ticker (gonum's default ticks, labels
+// without trailing zeros: "50,000", "0.5"), for figures drawn by other packages
+// (warden plan).
+type PlainTicks = plainTicks
