@@ -163,7 +163,7 @@ type Point struct {
 	Replicas int
 	Samples  []sample
 	// Means over the seeds.
-	TTFBP50S, TTFBP95S, Goodput              float64
+	TTFBP50S, TTFBP95S, Goodput               float64
 	OutputTokensPerMin, SessionsPerH, HitsPct float64
 	// Terms: the SLO verdict per term, in SLO order.
 	Terms []TermResult
