@@ -184,4 +184,3 @@ func TestLookupPolicy(t *testing.T) {
 		t.Errorf("shortest-queue is affinity off, got %+v", p)
 	}
 }
-

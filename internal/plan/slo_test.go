@@ -71,8 +71,8 @@ func TestGoodput(t *testing.T) {
 		return loadgen.Result{Variant: "on", Sent: done - ttfb - time.Second, FirstToken: done - time.Second, Done: done, Status: 200}
 	}
 	rs := []loadgen.Result{
-		ok(10*time.Second, 2*time.Second),  // good
-		ok(11*time.Second, 12*time.Second), // too slow
+		ok(10*time.Second, 2*time.Second),                                       // good
+		ok(11*time.Second, 12*time.Second),                                      // too slow
 		{Variant: "on", Done: 12 * time.Second, Status: 503, Err: "no replica"}, // failed: not good
 		ok(30*time.Second, time.Second),                                         // outside the window
 		{Variant: "on", Side: true, Done: 12 * time.Second, Status: 200},        // side request: not counted
