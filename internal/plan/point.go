@@ -97,7 +97,9 @@ func runSample(ctx context.Context, f Fleet, p Policy, sc *loadgen.Scenario, wit
 		return fail(err)
 	}
 	ecfg := f.engineConfig()
+	var cut []loadgen.Result
 	_, err = virtual.Run(ctx, virtual.Config{
+		OnCut:    func(r loadgen.Result) { cut = append(cut, r) },
 		Scenario: sc,
 		Replicas: f.Replicas,
 		Engine:   ecfg,
@@ -124,7 +126,7 @@ func runSample(ctx context.Context, f Fleet, p Policy, sc *loadgen.Scenario, wit
 	s := sums[0]
 	return sample{
 		Seed: sc.Seed, TTFBP50S: s.TTFBP50S, TTFBP95S: s.TTFBP95S,
-		Goodput:            Goodput(run.Results, s.Variant, s.WindowStart, s.WindowEnd, within),
+		Goodput:            Goodput(run.Results, cut, s.Variant, s.WindowStart, s.WindowEnd, within),
 		OutputTokensPerMin: s.OutputTokensPerMin, SessionsPerH: s.SessionsPerH, PrefixHitsPct: s.PrefixHitsPct,
 		TurnsOK: s.TurnsOK, Failed: s.TurnsFailed, PeakContext: peakContext(run.Results),
 	}, nil

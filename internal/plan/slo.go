@@ -195,12 +195,17 @@ func (o SLO) terms() []term {
 	return ts
 }
 
-// Goodput is this package's one definition of goodput: of the turns done in the
-// measured window [start, end) (side requests excluded), the share that finished
-// OK (loadgen.Result.OK) with a TTFB (Result.TTFB, Sent to first token, a router
-// hold included) of at most within. A failed or timed-out turn is not good; a
-// turn still in flight when the window ends is not counted. NaN without turns.
-func Goodput(results []loadgen.Result, variant string, start, end, within time.Duration) float64 {
+// Goodput is this package's one definition of goodput: the share of good turns
+// among the turns of the measured window [start, end) (side requests excluded).
+// A turn done in the window (results) is good when it finished OK
+// (loadgen.Result.OK) with a TTFB (Result.TTFB: Sent to first token, a router
+// hold included) of at most within; a failed or timed-out turn is not good. A
+// turn cut off open at the end (cut: virtual.Config.OnCut) counts, as not good,
+// when it had already missed: sent more than within before end without a first
+// token, or its first token more than within after it was sent; other open
+// turns are not counted. Without the cut turns, a router that holds
+// conversations (admission) would hide its longest waits. NaN without turns.
+func Goodput(results, cut []loadgen.Result, variant string, start, end, within time.Duration) float64 {
 	var good, all int
 	for i := range results {
 		r := &results[i]
@@ -210,6 +215,15 @@ func Goodput(results []loadgen.Result, variant string, start, end, within time.D
 		all++
 		if r.OK() && r.FirstToken > 0 && r.TTFB() <= within {
 			good++
+		}
+	}
+	for i := range cut {
+		r := &cut[i]
+		if r.Side || r.Variant != variant || r.Sent >= end {
+			continue
+		}
+		if (r.FirstToken == 0 && end-r.Sent > within) || (r.FirstToken > 0 && r.TTFB() > within) {
+			all++
 		}
 	}
 	if all == 0 {

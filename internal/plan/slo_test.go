@@ -78,10 +78,19 @@ func TestGoodput(t *testing.T) {
 		{Variant: "on", Side: true, Done: 12 * time.Second, Status: 200},        // side request: not counted
 		{Variant: "off", Done: 12 * time.Second, Status: 200},                   // other variant
 	}
-	if g := Goodput(rs, "on", 5*time.Second, 20*time.Second, 10*time.Second); math.Abs(g-1.0/3) > 1e-12 {
+	if g := Goodput(rs, nil, "on", 5*time.Second, 20*time.Second, 10*time.Second); math.Abs(g-1.0/3) > 1e-12 {
 		t.Errorf("Goodput = %v, want 1/3", g)
 	}
-	if g := Goodput(rs, "on", 40*time.Second, 50*time.Second, 10*time.Second); !math.IsNaN(g) {
+	cut := []loadgen.Result{
+		{Variant: "on", Sent: 5 * time.Second},                                // held 15 s at the end: missed
+		{Variant: "on", Sent: 15 * time.Second},                               // open 5 s: not counted
+		{Variant: "on", Sent: 2 * time.Second, FirstToken: 14 * time.Second},  // first token after 12 s: missed
+		{Variant: "on", Sent: 12 * time.Second, FirstToken: 13 * time.Second}, // streaming in time: not counted
+	}
+	if g := Goodput(rs, cut, "on", 5*time.Second, 20*time.Second, 10*time.Second); math.Abs(g-1.0/5) > 1e-12 {
+		t.Errorf("Goodput with cut turns = %v, want 1/5", g)
+	}
+	if g := Goodput(rs, nil, "on", 40*time.Second, 50*time.Second, 10*time.Second); !math.IsNaN(g) {
 		t.Errorf("Goodput of an empty window = %v, want NaN", g)
 	}
 }

@@ -2,6 +2,8 @@ package virtual
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -75,4 +77,31 @@ func TestScaleSmall(t *testing.T) {
 		t.Fatalf("no turn completed in 2 simulated minutes with 250 sessions on 8 replicas")
 	}
 	t.Logf("%d turns completed", turns)
+}
+
+// BenchmarkScale is issue 30's scale target: 64, 256 and 1,024 replicas with 50
+// sessions per replica (the reference workload, affinity on), writing a results
+// directory as bench --virtual does. The goal is 1,024 x 51,200 sessions x 1
+// simulated hour in under 120 s on 2 cores. WARDEN_SCALE_DURATION shortens the
+// simulated time (e.g. 5m) for profiling. Run it with
+//
+//	go test ./internal/virtual -run '^$' -bench 'Scale/' -benchtime 1x
+//
+// s/op is wall seconds for the simulated duration; turns/op the turns completed.
+func BenchmarkScale(b *testing.B) {
+	d := time.Hour
+	if s := os.Getenv("WARDEN_SCALE_DURATION"); s != "" {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			b.Fatalf("WARDEN_SCALE_DURATION: %v", err)
+		}
+	}
+	for _, replicas := range []int{64, 256, 1024} {
+		b.Run(fmt.Sprintf("%dx%d", replicas, 50*replicas), func(b *testing.B) {
+			for b.Loop() {
+				turns := runScale(b, replicas, 50*replicas, d)
+				b.ReportMetric(float64(turns), "turns/op")
+			}
+		})
+	}
 }
