@@ -33,7 +33,8 @@ type SLO struct {
 	TTFBP95 time.Duration // TTFB p95 of OK turns at most this
 	// Goodput is the least share of turns that must be good (Goodput below);
 	// GoodputTTFB is the TTFB a good turn stays within (default: TTFBP95 when
-	// given, else DefaultGoodputTTFB).
+	// given, else DefaultGoodputTTFB), used for the goodput reported at every
+	// point even when Goodput is 0 (not checked).
 	Goodput     float64
 	GoodputTTFB time.Duration
 }
@@ -149,7 +150,9 @@ func (o SLO) withDefaults() SLO {
 	if o.TTFBP50 == 0 && o.TTFBP95 == 0 && o.Goodput == 0 {
 		o.TTFBP95 = DefaultTTFBP95
 	}
-	if o.Goodput > 0 && o.GoodputTTFB == 0 {
+	// goodput_ttfb is set even without a goodput term: goodput is reported at
+	// every point.
+	if o.GoodputTTFB == 0 {
 		o.GoodputTTFB = DefaultGoodputTTFB
 		if o.TTFBP95 > 0 {
 			o.GoodputTTFB = o.TTFBP95

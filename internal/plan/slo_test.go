@@ -23,7 +23,8 @@ func TestParseSLO(t *testing.T) {
 		{in: "goodput=0.9,goodput_ttfb=2s", want: SLO{Goodput: 0.9, GoodputTTFB: 2 * time.Second}},
 		// Goodput alone: its TTFB defaults to 10 s, no p95 term.
 		{in: "goodput=0.8", want: SLO{Goodput: 0.8, GoodputTTFB: DefaultGoodputTTFB}},
-		{in: "ttfb_p50=1s", want: SLO{TTFBP50: time.Second}},
+		{in: "ttfb_p50=1s", want: SLO{TTFBP50: time.Second, GoodputTTFB: DefaultGoodputTTFB}},
+		{in: "ttfb_p95=4s", want: SLO{TTFBP95: 4 * time.Second, GoodputTTFB: 4 * time.Second}},
 		{in: "ttfb_p99=1s", err: `unknown term "ttfb_p99"`},
 		{in: "ttfb_p95=10", err: "want a positive duration"},
 		{in: "goodput=1.5", err: "want a fraction in (0, 1]"},
