@@ -184,3 +184,37 @@ func TestLookupPolicy(t *testing.T) {
 		t.Errorf("shortest-queue is affinity off, got %+v", p)
 	}
 }
+
+// Verify runs the knee over HTTP on the embedded cluster and reports both
+// worlds with the tolerances applied (the smoke workload at speed 10: a few
+// seconds; the verdict itself depends on the machine's load and is not checked).
+func TestVerifySmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: runs the HTTP world")
+	}
+	c := smokeConfig(t)
+	c.Policies = []Policy{mustPolicy(t, "working-set")}
+	c.MaxSessions = 4
+	r, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := Verify(context.Background(), r, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 1 {
+		t.Fatalf("%d verifications, want 1", len(vs))
+	}
+	v := vs[0]
+	if v.Sessions != r.Policies[0].Knee.Sessions || v.HTTP.TurnsOK == 0 || v.Virtual.TurnsOK == 0 {
+		t.Errorf("verification %+v: want the knee's sessions and turns in both worlds", v)
+	}
+	if v.HitsLimit < AgreeHitsPoints || v.P50Limit < AgreeP50Frac*v.HTTP.TTFBP50S {
+		t.Errorf("limits %.2f points, %.3f s: below the documented tolerances", v.HitsLimit, v.P50Limit)
+	}
+	var b bytes.Buffer
+	if err := WriteVerification(&b, vs, 10); err != nil || !strings.Contains(b.String(), "http") || !strings.Contains(b.String(), "virtual seeds mean") {
+		t.Errorf("verification table: %v\n%s", err, b.String())
+	}
+}
