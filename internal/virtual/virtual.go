@@ -38,6 +38,13 @@ type Config struct {
 	Out      *loadgen.ResultsWriter // nil = write nothing
 	Progress io.Writer              // one line per stage; nil = none
 	OnResult func(loadgen.Result)   // called for every finished turn
+	// OnCut, when set, is called as a variant ends for every turn still open
+	// then: sent by the client and not finished (on its way, held by the
+	// router, at the API server or the engine, or its end not yet at the
+	// client), in session and turn order. The Result has the turn's identity,
+	// Sent and FirstToken when one came; Done is 0. Such turns have no record
+	// in turns.jsonl (the manifest counts them in flight).
+	OnCut func(loadgen.Result)
 
 	// Copied into the manifest.
 	RunID    string
@@ -330,6 +337,9 @@ func (r *run) stopVariant(t time.Duration) {
 	if r.loop == nil {
 		return
 	}
+	if r.cfg.OnCut != nil {
+		r.reportCut()
+	}
 	ids := make([]string, 0, len(r.flights))
 	for id := range r.flights {
 		ids = append(ids, id)
@@ -360,6 +370,38 @@ func (r *run) stopVariant(t time.Duration) {
 }
 
 // send schedules the loop's next turns at their intended instants.
+// reportCut calls OnCut for every open turn (stopVariant).
+func (r *run) reportCut() {
+	var cut []loadgen.Result
+	for _, fs := range []map[string]*flight{r.flights, r.ending} {
+		for _, f := range fs {
+			res := f.res
+			res.Done = 0
+			cut = append(cut, res)
+		}
+	}
+	for _, p := range r.pending {
+		if p.sent {
+			res := p.tr.NewResult()
+			res.Sent = p.h.since
+			cut = append(cut, res)
+		}
+	}
+	sort.Slice(cut, func(i, j int) bool {
+		a, b := &cut[i], &cut[j]
+		if a.Session != b.Session {
+			return a.Session < b.Session
+		}
+		if a.Turn != b.Turn {
+			return a.Turn < b.Turn
+		}
+		return !a.Side && b.Side
+	})
+	for _, res := range cut {
+		r.cfg.OnCut(res)
+	}
+}
+
 func (r *run) send(trs []loadgen.TurnRequest) {
 	for _, tr := range trs {
 		r.schedule(pendingTurn{tr: tr}, tr.Intended, evSend)
