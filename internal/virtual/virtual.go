@@ -111,7 +111,8 @@ type run struct {
 	ending map[string]*flight
 
 	variant int
-	loop    *loadgen.Loop
+	loop    dispatcher
+	traceState
 	polls   *loadgen.PollSchedule // the variant's poll instants after the first
 	end     time.Duration
 	m       *loadgen.Manifest
@@ -191,6 +192,9 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 	}
 	r.bal = bal
 	r.w = loadgen.NewWorkload(sc)
+	if sc.Trace != nil {
+		r.synth = traceSynth(sc.Trace)
+	}
 	if s := r.w.SystemPrompt(); s != "" {
 		r.system = sim.AppendMessage(nil, sim.ChatMessage{Role: "system", Content: s})
 	}
@@ -315,7 +319,16 @@ func (r *run) startVariant(v int) {
 	r.bal.ResetSessions()
 	r.caches = map[int64]*tokCache{}
 	r.variant = v
-	r.loop = loadgen.NewLoop(r.sc, r.w, name, now)
+	if r.sc.Trace != nil {
+		tl, err := loadgen.NewTraceLoop(r.sc, name, now, r.fleetKVTokens())
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("virtual run: %w", err))
+			return
+		}
+		r.loop = tl
+	} else {
+		r.loop = loadgen.NewLoop(r.sc, r.w, name, now)
+	}
 	ws := r.loop.Windows()
 	r.end = ws[len(ws)-1].End
 	r.stageOK = make([]int, len(ws))
@@ -365,6 +378,12 @@ func (r *run) stopVariant(t time.Duration) {
 	}
 	r.loop.Stop(t)
 	r.m.Variants = append(r.m.Variants, r.loop.Variant())
+	if tl, ok := r.loop.(*loadgen.TraceLoop); ok {
+		r.m.Traces = append(r.m.Traces, tl.Replay())
+		if err := tl.Err(); err != nil {
+			r.errs = append(r.errs, err)
+		}
+	}
 	r.loop = nil
 	r.pending = map[int]pendingTurn{}
 }
@@ -454,10 +473,14 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	r.loop.Sent(tr, since)
 	var prompt []uint32
 	maxTokens := r.sc.MaxOutputTokens
-	if tr.Side != nil {
+	switch {
+	case tr.Trace != nil:
+		prompt = r.tracePrompt(tr.Trace)
+		maxTokens = max(1, tr.Trace.Request.OutputLength)
+	case tr.Side != nil:
 		prompt = sidePrompt(tr)
 		maxTokens = tr.Side.MaxTokens
-	} else {
+	default:
 		prompt = r.prompt(tr.Session)
 	}
 	d, info, err := r.bal.Admit(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - h.arrived,
@@ -482,6 +505,9 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	id := strconv.Itoa(r.variant) + "/" + strconv.FormatInt(tr.Session.ID, 10) + "/" + strconv.Itoa(tr.Turn)
 	if tr.Side != nil {
 		id += "/side"
+	}
+	if tr.Trace != nil {
+		id = strconv.Itoa(r.variant) + "/trace/" + strconv.Itoa(tr.Trace.Index)
 	}
 	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens}
 	f := &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens), req: req}
@@ -535,7 +561,7 @@ func (r *run) release(f *flight) {
 func (r *run) deliver(id string, f *flight, t time.Duration) {
 	r.release(f)
 	delete(r.ending, id)
-	if f.tr.Side == nil {
+	if f.tr.Side == nil && f.tr.Trace == nil {
 		f.tr.Session.AddReply(sim.Detokenize(f.out))
 	}
 	r.finish(&f.res, t, f.tr.Session)
@@ -696,7 +722,11 @@ func (r *run) stageProgress(k int) {
 	}
 	fmt.Fprintf(r.cfg.Progress, "virtual %-4s stage %d/%d  %3d sessions  t=%6.0fs  turns ok=%d failed=%d  wall %.1fs\n",
 		r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, ws[k].End.Seconds(), r.stageOK[k], r.stageKO[k], time.Since(r.wall).Seconds())
-	if msg := loadgen.ConcurrencyWarning(r.loop, k, ws[k].End); msg != "" {
+	loop, ok := r.loop.(*loadgen.Loop)
+	if !ok {
+		return // a trace replay has no closed-loop level to fall short of
+	}
+	if msg := loadgen.ConcurrencyWarning(loop, k, ws[k].End); msg != "" {
 		fmt.Fprintf(r.cfg.Progress, "warning: [%s] stage %d/%d (%d sessions): %s\n", r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, msg)
 	}
 }
