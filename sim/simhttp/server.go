@@ -41,6 +41,7 @@ type Server struct {
 	created     int64 // unix seconds, for /v1/models
 	idPrefix    string
 	ids         atomic.Uint64
+	responses   responseStore
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -129,6 +130,7 @@ func (s *Server) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	m.HandleFunc("POST /v1/completions", s.handleCompletion)
+	m.HandleFunc("POST /v1/responses", s.handleResponses)
 	m.HandleFunc("POST /v1/messages", s.handleMessages)
 	m.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	m.HandleFunc("GET /v1/models", s.handleModels)
