@@ -43,6 +43,7 @@ const (
 const (
 	APIOpenAIChat        = "openai-chat"        // POST /v1/chat/completions
 	APIAnthropicMessages = "anthropic-messages" // POST /v1/messages?beta=true
+	APIOpenAIResponses   = "openai-responses"   // POST /v1/responses, as the Codex CLI sends it
 )
 
 // Session key styles accepted in Scenario.SessionHeader (brief clients.md).
@@ -53,6 +54,10 @@ const (
 	SessionHeaderClaudeCode = "claude-code"
 	// SessionHeaderXSessionID sends X-Session-ID: <uuid> (vLLM's multi-turn benchmark).
 	SessionHeaderXSessionID = "x-session-id"
+	// SessionHeaderCodex sends session-id: <id> and thread-id: <id>, as the Codex CLI
+	// (0.171.0) does (docs/responses-api.md); the Responses client also puts the id
+	// in prompt_cache_key whatever the style. The default for APIOpenAIResponses.
+	SessionHeaderCodex = "codex"
 )
 
 // Upper bounds Validate puts on a scenario, so that a typo (an extra zero) fails
@@ -138,6 +143,9 @@ func (sc *Scenario) WithDefaults() *Scenario {
 	}
 	if c.API == "" {
 		c.API = APIOpenAIChat
+	}
+	if c.SessionHeader == "" && c.API == APIOpenAIResponses {
+		c.SessionHeader = SessionHeaderCodex
 	}
 	if c.SessionHeader == "" {
 		c.SessionHeader = SessionHeaderClaudeCode
@@ -238,14 +246,14 @@ func (sc *Scenario) problems() []problem {
 		out = append(out, problem{line: sc.line(field), field: field, text: field + ": " + fmt.Sprintf(format, args...)})
 	}
 	switch c.API {
-	case APIOpenAIChat, APIAnthropicMessages:
+	case APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses:
 	default:
-		bad("api", "unknown API %q (want %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages)
+		bad("api", "unknown API %q (want %q, %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses)
 	}
 	switch c.SessionHeader {
-	case SessionHeaderClaudeCode, SessionHeaderXSessionID:
+	case SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex:
 	default:
-		bad("session_header", "unknown style %q (want %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID)
+		bad("session_header", "unknown style %q (want %q, %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex)
 	}
 	checkTokens := func(field string, n int, r TokenRange) {
 		if n < 1 {

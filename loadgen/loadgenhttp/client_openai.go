@@ -244,6 +244,9 @@ func setSessionHeader(h http.Header, style string, s *loadgen.Session) {
 	switch style {
 	case loadgen.SessionHeaderXSessionID:
 		h.Set("X-Session-ID", s.Key)
+	case loadgen.SessionHeaderCodex:
+		h.Set("Session-Id", s.Key)
+		h.Set("Thread-Id", s.Key)
 	default:
 		h.Set("X-Claude-Code-Session-Id", s.Key)
 	}
