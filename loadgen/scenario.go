@@ -58,6 +58,10 @@ const (
 	// (0.171.0) does (docs/responses-api.md); the Responses client also puts the id
 	// in prompt_cache_key whatever the style. The default for APIOpenAIResponses.
 	SessionHeaderCodex = "codex"
+	// SessionHeaderNone sends no session key at all (no header, no
+	// metadata.user_id, no prompt_cache_key): a generic client, the traffic the
+	// router places keyless (docs/routing.md "Keyless placement").
+	SessionHeaderNone = "none"
 )
 
 // Upper bounds Validate puts on a scenario, so that a typo (an extra zero) fails
@@ -251,9 +255,9 @@ func (sc *Scenario) problems() []problem {
 		bad("api", "unknown API %q (want %q, %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses)
 	}
 	switch c.SessionHeader {
-	case SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex:
+	case SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone:
 	default:
-		bad("session_header", "unknown style %q (want %q, %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex)
+		bad("session_header", "unknown style %q (want %q, %q, %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone)
 	}
 	checkTokens := func(field string, n int, r TokenRange) {
 		if n < 1 {

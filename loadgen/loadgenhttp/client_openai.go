@@ -242,6 +242,7 @@ func setSessionHeader(h http.Header, style string, s *loadgen.Session) {
 		return
 	}
 	switch style {
+	case loadgen.SessionHeaderNone:
 	case loadgen.SessionHeaderXSessionID:
 		h.Set("X-Session-ID", s.Key)
 	case loadgen.SessionHeaderCodex:

@@ -64,7 +64,7 @@ func (c *ResponsesClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock 
 		}
 		body.Input = append(body.Input, responsesInputItem{Type: "message", Role: m.Role, Content: []responsesPart{{Type: part, Text: m.Content}}})
 	}
-	if tr.Session != nil {
+	if tr.Session != nil && c.SessionHeader != loadgen.SessionHeaderNone {
 		body.PromptCacheKey = tr.Session.Key
 	}
 	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+"/v1/responses", body, c.Header)
