@@ -176,7 +176,7 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		bcfg.MaxNumSeqs = r.engines[0].Config().MaxNumSeqs
 	}
 	if bcfg.KVCapacityTokens == 0 {
-		// What the HTTP router learns from vllm:cache_config_info (router.go:
+		// What the HTTP router learns from vllm:cache_config_info (routerhttp/scrape.go:
 		// (num_gpu_blocks - 1) x block_size, the null block excluded).
 		ec := r.engines[0].Config()
 		bcfg.KVCapacityTokens = int64(ec.NumGPUBlocks-1) * int64(ec.BlockSize)

@@ -11,6 +11,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -67,7 +68,7 @@ func (c *ResponsesClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock 
 	if tr.Session != nil && c.SessionHeader != loadgen.SessionHeaderNone {
 		body.PromptCacheKey = tr.Session.Key
 	}
-	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+"/v1/responses", body, c.Header)
+	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+wire.PathResponses, body, c.Header)
 	if err != nil {
 		now := clock.Now()
 		r.Sent, r.Done, r.Err = now, now, err.Error()
@@ -103,11 +104,11 @@ type responsesEvent struct {
 // text or summary, function-call arguments. TTFB is the first of them with a
 // non-empty delta.
 var responsesContent = map[string]bool{
-	"response.output_text.delta":             true,
-	"response.reasoning_text.delta":          true,
-	"response.reasoning_summary_text.delta":  true,
-	"response.function_call_arguments.delta": true,
-	"response.refusal.delta":                 true,
+	wire.EventOutputTextDelta:   true,
+	wire.EventReasoningDelta:    true,
+	wire.EventReasoningSumDelta: true,
+	wire.EventFunctionArgsDelta: true,
+	wire.EventRefusalDelta:      true,
 }
 
 // parseResponsesStream reads a Responses API SSE body into r and returns the reply
@@ -139,7 +140,7 @@ func parseResponsesStream(body io.Reader, clock simclock.Clock, r *loadgen.Resul
 		case responsesContent[typ]:
 			if e.Delta != "" {
 				text := ""
-				if typ == "response.output_text.delta" {
+				if typ == wire.EventOutputTextDelta {
 					text = e.Delta
 				}
 				st.token(now, text)
@@ -147,14 +148,14 @@ func parseResponsesStream(body io.Reader, clock simclock.Clock, r *loadgen.Resul
 		case typ == "error":
 			st.failed = "stream error event: " + errorText(eventBytes(data))
 			return true
-		case typ == "response.failed":
-			msg := "response.failed"
+		case typ == wire.EventResponseFailed:
+			msg := wire.EventResponseFailed
 			if e.Response != nil && e.Response.Error != nil {
 				msg += ": " + e.Response.Error.Message
 			}
 			st.failed = msg
 			return true
-		case typ == "response.completed" || typ == "response.incomplete":
+		case typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete:
 			if e.Response != nil && e.Response.Usage != nil {
 				u := e.Response.Usage
 				if u.InputTokens != nil {
@@ -172,6 +173,6 @@ func parseResponsesStream(body io.Reader, clock simclock.Clock, r *loadgen.Resul
 		}
 		return false
 	})
-	st.finish(clock.Now(), err, "response.completed")
+	st.finish(clock.Now(), err, wire.EventResponseCompleted)
 	return st.reply.String()
 }

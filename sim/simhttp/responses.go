@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -363,8 +364,8 @@ func (s *Server) streamResponses(w http.ResponseWriter, r *http.Request, sub *su
 	}
 	zero := 0
 	itemID := "msg_" + base.ID
-	if send(responsesEvent{Type: "response.created", Response: &base}) != nil ||
-		send(responsesEvent{Type: "response.in_progress", Response: &base}) != nil {
+	if send(responsesEvent{Type: wire.EventResponseCreated, Response: &base}) != nil ||
+		send(responsesEvent{Type: wire.EventResponseInProgress, Response: &base}) != nil {
 		return
 	}
 	var text strings.Builder
@@ -379,12 +380,12 @@ func (s *Server) streamResponses(w http.ResponseWriter, r *http.Request, sub *su
 			if !started {
 				started = true
 				item := outputMessage{ID: itemID, Content: []outputText{}, Role: "assistant", Status: "in_progress", Type: "message"}
-				if err := send(responsesEvent{Type: "response.output_item.added", OutputIndex: &zero, Item: &item}); err != nil {
+				if err := send(responsesEvent{Type: wire.EventOutputItemAdded, OutputIndex: &zero, Item: &item}); err != nil {
 					return err
 				}
 				noLogprobs := []struct{}{}
 				part := outputText{Type: "output_text", Annotations: []struct{}{}, Logprobs: &noLogprobs}
-				if err := send(responsesEvent{Type: "response.content_part.added", OutputIndex: &zero, ItemID: itemID, ContentIndex: &zero, Part: &part}); err != nil {
+				if err := send(responsesEvent{Type: wire.EventContentPartAdded, OutputIndex: &zero, ItemID: itemID, ContentIndex: &zero, Part: &part}); err != nil {
 					return err
 				}
 			}
@@ -392,7 +393,7 @@ func (s *Server) streamResponses(w http.ResponseWriter, r *http.Request, sub *su
 			completion++
 			text.WriteString(piece)
 			empty := []struct{}{}
-			if err := send(responsesEvent{Type: "response.output_text.delta", OutputIndex: &zero, ItemID: itemID, ContentIndex: &zero, Delta: &piece, Logprobs: &empty}); err != nil {
+			if err := send(responsesEvent{Type: wire.EventOutputTextDelta, OutputIndex: &zero, ItemID: itemID, ContentIndex: &zero, Delta: &piece, Logprobs: &empty}); err != nil {
 				return err
 			}
 		}
@@ -416,13 +417,13 @@ func (s *Server) streamResponses(w http.ResponseWriter, r *http.Request, sub *su
 	if started {
 		empty := []struct{}{}
 		part := done.Output[0].Content[0]
-		if send(responsesEvent{Type: "response.output_text.done", OutputIndex: &zero, ItemID: itemID, ContentIndex: &zero, Text: &full, Logprobs: &empty}) != nil ||
-			send(responsesEvent{Type: "response.content_part.done", OutputIndex: &zero, ItemID: itemID, ContentIndex: &zero, Part: &part}) != nil ||
-			send(responsesEvent{Type: "response.output_item.done", OutputIndex: &zero, Item: &done.Output[0]}) != nil {
+		if send(responsesEvent{Type: wire.EventOutputTextDone, OutputIndex: &zero, ItemID: itemID, ContentIndex: &zero, Text: &full, Logprobs: &empty}) != nil ||
+			send(responsesEvent{Type: wire.EventContentPartDone, OutputIndex: &zero, ItemID: itemID, ContentIndex: &zero, Part: &part}) != nil ||
+			send(responsesEvent{Type: wire.EventOutputItemDone, OutputIndex: &zero, Item: &done.Output[0]}) != nil {
 			return
 		}
 	} else {
 		done.Output = []outputMessage{}
 	}
-	_ = send(responsesEvent{Type: "response.completed", Response: &done})
+	_ = send(responsesEvent{Type: wire.EventResponseCompleted, Response: &done})
 }
