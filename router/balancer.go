@@ -36,15 +36,19 @@ const (
 	// ReasonPrefix: no session key; the replica that was sent the longest part
 	// of the request's prompt prefix (BalancerConfig.Keyless KeylessPrefix).
 	ReasonPrefix
+	// ReasonResponse: the request continues a Responses API response
+	// (previous_response_id) and went to the replica that produced it, whatever
+	// its load (responsehome.go).
+	ReasonResponse
 
-	numReasons = int(ReasonPrefix) + 1
+	numReasons = int(ReasonResponse) + 1
 )
 
 // Reasons lists every Reason in order, for metrics and status output.
-var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved, ReasonPrefix}
+var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved, ReasonPrefix, ReasonResponse}
 
 // String returns the header/metric value: sticky, placed, overflow, rehome, no-key,
-// balanced, moved, prefix.
+// balanced, moved, prefix, response.
 func (r Reason) String() string {
 	switch r {
 	case ReasonSticky:
@@ -63,6 +67,8 @@ func (r Reason) String() string {
 		return "moved"
 	case ReasonPrefix:
 		return "prefix"
+	case ReasonResponse:
+		return "response"
 	}
 	return "unknown"
 }
@@ -99,6 +105,10 @@ type Facts struct {
 	// (0: no cap): the proxy sets router.MaxSilentHold for a request it cannot
 	// keep alive while held (admission.go).
 	HoldLimit time.Duration
+	// ResponseID is the Responses API previous_response_id the request
+	// continues ("" none): when the Balancer knows which replica produced it
+	// (LearnResponse) and that replica is healthy, the request goes there.
+	ResponseID string
 	// Prefix holds the chained hashes of the prompt's leading pieces
 	// (PrefixHashes), for keyless placement (BalancerConfig.Keyless); read only
 	// when SessionKey is "". nil: unknown.
@@ -252,8 +262,13 @@ type Balancer struct {
 	seed     uint64
 	kvCap    int64        // configured KV capacity per replica, tokens (0 unknown)
 	prefix   *PrefixIndex // keyless prefix placement; nil: shortest queue
-	outlier  OutlierConfig
-	adm      *admission
+	// responses maps Responses API ids to the replica that produced them
+	// (responsehome.go); made on first use with the session table's TTL and bound.
+	responses   *SessionTable
+	sessionTTL  time.Duration
+	maxSessions int
+	outlier     OutlierConfig
+	adm         *admission
 
 	// Body size calibration (ObserveSize): decayed sums of body bytes and prompt
 	// tokens of finished requests, and how many were seen.
@@ -361,6 +376,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		NoKey:  b.sq,
 	}
 	b.sessions.SetLiveWindow(cfg.LiveWindow)
+	b.sessionTTL, b.maxSessions = cfg.SessionTTL, cfg.MaxSessions
 	b.onDec = cfg.OnDecision
 	b.shared = cfg.Shared
 	b.margin, b.seed, b.kvCap = margin, cfg.Seed, cfg.KVCapacityTokens
@@ -503,7 +519,13 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 		plan *claimPlan
 	)
 	home := -1
-	if b.affinity {
+	var shResp *SharedHome
+	if sv != nil {
+		shResp = sv.response
+	}
+	if r := b.responseHome(f.ResponseID, shResp); r >= 0 && b.view[r].Healthy {
+		d = Decision{Replica: r, Reason: ReasonResponse}
+	} else if b.affinity {
 		var h uint64
 		var lost, side bool
 		ctx := f.PromptTokens

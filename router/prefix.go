@@ -43,8 +43,8 @@ func ValidKeyless(name string) error {
 }
 
 // PrefixHashes returns the chained hashes of the leading whole pieces of p, piece
-// bytes each: h_0 = H(seed, piece_0), h_i = H(h_{i-1}, piece_i) (FNV-1a 64,
-// chained the way vLLM chains its block hashes, vllm/v1/core/kv_cache_utils.py
+// elements each (bytes or token ids): h_0 = H(seed, piece_0), h_i = H(h_{i-1},
+// piece_i) (FNV-1a 64 taken over whole elements, one xor-multiply each; chained the way vLLM chains its block hashes, vllm/v1/core/kv_cache_utils.py
 // hash_block_tokens, so h_i names the whole prefix up to piece i). A tail shorter
 // than a piece is not hashed (vLLM caches whole blocks only). At most maxPieces
 // hashes (0 = no limit); dst is reused.
@@ -63,11 +63,8 @@ func PrefixHashes[E byte | uint32](dst []uint64, p []E, piece, maxPieces int) []
 			break
 		}
 		for _, v := range p[i : i+piece] {
-			x := uint32(v)
-			for k := 0; k < 4; k++ {
-				h ^= uint64(byte(x >> (8 * k)))
-				h *= prime64
-			}
+			h ^= uint64(v)
+			h *= prime64
 		}
 		dst = append(dst, h)
 	}
@@ -178,6 +175,10 @@ func (x *PrefixIndex) Record(i int, prefix []uint64, capacityTokens int64) {
 		r.lru.Remove(e)
 	}
 }
+
+// KeylessPrefix reports whether the Balancer places keyless requests by prefix
+// (BalancerConfig.Keyless), so the caller should compute Facts.Prefix.
+func (b *Balancer) KeylessPrefix() bool { return b.prefix != nil }
 
 // Len returns how many pieces replica i holds in the index.
 func (x *PrefixIndex) Len(i int) int {

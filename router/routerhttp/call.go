@@ -49,7 +49,10 @@ type call struct {
 	tracked   liveKey
 	isTracked bool
 
-	usage        usageScanner // the response's usage (SSE or JSON), for Balancer.ObserveCache
+	usage usageScanner // the response's usage (SSE or JSON), for Balancer.ObserveCache
+	// learn: a Responses API call whose response the server may store: its id
+	// (usage.responseID) is told to the Balancer (LearnResponse) once complete.
+	learn        bool
 	status       int
 	upStatus     int // the upstream's response status (0: it never answered)
 	err          error
@@ -92,7 +95,12 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 	if m := pool.lastModel.Load(); info.Model != "" && (m == nil || *m != info.Model) {
 		pool.lastModel.Store(&info.Model)
 	}
-	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens}, body: body, inURL: *r.URL, counted: true}
+	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, ResponseID: info.ResponseID, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens}, body: body, inURL: *r.URL, counted: true, learn: api == apiResponses && !info.NoStore}
+	if info.SessionKey == "" && pool.Balancer.KeylessPrefix() {
+		// Keyless placement by prefix: the body's leading bytes stand for the
+		// prompt's (model, then messages / input, as clients send them).
+		c.facts.Prefix = router.PrefixHashes(nil, body, PrefixPieceBytes, MaxPrefixPieces)
+	}
 	d, err := p.admit(r.Context(), w, pool, c)
 	if err != nil {
 		name := pool.Model
@@ -200,6 +208,9 @@ func (c *call) feedback() {
 	}
 	if complete && c.usage.prompt > 0 {
 		b.ObserveSize(len(c.body), c.usage.prompt)
+	}
+	if c.learn && complete && c.usage.responseID != "" {
+		c.stateWait += b.LearnResponse(c.usage.responseID, c.dec.Replica) // after the response, as below
 	}
 	if c.dec.Reason == router.ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
 		_, wait := b.UnplaceWait(c.facts.SessionKey, c.dec.Replica)
