@@ -2,6 +2,7 @@ package router
 
 import (
 	"container/list"
+	"encoding/binary"
 	"fmt"
 )
 
@@ -64,6 +65,33 @@ func PrefixHashes[E byte | uint32](dst []uint64, p []E, piece, maxPieces int) []
 		}
 		for _, v := range p[i : i+piece] {
 			h ^= uint64(v)
+			h *= prime64
+		}
+		dst = append(dst, h)
+	}
+	return dst
+}
+
+// PrefixHashesBytes is PrefixHashes for a byte string, 8 bytes per step (a
+// little-endian word xor-multiplied in, so a piece must be a multiple of 8
+// bytes; other sizes fall back to PrefixHashes): the HTTP proxy hashes request
+// bodies of up to a MiB with it, 8x fewer steps.
+func PrefixHashesBytes(dst []uint64, p []byte, piece, maxPieces int) []uint64 {
+	if piece <= 0 || piece%8 != 0 {
+		return PrefixHashes(dst, p, piece, maxPieces)
+	}
+	dst = dst[:0]
+	const (
+		offset64 = 14695981039346656037
+		prime64  = 1099511628211
+	)
+	h := uint64(offset64)
+	for i := 0; i+piece <= len(p); i += piece {
+		if maxPieces > 0 && len(dst) == maxPieces {
+			break
+		}
+		for k := i; k < i+piece; k += 8 {
+			h ^= binary.LittleEndian.Uint64(p[k:])
 			h *= prime64
 		}
 		dst = append(dst, h)

@@ -2,6 +2,7 @@ package router
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,6 +35,15 @@ func TestPrefixHashesChain(t *testing.T) {
 	}
 	if got := PrefixHashes(nil, []byte("abcdefgh"), 4, 0); len(got) != 2 || got[0] == got[1] {
 		t.Errorf("bytes: %v", got)
+	}
+	body := []byte(strings.Repeat("0123456789abcdef", 20)) // 320 bytes
+	x := PrefixHashesBytes(nil, body, 64, 0)
+	y := PrefixHashesBytes(nil, append(append([]byte(nil), body[:128]...), []byte(strings.Repeat("z", 200))...), 64, 0)
+	if len(x) != 5 || !slices.Equal(x[:2], y[:2]) || x[2] == y[2] {
+		t.Errorf("PrefixHashesBytes: %v vs %v", x, y)
+	}
+	if got := PrefixHashesBytes(nil, body, 60, 0); !slices.Equal(got, PrefixHashes(nil, body, 60, 0)) {
+		t.Errorf("piece 60 (not a multiple of 8) does not fall back to PrefixHashes")
 	}
 }
 
@@ -141,5 +151,44 @@ func TestBalancerKeylessPrefix(t *testing.T) {
 	}
 	if _, err := NewBalancer(BalancerConfig{Replicas: []string{"r0"}, Keyless: "radix", Now: func() time.Duration { return 0 }}); err == nil {
 		t.Error("Keyless \"radix\" accepted")
+	}
+}
+
+// BenchmarkPrefixHashesBytes: the proxy's cost per keyless request, a 40 KB body
+// (a Codex CLI request's size) in 64-byte pieces.
+func BenchmarkPrefixHashesBytes(b *testing.B) {
+	body := []byte(strings.Repeat("a conversation of forty kilobytes ", 1200))[:40_000]
+	dst := make([]uint64, 0, 1024)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = PrefixHashesBytes(dst, body, 64, 0)
+	}
+}
+
+// BenchmarkPrefixIndexPick: one keyless decision's index work on 8 replicas, each
+// holding 4 conversations of 625 pieces, the request matching one of them.
+func BenchmarkPrefixIndexPick(b *testing.B) {
+	x := NewPrefixIndex(8, 16)
+	var want []uint64
+	for i := range 8 {
+		for c := range 4 {
+			p := PrefixHashes(nil, tokens(10_000, uint32(100_000*(4*i+c))), 16, 0)
+			x.Record(i, p, 0)
+			if i == 5 && c == 2 {
+				want = p
+			}
+		}
+	}
+	reps := make([]ReplicaState, 8)
+	for i := range reps {
+		reps[i].Healthy = true
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, _ := x.Pick(reps, want, 8); r != 5 {
+			b.Fatal(r)
+		}
+		x.Record(5, want, 0)
 	}
 }

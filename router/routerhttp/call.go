@@ -99,7 +99,7 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 	if info.SessionKey == "" && pool.Balancer.KeylessPrefix() {
 		// Keyless placement by prefix: the body's leading bytes stand for the
 		// prompt's (model, then messages / input, as clients send them).
-		c.facts.Prefix = router.PrefixHashes(nil, body, PrefixPieceBytes, MaxPrefixPieces)
+		c.facts.Prefix = router.PrefixHashesBytes(nil, body, PrefixPieceBytes, MaxPrefixPieces)
 	}
 	d, err := p.admit(r.Context(), w, pool, c)
 	if err != nil {
