@@ -218,8 +218,8 @@ type BalancerConfig struct {
 	// own state only (one router, the virtual world).
 	Shared SharedState
 	// Keyless is the placement of requests without a session key while affinity
-	// is on: KeylessShortestQueue ("" = DefaultKeyless) or KeylessPrefix
-	// (prefix.go).
+	// is on: KeylessPrefix or KeylessShortestQueue ("" = DefaultKeyless,
+	// prefix; prefix.go).
 	Keyless string
 	// PrefixPieceTokens is how many tokens one piece of Facts.Prefix stands for
 	// (the prefix index's bound is KV capacity / this); default
@@ -393,7 +393,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	b.sessions.grow(len(b.reps))
 	b.adm = newAdmission(cfg.Admission)
 	b.adm.grow(len(b.reps))
-	if cfg.Keyless == KeylessPrefix {
+	if keyless := cfg.Keyless; keyless == KeylessPrefix || (keyless == "" && DefaultKeyless == KeylessPrefix) {
 		piece := cfg.PrefixPieceTokens
 		if piece <= 0 {
 			piece = DefaultPrefixPieceTokens

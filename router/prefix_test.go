@@ -149,6 +149,12 @@ func TestBalancerKeylessPrefix(t *testing.T) {
 	if k.Reason == ReasonPrefix {
 		t.Errorf("keyed request placed by prefix: %+v", k)
 	}
+	if d, _ := newTestBalancer(t, 2, true, nil); !d.KeylessPrefix() {
+		t.Error("the default keyless placement is not prefix")
+	}
+	if d, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.Keyless = KeylessShortestQueue }); d.KeylessPrefix() {
+		t.Error("keyless shortest-queue builds a prefix index")
+	}
 	if _, err := NewBalancer(BalancerConfig{Replicas: []string{"r0"}, Keyless: "radix", Now: func() time.Duration { return 0 }}); err == nil {
 		t.Error("Keyless \"radix\" accepted")
 	}

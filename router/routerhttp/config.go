@@ -166,9 +166,9 @@ type ModelConfig struct {
 	// "session-hash" or "shortest-queue" (PolicyNames; docs/routing.md).
 	Policy string `yaml:"policy"`
 	// Keyless: placement of requests without a session key while affinity is
-	// on: "shortest-queue" (default) or "prefix", the replica sent the longest
-	// part of the request's prefix (router.KeylessNames; docs/routing.md
-	// "Keyless placement").
+	// on: "prefix" (default, router.DefaultKeyless), the replica sent the
+	// longest part of the request's prefix, or "shortest-queue"
+	// (router.KeylessNames; docs/routing.md "Keyless placement").
 	Keyless string `yaml:"keyless"`
 	// Engine is the default engine of the model's replicas (ReplicaConfig.Engine);
 	// default vllm. A model whose replicas are all llama.cpp is slot-based: its
