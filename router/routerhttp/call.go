@@ -48,11 +48,12 @@ type call struct {
 	cancel    context.CancelCauseFunc
 	tracked   liveKey
 	isTracked bool
-
-	usage usageScanner // the response's usage (SSE or JSON), for Balancer.ObserveCache
 	// learn: a Responses API call whose response the server may store: its id
-	// (usage.responseID) is told to the Balancer (LearnResponse) once complete.
-	learn        bool
+	// is told to the Balancer (LearnResponse) as soon as the scanner sees it
+	// (usage.onID), before the client can send a continuation.
+	learn bool
+
+	usage        usageScanner // the response's usage (SSE or JSON), for Balancer.ObserveCache
 	status       int
 	upStatus     int // the upstream's response status (0: it never answered)
 	err          error
@@ -119,6 +120,14 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		return nil, false
 	}
 	c.dec, c.held = d, true
+	if c.learn {
+		c.usage.onID = func(id string) {
+			// On the response's path (the store's claim, one round trip with
+			// state:), after the headers: in MetricStateWait, not in
+			// wire.HeaderStateMs.
+			c.stateWait += pool.Balancer.LearnResponse(id, c.dec.Replica)
+		}
+	}
 	if p.onRoute != nil {
 		p.onRoute(pool, c.facts.SessionKey, len(body), d)
 	}
@@ -208,9 +217,6 @@ func (c *call) feedback() {
 	}
 	if complete && c.usage.prompt > 0 {
 		b.ObserveSize(len(c.body), c.usage.prompt)
-	}
-	if c.learn && complete && c.usage.responseID != "" {
-		c.stateWait += b.LearnResponse(c.usage.responseID, c.dec.Replica) // after the response, as below
 	}
 	if c.dec.Reason == router.ReasonPlaced && c.upStatus >= 400 && c.upStatus < 500 {
 		_, wait := b.UnplaceWait(c.facts.SessionKey, c.dec.Replica)

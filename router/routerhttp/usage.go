@@ -40,6 +40,39 @@ type usageScanner struct {
 	cached     int
 	haveCached bool
 	responseID string // a Responses API response's id, "" when none was seen
+	// onID, when set, is called when responseID is first seen or changes, from
+	// inside feed/feedJSON: before the bytes that carry it reach the client.
+	onID func(id string)
+}
+
+// setID records a Responses API response id.
+func (u *usageScanner) setID(id string) {
+	if id == "" || id == u.responseID {
+		return
+	}
+	u.responseID = id
+	if u.onID != nil {
+		u.onID(id)
+	}
+}
+
+// idMarker starts a Responses object's serialization (vLLM and OpenAI both put
+// "id" first); earlyID reads it from a JSON body's first bytes so the id is
+// known before the body has passed (finishJSON then confirms it).
+var idMarker = []byte(`{"id":"`)
+
+func (u *usageScanner) earlyID() {
+	if u.responseID != "" || u.onID == nil {
+		return
+	}
+	b := bytes.TrimLeft(u.pending, " \t\r\n")
+	if !bytes.HasPrefix(b, idMarker) {
+		return
+	}
+	b = b[len(idMarker):]
+	if end := bytes.IndexByte(b, '"'); end > 0 && !bytes.ContainsRune(b[:end], '\\') {
+		u.setID(string(b[:end]))
+	}
 }
 
 // feedJSON takes the next bytes of a non-streaming JSON response.
@@ -52,6 +85,7 @@ func (u *usageScanner) feedJSON(b []byte) {
 		return
 	}
 	u.pending = append(u.pending, b...)
+	u.earlyID()
 }
 
 // finishJSON decodes the body given to feedJSON, once it has ended. A body that
@@ -64,8 +98,8 @@ func (u *usageScanner) finishJSON() {
 	var p usageProbe
 	if json.Unmarshal(u.pending, &p) == nil {
 		u.use(p.Usage)
-		if p.Object == "response" && p.ID != "" {
-			u.responseID = p.ID
+		if p.Object == "response" {
+			u.setID(p.ID)
 		}
 	}
 	u.pending = nil
@@ -147,9 +181,7 @@ func (u *usageScanner) line(l []byte) {
 	}
 	if p.Response != nil {
 		u.use(p.Response.Usage)
-		if p.Response.ID != "" {
-			u.responseID = p.Response.ID
-		}
+		u.setID(p.Response.ID)
 	}
 }
 
