@@ -23,72 +23,12 @@ const codexPackage = "@openai/codex"
 // codexModel is the served model name the simulator answers to.
 const codexModel = "warden-sim-model"
 
-// codexCacheDir is where the CLI is installed and kept between runs (beside
-// Claude Code's, claudeCacheDir).
-func codexCacheDir() string {
-	if d := os.Getenv("WARDEN_E2E_CACHE"); d != "" {
-		return filepath.Join(d, "codex")
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	return filepath.Join(base, "warden-e2e", "codex")
-}
+// codex is the Codex CLI as the e2e tests install and find it.
+var codex = npmCLI{what: "Codex CLI", pkg: codexPackage, bin: "codex", envVar: "WARDEN_CODEX", dir: "codex",
+	env: func(home string) []string { return []string{"CODEX_HOME=" + home} }}
 
-// codexVersion runs `bin --version` (bounded) and returns its output.
-func codexVersion(bin string) (string, error) {
-	home, err := os.MkdirTemp("", "warden-codex-home")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(home)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--version")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "CODEX_HOME=" + home}
-	out, err := cmd.Output()
-	return strings.TrimSpace(string(out)), err
-}
-
-// codexCLI returns a working Codex binary: WARDEN_CODEX, or the one installed in
-// codexCacheDir, installing it with npm (bounded to 5 minutes) when missing. It
-// skips the test when npm or the install is not available (as claudeCLI does).
-func codexCLI(t *testing.T) (bin, version string) {
-	t.Helper()
-	if p := os.Getenv("WARDEN_CODEX"); p != "" {
-		v, err := codexVersion(p)
-		if err != nil {
-			t.Fatalf("WARDEN_CODEX=%s: %v", p, err)
-		}
-		return p, v
-	}
-	dir := codexCacheDir()
-	bin = filepath.Join(dir, "node_modules", ".bin", "codex")
-	if v, err := codexVersion(bin); err == nil {
-		return bin, v
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skip("skipping the Codex CLI test: npm is not installed (apt-get install npm)")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Skipf("skipping the Codex CLI test: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	t.Logf("installing %s into %s (once; reused by later runs)", codexPackage, dir)
-	cmd := exec.CommandContext(ctx, npm, "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error", codexPackage)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Skipf("skipping the Codex CLI test: npm install %s failed: %v\n%s", codexPackage, err, lastLines(string(out), 10))
-	}
-	v, err := codexVersion(bin)
-	if err != nil {
-		t.Skipf("skipping the Codex CLI test: installed CLI does not run: %v", err)
-	}
-	return bin, v
-}
+// codexCLI returns a working Codex binary (npmCLI.find).
+func codexCLI(t *testing.T) (bin, version string) { return codex.find(t) }
 
 // codexHome makes a CODEX_HOME whose config.toml points a custom Responses
 // provider at baseURL (docs/router.md "Pointing clients at it").
