@@ -164,3 +164,24 @@ func TestProxyKeepsHeldResponsesStreamAlive(t *testing.T) {
 		t.Errorf("metrics lack the 429:\n%s", grepLines(m, "warden_responses_total"))
 	}
 }
+
+// A Responses body carries the conversation in "input" items: one with an
+// assistant item continues a conversation (admission never holds it).
+func TestCarriesAssistantMessage(t *testing.T) {
+	tests := []struct {
+		body string
+		want bool
+	}{
+		{`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]}`, true},
+		{`{"messages":[{"role":"user","content":"assistant"}]}`, false},
+		{`{"input":[{"type":"message","role":"developer","content":[]},{"type":"message","role":"assistant","content":[]}]}`, true},
+		{`{"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"the assistant"}]}]}`, false},
+		// A string input is one user message.
+		{`{"input":"\"assistant\""}`, false},
+	}
+	for _, tc := range tests {
+		if got := CarriesAssistantMessage([]byte(tc.body)); got != tc.want {
+			t.Errorf("CarriesAssistantMessage(%s) = %v, want %v", tc.body, got, tc.want)
+		}
+	}
+}
