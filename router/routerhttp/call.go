@@ -90,7 +90,7 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		return nil, false
 	}
 	if m := pool.lastModel.Load(); info.Model != "" && (m == nil || *m != info.Model) {
-		pool.lastModel.Store(&info.Model)
+		pool.noteModel(info.Model)
 	}
 	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens}, body: body, inURL: *r.URL, counted: true}
 	d, err := p.admit(r.Context(), w, pool, c)

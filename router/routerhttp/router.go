@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/yamlpos"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp/redisstate"
 )
@@ -331,11 +333,28 @@ func (rt *Router) poolsFor(model string) ([]*Pool, error) {
 		return []*Pool{p}, nil
 	}
 	// A "*" pool serves every model no other entry names (the --replica setup), so
-	// the admin API finds it under the served model's own name too.
-	if p := rt.proxy.pools[WildcardModel]; p != nil {
+	// the admin API finds it under the name of a model clients asked it for too; any
+	// other name is a 404, not a change to every model served by "*".
+	known := rt.knownModels()
+	if p := rt.proxy.pools[WildcardModel]; p != nil && slices.Contains(known, model) {
 		return []*Pool{p}, nil
 	}
-	return nil, fmt.Errorf("%w: %q", errUnknownModel, model)
+	return nil, fmt.Errorf("%w: %q (%s)", errUnknownModel, model, yamlpos.Suggest(model, append(known, WildcardModel)))
+}
+
+// knownModels is what the admin API accepts as a model name besides "*": the
+// configured models and the models clients asked a "*" pool for, sorted.
+func (rt *Router) knownModels() []string {
+	var out []string
+	for _, p := range rt.proxy.Pools() {
+		if p.Model != WildcardModel {
+			out = append(out, p.Model)
+		} else {
+			out = append(out, p.askedModels()...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // SetAffinity switches session affinity for model, or for every model when model
