@@ -51,12 +51,12 @@ func (a *AdmissionYAML) UnmarshalYAML(n *yaml.Node) error {
 	if len(errs) > 0 {
 		return &yaml.TypeError{Errors: errs}
 	}
+	// yaml.v3 decodes the fields it can around a type error: keep them, so the
+	// mapping's other problems are reported in the same run (Config.problems).
 	var c router.AdmissionConfig
-	if err := n.Decode(&c); err != nil {
-		return err
-	}
+	err := n.Decode(&c)
 	*a = AdmissionYAML(c)
-	return nil
+	return err
 }
 
 // admissionProblems reports what is wrong with a model's admission field (path

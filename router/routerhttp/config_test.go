@@ -288,6 +288,14 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				`multi.yaml:6: models[0].replicas[0].url: "ftp://x": scheme must be http or https`,
 				"multi.yaml:7: models[0].replicas[0].dp_rank: field dp_rank not found (did you mean dp_ranks? have url, name, dp_ranks, engine)",
 			}, ""},
+		// Issue 24: a decode error in the admission mapping (max_hold: 10) hid
+		// the mapping's other problems.
+		{"hold.yaml", "models:\n  - name: m\n" + replicas + "    admission:\n      mode: fit\n      max_hold: 10\n      fill_target: -0.5\n      on_limit: bogus\n",
+			[]string{
+				`hold.yaml:7: models[0].admission.max_hold: cannot unmarshal !!int ` + "`10`" + ` into time.Duration`,
+				`hold.yaml:8: models[0].admission.fill_target: -0.5 is out of range (0 default, else (0, 4])`,
+				`hold.yaml:9: models[0].admission.on_limit: "bogus" is unknown (have admit, refuse)`,
+			}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := load(t, tc.name, tc.yaml)
