@@ -141,16 +141,19 @@ type AdmissionConfig struct {
 	// 0 means DefaultFillTarget.
 	FillTarget float64 `json:"fill_target" yaml:"fill_target"`
 	// MaxHold: longest wait before the limit action; 0 means DefaultMaxHold,
-	// negative means no limit (waits until there is room).
+	// NoLimitDuration (-1s; -1ns too) no limit (waits until there is room);
+	// any other negative value is an error (Validate).
 	MaxHold time.Duration `json:"max_hold" yaml:"max_hold"`
-	// MaxQueue: most waiters; 0 means DefaultMaxQueue, negative no limit.
+	// MaxQueue: most waiters; 0 means DefaultMaxQueue, NoLimit (-1) no limit,
+	// any other negative value an error.
 	MaxQueue int `json:"max_queue" yaml:"max_queue"`
 	// OnLimit: AdmitLimitAdmit ("" too) or AdmitLimitRefuse.
 	OnLimit string `json:"on_limit" yaml:"on_limit"`
 	// KeepAliveAfter: a held streaming request gets its response headers and
 	// the API's keep-alive events after this long held, so the hold may outlast
-	// a client's no-byte timeout; 0 means DefaultKeepAliveAfter, negative never
-	// (its hold is then capped at MaxSilentHold, as a non-streaming request's).
+	// a client's no-byte timeout; 0 means DefaultKeepAliveAfter,
+	// NoLimitDuration never (its hold is then capped at MaxSilentHold, as a
+	// non-streaming request's); any other negative value is an error.
 	KeepAliveAfter time.Duration `json:"keepalive_after" yaml:"keepalive_after"`
 }
 
@@ -169,6 +172,33 @@ func (c AdmissionConfig) Validate() error {
 	}
 	if c.FillTarget < 0 || c.FillTarget > 4 {
 		errs = append(errs, fmt.Errorf("admission: fill_target %g is out of range (0 default, else (0, 4])", c.FillTarget))
+	}
+	errs = append(errs, checkNoLimit(c))
+	return errors.Join(errs...)
+}
+
+// NoLimit (MaxQueue) and NoLimitDuration (MaxHold, KeepAliveAfter) mean "no
+// limit" ("never" for KeepAliveAfter); a Go caller's -1ns is taken as
+// NoLimitDuration too. Other negative values are refused, so a typo such as
+// max_queue: -5 is not silently "no limit".
+const (
+	NoLimit         = -1
+	NoLimitDuration = -time.Second
+)
+
+// checkNoLimit reports the negative limits of c that are not the no-limit value.
+func checkNoLimit(c AdmissionConfig) error {
+	var errs []error
+	if c.MaxQueue < 0 && c.MaxQueue != NoLimit {
+		errs = append(errs, fmt.Errorf("admission: max_queue %d is negative (-1 means no limit)", c.MaxQueue))
+	}
+	for _, d := range []struct {
+		key, means string
+		v          time.Duration
+	}{{"max_hold", "no limit", c.MaxHold}, {"keepalive_after", "never", c.KeepAliveAfter}} {
+		if d.v < 0 && d.v != NoLimitDuration && d.v != -1 {
+			errs = append(errs, fmt.Errorf("admission: %s %v is negative (-1s means %s)", d.key, d.v, d.means))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -296,6 +296,13 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				`hold.yaml:8: models[0].admission.fill_target: -0.5 is out of range (0 default, else (0, 4])`,
 				`hold.yaml:9: models[0].admission.on_limit: "bogus" is unknown (have admit, refuse)`,
 			}, ""},
+		// Issue 24: negative limits other than -1 were taken as "no limit".
+		{"neg.yaml", "models:\n  - name: m\n" + replicas + "    admission:\n      mode: fit\n      max_queue: -5\n      max_hold: -2s\n      keepalive_after: -3s\n",
+			[]string{
+				`neg.yaml:7: models[0].admission.max_queue: -5 is negative (-1 means no limit)`,
+				`neg.yaml:8: models[0].admission.max_hold: -2s is negative (-1s means no limit)`,
+				`neg.yaml:9: models[0].admission.keepalive_after: -3s is negative (-1s means never)`,
+			}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := load(t, tc.name, tc.yaml)
@@ -324,5 +331,16 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				t.Errorf("error has %q:\n%s", tc.not, msg)
 			}
 		})
+	}
+}
+
+// -1 (and -1s for durations) stays "no limit" in a config file.
+func TestNoLimitValuesAccepted(t *testing.T) {
+	cfg, err := ParseConfig(strings.NewReader("models:\n  - name: m\n    replicas:\n      - url: http://127.0.0.1:1\n    admission:\n      mode: fit\n      max_queue: -1\n      max_hold: -1s\n      keepalive_after: -1s\n"))
+	if err == nil {
+		err = cfg.WithDefaults().Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
