@@ -247,7 +247,13 @@ func parseConfig(data []byte, source string) (Config, error) {
 		}
 		// yaml.v3 decodes what it can around a type error, so the rest of the
 		// file can be checked now rather than after the user fixes these (a
-		// field that failed to decode is zero, i.e. its default).
+		// field that failed to decode is zero, i.e. its default). A mapping with
+		// a duplicate key it leaves undecoded: check the file with the first of
+		// each duplicate instead, so its fields are not reported missing.
+		if doc, dropped := yamlpos.WithoutDuplicateKeys(data); dropped {
+			cfg = Config{}
+			_ = doc.Decode(&cfg) // its problems were reported by the strict decode
+		}
 		cfg.source, cfg.lines = source, lines
 		probs = append(probs, cfg.problems()...)
 		return Config{}, fmt.Errorf("router config: %w", joinLocated(probs))

@@ -303,6 +303,13 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				`neg.yaml:8: models[0].admission.max_hold: -2s is negative (-1s means no limit)`,
 				`neg.yaml:9: models[0].admission.keepalive_after: -3s is negative (-1s means never)`,
 			}, ""},
+		// Issue 24: a duplicate key added "models: at least one model is
+		// required" for a file that has one; the file's other problems stay.
+		{"dup.yaml", "models:\n  - name: m\n    name: n\n    max_num_seqs: -2\n" + replicas,
+			[]string{
+				`dup.yaml:3: models[0].name: mapping key "name" already defined at line 2`,
+				`dup.yaml:4: models[0].max_num_seqs: -2 is negative`,
+			}, "at least one model"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := load(t, tc.name, tc.yaml)
