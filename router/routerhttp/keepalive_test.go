@@ -149,7 +149,7 @@ func TestProxyKeepsHeldStreamAlive(t *testing.T) {
 				r.Header.Get(wire.HeaderAdmission) != AdmissionWaiting || r.Header.Get(wire.HeaderHeldMs) != "1000" {
 				t.Fatalf("committed response: %d %v", r.StatusCode, r.Header)
 			}
-			for _, k := range []string{wire.HeaderHeldMs, wire.HeaderAdmission, wire.HeaderReplica} {
+			for _, k := range []string{wire.HeaderHeldMs, wire.HeaderAdmission} {
 				if _, ok := r.Trailer[k]; !ok {
 					t.Errorf("trailer %s not declared: %v", k, r.Trailer)
 				}
@@ -210,6 +210,13 @@ func TestProxyRefusesKeptAliveStreamInStream(t *testing.T) {
 			}
 			if h.resp.Trailer.Get(wire.HeaderAdmission) != "refused" || h.resp.Trailer.Get(wire.HeaderHeldMs) != "3000" {
 				t.Errorf("trailers %v", h.resp.Trailer)
+			}
+			// Issue 24: the refused stream declared X-Warden-Replica and
+			// X-Warden-Decision without sending them (no replica was chosen).
+			for k, v := range h.resp.Trailer {
+				if len(v) == 0 {
+					t.Errorf("trailer %s declared but not sent: %v", k, h.resp.Trailer)
+				}
 			}
 			if m := routerMetrics(f.rt); !strings.Contains(m, `warden_responses_total{code="`+code+`",model="*"} 1`) {
 				t.Errorf("metrics lack the %s refusal:\n%s", code, grepLines(m, "warden_responses_total"))
