@@ -145,9 +145,15 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 // served it (ObserveOutcome: consecutive failures eject a replica), and logs
 // an ejection. A request that got a 5xx from two replicas counts against
 // neither: it is the request (llama-server answers a malformed body with 500),
-// not the replicas. A connection that broke before any response always counts.
-// The final replica served when it answered below 500; a timeout, a client
-// that left first, or a stream that broke later counts neither way.
+// not the replicas. A connection that broke before any response always counts,
+// and so does a stream the upstream broke after it started (watchedBody sets
+// streamBroken only for the upstream's or its health check's cause, never the
+// client's): Envoy's outlier detection counts a reset after the response began
+// as a gateway failure too (envoyproxy.io, arch_overview/upstream/outlier:
+// with split_external_local_origin_errors off, its default, locally originated
+// errors such as resets are counted with the 5xx). The final replica served
+// when it answered below 500; a timeout or a client that left first counts
+// neither way.
 func (p *Proxy) settleOutcomes(r *http.Request, c *call) {
 	if !c.counted {
 		return
@@ -176,6 +182,8 @@ func (p *Proxy) settleOutcomes(r *http.Request, c *call) {
 	switch {
 	case final && n5xx < 2:
 		observe(c.dec.Replica, true, "status "+strconv.Itoa(c.upStatus))
+	case c.streamBroken != nil:
+		observe(c.dec.Replica, true, "stream broke: "+c.streamBroken.Error())
 	case c.upStatus > 0 && !final && c.streamBroken == nil && r.Context().Err() == nil:
 		observe(c.dec.Replica, false, "")
 	}
