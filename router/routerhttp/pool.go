@@ -89,6 +89,13 @@ func (p *Pool) UpstreamList() []Upstream {
 	return append([]Upstream(nil), p.Upstreams...)
 }
 
+// unpin stops pinning replica i's requests to a DP rank (Rank -1).
+func (p *Pool) unpin(i int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Upstreams[i].Rank = -1
+}
+
 // AddUpstream appends u and then the matching Balancer replica (healthy, no
 // session moves; Balancer.AddReplica), in that order, so a request routed to the
 // new index always finds its upstream. It returns the replica's index.

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
@@ -59,6 +60,9 @@ type target struct {
 	url      *url.URL
 	replicas []int // Balancer indices; with ranks, replicas[k] is rank k
 	ranked   bool
+	// unpinned: the server ignores X-Data-Parallel-Rank (PinIgnored), so it is
+	// served as one replica, rank 0's, unpinned and counting every engine.
+	unpinned atomic.Bool
 
 	mu      sync.Mutex
 	prefix  []prefixStats // by position in replicas
