@@ -935,6 +935,19 @@ type ReplicaStatus struct {
 	// (BalancerConfig.Shared) have in flight on the replica; InFlight is this
 	// router's own count. Absent without shared state.
 	SharedInFlight int `json:"shared_in_flight,omitempty"`
+	// SharedLive and SharedLiveTokens are the largest live-conversation count
+	// and live working set (tokens) any other router's session table holds for
+	// the replica (RemoteLoad). The policies decide on the larger of these and
+	// Live, LiveTokens (DecidedLive). Absent without shared state.
+	SharedLive       int   `json:"shared_live_conversations,omitempty"`
+	SharedLiveTokens int64 `json:"shared_live_tokens,omitempty"`
+}
+
+// DecidedLive returns the live conversations and live tokens the policies
+// decide on for the replica: this router's, or with shared state the larger
+// of this router's and the largest another router reports (Balancer.fillView).
+func (s ReplicaStatus) DecidedLive() (int, int64) {
+	return max(s.Live, s.SharedLive), max(s.LiveTokens, s.SharedLiveTokens)
 }
 
 // Status returns every replica's state, in replica order.
@@ -968,7 +981,8 @@ func (b *Balancer) Status() []ReplicaStatus {
 			s.EjectedForS = (r.out.until - now).Seconds()
 		}
 		if b.shared != nil {
-			s.SharedInFlight = b.shared.Remote(i).InFlight
+			rl := b.shared.Remote(i)
+			s.SharedInFlight, s.SharedLive, s.SharedLiveTokens = rl.InFlight, rl.Live, rl.LiveTokens
 		}
 		out[i] = s
 	}
