@@ -502,6 +502,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			home, lost = b.sessions.lookup(now, h, side || created)
 			over = b.sessions.overflowTarget(h)
 		}
+		b.slowStart(now, home)
 		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
 		if err == nil && gated {
 			b.adm.routed(now, h, SessionID(f.SessionKey), d, ctx, side, g)
@@ -514,6 +515,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 				d.Reason = ReasonOverflow
 			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
 				b.sessions.set(now, h, d.Replica)
+				b.countPlacement(d.Replica)
 			}
 			if d.Reason == ReasonOverflow {
 				b.sessions.setOverflow(h, d.Replica)

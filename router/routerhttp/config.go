@@ -101,8 +101,9 @@ type Config struct {
 	Seed uint64 `yaml:"seed"`
 	// Ejection of a replica whose requests fail while its /health passes
 	// (router.OutlierConfig; docs/router.md section 9): this many consecutive
-	// failures (5xx the request did not also get from another replica, or a
-	// connection broken before any response) within EjectWindow eject it for
+	// failures (5xx the request did not also get from another replica, a
+	// connection broken before any response, or a stream the replica broke
+	// after it started) within EjectWindow eject it for
 	// EjectBaseTime x the ejections in a row (at most EjectMaxTime), then a
 	// probe decides; at most EjectMaxPercent of a model's replicas (at least
 	// one of two or more) are out at once. Defaults 5, 1m, 30s, 5m, 25;
@@ -112,6 +113,10 @@ type Config struct {
 	EjectBaseTime            time.Duration `yaml:"eject_base_time"`
 	EjectMaxTime             time.Duration `yaml:"eject_max_time"`
 	EjectMaxPercent          int           `yaml:"eject_max_percent"`
+	// EjectSlowStart: a replica back from ejection takes new conversations at
+	// a share ramping up over this window (router.DefaultSlowStartWindow, 1m;
+	// negative: none).
+	EjectSlowStart time.Duration `yaml:"eject_slow_start"`
 	// SkipPinningCheck turns off the check, once at start, that every URL with
 	// dp_ranks > 1 honours X-Data-Parallel-Rank (CheckDPPinning: two one-token
 	// requests per rank; the verdict goes to the log and /status). Default false:

@@ -168,6 +168,7 @@ func New(cfg Config) (*Router, error) {
 			Outlier: router.OutlierConfig{
 				ConsecutiveFailures: cfg.EjectConsecutiveFailures, Window: cfg.EjectWindow,
 				BaseTime: cfg.EjectBaseTime, MaxTime: cfg.EjectMaxTime, MaxPercent: cfg.EjectMaxPercent,
+				SlowStart: cfg.EjectSlowStart,
 			},
 			Admission: router.AdmissionConfig(m.Admission),
 			Shared:    shared,
