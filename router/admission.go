@@ -447,6 +447,15 @@ func (a *admission) sums(m int64, learned bool, remote *RemoteAdmission, nrep in
 // room reports whether replica r (index i) has room for a conversation of
 // expected context e.
 func (a *admission) room(i int, r *ReplicaState, s, e int64, c counts) bool {
+	if r.SlotTokens > 0 {
+		// Fixed slots (llama.cpp): a conversation holds one slot, one
+		// sequence, whatever its size, and slots share no prefix.
+		n := 0
+		if i < len(c.n) {
+			n = c.n[i]
+		}
+		return float64(int64(n+1)*r.SlotTokens) <= float64(r.KVCapacityTokens)*a.cfg.FillTarget
+	}
 	tot := e
 	if i < len(c.n) && c.n[i] > 0 {
 		tot = c.used(i, s) + max(e-s, 0)

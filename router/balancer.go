@@ -211,8 +211,8 @@ type Balancer struct {
 	staleAfter time.Duration
 	maxNumSeqs int
 	slotBased  bool
-	learnSlots bool // maxNumSeqs follows ObserveSlots until a slot count is seen
-	slotsSeen  bool
+	learnSlots bool // maxNumSeqs follows ObserveSlots (the fewest slots a replica has now)
+	configSeqs int  // maxNumSeqs as configured (or its default): what learnSlots falls back to
 	// threshold is the overflow threshold as configured (0 = auto), the one
 	// copy: Acquire resolves it (overflowThreshold) into Request.Threshold.
 	threshold int
@@ -275,6 +275,11 @@ type replica struct {
 	kv               float64
 	observedAt       time.Duration
 	kvCapacity       int64
+	// slots and slotTokens: the replica's fixed slots and each slot's context
+	// (llama.cpp GET /props total_slots, n_ctx; ObserveSlots), 0 when not
+	// slot-based.
+	slots      int
+	slotTokens int64
 
 	served [numReasons]uint64
 
@@ -323,6 +328,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		now:        cfg.Now,
 		staleAfter: stale,
 		maxNumSeqs: maxSeqs,
+		configSeqs: maxSeqs,
 		slotBased:  cfg.SlotBased,
 		learnSlots: cfg.SlotBased && cfg.LearnSlots,
 		threshold:  cfg.OverflowThreshold,
@@ -386,6 +392,7 @@ func (b *Balancer) fillView(now time.Duration, avoid uint64) {
 		v.Live = b.sessions.Live(i)
 		v.LiveTokens = b.sessions.LiveTokens(i)
 		v.KVCapacityTokens = r.kvCapacity
+		v.SlotTokens = r.slotTokens
 		if b.shared != nil {
 			rl := b.shared.Remote(i)
 			v.InFlight += rl.InFlight
@@ -804,21 +811,39 @@ func (b *Balancer) Affinity() bool {
 	return b.affinity
 }
 
-// ObserveSlots records that a replica runs n fixed slots (llama.cpp GET /props
-// total_slots). With BalancerConfig.LearnSlots the smallest count seen becomes
-// max_num_seqs, so the auto threshold is SlotOverflowThreshold of the engine's
-// own slots; otherwise, or for n <= 0, it does nothing.
-func (b *Balancer) ObserveSlots(n int) {
-	if n <= 0 {
-		return
-	}
+// ObserveSlots records that replica i runs n fixed slots (llama.cpp GET /props
+// total_slots) of slotTokens tokens of context each (default_generation_settings
+// .n_ctx, the per-slot context: llama-server sets every slot's n_ctx to
+// llama_n_ctx_seq, the -c context divided by -np, tools/server/server-context.cpp
+// and src/llama-context.cpp). A slot holds one sequence, so admission counts a
+// conversation on such a replica as one whole slot (ReplicaState.SlotTokens).
+// Each call replaces the replica's figures (a restarted server with other -np
+// or -c is read again). With BalancerConfig.LearnSlots the fewest slots any
+// replica has now become max_num_seqs, so the auto threshold is
+// SlotOverflowThreshold of the engine's own slots. n <= 0 clears the replica's
+// slots.
+func (b *Balancer) ObserveSlots(i, n int, slotTokens int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.reps) {
+		return
+	}
+	if n <= 0 {
+		n, slotTokens = 0, 0
+	}
+	b.reps[i].slots, b.reps[i].slotTokens = n, max(0, slotTokens)
 	if !b.learnSlots {
 		return
 	}
-	if !b.slotsSeen || n < b.maxNumSeqs {
-		b.maxNumSeqs, b.slotsSeen = n, true
+	fewest := 0
+	for j := range b.reps {
+		if s := b.reps[j].slots; s > 0 && (fewest == 0 || s < fewest) {
+			fewest = s
+		}
+	}
+	b.maxNumSeqs = b.configSeqs
+	if fewest > 0 {
+		b.maxNumSeqs = fewest
 	}
 }
 

@@ -84,6 +84,9 @@ type target struct {
 	scrapeClass string
 	lacks       []string
 	slots       int // llama.cpp GET /props total_slots; 0 unknown
+	// propsAt is when /props was last read (wall time; zero: never, or to be
+	// read again at the next scrape: set on a health recovery).
+	propsAt time.Time
 }
 
 // prefixStats holds the prefix-cache counters of one replica as scraped: the first

@@ -110,7 +110,7 @@ type CardReplica struct {
 	// KVTokens is the KV cache capacity, (num_gpu_blocks - 1) x block_size from
 	// vllm:cache_config_info (block 0 is vLLM's null block), or the adapter's
 	// (ReplicaStatus.KVCapacityTokens: SGLang max_total_num_tokens, llama.cpp
-	// slots x n_ctx from /props); 0 when not reported.
+	// slots x per-slot n_ctx from /props); 0 when not reported.
 	KVTokens int64
 
 	// Engine is the server's kind (ReplicaReport.Engine), Slots its slots
