@@ -230,30 +230,31 @@ func (c AdmissionConfig) WithDefaults() AdmissionConfig {
 type Admission uint8
 
 const (
-	AdmitNone      Admission = iota // no gate (off, affinity off, no session key)
-	AdmitPass                       // not a new conversation: passes
-	AdmitNow                        // new conversation, admitted without a wait
-	AdmitAfterHold                  // admitted after waiting in the queue
-	AdmitAtLimit                    // admitted at max_hold or max_queue (OnLimit admit)
-	AdmitUnknown                    // passed: a healthy replica's KV capacity is unknown
-	AdmitHeld                       // waiting (with ErrHold)
-	AdmitRefused                    // refused at a limit (with ErrOverloaded)
+	AdmitNone            Admission = iota // no gate (off, affinity off, no session key)
+	AdmitPass                             // not a new conversation: passes
+	AdmitAdmitted                         // new conversation, admitted without a wait
+	AdmitHeld                             // admitted after waiting in the queue
+	AdmitLimit                            // admitted at max_hold or max_queue (OnLimit admit)
+	AdmitCapacityUnknown                  // passed: a healthy replica's KV capacity is unknown
+	AdmitWaiting                          // waiting (with ErrHold)
+	AdmitRefused                          // refused at a limit (with ErrOverloaded)
 )
 
-// String is the X-Warden-Admission header value.
+// String is the X-Warden-Admission header value; each outcome is named for it
+// (AdmitWaiting "waiting" is wire.AdmissionWaiting).
 func (a Admission) String() string {
 	switch a {
 	case AdmitPass:
 		return "pass"
-	case AdmitNow:
+	case AdmitAdmitted:
 		return "admitted"
-	case AdmitAfterHold:
-		return "held"
-	case AdmitAtLimit:
-		return "limit"
-	case AdmitUnknown:
-		return "capacity-unknown"
 	case AdmitHeld:
+		return "held"
+	case AdmitLimit:
+		return "limit"
+	case AdmitCapacityUnknown:
+		return "capacity-unknown"
+	case AdmitWaiting:
 		return "waiting"
 	case AdmitRefused:
 		return "refused"
@@ -598,7 +599,7 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 		if pos >= 0 {
 			a.drop(pos)
 		}
-		return gateResult{outcome: AdmitUnknown, held: held}, nil
+		return gateResult{outcome: AdmitCapacityUnknown, held: held}, nil
 	}
 	s := a.sharedPrefix()
 	e, m, learned := a.expected(now, int64(prompt))
@@ -619,10 +620,10 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 				view[i].Healthy = false
 			}
 		}
-		out := AdmitNow
+		out := AdmitAdmitted
 		if pos >= 0 {
 			a.drop(pos)
-			out = AdmitAfterHold
+			out = AdmitHeld
 		}
 		return gateResult{outcome: out, held: held}, nil
 	}
@@ -645,7 +646,7 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 			}
 			return gateResult{outcome: AdmitRefused, held: held}, why
 		}
-		return gateResult{outcome: AdmitAtLimit, held: held}, nil
+		return gateResult{outcome: AdmitLimit, held: held}, nil
 	}
 	if pos < 0 {
 		a.nextID++
@@ -655,7 +656,7 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 		pos = len(a.queue) - 1
 	}
 	a.queue[pos].polled = now
-	return gateResult{outcome: AdmitHeld, ticket: a.queue[pos].id, held: held}, ErrHold
+	return gateResult{outcome: AdmitWaiting, ticket: a.queue[pos].id, held: held}, ErrHold
 }
 
 // routed records a routed request of the session with hash h (a new
@@ -664,12 +665,12 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 // request.
 func (a *admission) routed(now time.Duration, h, sid uint64, d Decision, ctx int, side bool, g gateResult) {
 	switch g.outcome {
-	case AdmitNow:
+	case AdmitAdmitted:
 		a.out.Admitted++
-	case AdmitAfterHold:
+	case AdmitHeld:
 		a.out.AfterHold++
 		a.out.HeldSecondsSum += g.held.Seconds()
-	case AdmitAtLimit:
+	case AdmitLimit:
 		a.out.AtLimit++
 		a.out.HeldSecondsSum += g.held.Seconds()
 	}

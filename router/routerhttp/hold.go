@@ -59,10 +59,6 @@ import (
 // cannot be kept alive: its hold is capped at router.MaxSilentHold (4 min,
 // Facts.HoldLimit), under Claude Code's 5 minutes.
 
-// AdmissionWaiting is wire.HeaderAdmission of a response committed while its
-// request was still held (keep-alive).
-const AdmissionWaiting = "waiting"
-
 // keepAliveTrailers are the headers a kept-alive response declares as
 // trailers ("Trailer" before WriteHeader): its header block went out before the
 // hold ended, so their final values follow the body. Only those every such
@@ -188,7 +184,7 @@ func commitKeepAlive(w http.ResponseWriter, c *call) *keepAlive {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set(wire.HeaderHeldMs, strconv.FormatInt(c.adm.Held.Milliseconds(), 10))
-	h.Set(wire.HeaderAdmission, AdmissionWaiting)
+	h.Set(wire.HeaderAdmission, wire.AdmissionWaiting)
 	h.Set("Trailer", strings.Join(keepAliveTrailers, ", "))
 	w.WriteHeader(http.StatusOK)
 	return &keepAlive{w: w, api: c.api}

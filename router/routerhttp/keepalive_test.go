@@ -146,7 +146,7 @@ func TestProxyKeepsHeldStreamAlive(t *testing.T) {
 			h := holdStream(t, f, api.path, bigBody("b"), func() { f.clock.Advance(time.Second) })
 			r := h.resp
 			if r.StatusCode != 200 || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("Cache-Control") != "no-cache" ||
-				r.Header.Get(wire.HeaderAdmission) != AdmissionWaiting || r.Header.Get(wire.HeaderHeldMs) != "1000" {
+				r.Header.Get(wire.HeaderAdmission) != wire.AdmissionWaiting || r.Header.Get(wire.HeaderHeldMs) != "1000" {
 				t.Fatalf("committed response: %d %v", r.StatusCode, r.Header)
 			}
 			for _, k := range []string{wire.HeaderHeldMs, wire.HeaderAdmission} {
@@ -325,7 +325,7 @@ func TestProxyCapsSilentHoldOfNonStreamingRequest(t *testing.T) {
 		t.Errorf("non-streaming request: %d %v, want admitted at the limit after 3000 ms", p.resp.StatusCode, p.resp.Header)
 	}
 	s := waitStream()
-	if s.resp.Header.Get(wire.HeaderAdmission) != AdmissionWaiting {
+	if s.resp.Header.Get(wire.HeaderAdmission) != wire.AdmissionWaiting {
 		t.Fatalf("streaming request: %d %v, want kept alive", s.resp.StatusCode, s.resp.Header)
 	}
 	if ev := s.event(t); ev != ": keep-alive" {
