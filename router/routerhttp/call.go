@@ -20,16 +20,20 @@ type callKey struct{}
 // call is the state of one proxied request, shared by the handler, the transport
 // and the response hooks (all on the handler's goroutine).
 type call struct {
-	pool    *Pool
-	api     apiKind
-	facts   router.Facts
-	body    []byte
-	inURL   url.URL
-	counted bool // holds an in-flight count (false for /v1/models forwarding)
-	held    bool
-	dec     router.Decision
-	adm     router.AdmitInfo // what the admission gate decided (hold.go)
-	ka      *keepAlive       // the response was committed while held (hold.go)
+	pool  *Pool
+	api   apiKind
+	facts router.Facts
+	body  []byte
+	inURL url.URL
+	// routed: the Balancer routed the request (admission, decision headers,
+	// outcome feedback); false for /v1/models forwarding.
+	routed bool
+	// inFlight: the call holds an in-flight count on its replica, ended by
+	// release (Balancer.ReleaseSession).
+	inFlight bool
+	dec      router.Decision
+	adm      router.AdmitInfo // what the admission gate decided (hold.go)
+	ka       *keepAlive       // the response was committed while held (hold.go)
 	// stateWait: wall time the call's decisions waited on the shared state
 	// (Balancer.AdmitWait, summed over admission polls and retries).
 	stateWait time.Duration
@@ -65,15 +69,15 @@ func (c *call) upstream() Upstream { return c.pool.Upstream(c.dec.Replica) }
 
 // release ends the call's in-flight count; safe to call more than once.
 func (c *call) release() {
-	if c.held {
-		c.held = false
+	if c.inFlight {
+		c.inFlight = false
 		c.pool.Balancer.ReleaseSession(c.dec.Replica, c.facts.SessionKey)
 	}
 }
 
 func (c *call) setHeaders(h http.Header) {
 	h.Set(wire.HeaderReplica, c.upstream().Name)
-	if c.counted {
+	if c.routed {
 		h.Set(wire.HeaderDecision, c.dec.Reason.String())
 		c.setAdmissionHeaders(h)
 		c.setStateHeader(h)
@@ -92,7 +96,7 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 	if m := pool.lastModel.Load(); info.Model != "" && (m == nil || *m != info.Model) {
 		pool.noteModel(info.Model)
 	}
-	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens}, body: body, inURL: *r.URL, counted: true}
+	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens}, body: body, inURL: *r.URL, routed: true}
 	d, err := p.admit(r.Context(), w, pool, c)
 	if err != nil {
 		name := pool.Model
@@ -110,7 +114,7 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		p.failModel(w, api, pool.Model, fmt.Errorf("model %q: %w", name, err), r.Context().Err() != nil)
 		return nil, false
 	}
-	c.dec, c.held = d, true
+	c.dec, c.inFlight = d, true
 	if p.onRoute != nil {
 		p.onRoute(pool, c.facts.SessionKey, len(body), d)
 	}
@@ -128,7 +132,7 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 	status := c.finalStatus(r.Context().Err() != nil, panicked, sw.status)
 	up := c.upstream()
 	p.m.countRequest(c.pool.Model, up.Name, c.dec.Reason)
-	if c.counted && c.pool.Balancer.Shared() {
+	if c.routed && c.pool.Balancer.Shared() {
 		p.m.observeStateWait(c.stateWait)
 	}
 	p.m.countResponse(c.pool.Model, status)
@@ -155,7 +159,7 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 // when it answered below 500; a timeout or a client that left first counts
 // neither way.
 func (p *Proxy) settleOutcomes(r *http.Request, c *call) {
-	if !c.counted {
+	if !c.routed {
 		return
 	}
 	n5xx := 0

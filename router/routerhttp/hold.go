@@ -371,7 +371,7 @@ func (p *Proxy) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// setAdmissionHeaders adds the admission headers of a counted call.
+// setAdmissionHeaders adds the admission headers of a routed call.
 func (c *call) setAdmissionHeaders(h http.Header) {
 	h.Set(wire.HeaderHeldMs, strconv.FormatInt(c.adm.Held.Milliseconds(), 10))
 	if c.adm.Admission != router.AdmitNone {
