@@ -26,7 +26,7 @@ type TraceCurvePoint struct {
 func TraceCurveFigure(title string, pts []TraceCurvePoint, ceilingPct float64) ([]byte, error) {
 	p := newPlot(title, "cache capacity (tokens, log scale)", "prefix hits (% of prompt tokens)")
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = logTicks{}
+	p.X.Tick.Marker = LogTicks{}
 	var xys plotter.XYs
 	for _, q := range pts {
 		if q.CapacityTokens > 0 && !math.IsNaN(q.HitPct) {

@@ -9,7 +9,8 @@
 //   - RouterURL: an already running warden router; affinity is switched through its
 //     admin API (AdminURL, AdminToken); Replicas, when given, are scraped for
 //     /metrics (without them the engine columns are n/a: NoReplicasNote).
-//   - Replicas: real vLLM servers; an in-process router is started in front of them.
+//   - Replicas: real vLLM, SGLang or llama.cpp servers; an in-process router is
+//     started in front of them.
 //   - none: an embedded simulated cluster (SimReplicas x Profile at Speed) and an
 //     in-process router in front of it.
 package bench
@@ -98,6 +99,9 @@ type Options struct {
 	// Policy the router uses while affinity is on (router.PolicyNames); "" means
 	// router.DefaultAffinityPolicy. Ignored with an external router (RouterURL).
 	Policy string
+	// Keyless is the router's placement of requests without a session key
+	// (router.KeylessNames); "" means router.DefaultKeyless.
+	Keyless string
 	// Admission configures the router's admission gate per model
 	// (router.AdmissionConfig; off by default). Ignored with an external router.
 	Admission router.AdmissionConfig
@@ -153,6 +157,9 @@ func Run(ctx context.Context, o Options) (string, error) {
 	if o.Policy == "" {
 		o.Policy = router.DefaultAffinityPolicy
 	}
+	if err := router.ValidKeyless(o.Keyless); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
 	if !router.ValidPolicy(o.Policy) {
 		return "", fmt.Errorf("bench: policy %q is unknown (have %s)", o.Policy, strings.Join(router.PolicyNames(), ", "))
 	}
@@ -192,7 +199,7 @@ func runVirtual(ctx context.Context, o Options) error {
 		Scenario: o.Scenario,
 		Replicas: o.SimReplicas,
 		Engine:   sim.EngineConfig{Profile: prof, MaxNumSeqs: o.MaxNumSeqs},
-		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy, Admission: o.Admission},
+		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy, Admission: o.Admission, Keyless: o.Keyless},
 		Out:      out,
 		Progress: o.Progress,
 		RunID:    o.RunID,
@@ -441,6 +448,7 @@ func runHTTP(ctx context.Context, o Options) error {
 			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
 			rcfg.Models[i].OverflowThreshold = routerhttp.Threshold(o.OverflowThreshold)
 			rcfg.Models[i].Policy = o.Policy
+			rcfg.Models[i].Keyless = o.Keyless
 			rcfg.Models[i].Admission = routerhttp.AdmissionYAML(o.Admission)
 		}
 		rc.Admission = virtual.ManifestAdmission(o.Admission)

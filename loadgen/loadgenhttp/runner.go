@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/simclock"
-	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/loadgen/trace"
@@ -233,7 +233,7 @@ func (rn *runner) setup(ctx context.Context) error {
 		rn.client = cfg.Client
 	} else {
 		if rn.sc.Model == "" {
-			model, err := vllmapi.FirstModel(ctx, rn.http, cfg.BaseURL, cfg.Header)
+			model, err := engineapi.FirstModel(ctx, rn.http, cfg.BaseURL, cfg.Header)
 			if err != nil {
 				return fmt.Errorf("running benchmark: asking the served model: %w", err)
 			}
@@ -309,11 +309,15 @@ func (rn *runner) newManifest() *loadgen.Manifest {
 	return loadgen.NewManifest(rn.sc, created, info)
 }
 
-// NewClient returns the streaming client for sc.API (OpenAIClient or
-// AnthropicClient) with the scenario's model, max output tokens, session header
+// NewClient returns the streaming client for sc.API (OpenAIClient,
+// AnthropicClient or ResponsesClient) with the scenario's model, max output tokens, session header
 // style and request timeout.
 func NewClient(sc *loadgen.Scenario, baseURL string, hc *http.Client, header http.Header) Client {
 	sc = sc.WithDefaults()
+	if sc.API == loadgen.APIOpenAIResponses {
+		return &ResponsesClient{BaseURL: baseURL, Model: sc.Model, MaxTokens: sc.MaxOutputTokens,
+			SessionHeader: sc.SessionHeader, Header: header, HTTP: hc, Timeout: sc.RequestTimeout}
+	}
 	if sc.API == loadgen.APIAnthropicMessages {
 		return &AnthropicClient{BaseURL: baseURL, Model: sc.Model, MaxTokens: sc.MaxOutputTokens,
 			SessionHeader: sc.SessionHeader, Header: header, HTTP: hc, Timeout: sc.RequestTimeout}

@@ -34,6 +34,8 @@ import (
 //	GET  /admin/record                        {"enabled":bool,"written":n,"dropped":n} (warden route --record)
 //	PUT  /admin/record                        body {"enabled":bool}: pause or resume the recording
 //
+// With a "*" pool a model name is accepted when it is configured or a client
+// asked the "*" pool for it; any other is 404 naming the known models.
 // Errors are JSON {"error":"..."} with 400 (bad body), 404 (unknown model or
 // path) or 405.
 func (rt *Router) AdminHandler() http.Handler {

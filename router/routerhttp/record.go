@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lmwarden/warden/loadgen/trace"
+	"github.com/lmwarden/warden/internal/tracefmt"
 )
 
 // RecordPieceBytes is the bytes of canonical message text one recorded block id
@@ -42,7 +42,6 @@ type Recorder struct {
 	mu      sync.Mutex
 	w       *bufio.Writer
 	closer  io.Closer
-	tw      *trace.Writer
 	salt    [16]byte
 	origin  time.Duration
 	last    time.Duration // latest arrival given out
@@ -63,7 +62,8 @@ type Recording struct {
 	ids     []int64
 	session string
 	ok      bool
-	req     trace.Request
+	// The line, once ended OK.
+	prompt, output int
 }
 
 // NewRecorder returns a Recorder writing to w (closed by Close when it is an
@@ -73,7 +73,6 @@ func NewRecorder(w io.Writer) (*Recorder, error) {
 	if c, ok := w.(io.Closer); ok {
 		r.closer = c
 	}
-	r.tw = trace.NewWriter(r.w)
 	if _, err := rand.Read(r.salt[:]); err != nil {
 		return nil, fmt.Errorf("recording: salt: %w", err)
 	}
@@ -111,7 +110,7 @@ func (r *Recorder) End(rec *Recording, ok bool, promptTokens, outputTokens int) 
 	}
 	if ok && promptTokens > 0 {
 		rec.ok = true
-		need := (promptTokens + trace.DefaultBlockSize - 1) / trace.DefaultBlockSize
+		need := (promptTokens + tracefmt.DefaultBlockSize - 1) / tracefmt.DefaultBlockSize
 		ids := rec.ids
 		if len(ids) > need {
 			ids = ids[:need]
@@ -119,9 +118,10 @@ func (r *Recorder) End(rec *Recording, ok bool, promptTokens, outputTokens int) 
 		for i := len(ids); i < need; i++ {
 			ids = append(ids, r.uniqueID(rec.seq, i))
 		}
-		rec.req = trace.Request{Timestamp: rec.arrival, InputLength: promptTokens, OutputLength: max(0, outputTokens), HashIDs: ids, SessionID: rec.session}
+		rec.ids, rec.prompt, rec.output = ids, promptTokens, max(0, outputTokens)
+	} else {
+		rec.ids = nil
 	}
-	rec.ids = nil
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.done[rec.seq] = rec
@@ -136,7 +136,11 @@ func (r *Recorder) End(rec *Recording, ok bool, promptTokens, outputTokens int) 
 			r.Dropped++
 			continue
 		}
-		if err := r.tw.Write(d.req); err != nil && r.err == nil {
+		b, err := tracefmt.Marshal(d.arrival, d.prompt, d.output, d.ids, d.session)
+		if err == nil {
+			_, err = r.w.Write(b)
+		}
+		if err != nil && r.err == nil {
 			r.err = err
 		}
 		r.Written++
