@@ -201,10 +201,11 @@ func (r *Recorder) blockIDs(body []byte) []int64 {
 	return ids
 }
 
-// canonicalMessages renders the conversation of an OpenAI chat or Anthropic
-// Messages body as "role\ntext\n" per message (Anthropic's system first), where
-// text is a string content or its parts' texts, other parts as their JSON. A
-// body that does not parse gives "".
+// canonicalMessages renders the conversation of an OpenAI chat, Anthropic
+// Messages or OpenAI Responses body as "role\ntext\n" per message (Anthropic's
+// system first; Responses instructions, then input items), where text is a
+// string content or its parts' texts, other parts (tool calls, function call
+// items' content) as their JSON. A body that does not parse gives "".
 func canonicalMessages(body []byte) string {
 	var b struct {
 		System   json.RawMessage `json:"system"`
@@ -213,6 +214,9 @@ func canonicalMessages(body []byte) string {
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
 		Prompt json.RawMessage `json:"prompt"`
+		// The Responses API: instructions and input (a string or items).
+		Instructions json.RawMessage `json:"instructions"`
+		Input        json.RawMessage `json:"input"`
 	}
 	if json.Unmarshal(body, &b) != nil {
 		return ""
@@ -231,6 +235,29 @@ func canonicalMessages(body []byte) string {
 	}
 	if len(b.Prompt) > 0 {
 		sb.WriteString(contentText(b.Prompt))
+	}
+	if len(b.Instructions) > 0 && string(b.Instructions) != "null" {
+		sb.WriteString("instructions\n")
+		sb.WriteString(contentText(b.Instructions))
+		sb.WriteByte('\n')
+	}
+	var items []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	switch {
+	case len(b.Input) == 0 || string(b.Input) == "null":
+	case json.Unmarshal(b.Input, &items) == nil:
+		for _, it := range items {
+			sb.WriteString(it.Role)
+			sb.WriteByte('\n')
+			sb.WriteString(contentText(it.Content))
+			sb.WriteByte('\n')
+		}
+	default:
+		sb.WriteString("user\n")
+		sb.WriteString(contentText(b.Input))
+		sb.WriteByte('\n')
 	}
 	return sb.String()
 }
@@ -252,7 +279,7 @@ func contentText(raw json.RawMessage) string {
 			Type string `json:"type"`
 			Text string `json:"text"`
 		}
-		if json.Unmarshal(p, &t) == nil && t.Type == "text" {
+		if json.Unmarshal(p, &t) == nil && (t.Type == "text" || t.Type == "input_text" || t.Type == "output_text") {
 			sb.WriteString(t.Text)
 		} else {
 			sb.Write(p)

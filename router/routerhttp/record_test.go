@@ -97,3 +97,15 @@ func TestAdminRecordSwitch(t *testing.T) {
 		t.Fatalf("bad body: %d", code)
 	}
 }
+
+func TestCanonicalMessagesResponses(t *testing.T) {
+	a := canonicalMessages([]byte(`{"instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"hello"}]}]}`))
+	b := canonicalMessages([]byte(`{"instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"hello"}]},` +
+		`{"role":"assistant","content":[{"type":"output_text","text":"hi"}]},{"role":"user","content":"more"}]}`))
+	if a != "instructions\nbe brief\nuser\nhello\n\n" || !strings.HasPrefix(b, a) {
+		t.Errorf("canonical %q / %q: want the next turn to extend the first", a, b)
+	}
+	if got := canonicalMessages([]byte(`{"input":"just text"}`)); got != "user\njust text\n" {
+		t.Errorf("string input: %q", got)
+	}
+}
