@@ -119,6 +119,11 @@ const (
 	MinIdleWindow = time.Second
 	IdleFactor    = 2
 
+	// AdmissionPrefixSamples and AdmissionIdleSamples: how many S samples and
+	// gaps are kept (here and, with shared state, in the store).
+	AdmissionPrefixSamples = prefixSamples
+	AdmissionIdleSamples   = idleSamples
+
 	endedSamples  = 64        // ring of the peak contexts of ended conversations
 	endedHorizon  = time.Hour // older samples are forgotten
 	prefixSamples = 32        // ring of first turns' cached tokens
@@ -251,6 +256,9 @@ type admConv struct {
 	// firstDone: the cached tokens of its first request were sampled (or it had
 	// none to sample).
 	firstDone bool
+	// trueFirst (shared state): its request in flight is the conversation's
+	// first placement in the store with no assistant message, a sample of S.
+	trueFirst bool
 }
 
 type idleMark struct {
@@ -302,6 +310,13 @@ type admission struct {
 	gapSeen int
 	idleWin time.Duration
 
+	// shared: the Balancer shares state with other routers (BalancerConfig.Shared);
+	// remote: what the store said at the last decision (nil: it did not
+	// answer), whose S and idle window, learned from every router's
+	// conversations, stand in for this gate's own while the store answers.
+	shared bool
+	remote *RemoteAdmission
+
 	out AdmissionOutcomes
 }
 
@@ -334,8 +349,15 @@ func (a *admission) grow(n int) {
 	}
 }
 
-// sharedPrefix is S in tokens (0 until learned).
+// sharedPrefix is S in tokens (0 until learned): with shared state the one
+// every router learns together while the store answers.
 func (a *admission) sharedPrefix() int64 {
+	if a.remote != nil {
+		if a.remote.PrefixSamples < MinSharedPrefixSamples {
+			return 0
+		}
+		return a.remote.SharedPrefix
+	}
 	if len(a.prefix) < MinSharedPrefixSamples {
 		return 0
 	}
@@ -427,8 +449,19 @@ func (a *admission) room(i int, r *ReplicaState, s, e int64, c counts) bool {
 // idleWindow is the idle window in force: the learned one (0 until minIdleGaps
 // gaps were seen, then the live window stands in), never longer than the
 // session table's live window liveWin.
+//
+// With shared state it is learned only from the gaps every router measures
+// together (a conversation's turns through several routers make one router's
+// own gaps those of its turns, not the client's pauses): the live window until
+// the store holds minIdleGaps.
 func (a *admission) idleWindow(liveWin time.Duration) time.Duration {
 	liveWin = max(liveWin, MinIdleWindow)
+	if a.shared {
+		if a.remote == nil || a.remote.GapSamples < minIdleGaps {
+			return liveWin
+		}
+		return min(max(IdleFactor*a.remote.GapP90, MinIdleWindow), liveWin)
+	}
 	if a.idleWin == 0 {
 		return liveWin
 	}
@@ -530,6 +563,7 @@ type gateResult struct {
 	outcome Admission
 	ticket  uint64
 	held    time.Duration
+	tk      *ticket // the waiter an admission took off the queue (nil none)
 }
 
 // gate decides for one request of a session with hash h whose home is home
@@ -581,11 +615,13 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 			}
 		}
 		out := AdmitNow
+		var tk *ticket
 		if pos >= 0 {
+			tk = a.queue[pos]
 			a.drop(pos)
 			out = AdmitAfterHold
 		}
-		return gateResult{outcome: out, held: held}, nil
+		return gateResult{outcome: out, held: held, tk: tk}, nil
 	}
 	limit := a.cfg.MaxHold
 	if f.HoldLimit > 0 && (limit < 0 || f.HoldLimit < limit) {
@@ -674,15 +710,17 @@ func (a *admission) released(now time.Duration, h uint64) {
 
 // observeCache samples S from a conversation's first request: the cached
 // tokens of a new conversation's first turn are the prefix it shares with the
-// conversations before it.
-func (a *admission) observeCache(h uint64, prompt, cached int) {
+// conversations before it. With shared state only a true first turn is a
+// sample (admConv.trueFirst: a router that first sees a conversation at its
+// turn 2 would sample the whole turn 1); it reports whether it sampled.
+func (a *admission) observeCache(h uint64, prompt, cached int) bool {
 	c := a.convs[h]
 	if c == nil || c.firstDone {
-		return
+		return false
 	}
 	c.firstDone = true
-	if c.requests != 1 || prompt <= 0 {
-		return
+	if c.requests != 1 || prompt <= 0 || (a.shared && !c.trueFirst) {
+		return false
 	}
 	if len(a.prefix) < prefixSamples {
 		a.prefix = append(a.prefix, cached)
@@ -690,6 +728,33 @@ func (a *admission) observeCache(h uint64, prompt, cached int) {
 		a.prefix[a.prefixPos] = cached
 	}
 	a.prefixPos = (a.prefixPos + 1) % prefixSamples
+	return true
+}
+
+// unadmit undoes routed for a new conversation (hash h) the gate admitted (g)
+// whose reservation the shared store refused: it is counted nowhere, and its
+// waiter (or a new one) is back at the head of the queue. Returns the hold.
+func (a *admission) unadmit(now time.Duration, h uint64, g gateResult) gateResult {
+	if c := a.convs[h]; c != nil {
+		a.uncount(c)
+		delete(a.convs, h)
+	}
+	switch g.outcome {
+	case AdmitNow:
+		a.out.Admitted--
+	case AdmitAfterHold:
+		a.out.AfterHold--
+		a.out.HeldSecondsSum -= g.held.Seconds()
+	}
+	t := g.tk
+	if t == nil {
+		a.nextID++
+		t = &ticket{id: a.nextID, issued: now}
+	}
+	t.polled = now
+	a.queue = slices.Insert(a.queue, 0, t)
+	a.tickets[t.id] = t
+	return gateResult{outcome: AdmitHeld, ticket: t.id, held: g.held}
 }
 
 func (a *admission) recordGap(g time.Duration) {
@@ -741,6 +806,9 @@ func (b *Balancer) ReleaseSession(i int, sessionKey string) {
 	}
 	if sessionKey != "" && b.adm.on() {
 		b.adm.released(now, b.sessions.hash(sessionKey))
+		if b.shared != nil {
+			b.shared.Ended(SessionID(sessionKey))
+		}
 	}
 }
 
@@ -853,6 +921,7 @@ func (b *Balancer) Admission() AdmissionStatus {
 	var remote *RemoteAdmission
 	if b.shared != nil && a.on() {
 		remote = b.shared.RemoteAdmission()
+		a.remote = remote
 	}
 	if remote != nil {
 		st.RemoteConversations, st.RemoteQueue, st.RemoteOldestHeldS = len(remote.Convs), remote.Waiting, remote.OldestHeld.Seconds()
@@ -860,6 +929,9 @@ func (b *Balancer) Admission() AdmissionStatus {
 	cnt := a.sums(m, learned, remote, len(b.reps))
 	st.EndedSamples, st.EndedTotal = len(a.ended), a.endedN
 	st.SharedPrefixTokens, st.SharedPrefixSamples = a.sharedPrefix(), len(a.prefix)
+	if a.remote != nil {
+		st.SharedPrefixSamples = a.remote.PrefixSamples
+	}
 	st.IdleWindowS = a.idleWindow(b.sessions.LiveWindow()).Seconds()
 	s := a.sharedPrefix()
 	for i := range b.reps {

@@ -36,7 +36,16 @@ type SharedState interface {
 	// Claimed, not Acquired). cands are replica indices, at least one. ok is
 	// false when the store cannot answer, or returned a replica this Balancer
 	// does not have; nothing is then counted.
-	Claim(sessionKey, expect string, cands []int, pickLeast bool) (replica int, adopted bool, wait time.Duration, ok bool)
+	//
+	// With res (a new conversation the admission gate admitted), the same step
+	// reserves room for it: only the candidates whose union of counted working
+	// sets (res.Own, the other live routers' published gates and the unexpired
+	// reservations, each conversation once) has room for res.Expected are
+	// candidates, and the reservation is kept until the admitting router's gate
+	// publishes the conversation (at most the store's key TTL). With none left
+	// it writes nothing and returns Full (the caller holds the conversation).
+	// res.Force reserves without the check (admitted at a limit).
+	Claim(sessionKey, expect string, cands []int, pickLeast bool, res *Reservation) (c ClaimResult, wait time.Duration, ok bool)
 	// Refresh reads the other routers' in-flight counts from the store now, so
 	// that Remote gives them as they are rather than as of the last exchange.
 	// The Balancer calls it before a decision that may move a conversation for
@@ -62,9 +71,44 @@ type SharedState interface {
 	// sees (RemoteLoad). Zero when the store is unavailable.
 	Remote(i int) RemoteLoad
 	// RemoteAdmission returns what the other live routers' admission gates
-	// count and hold (their Balancer.AdmissionShare, as last exchanged); nil
+	// count and hold (their Balancer.AdmissionShare, as last exchanged), and
+	// the estimates every router learns together (S, the idle window); nil
 	// when none publishes or the store is unavailable.
 	RemoteAdmission() *RemoteAdmission
+	// ObserveFirstTurn adds one true first turn's cached tokens to the shared
+	// S samples; Began and Ended tell that a request of the conversation with
+	// SessionID id was sent (side: a side request, whose gap says nothing) or
+	// ended, so the gap from a conversation's last end to its next request is
+	// measured whatever router served either. All three are published off the
+	// request path (they must not block).
+	ObserveFirstTurn(cachedTokens int)
+	Began(id uint64, side bool)
+	Ended(id uint64)
+}
+
+// ClaimResult is what SharedState.Claim did.
+type ClaimResult struct {
+	// Replica: the session's home (index in this Balancer); Adopted: another
+	// router wrote it first; Full: a reservation found no candidate with room
+	// (nothing written, Replica -1).
+	Replica int
+	Adopted bool
+	Full    bool
+}
+
+// Reservation is the room a Claim reserves for a new conversation
+// (admission.go's rule, evaluated in the store over every router's gate).
+type Reservation struct {
+	ID     uint64 // SessionID
+	Tokens int64  // its context estimate now (its first prompt), tokens
+	// Expected is E, Shared S and Running M (0 until learned), tokens.
+	Expected, Shared, Running int64
+	// Fit[k] is cands[k]'s KVCapacityTokens x FillTarget, tokens.
+	Fit []int64
+	// Own: this gate's counted conversations (without this one).
+	Own []SharedConv
+	// Force: reserve without the check (AdmitAtLimit).
+	Force bool
 }
 
 // RemoteAdmission is the other routers' admission gates (SharedState.RemoteAdmission).
@@ -75,6 +119,17 @@ type RemoteAdmission struct {
 	// Waiting: their waiters, summed; OldestHeld: the longest any has waited.
 	Waiting    int
 	OldestHeld time.Duration
+	// SharedPrefix is S learned from every router's true first turns
+	// (ObserveFirstTurn; the median of the last prefixSamples), PrefixSamples
+	// how many there are (S is used from MinSharedPrefixSamples).
+	SharedPrefix  int64
+	PrefixSamples int
+	// GapP90 is the 90th percentile of the last idleSamples end-to-next-request
+	// gaps of every conversation whatever router served it (Began, Ended), on
+	// the Balancer's clock; GapSamples how many there are (used from
+	// minIdleGaps).
+	GapP90     time.Duration
+	GapSamples int
 }
 
 // RemoteConv is one conversation another router's gate counts: its replica
@@ -188,6 +243,71 @@ type claimPlan struct {
 	expect    string
 	cands     []int
 	pickLeast bool
+	// res: the admission reservation to make with the claim (nil none); gate
+	// what the gate decided, to undo when the store finds no room.
+	res  *Reservation
+	gate gateResult
+	side bool
+}
+
+// reservation is the Reservation for a new conversation with hash h and SessionID
+// sid that the gate admitted (g) and the policy placed on cands[0], or nil
+// when the gate did not admit one (caller holds mu).
+func (b *Balancer) reservation(g gateResult, h, sid uint64, cands []int) *Reservation {
+	if !b.adm.on() || (g.outcome != AdmitNow && g.outcome != AdmitAfterHold && g.outcome != AdmitAtLimit) {
+		return nil
+	}
+	a := b.adm
+	c := a.convs[h]
+	if c == nil {
+		return nil
+	}
+	now := b.now()
+	e, m, learned := a.expected(now, c.ctx)
+	if !learned {
+		m = 0
+	}
+	r := &Reservation{ID: sid, Tokens: c.ctx, Expected: e, Shared: a.sharedPrefix(), Running: m, Force: g.outcome == AdmitAtLimit}
+	for _, i := range cands {
+		r.Fit = append(r.Fit, int64(float64(b.reps[i].kvCapacity)*a.cfg.FillTarget))
+	}
+	for _, cv := range a.convs {
+		if cv.counted && cv.sid != sid {
+			r.Own = append(r.Own, SharedConv{ID: cv.sid, Replica: cv.replica, Tokens: cv.ctx})
+		}
+	}
+	return r
+}
+
+// unadmit undoes the admission of the new conversation of plan, placed by d,
+// when the store found no room for it: the request is counted nowhere, the
+// session forgotten, and the waiter back at the head of the queue (caller
+// holds mu). It returns the hold's AdmitInfo.
+func (b *Balancer) unadmit(plan *claimPlan, d Decision) AdmitInfo {
+	now := b.now()
+	b.sync(now)
+	r := &b.reps[d.Replica]
+	if r.inflight > 0 {
+		r.inflight--
+	}
+	if r.served[d.Reason] > 0 {
+		r.served[d.Reason]--
+	}
+	b.sessions.unplace(plan.hash, d.Replica)
+	return b.adm.unadmit(now, plan.hash, plan.gate).info()
+}
+
+// startedShared tells the shared state that a request of f's session was sent
+// (Began), and marks a conversation's first placement in the store (first), whose
+// first turn's cached tokens are a sample of S (caller holds mu).
+func (b *Balancer) startedShared(f Facts, plan *claimPlan, first bool) {
+	if !b.adm.on() || f.SessionKey == "" {
+		return
+	}
+	b.shared.Began(SessionID(f.SessionKey), plan.side)
+	if c := b.adm.convs[plan.hash]; c != nil && first && !f.Continuing {
+		c.trueFirst = true
+	}
 }
 
 // acquireShared is Acquire with a SharedState: read the shared home (outside the
@@ -221,15 +341,23 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 	if err != nil || plan == nil {
 		return d, info, wait, err
 	}
-	rep, adopted, w, ok := b.shared.Claim(f.SessionKey, plan.expect, plan.cands, plan.pickLeast)
+	cr, w, ok := b.shared.Claim(f.SessionKey, plan.expect, plan.cands, plan.pickLeast, plan.res)
 	wait += w
+	rep, adopted := cr.Replica, cr.Adopted
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if ok && cr.Full {
+		// Another router's gate took the room first: hold, as if the local
+		// gate had found none.
+		return Decision{}, b.unadmit(plan, d), wait, ErrHold
+	}
 	if !ok || rep < 0 || rep >= len(b.reps) {
 		b.shared.Acquired(d.Replica)
+		b.startedShared(f, plan, false)
 		return d, info, wait, nil
 	}
 	b.shared.Claimed(rep)
+	b.startedShared(f, plan, !adopted && plan.expect == "" && d.Reason == ReasonPlaced)
 	reason := d.Reason
 	if adopted {
 		reason = ReasonSticky
