@@ -572,6 +572,9 @@ type gateResult struct {
 // ErrHold (a ticket in the result) or ErrOverloaded.
 func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bool, prompt int, view []ReplicaState, remote *RemoteAdmission) (gateResult, error) {
 	if home >= 0 || side || f.Continuing || a.convs[h] != nil {
+		if home >= 0 && home < len(view) && view[home].Healthy && !side {
+			a.maskFull(now, a.convs[h], home, view, remote)
+		}
 		return gateResult{outcome: AdmitPass}, nil
 	}
 	pos := a.position(f.Ticket)
@@ -655,6 +658,35 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 	return gateResult{outcome: AdmitHeld, ticket: a.queue[pos].id, held: held}, ErrHold
 }
 
+// maskFull marks unhealthy in view every replica other than home (healthy)
+// without room for counted conversation c, so a policy that moves or
+// overflows it for load moves it only where its working set fits: a move is
+// a placement of its context on the new replica, and one into a full replica
+// over-admits it as surely as a new conversation would.
+func (a *admission) maskFull(now time.Duration, c *admConv, home int, view []ReplicaState, remote *RemoteAdmission) {
+	if c == nil || !c.counted {
+		return
+	}
+	s := a.sharedPrefix()
+	_, m, learned := a.expected(now, 0)
+	need := c.ctx
+	if learned {
+		need = max(need, m)
+	}
+	var cnt counts
+	for i := range view {
+		if i == home || !view[i].Healthy || view[i].KVCapacityTokens <= 0 {
+			continue
+		}
+		if cnt.n == nil {
+			cnt = a.sums(m, learned, remote, len(view))
+		}
+		if !a.room(i, &view[i], s, need, cnt) {
+			view[i].Healthy = false
+		}
+	}
+}
+
 // routed records a routed request of the session with hash h (a new
 // conversation admitted, or one that passed) on decision d; ctx is its context
 // estimate (the policy's Request.PromptTokens), side whether it was a side
@@ -692,6 +724,21 @@ func (a *admission) routed(now time.Duration, h, sid uint64, d Decision, ctx int
 	c.inflight++
 	if !side {
 		c.requests++
+	}
+}
+
+// rehome counts the conversation with hash h on replica i (the shared store
+// chose another replica than the policy, or kept its home).
+func (a *admission) rehome(h uint64, i int) {
+	c := a.convs[h]
+	if c == nil || c.replica == i {
+		return
+	}
+	was := c.counted
+	a.uncount(c)
+	c.replica = i
+	if was {
+		a.count(c)
 	}
 }
 

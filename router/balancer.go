@@ -525,9 +525,12 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
 			if sv != nil {
 				if plan = b.plan(sv, h, d); plan != nil {
-					plan.gate, plan.side = g, side
-					if d.Reason == ReasonPlaced && gated {
-						plan.res = b.reservation(g, h, SessionID(f.SessionKey), plan.cands)
+					plan.gate, plan.side, plan.from = g, side, -1
+					if gated {
+						plan.res = b.reservation(g, d, h, SessionID(f.SessionKey), plan.cands)
+					}
+					if plan.res != nil && d.Reason == ReasonMoved {
+						plan.from = home
 					}
 				}
 			}

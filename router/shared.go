@@ -248,13 +248,24 @@ type claimPlan struct {
 	res  *Reservation
 	gate gateResult
 	side bool
+	// from: the home a move (res set) leaves, to stay on when the store finds
+	// no room at the target; -1 not a move.
+	from int
 }
 
-// reservation is the Reservation for a new conversation with hash h and SessionID
-// sid that the gate admitted (g) and the policy placed on cands[0], or nil
-// when the gate did not admit one (caller holds mu).
-func (b *Balancer) reservation(g gateResult, h, sid uint64, cands []int) *Reservation {
-	if !b.adm.on() || (g.outcome != AdmitNow && g.outcome != AdmitAfterHold && g.outcome != AdmitAtLimit) {
+// reservation is the Reservation for the conversation with hash h and
+// SessionID sid on cands: a new conversation the gate admitted (g; placed), or
+// one the policy moves (moved: at its size or M, as it is counted; a re-home,
+// which must go somewhere, forced); nil for anything else (caller holds mu).
+func (b *Balancer) reservation(g gateResult, d Decision, h, sid uint64, cands []int) *Reservation {
+	if !b.adm.on() {
+		return nil
+	}
+	force := g.outcome == AdmitAtLimit || d.Reason == ReasonRehome
+	switch {
+	case d.Reason == ReasonPlaced && (g.outcome == AdmitNow || g.outcome == AdmitAfterHold || g.outcome == AdmitAtLimit):
+	case (d.Reason == ReasonMoved || d.Reason == ReasonRehome) && g.outcome == AdmitPass:
+	default:
 		return nil
 	}
 	a := b.adm
@@ -267,7 +278,10 @@ func (b *Balancer) reservation(g gateResult, h, sid uint64, cands []int) *Reserv
 	if !learned {
 		m = 0
 	}
-	r := &Reservation{ID: sid, Tokens: c.ctx, Expected: e, Shared: a.sharedPrefix(), Running: m, Force: g.outcome == AdmitAtLimit}
+	if d.Reason != ReasonPlaced {
+		e = max(c.ctx, m)
+	}
+	r := &Reservation{ID: sid, Tokens: c.ctx, Expected: e, Shared: a.sharedPrefix(), Running: m, Force: force}
 	for _, i := range cands {
 		r.Fit = append(r.Fit, int64(float64(b.reps[i].kvCapacity)*a.cfg.FillTarget))
 	}
@@ -346,21 +360,28 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 	rep, adopted := cr.Replica, cr.Adopted
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if ok && cr.Full {
+	reason := d.Reason
+	switch {
+	case ok && cr.Full && plan.from >= 0 && plan.from < len(b.reps):
+		// A move into a replica the other routers' gates have filled since:
+		// the conversation stays home (the store's home is unchanged).
+		rep, reason = plan.from, ReasonSticky
+		b.shared.Acquired(rep)
+		b.startedShared(f, plan, false)
+	case ok && cr.Full:
 		// Another router's gate took the room first: hold, as if the local
 		// gate had found none.
 		return Decision{}, b.unadmit(plan, d), wait, ErrHold
-	}
-	if !ok || rep < 0 || rep >= len(b.reps) {
+	case !ok || rep < 0 || rep >= len(b.reps):
 		b.shared.Acquired(d.Replica)
 		b.startedShared(f, plan, false)
 		return d, info, wait, nil
-	}
-	b.shared.Claimed(rep)
-	b.startedShared(f, plan, !adopted && plan.expect == "" && d.Reason == ReasonPlaced)
-	reason := d.Reason
-	if adopted {
-		reason = ReasonSticky
+	default:
+		b.shared.Claimed(rep)
+		b.startedShared(f, plan, !adopted && plan.expect == "" && d.Reason == ReasonPlaced)
+		if adopted {
+			reason = ReasonSticky
+		}
 	}
 	if rep == d.Replica && reason == d.Reason {
 		return d, info, wait, nil
@@ -378,6 +399,7 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 	b.reps[rep].served[reason]++
 	if rep != d.Replica {
 		b.sessions.adopt(now, plan.hash, rep)
+		b.adm.rehome(plan.hash, rep)
 	}
 	return Decision{Replica: rep, Reason: reason}, info, wait, nil
 }
