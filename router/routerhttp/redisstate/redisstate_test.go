@@ -805,3 +805,33 @@ func TestIdleGapsLearnedAcrossRouters(t *testing.T) {
 		}
 	}
 }
+
+// A gate counts a conversation whose claim has not returned yet on the
+// policy's pick; the store may have placed it elsewhere. The reservation's
+// replica wins in the union: x reserved on replica 1 while the caller still
+// lists it on replica 0 leaves no room for y on replica 1 (30,000 + 11,000 >
+// 39,392). Counting the caller's copy first put x on replica 0 and y beside it
+// on 1 (found by the two-router e2e test, 4 conversations where 3 fit).
+func TestReservationReplicaWinsOverCallersCopy(t *testing.T) {
+	srv := testredis.Start(t)
+	st, err := Open(Options{URL: srv.URL(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := st.Pool("m", testKeys[:2], nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); st.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 3*time.Second, "store synced", func() bool { return st.synced.Load() })
+	x, y := router.SessionID("x"), router.SessionID("y")
+	cr, _, ok := p.Claim("x", "", []int{1}, false, &router.Reservation{ID: x, Tokens: 30_000, Expected: 30_000, Fit: []int64{39_392}})
+	if !ok || cr.Full || cr.Replica != 1 {
+		t.Fatalf("x on replica 1: %+v ok %v", cr, ok)
+	}
+	cr, _, ok = p.Claim("y", "", []int{1}, false, &router.Reservation{ID: y, Tokens: 11_000, Expected: 11_000, Fit: []int64{39_392},
+		Own: []router.SharedConv{{ID: x, Replica: 0, Tokens: 30_000}}})
+	if !ok || !cr.Full {
+		t.Errorf("y on replica 1 beside x's reservation: %+v ok %v, want full", cr, ok)
+	}
+}

@@ -52,7 +52,9 @@ end
 // a:M:<router>, "c:<id>" -> "<replica key> <tokens>") and every unexpired
 // reservation (field id -> "<replica key> <tokens> <expiry ms>"; expired ones
 // are deleted), each conversation once at its largest size, the new one left
-// out. A candidate with n counted conversations of summed max(tokens, m) has
+// out; a reservation's replica wins, being the store's latest placement (a
+// gate counts a conversation whose claim has not returned yet on the policy's
+// pick, which the claim may have changed). A candidate with n counted conversations of summed max(tokens, m) has
 // room when S + sum - n S + (E - S) <= fit (E alone when n is 0).
 var claimScript = rueidis.NewLuaScript(luaLib + `
 local cur = redis.call('GET', KEYS[1])
@@ -67,10 +69,15 @@ if ARGV[6] ~= '' then res = cjson.decode(ARGV[6]) end
 local now = nowMs()
 if res then
   local convs = {}
-  local function add(id, key, tok)
+  local function add(id, key, tok, placed)
     if id == res.id then return end
     local c = convs[id]
-    if c == nil or tok > c[2] then convs[id] = {key, tok} end
+    if c == nil then
+      convs[id] = {key, tok}
+    else
+      if placed then c[1] = key end
+      c[2] = math.max(c[2], tok)
+    end
   end
   for _, c in ipairs(res.own) do add(c[1], c[2], c[3]) end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
@@ -87,7 +94,7 @@ if res then
   for f = 1, #kv - 1, 2 do
     local key, tok, exp = string.match(kv[f + 1], '^(.*) (%d+) (%d+)$')
     if key and tonumber(exp) > now then
-      add(kv[f], key, tonumber(tok))
+      add(kv[f], key, tonumber(tok), true)
     else
       redis.call('HDEL', KEYS[4], kv[f])
     end
