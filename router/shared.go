@@ -45,7 +45,11 @@ type SharedState interface {
 	// publishes the conversation (at most the store's key TTL). With none left
 	// it writes nothing and returns Full (the caller holds the conversation).
 	// res.Force reserves without the check (admitted at a limit).
-	Claim(sessionKey, expect string, cands []int, pickLeast bool, res *Reservation) (c ClaimResult, wait time.Duration, ok bool)
+	//
+	// weak writes a home placed while the store did not answer (a write-back
+	// after an outage): Home reports it Weak, so a router that held another
+	// home from before the outage replaces it (Claim with expect = its Token).
+	Claim(sessionKey, expect string, cands []int, pickLeast, weak bool, res *Reservation) (c ClaimResult, wait time.Duration, ok bool)
 	// Refresh reads the other routers' in-flight counts from the store now, so
 	// that Remote gives them as they are rather than as of the last exchange.
 	// The Balancer calls it before a decision that may move a conversation for
@@ -200,6 +204,9 @@ type SharedHome struct {
 	// Token is the store's value for the home ("" none), given back to Claim as
 	// the home a move expects to replace.
 	Token string
+	// Weak: the home was written by a router that placed it while the store did
+	// not answer (Claim's weak).
+	Weak bool
 }
 
 // RemoteLoad is the load other routers report for one replica (SharedState.Remote).
@@ -251,6 +258,8 @@ type claimPlan struct {
 	// from: the home a move (res set) leaves, to stay on when the store finds
 	// no room at the target; -1 not a move.
 	from int
+	// weak: the home was placed while the store did not answer (SharedState.Claim).
+	weak bool
 }
 
 // reservation is the Reservation for the conversation with hash h and
@@ -349,13 +358,28 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 	var view *sharedView
 	if ok {
 		view = &sharedView{home: sh}
+		if h := b.sessions.hash(f.SessionKey); sh.Weak && !b.sessions.offline(h) {
+			// A home placed during an outage, where this router holds one
+			// from before it: ours wins (its prefix is in the cache).
+			if mine := b.sessions.home(h); mine >= 0 && mine != sh.Replica && mine < len(b.reps) {
+				view.home, view.reclaim = SharedHome{Replica: mine, Token: sh.Token}, true
+			}
+		}
 	}
 	d, info, plan, err := b.acquireLocked(f, view)
+	if err == nil && f.SessionKey != "" && b.affinity && (view == nil || plan == nil) {
+		switch d.Reason {
+		case ReasonPlaced, ReasonRehome, ReasonMoved:
+			if view == nil {
+				b.sessions.setOffline(b.sessions.hash(f.SessionKey), true)
+			}
+		}
+	}
 	b.mu.Unlock()
 	if err != nil || plan == nil {
 		return d, info, wait, err
 	}
-	cr, w, ok := b.shared.Claim(f.SessionKey, plan.expect, plan.cands, plan.pickLeast, plan.res)
+	cr, w, ok := b.shared.Claim(f.SessionKey, plan.expect, plan.cands, plan.pickLeast, plan.weak, plan.res)
 	wait += w
 	rep, adopted := cr.Replica, cr.Adopted
 	b.mu.Lock()
@@ -375,9 +399,15 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 	case !ok || rep < 0 || rep >= len(b.reps):
 		b.shared.Acquired(d.Replica)
 		b.startedShared(f, plan, false)
+		if d.Reason != ReasonSticky {
+			b.sessions.setOffline(plan.hash, true)
+		}
 		return d, info, wait, nil
 	default:
 		b.shared.Claimed(rep)
+		if !plan.weak || adopted {
+			b.sessions.setOffline(plan.hash, false)
+		}
 		b.startedShared(f, plan, !adopted && plan.expect == "" && d.Reason == ReasonPlaced)
 		if adopted {
 			reason = ReasonSticky
@@ -424,8 +454,11 @@ func (b *Balancer) homeOverThreshold(key string, sh SharedHome) bool {
 }
 
 // sharedView is what the shared state said before a decision (acquireLocked).
+// reclaim: home is this router's own from before an outage, to write over the
+// weak home the store holds (Token).
 type sharedView struct {
-	home SharedHome
+	home    SharedHome
+	reclaim bool
 }
 
 // plan decides whether the decision d for a session (hash h) must be written to
@@ -434,7 +467,7 @@ type sharedView struct {
 // policy places by hash); moves and the reconciling write of a home the store
 // lost keep the policy's replica.
 func (b *Balancer) plan(sv *sharedView, h uint64, d Decision) *claimPlan {
-	p := &claimPlan{hash: h, expect: sv.home.Token, cands: []int{d.Replica}}
+	p := &claimPlan{hash: h, expect: sv.home.Token, cands: []int{d.Replica}, weak: b.sessions.offline(h)}
 	switch d.Reason {
 	case ReasonPlaced, ReasonRehome:
 		if b.polName != PolicySessionHash {
@@ -449,8 +482,8 @@ func (b *Balancer) plan(sv *sharedView, h uint64, d Decision) *claimPlan {
 	case ReasonMoved:
 		return p
 	case ReasonSticky:
-		if sv.home.Token == "" {
-			return p // the store lost the home (restart, outage): write ours back
+		if sv.home.Token == "" || sv.reclaim {
+			return p // the store lost the home (restart, outage), or holds one placed during an outage: write ours back
 		}
 	}
 	return nil

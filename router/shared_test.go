@@ -14,7 +14,7 @@ type countingState struct{ inflight []int }
 func (c *countingState) Home(string) (SharedHome, time.Duration, bool) {
 	return SharedHome{Replica: -1}, 0, false
 }
-func (c *countingState) Claim(string, string, []int, bool, *Reservation) (ClaimResult, time.Duration, bool) {
+func (c *countingState) Claim(string, string, []int, bool, bool, *Reservation) (ClaimResult, time.Duration, bool) {
 	return ClaimResult{Replica: -1}, 0, false
 }
 func (c *countingState) ObserveFirstTurn(int)                     {}

@@ -7,7 +7,9 @@
 // # Keys (prefix P, default DefaultPrefix; model M)
 //
 //   - P h:M:<session>  string, the session's home replica key (URL, or URL#rank<k>
-//     for a DP rank); PX the session TTL. <session> is the first 16 bytes of
+//     for a DP rank), followed by " weak" when the router that wrote it back
+//     after an outage had placed it during the outage (a home from before the
+//     outage replaces it: router.SharedHome.Weak); PX the session TTL. <session> is the first 16 bytes of
 //     SHA-256 of the session key in hex, so no session id is stored. Written only
 //     by claimScript (first write wins: SET when the key is absent or still holds
 //     the value the writer read), its idle TTL refreshed by PEXPIRE; deleted by
@@ -97,6 +99,9 @@ const (
 	// lists: a gap longer than it is not measured (the idle window is capped
 	// at the live window, minutes at most).
 	ConvTTL = 10 * time.Minute
+	// weakSuffix ends a home's value when the router that wrote it placed it
+	// while Redis did not answer (router.SharedHome.Weak).
+	weakSuffix = " weak"
 	// maxEvents bounds the conversation events queued while Redis does not
 	// answer (the oldest are dropped).
 	maxEvents = 4096
@@ -565,7 +570,8 @@ func (p *Pool) Home(session string) (router.SharedHome, time.Duration, bool) {
 		p.s.fallbacks.Add(1)
 		return h, wait, false
 	}
-	h.Token, h.Replica = v, p.lookup(v)
+	key, weak := strings.CutSuffix(v, weakSuffix)
+	h.Token, h.Replica, h.Weak = v, p.lookup(key), weak
 	ttl := p.s.opt.SessionTTL
 	if left := res.CachePTTL(); left >= 0 && time.Duration(left)*time.Millisecond < ttl-ttl/60 {
 		select {
@@ -577,7 +583,7 @@ func (p *Pool) Home(session string) (router.SharedHome, time.Duration, bool) {
 }
 
 // Claim runs claimScript (see router.SharedState.Claim).
-func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool, res *router.Reservation) (router.ClaimResult, time.Duration, bool) {
+func (p *Pool) Claim(session, expect string, cands []int, pickLeast, weak bool, res *router.Reservation) (router.ClaimResult, time.Duration, bool) {
 	s := p.s
 	out := router.ClaimResult{Replica: -1}
 	c, ok := s.available()
@@ -593,7 +599,11 @@ func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool, res *r
 	if pickLeast {
 		least = "1"
 	}
-	args := []string{expect, ms(s.opt.SessionTTL), ms(s.opt.KeyTTL), least, p.flightPrefix, ""}
+	suffix := ""
+	if weak {
+		suffix = weakSuffix
+	}
+	args := []string{expect, ms(s.opt.SessionTTL), ms(s.opt.KeyTTL), least, p.flightPrefix, "", suffix}
 	var fits []int64
 	for k, i := range cands {
 		if key := p.key(i); key != "" {
@@ -620,6 +630,7 @@ func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool, res *r
 		return out, wait, false
 	}
 	k, _ := arr[0].ToString()
+	k = strings.TrimSuffix(k, weakSuffix)
 	adopted, _ := arr[1].AsInt64()
 	full, _ := arr[2].AsInt64()
 	if full == 1 {
@@ -741,7 +752,7 @@ func (p *Pool) Forget(session string, i int) (time.Duration, bool) {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
 	defer cancel()
-	err := forgetScript.Exec(ctx, c, []string{p.homeKey(session)}, []string{k}).Error()
+	err := forgetScript.Exec(ctx, c, []string{p.homeKey(session)}, []string{k, weakSuffix}).Error()
 	wait := time.Since(t0)
 	if err != nil {
 		s.fail("forget", err)

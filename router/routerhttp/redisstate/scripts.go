@@ -31,7 +31,8 @@ end
 //	ARGV[1] the home the caller read ("" none), ARGV[2] session TTL ms,
 //	ARGV[3] key TTL ms, ARGV[4] "1": pick the least loaded candidate,
 //	ARGV[5] in-flight hash prefix, ARGV[6] the reservation as JSON ("" none:
-//	Pool.Claim), ARGV[7..] candidate replica keys
+//	Pool.Claim), ARGV[7] suffix of the value written (" weak" or ""),
+//	ARGV[8..] candidate replica keys
 //
 // When the home key holds a value other than ARGV[1], another router wrote
 // first: that home is kept and returned with adopted 1 (nothing is reserved:
@@ -63,7 +64,7 @@ if cur and cur ~= ARGV[1] then
   return {cur, 1, 0}
 end
 local cands, fits = {}, {}
-for j = 7, #ARGV do table.insert(cands, ARGV[j]) end
+for j = 8, #ARGV do table.insert(cands, ARGV[j]) end
 local res = nil
 if ARGV[6] ~= '' then res = cjson.decode(ARGV[6]) end
 local now = nowMs()
@@ -128,7 +129,7 @@ if ARGV[4] == '1' and #cands > 1 then
     if best == nil or load < best then best, pick = load, key end
   end
 end
-redis.call('SET', KEYS[1], pick, 'PX', ARGV[2])
+redis.call('SET', KEYS[1], pick .. ARGV[7], 'PX', ARGV[2])
 if res then
   redis.call('HSET', KEYS[4], res.id, pick .. ' ' .. res.tok .. ' ' .. (now + tonumber(ARGV[3])))
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
@@ -262,12 +263,14 @@ return out
 
 // forgetScript deletes a home if it still holds the given replica.
 //
-//	KEYS[1] home key; ARGV[1] the replica key the caller placed it on
+//	KEYS[1] home key; ARGV[1] the replica key the caller placed it on,
+//	ARGV[2] the weak suffix (the key may carry it)
 //
 // Returns 1 when it deleted the home, 0 when the key held something else or
 // nothing.
 var forgetScript = rueidis.NewLuaScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] or cur == ARGV[1] .. ARGV[2] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
