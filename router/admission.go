@@ -59,6 +59,14 @@ import (
 // dropped (a waiter that vanished cannot block the head), and CancelHold drops
 // one at once (a client that disconnected). With the KV capacity of a healthy
 // replica unknown the gate passes everything (AdmissionStatus.State says so).
+//
+// With shared state (BalancerConfig.Shared) the rule is also evaluated in the
+// store, atomically with the home's claim, over every router's counted
+// conversations and recent reservations (SharedState.Claim with a
+// Reservation): a new conversation is admitted only if the store finds room
+// too, so two gates never admit into the same room; S comes from true first
+// turns only and S and the idle window from every router's conversations
+// (RemoteAdmission), docs/routing.md "Admission".
 
 // Admission modes (AdmissionConfig.Mode, the `admission:` YAML field).
 const (

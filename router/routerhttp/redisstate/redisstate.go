@@ -12,7 +12,8 @@
 //     outage replaces it: router.SharedHome.Weak); PX the session TTL. <session> is the first 16 bytes of
 //     SHA-256 of the session key in hex, so no session id is stored. Written only
 //     by claimScript (first write wins: SET when the key is absent or still holds
-//     the value the writer read), its idle TTL refreshed by PEXPIRE; deleted by
+//     the value the writer read; with a reservation only where the admission
+//     rule finds room), its idle TTL refreshed by PEXPIRE; deleted by
 //     forgetScript (a placement whose request the upstream refused, only while
 //     the key still holds that placement) and Reset.
 //   - P f:M:<router>   hash replica key -> this router's requests in flight; PX
