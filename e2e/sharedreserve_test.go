@@ -195,33 +195,6 @@ func (w *admWorld) checkAdmission(all []turnOut) (held int) {
 	return held
 }
 
-// runConvs runs each conversation turns turns in a closed loop, the k-th
-// conversation starting start(k) after the first (wall time) and each of its
-// turns through route(k, turn).
-func (w *admWorld) runConvs(convs []*convo, turns int, start func(k int) time.Duration, route func(k, turn int) string) []turnOut {
-	var (
-		mu  sync.Mutex
-		all []turnOut
-		wg  sync.WaitGroup
-	)
-	t0 := time.Now()
-	for k, c := range convs {
-		wg.Go(func() {
-			time.Sleep(time.Until(t0.Add(start(k))))
-			for turn := range turns {
-				base := route(k, turn)
-				o := sendTurn(w.hc, base, w.model, c)
-				o.conv, o.turn, o.base = k, turn, base
-				mu.Lock()
-				all = append(all, o)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return all
-}
-
 // Issue #24 repro 1: eight conversations' turn 1 through a, turn 2 through b,
 // then a burst of eight new conversations through b. b's S must come from
 // true first turns (the system prompt's cached size, as a's), not from its
@@ -239,7 +212,7 @@ func TestSharedAdmissionTurnsAlternate(t *testing.T) {
 	for i := range 8 {
 		first = append(first, w.conv(fmt.Sprint("alt-", i), uint64(i), 5600))
 	}
-	all := w.runConvs(first, 2, func(int) time.Duration { return 0 }, func(_, turn int) string {
+	all := runTurns(w.hc, w.model, first, 2, nil, func(_, turn int) string {
 		if turn == 0 {
 			return w.a.url()
 		}
@@ -250,7 +223,7 @@ func TestSharedAdmissionTurnsAlternate(t *testing.T) {
 	for i := range 8 {
 		burst = append(burst, w.conv(fmt.Sprint("burst-", i), uint64(100+i), 5600))
 	}
-	all = append(all, w.runConvs(burst, 2, func(int) time.Duration { return 0 }, func(int, int) string { return w.b.url() })...)
+	all = append(all, runTurns(w.hc, w.model, burst, 2, nil, func(int, int) string { return w.b.url() })...)
 	stop()
 	swg.Wait()
 	w.checkAdmission(all)
@@ -273,7 +246,7 @@ func TestSharedAdmissionNeverOverAdmits(t *testing.T) {
 		convs = append(convs, w.conv(fmt.Sprint("c-", i), uint64(200+i), 5600))
 	}
 	const apart = 300 * time.Millisecond / 20 // 0.3 s of the simulator's clock at speed 20
-	all := w.runConvs(convs, 3, func(k int) time.Duration { return time.Duration(k) * apart }, func(k, _ int) string {
+	all := runTurns(w.hc, w.model, convs, 3, func(k int) time.Duration { return time.Duration(k) * apart }, func(k, _ int) string {
 		if k%2 == 0 {
 			return w.a.url()
 		}

@@ -221,16 +221,29 @@ type world struct {
 // through bases[pick(i, k)]. during, when set, runs once after the first turn
 // of every conversation.
 func (w *world) stage(convs []*convo, turns int, route func(conv, turn int) string) (stageStats, []turnOut) {
+	all := runTurns(w.hc, w.model, convs, turns, nil, route)
+	return w.summarise(convs, all), all
+}
+
+// runTurns runs turns turns of every conversation in convs concurrently (one
+// goroutine per conversation, closed loop), conversation i starting start(i)
+// after the first (wall time; nil: all at once) and its turn k going through
+// route(i, k).
+func runTurns(hc *http.Client, model string, convs []*convo, turns int, start func(i int) time.Duration, route func(conv, turn int) string) []turnOut {
 	var (
 		mu  sync.Mutex
 		all []turnOut
 		wg  sync.WaitGroup
 	)
+	t0 := time.Now()
 	for i, c := range convs {
 		wg.Go(func() {
+			if start != nil {
+				time.Sleep(time.Until(t0.Add(start(i))))
+			}
 			for k := range turns {
 				base := route(i, k)
-				o := sendTurn(w.hc, base, w.model, c)
+				o := sendTurn(hc, base, model, c)
 				o.conv, o.turn, o.base = i, k, base
 				mu.Lock()
 				all = append(all, o)
@@ -239,7 +252,7 @@ func (w *world) stage(convs []*convo, turns int, route func(conv, turn int) stri
 		})
 	}
 	wg.Wait()
-	return w.summarise(convs, all), all
+	return all
 }
 
 func (w *world) summarise(convs []*convo, all []turnOut) stageStats {

@@ -309,6 +309,14 @@ func (b *Balancer) reservation(g gateResult, d Decision, h, sid uint64, cands []
 func (b *Balancer) unadmit(plan *claimPlan, d Decision) AdmitInfo {
 	now := b.now()
 	b.sync(now)
+	b.undoCount(d)
+	b.sessions.unplace(plan.hash, d.Replica)
+	return b.adm.unadmit(now, plan.hash, plan.gate).info()
+}
+
+// undoCount takes back the in-flight request and the served count that
+// acquireLocked gave decision d (caller holds mu and has synced).
+func (b *Balancer) undoCount(d Decision) {
 	r := &b.reps[d.Replica]
 	if r.inflight > 0 {
 		r.inflight--
@@ -316,8 +324,6 @@ func (b *Balancer) unadmit(plan *claimPlan, d Decision) AdmitInfo {
 	if r.served[d.Reason] > 0 {
 		r.served[d.Reason]--
 	}
-	b.sessions.unplace(plan.hash, d.Replica)
-	return b.adm.unadmit(now, plan.hash, plan.gate).info()
 }
 
 // startedShared tells the shared state that a request of f's session was sent
@@ -418,13 +424,7 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 	}
 	now := b.now()
 	b.sync(now)
-	old := &b.reps[d.Replica]
-	if old.inflight > 0 {
-		old.inflight--
-	}
-	if old.served[d.Reason] > 0 {
-		old.served[d.Reason]--
-	}
+	b.undoCount(d)
 	b.reps[rep].inflight++
 	b.reps[rep].served[reason]++
 	if rep != d.Replica {
