@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/testredis"
-	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
@@ -46,7 +46,7 @@ func newAdmWorld(t *testing.T, replicas int) *admWorld {
 	}
 	t.Cleanup(cl.Close)
 	w := &admWorld{t: t, cl: cl, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 5 * time.Minute}}
-	if w.model, err = vllmapi.FirstModel(ctx, w.hc, cl.URLs()[0], nil); err != nil {
+	if w.model, err = engineapi.FirstModel(ctx, w.hc, cl.URLs()[0], nil); err != nil {
 		t.Fatal(err)
 	}
 	w.a = startSharedRouter(t, cl, rs.URL(), "127.0.0.1:0")

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/scrape"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // Info is what Probe learned about one server.
@@ -50,7 +52,7 @@ func Probe(ctx context.Context, hc *http.Client, base string, header http.Header
 	if kind != engines.KindUnknown {
 		info.Evidence = "configured"
 	}
-	code, b, _, err := get(ctx, hc, base+"/v1/models", header)
+	code, b, _, err := get(ctx, hc, base+wire.PathModels, header)
 	if err != nil {
 		return info, fmt.Errorf("probing %s: GET /v1/models: %w", base, err)
 	}
@@ -69,7 +71,7 @@ func Probe(ctx context.Context, hc *http.Client, base string, header http.Header
 	}
 
 	// /metrics: read as the kind when known, else detect from the names.
-	info.Metrics, info.MetricsErr = scrape.FetchEngine(ctx, hc, base+"/metrics", "", info.Kind)
+	info.Metrics, info.MetricsErr = scrape.FetchEngine(ctx, hc, base+wire.PathMetrics, "", info.Kind)
 	if info.Kind == engines.KindUnknown {
 		var se *scrape.StatusError
 		switch {
@@ -122,7 +124,7 @@ func Probe(ctx context.Context, hc *http.Client, base string, header http.Header
 		}
 	}
 	if info.Kind == engines.KindUnknown || info.Kind == engines.KindVLLM {
-		if code, b, _, err := get(ctx, hc, base+"/version", header); err == nil && code == http.StatusOK {
+		if code, b, _, err := get(ctx, hc, base+wire.PathVersion, header); err == nil && code == http.StatusOK {
 			if v, err := ParseVersion(b); err == nil {
 				if info.Kind == engines.KindUnknown {
 					info.Kind, info.Evidence = engines.KindVLLM, "GET /version"
@@ -135,7 +137,7 @@ func Probe(ctx context.Context, hc *http.Client, base string, header http.Header
 		info.Evidence = "no signal: /v1/models owner, /metrics names, /props, /server_info and /version said nothing known"
 	} else if info.Metrics != nil && info.Metrics.Kind == engines.KindUnknown {
 		// Detected from an endpoint after /metrics was read blind: read it again as the kind.
-		info.Metrics, info.MetricsErr = scrape.FetchEngine(ctx, hc, base+"/metrics", "", info.Kind)
+		info.Metrics, info.MetricsErr = scrape.FetchEngine(ctx, hc, base+wire.PathMetrics, "", info.Kind)
 	}
 	return info, nil
 }
@@ -163,4 +165,34 @@ func snippet(b []byte) string {
 		s = s[:512]
 	}
 	return s
+}
+
+// FirstModel asks GET {base}/v1/models (the OpenAI-compatible model list vLLM,
+// SGLang and llama-server serve) and returns the first id: the served model name.
+// header (e.g. the API key's Authorization) goes with the request and may be nil;
+// hc nil means http.DefaultClient. The request is bounded by 30 s. Errors name the
+// URL and say what was wrong: transport error, "status N", an undecodable body
+// (ParseModels), or an empty list.
+func FirstModel(ctx context.Context, hc *http.Client, base string, header http.Header) (string, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	url := strings.TrimRight(base, "/") + wire.PathModels
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	code, b, _, err := get(ctx, hc, url, header)
+	if err != nil {
+		return "", err
+	}
+	if code != http.StatusOK {
+		return "", fmt.Errorf("GET %s: status %d", url, code)
+	}
+	m, err := ParseModels(b)
+	if err != nil {
+		return "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	if len(m.IDs) == 0 || m.IDs[0] == "" {
+		return "", fmt.Errorf("GET %s lists no model", url)
+	}
+	return m.IDs[0], nil
 }
