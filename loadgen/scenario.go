@@ -53,6 +53,9 @@ const (
 	SessionHeaderClaudeCode = "claude-code"
 	// SessionHeaderXSessionID sends X-Session-ID: <uuid> (vLLM's multi-turn benchmark).
 	SessionHeaderXSessionID = "x-session-id"
+	// SessionHeaderNone sends no session key (keyless traffic); for trace
+	// replays (Scenario.Trace) only.
+	SessionHeaderNone = "none"
 )
 
 // Upper bounds Validate puts on a scenario, so that a typo (an extra zero) fails
@@ -244,6 +247,10 @@ func (sc *Scenario) problems() []problem {
 	}
 	switch c.SessionHeader {
 	case SessionHeaderClaudeCode, SessionHeaderXSessionID:
+	case SessionHeaderNone:
+		if c.Trace == nil {
+			bad("session_header", "%q is for trace replays (trace:) only", c.SessionHeader)
+		}
 	default:
 		bad("session_header", "unknown style %q (want %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID)
 	}
@@ -291,6 +298,16 @@ func (sc *Scenario) problems() []problem {
 			bad(field, "min %s is greater than max %s", r.Min, r.Max)
 		case nominal < r.Min || nominal > r.Max:
 			bad(field, "nominal %s lies outside [%s, %s]", nominal, r.Min, r.Max)
+		}
+	}
+	if c.SLO != nil {
+		if c.SLO.TTFB < 0 || c.SLO.TPOT < 0 || (c.SLO.TTFB == 0 && c.SLO.TPOT == 0) {
+			bad("slo", "give ttfb and/or tpot as positive durations (e.g. ttfb: 2s, tpot: 50ms), got ttfb %v, tpot %v", c.SLO.TTFB, c.SLO.TPOT)
+		}
+	}
+	if c.Trace != nil {
+		if err := c.Trace.Validate(); err != nil {
+			bad("trace", "%v", err)
 		}
 	}
 	checkDuration("think_time", c.ThinkTime, c.ThinkSpread)
@@ -409,6 +426,12 @@ func LoadScenario(path string) (*Scenario, error) {
 	}
 	if sc.Name == "" {
 		sc.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if sc.Trace != nil && sc.Trace.Path == "" {
+		sc.Trace.Path = sc.Trace.File
+		if !filepath.IsAbs(sc.Trace.File) {
+			sc.Trace.Path = filepath.Join(filepath.Dir(path), sc.Trace.File)
+		}
 	}
 	return sc, nil
 }

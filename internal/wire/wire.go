@@ -83,6 +83,11 @@ const (
 	// PathResetPrefixCache (POST) empties the prefix cache; vLLM serves it only
 	// with VLLM_SERVER_DEV_MODE=1.
 	PathResetPrefixCache = "/reset_prefix_cache"
+	// PathTokenize (POST) counts a prompt's tokens: vLLM's {"messages" or
+	// "prompt"} -> {"count", "tokens"}, llama.cpp's {"content"} -> {"tokens"}.
+	PathTokenize = "/tokenize"
+	// PathApplyTemplate (POST, llama.cpp) renders {"messages"} -> {"prompt"}.
+	PathApplyTemplate = "/apply-template"
 )
 
 // SSEDone is the data of the last event of an OpenAI stream ("data: [DONE]").
