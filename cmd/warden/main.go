@@ -105,7 +105,7 @@ cache, and measures with numbers what that routing does.
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd())
+	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd(), newProxyBenchCmd())
 	for _, c := range append(root.Commands(), root) {
 		if c.Long == "" {
 			c.Long = c.Short
