@@ -42,6 +42,7 @@ per 1,000 streams per proxy process, the load) into --out. docs/router.md,
 	f.IntVar(&o.Replicas, "replicas", 4, "stub upstream ports")
 	f.StringSliceVar(&o.Peers, "peer", []string{proxybench.Warden, proxybench.Nginx, proxybench.HAProxy}, "proxies to measure: warden, nginx, haproxy")
 	f.StringVar(&o.Profile, "profile", "", "directory for warden's cpu.pprof and allocs.pprof (runs warden under profile-route)")
+	f.StringVar(&o.Baseline, "baseline", "", "another warden binary to run as a further target (warden-base), for before/after side by side")
 	cmd.MarkFlagRequired("out")
 	cmd.AddCommand(newProfileRouteCmd())
 	return cmd

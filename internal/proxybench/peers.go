@@ -17,10 +17,13 @@ import (
 
 // Names of the targets in the results.
 const (
-	Direct  = "direct"
-	Warden  = "warden"
-	Nginx   = "nginx"
-	HAProxy = "haproxy"
+	Direct = "direct"
+	Warden = "warden"
+	// WardenBase is a second warden binary (Options.Baseline) measured in the
+	// same run, for before/after figures side by side.
+	WardenBase = "warden-base"
+	Nginx      = "nginx"
+	HAProxy    = "haproxy"
 )
 
 // target is one way to reach the stub: direct, or through one proxy process.
@@ -32,6 +35,8 @@ type target struct {
 	config  string                  // config file or command line, kept with the results
 	version string
 	logPath string
+	// idlePerMin is CPU seconds per minute with no traffic (measureIdle).
+	idlePerMin float64
 }
 
 // directTarget sends each session to one stub replica picked by a hash of its
@@ -113,7 +118,7 @@ func (t *target) stop() {
 // profile-route writing profiles into that directory) in front of the stub's
 // replicas with default settings: affinity on, the default policy, keyed on
 // X-Session-ID among the default session headers.
-func wardenTarget(exe string, st *stub, work, profile string) (*target, string, error) {
+func wardenTarget(name, exe string, st *stub, work, profile string) (*target, string, error) {
 	addr, err := freePort()
 	if err != nil {
 		return nil, "", err
@@ -131,8 +136,8 @@ func wardenTarget(exe string, st *stub, work, profile string) (*target, string, 
 	}
 	cmd := exec.Command(exe, args...)
 	out, _ := exec.Command(exe, "version").Output()
-	return &target{name: Warden, cmd: cmd, config: exe + " " + strings.Join(args, " "),
-		version: strings.TrimSpace(string(out)), logPath: filepath.Join(work, "warden.log")}, addr, nil
+	return &target{name: name, cmd: cmd, config: exe + " " + strings.Join(args, " "),
+		version: strings.TrimSpace(string(out)), logPath: filepath.Join(work, name+".log")}, addr, nil
 }
 
 // nginxTarget runs nginx (Debian's nginx 1.22 here) with consistent hashing on
@@ -284,20 +289,20 @@ func statFields(pid int) ([]string, error) {
 // every Linux architecture Go supports (the kernel's exported constant; proc(5)).
 const clockTicks = 100
 
-// cpuSeconds is utime+stime of pids (proc(5) fields 14 and 15) in seconds.
-func cpuSeconds(pids []int) (float64, error) {
-	var ticks int64
+// cpuSeconds is utime and stime of pids (proc(5) fields 14 and 15) in seconds.
+func cpuSeconds(pids []int) (user, sys float64, err error) {
+	var ut, st int64
 	for _, p := range pids {
 		f, err := statFields(p)
 		if err != nil {
-			return 0, fmt.Errorf("reading CPU time of process %d: %w", p, err)
+			return 0, 0, fmt.Errorf("reading CPU time of process %d: %w", p, err)
 		}
 		u, err1 := strconv.ParseInt(f[11], 10, 64)
 		s, err2 := strconv.ParseInt(f[12], 10, 64)
 		if err := errors.Join(err1, err2); err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat utime/stime: %w", p, err)
+			return 0, 0, fmt.Errorf("/proc/%d/stat utime/stime: %w", p, err)
 		}
-		ticks += u + s
+		ut, st = ut+u, st+s
 	}
-	return float64(ticks) / clockTicks, nil
+	return float64(ut) / clockTicks, float64(st) / clockTicks, nil
 }

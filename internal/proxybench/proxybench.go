@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,7 +44,10 @@ type Options struct {
 	// Profile, when set, runs warden under `warden proxybench profile-route`,
 	// which writes cpu.pprof and allocs.pprof into this directory.
 	Profile string
-	Log     io.Writer // progress lines (default os.Stderr)
+	// Baseline, when set, is another warden binary run as a further target
+	// (warden-base), e.g. the code before a change, side by side in one run.
+	Baseline string
+	Log      io.Writer // progress lines (default os.Stderr)
 }
 
 func (o *Options) defaults() error {
@@ -100,6 +104,34 @@ func (o *Options) defaults() error {
 
 func numCPU() int { return runtime.NumCPU() }
 
+// idleWindow is how long Run measures the proxies' CPU with no traffic.
+const idleWindow = 10 * time.Second
+
+// measureIdle sets each target's idle CPU seconds per minute over window.
+func measureIdle(ctx context.Context, targets []*target, window time.Duration) error {
+	before := make([]float64, len(targets))
+	for i, t := range targets {
+		u, s, err := cpuSeconds(t.pids)
+		if err != nil {
+			return err
+		}
+		before[i] = u + s
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(window):
+	}
+	for i, t := range targets {
+		u, s, err := cpuSeconds(t.pids)
+		if err != nil {
+			return err
+		}
+		t.idlePerMin = (u + s - before[i]) / window.Minutes()
+	}
+	return nil
+}
+
 // phaseResult is what one phase (one target, one concurrency, one round)
 // measured.
 type phaseResult struct {
@@ -109,7 +141,7 @@ type phaseResult struct {
 	streams        int                     // streams completed (measured and not)
 	failed         int                     // streams that errored or came back short
 	firstErr       error
-	cpu            float64 // CPU seconds of the target's processes over the phase
+	cpu, sys       float64 // CPU seconds of the target's processes over the phase (user+system, system)
 	wall           time.Duration
 	loadStart, end string
 }
@@ -144,7 +176,11 @@ func Run(ctx context.Context, o Options) error {
 			t.stop()
 		}
 	}()
-	for _, name := range o.Peers {
+	peers := o.Peers
+	if o.Baseline != "" {
+		peers = append(slices.Clone(peers), WardenBase)
+	}
+	for _, name := range peers {
 		var (
 			t    *target
 			addr string
@@ -152,7 +188,9 @@ func Run(ctx context.Context, o Options) error {
 		)
 		switch name {
 		case Warden:
-			t, addr, err = wardenTarget(o.Exe, st, work, o.Profile)
+			t, addr, err = wardenTarget(Warden, o.Exe, st, work, o.Profile)
+		case WardenBase:
+			t, addr, err = wardenTarget(WardenBase, o.Baseline, st, work, "")
 		case Nginx:
 			t, addr, err = nginxTarget(st, work)
 		case HAProxy:
@@ -171,6 +209,11 @@ func Run(ctx context.Context, o Options) error {
 		}
 		fmt.Fprintf(o.Log, "proxybench: %s up on %s (pids %v)\n", name, addr, t.pids)
 		targets = append(targets, t)
+	}
+	// Idle: every proxy up, no traffic (warden still scrapes /metrics and
+	// checks /health of each replica; nginx and HAProxy do neither).
+	if err := measureIdle(ctx, targets, idleWindow); err != nil {
+		return err
 	}
 	var results []phaseResult
 	maxLevel := 0
@@ -217,8 +260,8 @@ func Run(ctx context.Context, o Options) error {
 		meta.targets = append(meta.targets, t)
 		if t.cmd != nil {
 			name := t.name + ".conf"
-			if t.name == Warden {
-				name = "warden-command.txt"
+			if t.name == Warden || t.name == WardenBase {
+				name = t.name + "-command.txt"
 			}
 			if err := os.WriteFile(filepath.Join(o.Out, name), []byte(t.config), 0o644); err != nil {
 				return err
@@ -240,7 +283,7 @@ type bench struct {
 // slot is one conversation (its own session key, the same over rounds).
 func (b *bench) phase(ctx context.Context, t *target, c *http.Client, level, round int) (phaseResult, error) {
 	res := phaseResult{target: t.name, level: level, round: round, ttfb: newHist(), hop: newHist(), loadStart: loadAvg()}
-	cpu0, err := cpuSeconds(t.pids)
+	u0, s0, err := cpuSeconds(t.pids)
 	if err != nil {
 		return res, err
 	}
@@ -282,11 +325,11 @@ func (b *bench) phase(ctx context.Context, t *target, c *http.Client, level, rou
 	}
 	wg.Wait()
 	res.wall = time.Since(start)
-	cpu1, err := cpuSeconds(t.pids)
+	u1, s1, err := cpuSeconds(t.pids)
 	if err != nil {
 		return res, err
 	}
-	res.cpu = cpu1 - cpu0
+	res.cpu, res.sys = u1-u0+s1-s0, s1-s0
 	res.end = loadAvg()
 	if ctx.Err() != nil {
 		return res, ctx.Err()

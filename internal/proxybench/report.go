@@ -42,7 +42,7 @@ var quantiles = []float64{50, 90, 99}
 type agg struct {
 	ttfb, hop       *hdrhistogram.Histogram
 	streams, failed int
-	cpu             float64
+	cpu, sys        float64
 	perRound        [][3]float64 // added TTFB p50/p90/p99 ms per round
 	perRoundCPU     []float64    // CPU s per 1,000 streams per round
 	added, hopAdded [3]float64   // pooled target minus pooled direct, ms
@@ -73,6 +73,7 @@ func writeResults(o Options, meta runMeta, results []phaseResult) error {
 		a.streams += r.streams
 		a.failed += r.failed
 		a.cpu += r.cpu
+		a.sys += r.sys
 		round[fmt.Sprintf("%d/%s/%d", r.level, r.target, r.round)] = r
 	}
 	q := func(h interface{ ValueAtQuantile(float64) int64 }, i int) float64 {
@@ -132,7 +133,7 @@ func writeCSV(path string, o Options, names []string, results []phaseResult, byK
 	w := csv.NewWriter(f)
 	w.Write([]string{"level", "target", "round", "streams", "failed", "measured",
 		"ttfb_p50_ms", "ttfb_p90_ms", "ttfb_p99_ms", "added_p50_ms", "added_p90_ms", "added_p99_ms",
-		"hop_p50_ms", "hop_p90_ms", "hop_p99_ms", "cpu_s", "cpu_s_per_1000_streams", "wall_s", "load_start", "load_end"})
+		"hop_p50_ms", "hop_p90_ms", "hop_p99_ms", "cpu_s", "cpu_sys_s", "cpu_s_per_1000_streams", "wall_s", "load_start", "load_end"})
 	f3 := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	direct := map[string]phaseResult{}
 	for _, r := range results {
@@ -153,7 +154,7 @@ func writeCSV(path string, o Options, names []string, results []phaseResult, byK
 		for _, qq := range quantiles {
 			row = append(row, f3(ms(r.hop.ValueAtQuantile(qq))))
 		}
-		row = append(row, f3(r.cpu), f3(r.cpu/float64(r.streams)*1000), f3(r.wall.Seconds()), r.loadStart, r.end)
+		row = append(row, f3(r.cpu), f3(r.sys), f3(r.cpu/float64(r.streams)*1000), f3(r.wall.Seconds()), r.loadStart, r.end)
 		w.Write(row)
 	}
 	for _, level := range o.Levels {
@@ -169,7 +170,7 @@ func writeCSV(path string, o Options, names []string, results []phaseResult, byK
 			for i := range quantiles {
 				row = append(row, f3(a.hopQ[i]))
 			}
-			row = append(row, f3(a.cpu), f3(a.cpuPer1000), "", "", "")
+			row = append(row, f3(a.cpu), f3(a.sys), f3(a.cpuPer1000), "", "", "")
 			w.Write(row)
 		}
 	}
@@ -196,7 +197,11 @@ func writeSummary(w io.Writer, o Options, meta runMeta, names []string, byKey ma
 		"range: min..max over rounds of (target minus direct in the same round). Hop: TTFB minus the stub's own "+
 		"wait before its first event. CPU: utime+stime of the proxy's processes over its phases.\n")
 	for _, t := range meta.targets {
-		fmt.Fprintf(w, "- %s: %s\n", t.name, t.version)
+		fmt.Fprintf(w, "- %s: %s", t.name, t.version)
+		if t.cmd != nil {
+			fmt.Fprintf(w, "; idle CPU %.3f s per minute (up, no traffic, %s)", t.idlePerMin, idleWindow)
+		}
+		fmt.Fprintln(w)
 	}
 	for _, s := range meta.skipped {
 		fmt.Fprintf(w, "- skipped %s\n", s)
@@ -210,13 +215,14 @@ func writeSummary(w io.Writer, o Options, meta runMeta, names []string, byKey ma
 		t := tablewriter.NewTable(w, tablewriter.WithRenderer(renderer.NewMarkdown()),
 			tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAlignment(tw.AlignRight))
 		t.Header("proxy", "added p50 ms", "p50 range", "added p90 ms", "p90 range", "added p99 ms", "p99 range",
-			"hop added p50 / p99 ms", "CPU s / 1000 streams", "CPU range", "samples", "failed")
+			"hop added p50 / p99 ms", "CPU s / 1000 streams", "CPU range", "of it system", "samples", "failed")
 		for _, name := range names[1:] {
 			a := byKey[key(level, name)]
 			if err := t.Append([]string{name,
 				f2(a.added[0]), rng(a.lo[0], a.hi[0]), f2(a.added[1]), rng(a.lo[1], a.hi[1]), f2(a.added[2]), rng(a.lo[2], a.hi[2]),
 				f2(a.hopQ[0]-d.hopQ[0]) + " / " + f2(a.hopQ[2]-d.hopQ[2]),
 				strconv.FormatFloat(a.cpuPer1000, 'f', 3, 64), strconv.FormatFloat(a.cpuLo, 'f', 3, 64) + ".." + strconv.FormatFloat(a.cpuHi, 'f', 3, 64),
+				strconv.FormatFloat(a.sys/float64(a.streams)*1000, 'f', 3, 64),
 				strconv.FormatInt(a.measured, 10), strconv.Itoa(a.failed)}); err != nil {
 				return err
 			}
