@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // Names of the targets in the results.
@@ -83,7 +85,7 @@ func (t *target) start(ctx context.Context, addr string) error {
 		case <-hctx.Done():
 		}
 	}()
-	if err := waitHealthy(hctx, "http://"+addr+"/health", 15*time.Second); err != nil {
+	if err := waitHealthy(hctx, "http://"+addr+wire.PathHealth, 15*time.Second); err != nil {
 		t.stop()
 		log, _ := os.ReadFile(t.logPath)
 		return fmt.Errorf("%s did not come up: %w; its output:\n%s", t.name, err, log)

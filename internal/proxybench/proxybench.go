@@ -25,6 +25,8 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // Options are the benchmark's knobs; zero fields take the defaults below.
@@ -347,7 +349,7 @@ const chatBody = `{"model":"m","stream":true,"messages":[{"role":"user","content
 // request sent -> first body byte read (the stub sends the headers at once, so
 // this is the first event).
 func (b *bench) stream(ctx context.Context, c *http.Client, base, key, id string) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(chatBody))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+wire.PathChatCompletions, strings.NewReader(chatBody))
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // HeaderStream names one benchmark stream, so the stub can report how long it
@@ -19,8 +21,8 @@ import (
 const HeaderStream = "X-Bench-Stream"
 
 // HeaderSession is the session header every proxy hashes (nginx, HAProxy) or
-// keys its session table on (warden: routerhttp.HeaderSessionID).
-const HeaderSession = "X-Session-ID"
+// keys its session table on (warden).
+const HeaderSession = wire.HeaderSessionID
 
 // chunk is one OpenAI chat.completion.chunk as vLLM streams it (one token of
 // content per event); done ends the stream.
@@ -82,10 +84,10 @@ func (st *stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	io.Copy(io.Discard, r.Body)
 	switch r.URL.Path {
-	case "/v1/chat/completions":
-	case "/health":
+	case wire.PathChatCompletions:
+	case wire.PathHealth:
 		return
-	case "/metrics":
+	case wire.PathMetrics:
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		w.Write(vllmMetrics)
 		return
