@@ -50,6 +50,9 @@ type Options struct {
 	// (warden-base), e.g. the code before a change, side by side in one run.
 	Baseline string
 	Log      io.Writer // progress lines (default os.Stderr)
+	// Idle is how long the proxies' CPU is measured with no traffic before the
+	// rounds (default 10 s; negative: not measured).
+	Idle time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -87,6 +90,9 @@ func (o *Options) defaults() error {
 	if o.Log == nil {
 		o.Log = os.Stderr
 	}
+	if o.Idle == 0 {
+		o.Idle = 10 * time.Second
+	}
 	for _, l := range o.Levels {
 		if l < 1 {
 			return fmt.Errorf("proxybench: concurrency %d: want at least 1", l)
@@ -105,9 +111,6 @@ func (o *Options) defaults() error {
 }
 
 func numCPU() int { return runtime.NumCPU() }
-
-// idleWindow is how long Run measures the proxies' CPU with no traffic.
-const idleWindow = 10 * time.Second
 
 // measureIdle sets each target's idle CPU seconds per minute over window.
 func measureIdle(ctx context.Context, targets []*target, window time.Duration) error {
@@ -214,8 +217,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// Idle: every proxy up, no traffic (warden still scrapes /metrics and
 	// checks /health of each replica; nginx and HAProxy do neither).
-	if err := measureIdle(ctx, targets, idleWindow); err != nil {
-		return err
+	if o.Idle > 0 {
+		if err := measureIdle(ctx, targets, o.Idle); err != nil {
+			return err
+		}
 	}
 	var results []phaseResult
 	maxLevel := 0

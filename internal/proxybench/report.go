@@ -198,8 +198,8 @@ func writeSummary(w io.Writer, o Options, meta runMeta, names []string, byKey ma
 		"wait before its first event. CPU: utime+stime of the proxy's processes over its phases.\n")
 	for _, t := range meta.targets {
 		fmt.Fprintf(w, "- %s: %s", t.name, t.version)
-		if t.cmd != nil {
-			fmt.Fprintf(w, "; idle CPU %.3f s per minute (up, no traffic, %s)", t.idlePerMin, idleWindow)
+		if t.cmd != nil && o.Idle > 0 {
+			fmt.Fprintf(w, "; idle CPU %.3f s per minute (up, no traffic, %s)", t.idlePerMin, o.Idle)
 		}
 		fmt.Fprintln(w)
 	}
