@@ -142,21 +142,29 @@ func wardenTarget(name, exe string, st *stub, work, profile string) (*target, st
 		version: strings.TrimSpace(string(out)), logPath: filepath.Join(work, name+".log")}, addr, nil
 }
 
+// peerSetup finds a peer's binary, picks its listen address and writes one
+// config line per stub replica with line(index, host:port).
+func peerSetup(name string, st *stub, line func(int, string) string) (bin, addr, servers string, err error) {
+	if bin, err = exec.LookPath(name); err != nil {
+		return "", "", "", err
+	}
+	if addr, err = freePort(); err != nil {
+		return "", "", "", err
+	}
+	var b strings.Builder
+	for i, a := range st.addrs {
+		b.WriteString(line(i, a))
+	}
+	return bin, addr, b.String(), nil
+}
+
 // nginxTarget runs nginx (Debian's nginx 1.22 here) with consistent hashing on
 // the session header, keep-alive upstream connections and no buffering in
 // either direction, one worker per core.
 func nginxTarget(st *stub, work string) (*target, string, error) {
-	bin, err := exec.LookPath("nginx")
+	bin, addr, servers, err := peerSetup("nginx", st, func(_ int, a string) string { return "    server " + a + ";\n" })
 	if err != nil {
 		return nil, "", err
-	}
-	addr, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
-	var servers strings.Builder
-	for _, a := range st.addrs {
-		fmt.Fprintf(&servers, "    server %s;\n", a)
 	}
 	conf := fmt.Sprintf(`# proxybench: nginx in front of the stub replicas
 daemon off;
@@ -188,7 +196,7 @@ http {
     }
   }
 }
-`, work, servers.String(), addr)
+`, work, servers, addr)
 	path := filepath.Join(work, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return nil, "", err
@@ -204,17 +212,9 @@ http {
 // connections, with http-no-delay (without it HAProxy holds small SSE writes
 // back; docs/router.md).
 func haproxyTarget(st *stub, work string) (*target, string, error) {
-	bin, err := exec.LookPath("haproxy")
+	bin, addr, servers, err := peerSetup("haproxy", st, func(i int, a string) string { return fmt.Sprintf("    server r%d %s\n", i, a) })
 	if err != nil {
 		return nil, "", err
-	}
-	addr, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
-	var servers strings.Builder
-	for i, a := range st.addrs {
-		fmt.Fprintf(&servers, "    server r%d %s\n", i, a)
 	}
 	conf := fmt.Sprintf(`# proxybench: HAProxy in front of the stub replicas
 global
@@ -233,7 +233,7 @@ frontend pb
 backend stub
     balance hdr(%[3]s)
     hash-type consistent
-%[4]s`, numCPU(), addr, HeaderSession, servers.String())
+%[4]s`, numCPU(), addr, HeaderSession, servers)
 	path := filepath.Join(work, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return nil, "", err
