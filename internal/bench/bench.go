@@ -9,7 +9,8 @@
 //   - RouterURL: an already running warden router; affinity is switched through its
 //     admin API (AdminURL, AdminToken); Replicas, when given, are scraped for
 //     /metrics (without them the engine columns are n/a: NoReplicasNote).
-//   - Replicas: real vLLM servers; an in-process router is started in front of them.
+//   - Replicas: real vLLM, SGLang or llama.cpp servers; an in-process router is
+//     started in front of them.
 //   - none: an embedded simulated cluster (SimReplicas x Profile at Speed) and an
 //     in-process router in front of it.
 package bench

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/simclock"
-	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
@@ -221,7 +221,7 @@ func (rn *runner) setup(ctx context.Context) error {
 		rn.client = cfg.Client
 	} else {
 		if rn.sc.Model == "" {
-			model, err := vllmapi.FirstModel(ctx, rn.http, cfg.BaseURL, cfg.Header)
+			model, err := engineapi.FirstModel(ctx, rn.http, cfg.BaseURL, cfg.Header)
 			if err != nil {
 				return fmt.Errorf("running benchmark: asking the served model: %w", err)
 			}
