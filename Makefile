@@ -49,7 +49,7 @@ agreement-off:
 	WARDEN_AGREEMENT_OFF=1 $(GO) test -count=1 -timeout 20m -run TestVirtualAgreesWithHTTPOffLongStages -v ./internal/bench/
 
 # Not in `make test` (about 5 minutes): warden's proxy path side by side with
-# nginx and HAProxy (docs/router.md, "Proxy overhead, measured"); PROXY_OUT is
+# nginx and HAProxy (docs/router.md, "Side by side with nginx and HAProxy"); PROXY_OUT is
 # the results directory, PROXY_ARGS further `warden proxybench` flags.
 PROXY_OUT  ?= results/bench/proxy-$(shell date -u +%Y%m%dT%H%M%SZ)
 PROXY_ARGS ?=

@@ -26,7 +26,7 @@ buffering; a peer not installed is skipped), drives paced streams at each
 --level direct and through each proxy in interleaved rounds, and writes
 results.csv and summary.md (added TTFB p50/p90/p99 over direct, CPU seconds
 per 1,000 streams per proxy process, the load) into --out. docs/router.md,
-"Proxy overhead, measured".`,
+"Side by side with nginx and HAProxy" (section 10).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return proxybench.Run(cmd.Context(), o)

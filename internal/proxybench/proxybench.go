@@ -6,7 +6,7 @@
 // turn, in interleaved rounds. It reports the TTFB each proxy adds over direct
 // (p50/p90/p99, per round and pooled) and each proxy process's CPU seconds per
 // 1,000 streams (utime+stime from /proc/PID/stat). A dev tool: `make
-// proxy-bench` (docs/router.md, "Proxy overhead, measured").
+// proxy-bench` (docs/router.md, "Side by side with nginx and HAProxy").
 package proxybench
 
 import (

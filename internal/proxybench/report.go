@@ -184,7 +184,7 @@ func writeCSV(path string, o Options, names []string, results []phaseResult, byK
 
 func writeSummary(w io.Writer, o Options, meta runMeta, names []string, byKey map[[2]string]*agg, key func(int, string) [2]string) error {
 	fmt.Fprintf(w, "# Proxy benchmark: warden vs nginx vs HAProxy\n\n")
-	fmt.Fprintf(w, "Run %s to %s UTC (`warden proxybench`, docs/router.md \"Proxy overhead, measured\").\n\n",
+	fmt.Fprintf(w, "Run %s to %s UTC (`warden proxybench`, docs/router.md \"Side by side with nginx and HAProxy\").\n\n",
 		meta.start.Format("2006-01-02 15:04:05"), meta.end.Format("15:04:05"))
 	fmt.Fprintf(w, "- Machine: %d cores (%s), shared with other jobs.\n", runtime.NumCPU(), cpuModel())
 	fmt.Fprintf(w, "- Load at start: `%s`\n- Load at end: `%s`\n", meta.uptimeStart, meta.uptimeEnd)
