@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/simclock"
@@ -31,10 +33,12 @@ type httpRun struct {
 
 	clock *simclock.Scaled
 	rc    loadgenhttp.RunConfig
-	specs []string                  // replica specs (ParseReplicaSpec)
+	specs []string                   // replica specs (ParseReplicaSpec)
 	rcfgs []routerhttp.ReplicaConfig // specs parsed
 	kinds []engines.Kind             // rcfgs[i]'s engine, probed
 	hc    *http.Client               // pre-flight client (API key when given)
+	// adminURL is the embedded router's admin root ("" with an external one).
+	adminURL string
 
 	// Background servers (simulated cluster, embedded router) run on runCtx
 	// until close.
@@ -118,6 +122,7 @@ func (h *httpRun) target() error {
 			return fmt.Errorf("bench: --admin-url has %d roots for %d routers: give one per router, in the same order", len(admins), len(routers))
 		}
 		rc.SetAffinity = adminSwitchAll(admins, o.AdminToken)
+		rc.Notes = append(rc.Notes, ExternalRouterNote)
 	case len(o.Replicas) > 0:
 		h.specs = withDPRanks(o.Replicas, o.DPRanks)
 		rc.Target = "vllm " + strings.Join(h.specs, " ")
@@ -260,8 +265,18 @@ func (h *httpRun) replicaTargets(probed []EngineServer) {
 	}
 }
 
-// embeddedRouter starts an in-process warden router in front of the replicas,
-// on two loopback listeners (API and admin), and points the run at it.
+// FreshRouterNote is the manifest note of a run through the embedded router:
+// every variant gets a router of its own.
+const FreshRouterNote = "each variant ran on a fresh in-process router (new Balancer: tie-break RNG, learned estimates, session table, admission queue), " +
+	"started after the engines' prefix caches were reset: no variant sees what an earlier one did"
+
+// ExternalRouterNote is the manifest note of a run through an external router.
+const ExternalRouterNote = "external router: between variants only its session homes are reset (admin reset-sessions) and affinity switched; " +
+	"its learned estimates (prefix size, idle window, bytes per token) and tie-break RNG carry over, so a later variant may depend on an earlier one (restart the router and run the variants as two runs to rule that out)"
+
+// embeddedRouter points the run at an in-process warden router in front of
+// the replicas, on two loopback listeners (API and admin). Every variant gets
+// a fresh router (variantRouters.start, run as the variant's SetAffinity).
 func (h *httpRun) embeddedRouter() error {
 	o, rc := h.o, &h.rc
 	rcfg, err := routerhttp.ConfigForURLs(h.specs, true)
@@ -284,29 +299,119 @@ func (h *httpRun) embeddedRouter() error {
 		rcfg.Models[i].Admission = routerhttp.AdmissionYAML(o.Admission)
 	}
 	rc.Admission = virtual.ManifestAdmission(o.Admission)
-	rt, err := routerhttp.New(rcfg)
-	if err != nil {
-		return fmt.Errorf("bench: starting router: %w", err)
+	vr := &variantRouters{cfg: rcfg, runCtx: h.runCtx, progress: h.progress}
+	// The first router is built now, so a bad configuration fails before any
+	// variant; it serves the first variant.
+	if err := vr.build(); err != nil {
+		return err
 	}
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		_ = rt.Run(h.runCtx)
-	}()
-	apiURL, stopAPI, err := listen(h.runCtx, &h.wg, rt.Handler())
+	h.cleanups = append(h.cleanups, vr.stop)
+	apiURL, stopAPI, err := listen(h.runCtx, &h.wg, vr.apiHandler())
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	h.cleanups = append(h.cleanups, stopAPI)
-	adminURL, stopAdmin, err := listen(h.runCtx, &h.wg, rt.AdminHandler())
+	adminURL, stopAdmin, err := listen(h.runCtx, &h.wg, vr.adminHandler())
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	h.cleanups = append(h.cleanups, stopAdmin)
-	rc.BaseURL = apiURL
-	rc.SetAffinity = adminSwitch(adminURL, DefaultAdminToken)
+	rc.BaseURL, h.adminURL = apiURL, adminURL
+	rc.SetAffinity = vr.start
+	rc.Notes = append(rc.Notes, FreshRouterNote)
 	// Where Handler and AdminHandler serve them (docs/router.md section 8):
 	// the card on both listeners, /status on the admin one.
 	fmt.Fprintf(h.progress, "router: %s (card at /status/card); admin %s (token %s; /status and /status/card)\n", apiURL, adminURL, DefaultAdminToken)
 	return nil
+}
+
+// RouterReadyWait caps (wall) how long a variant's fresh router may take to
+// scrape every replica once before the variant starts anyway.
+const RouterReadyWait = 10 * time.Second
+
+// variantRouters is the embedded router, one per variant, behind listeners
+// that stay: the API and admin handlers serve whichever is current.
+type variantRouters struct {
+	cfg      routerhttp.Config
+	runCtx   context.Context
+	progress io.Writer
+
+	cur     atomic.Pointer[routerhttp.Router]
+	started bool               // cur runs (start ran since build)
+	cancel  context.CancelFunc // stops cur's background loops
+	done    chan struct{}      // closed when cur's Run returned
+}
+
+func (v *variantRouters) apiHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { v.cur.Load().Handler().ServeHTTP(w, r) })
+}
+
+func (v *variantRouters) adminHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { v.cur.Load().AdminHandler().ServeHTTP(w, r) })
+}
+
+// build makes a new router from cfg and makes it current, not yet running.
+func (v *variantRouters) build() error {
+	rt, err := routerhttp.New(v.cfg)
+	if err != nil {
+		return fmt.Errorf("bench: starting router: %w", err)
+	}
+	v.cur.Store(rt)
+	v.started = false
+	return nil
+}
+
+// start is run before each variant (RunConfig.SetAffinity): it stops the
+// previous variant's router, builds a fresh one (unless the current one has
+// not run yet), starts it, waits until it has scraped every replica once (at
+// most RouterReadyWait) and sets its affinity.
+func (v *variantRouters) start(ctx context.Context, on bool) error {
+	if v.started {
+		v.stop()
+		if err := v.build(); err != nil {
+			return err
+		}
+	}
+	rt := v.cur.Load()
+	rctx, cancel := context.WithCancel(v.runCtx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = rt.Run(rctx)
+	}()
+	v.cancel, v.done, v.started = cancel, done, true
+	deadline := time.Now().Add(RouterReadyWait)
+	for !scrapedAll(rt) {
+		if time.Now().After(deadline) {
+			fmt.Fprintf(v.progress, "warning: the fresh router has not scraped every replica after %s; the variant starts anyway\n", RouterReadyWait)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return rt.SetAffinity("*", on)
+}
+
+// stop stops the current router's background loops and waits for them.
+func (v *variantRouters) stop() {
+	if v.cancel != nil {
+		v.cancel()
+		<-v.done
+		v.cancel = nil
+	}
+}
+
+// scrapedAll reports whether rt has observed every replica's gauges once.
+func scrapedAll(rt *routerhttp.Router) bool {
+	for _, m := range rt.Status().Models {
+		for _, r := range m.Replicas {
+			if r.ScrapeAgeS < 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
