@@ -62,6 +62,12 @@ var columns = []column{
 	intColumn("held_turns", func(s *Summary) int { return s.HeldTurns }),
 	floatColumn("hold_p50_s", func(s *Summary) float64 { return s.HoldP50S }),
 	floatColumn("hold_p95_s", func(s *Summary) float64 { return s.HoldP95S }),
+	// Conversation completion time (Summary.ConversationP50S): what an agent
+	// waits for a whole task, holds and think time included.
+	{name: MetricConversationP50S, header: "conv p50 (s)", prec: 1,
+		value: func(s *Summary) float64 { return s.ConversationP50S }},
+	{name: MetricConversationP95S, header: "conv p95 (s)", prec: 1,
+		value: func(s *Summary) float64 { return s.ConversationP95S }},
 }
 
 func intColumn(name string, v func(s *Summary) int) column {

@@ -357,3 +357,43 @@ func TestSummarizeNotesReplicaWithoutMetrics(t *testing.T) {
 		t.Errorf("note for r0, sampled to the end: %q", s.Notes)
 	}
 }
+
+// Conversation completion time: from a session's first send (a failed first
+// attempt and a router hold included) to its last turn's end, for the sessions
+// whose last turn is done OK in the window.
+func TestConversationCompletionTime(t *testing.T) {
+	m := &loadgen.Manifest{
+		RunID: "conv", Scenario: testScenario([]int{3}, time.Minute), Replicas: []string{"r0"},
+		Variants: []loadgen.Variant{{Name: "off", Stages: []loadgen.StageWindow{
+			{Sessions: 3, Start: 0, End: sec(60), Complete: true, Started: 6, Completed: 5, Failed: 1},
+		}}},
+	}
+	aFailed := okTurn("off", 0, 0, "r0", 1, 0, 2, 0)
+	aFailed.Status, aFailed.Err, aFailed.FirstToken = 502, "bad gateway", 0
+	aFirst := okTurn("off", 0, 0, "r0", 5, 6, 15, 100)
+	aFirst.Held = 4 * time.Second // held at the router: part of the wait
+	aLast := okTurn("off", 0, 1, "r0", 20, 1, 41, 100)
+	aLast.LastTurn = true
+	bLast := okTurn("off", 1, 1, "r0", 25, 1, 30, 100)
+	bLast.LastTurn = true
+	results := []loadgen.Result{aFailed, aFirst, aLast,
+		okTurn("off", 1, 0, "r0", 10, 1, 20, 100), bLast,
+		okTurn("off", 2, 0, "r0", 12, 1, 50, 100), // not done: not counted
+	}
+	s := loadSummaries(t, m, results, nil)[0]
+	// A: 1 s -> 41 s = 40 s; B: 10 s -> 30 s = 20 s. Nearest rank: p50 20, p95 40.
+	if !hdrClose(s.ConversationP50S, 20) || !hdrClose(s.ConversationP95S, 40) {
+		t.Errorf("conversation p50/p95 = %v/%v s, want 20/40", s.ConversationP50S, s.ConversationP95S)
+	}
+	for _, name := range []string{MetricConversationP50S, MetricConversationP95S} {
+		if v, _, err := s.Metric(name); err != nil || math.IsNaN(v) {
+			t.Errorf("metric %s: %v, %v", name, v, err)
+		}
+	}
+
+	// No session done in the window: n/a, never 0.
+	s = loadSummaries(t, m, results[:2], nil)[0]
+	if !math.IsNaN(s.ConversationP50S) || !math.IsNaN(s.ConversationP95S) {
+		t.Errorf("no session done: conversation p50/p95 = %v/%v, want NaN", s.ConversationP50S, s.ConversationP95S)
+	}
+}

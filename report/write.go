@@ -49,6 +49,8 @@ const (
 //	turns_in_flight_mean        achieved concurrency, client side: time-average of turns in flight (Concurrency)
 //	concurrency_pct             100 * turns_in_flight_mean / the level the closed loop can hold
 //	engine_requests_mean        achieved concurrency, server side: running + waiting summed over replicas, mean per poll
+//	held_turns, hold_p50_s, _p95_s  turns the router's admission gate held, and their hold, seconds
+//	conversation_p50_s, _p95_s  conversation completion time (first send to last turn's end), seconds
 var CSVColumns = columnNames(filterColumns(func(*column) bool { return true }))
 
 // csvFloat formats v with 4 decimals, or "" for NaN.
@@ -448,7 +450,8 @@ func mdStageSection(b *strings.Builder, pair []string, sums []Summary) {
 	}
 	b.WriteString("`n/a`: could not be computed (see notes); never read as 0. " +
 		"Prefix hits: vLLM counter deltas over the window, all replicas. " +
-		"Usage cached: the same ratio from per-request usage (cached_tokens / prompt_tokens).\n")
+		"Usage cached: the same ratio from per-request usage (cached_tokens / prompt_tokens). " +
+		"Conv: conversation completion time of the sessions done in the window, first send to last turn's end (holds and think time included).\n")
 }
 
 // mdVariantSection writes the per-variant table: turns, prompt sizes, send lag, concurrency and accounting.
