@@ -68,6 +68,8 @@ var columns = []column{
 		value: func(s *Summary) float64 { return s.ConversationP50S }},
 	{name: MetricConversationP95S, header: "conv p95 (s)", prec: 1,
 		value: func(s *Summary) float64 { return s.ConversationP95S }},
+	// The hit rate implied by the engines' computed-prompt counters.
+	floatColumn("computed_cached_pct", func(s *Summary) float64 { return s.ComputedCachedPct }),
 }
 
 func intColumn(name string, v func(s *Summary) int) column {

@@ -147,6 +147,19 @@ type Summary struct {
 	// usage reported cached tokens (CachedTokens >= 0).
 	UsageCachedPct float64 `json:"usage_cached_pct"`
 
+	// ComputedPromptTokens is the delta of the engines' computed-prompt counter
+	// (series prompt_computed_tokens, loadgen.SeriesSample.PromptComputedTokens)
+	// over the window, summed over replicas, as counterDelta takes it; and
+	// ComputedCachedPct the cached share it implies against the prompt tokens
+	// the responses reported: 100 * (P - computed) / P, P the sum of usage
+	// prompt_tokens of the OK turns and side requests done in the window (side
+	// requests too: the counter counts them). A cross-check of PrefixHitsPct and
+	// UsageCachedPct that holds when nothing else uses the servers (llama.cpp's
+	// capability HitRate); requests whose prefill and end fall on either side of
+	// a window edge make it approximate. NaN when a replica lacks the counter.
+	ComputedPromptTokens float64 `json:"computed_prompt_tokens"`
+	ComputedCachedPct    float64 `json:"computed_cached_pct"`
+
 	// Mean prompt size of OK turns in the window: server-counted (usage
 	// prompt_tokens, after chat template and real tokenizer) and nominal (the
 	// generator's word count).
@@ -259,6 +272,7 @@ func Summarize(run *Run) ([]Summary, error) {
 			}
 			summarizeTurns(&s, results, placed, firstSent)
 			summarizeSeries(&s, replicas)
+			summarizeComputed(&s, results, replicas)
 			summarizeConcurrency(&s, results, replicas, st, run.Manifest.Scenario)
 			switch {
 			case !s.Complete && run.Manifest.Stopped != nil:
@@ -641,4 +655,29 @@ func summarizeSeries(s *Summary, replicas []replicaSeries) {
 		s.note("no prefix-cache queries in the window: prefix hits n/a")
 	}
 	s.PrefixHitsPct = pct(hits, queries)
+}
+
+// summarizeComputed fills ComputedPromptTokens and ComputedCachedPct of s.
+func summarizeComputed(s *Summary, results []*loadgen.Result, replicas []replicaSeries) {
+	s.ComputedPromptTokens, s.ComputedCachedPct = math.NaN(), math.NaN()
+	computed, counted := 0.0, 0
+	for _, rs := range replicas {
+		d, ok := counterDelta(rs.samples, s.WindowStart, s.WindowEnd, func(x loadgen.SeriesSample) float64 { return x.PromptComputedTokens })
+		if !ok {
+			continue
+		}
+		computed += d
+		counted++
+	}
+	if counted == 0 || math.IsNaN(computed) {
+		return
+	}
+	var prompt int64
+	for _, r := range results {
+		if r.OK() && r.PromptTokens > 0 && contains(s.WindowStart, s.WindowEnd, r.Done) {
+			prompt += int64(r.PromptTokens)
+		}
+	}
+	s.ComputedPromptTokens = computed
+	s.ComputedCachedPct = pct(float64(prompt)-computed, float64(prompt))
 }

@@ -397,3 +397,37 @@ func TestConversationCompletionTime(t *testing.T) {
 		t.Errorf("no session done: conversation p50/p95 = %v/%v, want NaN", s.ConversationP50S, s.ConversationP95S)
 	}
 }
+
+// The computed-prompt counters' cross-check: prompt tokens the responses
+// reported minus what the engines say they computed, over the window.
+func TestComputedCachedPct(t *testing.T) {
+	m := &loadgen.Manifest{
+		RunID: "computed", Scenario: testScenario([]int{2}, time.Minute), Replicas: []string{"r0", "r1"},
+		Variants: []loadgen.Variant{{Name: "on", Affinity: true, Stages: []loadgen.StageWindow{
+			{Sessions: 2, Start: 0, End: sec(60), Complete: true, Started: 3, Completed: 3},
+		}}},
+	}
+	results := []loadgen.Result{ // 1000 prompt tokens each (okTurn)
+		okTurn("on", 0, 0, "r0", 1, 1, 10, 10), okTurn("on", 0, 1, "r0", 11, 1, 20, 10),
+		okTurn("on", 1, 0, "r1", 1, 1, 30, 10),
+	}
+	nan := math.NaN()
+	sample := func(rep string, at, computed float64) loadgen.SeriesSample {
+		return loadgen.SeriesSample{Variant: "on", T: sec(at), Replica: rep, PrefixQueries: nan, PrefixHits: nan,
+			PromptTokens: nan, Preemptions: nan, KVUsage: nan, PromptComputedTokens: computed}
+	}
+	series := []loadgen.SeriesSample{
+		sample("r0", 0, 500), sample("r0", 30, 1700), sample("r0", 60, 1700), // +1200 on r0
+		sample("r1", 0, 0), sample("r1", 30, 600), sample("r1", 60, 600), // +600 on r1
+	}
+	s := loadSummaries(t, m, results, series)[0]
+	// 3000 reported, 1800 computed: 40 % cached.
+	if s.ComputedPromptTokens != 1800 || !approx(s.ComputedCachedPct, 40) {
+		t.Errorf("computed %v tokens, cached %v %%; want 1800, 40", s.ComputedPromptTokens, s.ComputedCachedPct)
+	}
+	series[4].PromptComputedTokens = nan // one replica without the counter: n/a
+	s = loadSummaries(t, m, results, series)[0]
+	if !math.IsNaN(s.ComputedCachedPct) {
+		t.Errorf("a replica without the counter: cached %v %%, want NaN", s.ComputedCachedPct)
+	}
+}
