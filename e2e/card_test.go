@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
@@ -119,10 +120,10 @@ func converse(ctx context.Context, base, model, key string, anthropic bool, seed
 		}
 		req.Header.Set("Content-Type", "application/json")
 		if anthropic {
-			req.Header.Set(routerhttp.HeaderClaudeSession, key)
+			req.Header.Set(wire.HeaderClaudeSession, key)
 			req.Header.Set("anthropic-version", "2023-06-01")
 		} else {
-			req.Header.Set(routerhttp.HeaderSessionID, key)
+			req.Header.Set(wire.HeaderSessionID, key)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

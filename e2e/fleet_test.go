@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
@@ -132,7 +133,7 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 		l.mu.Lock()
 		l.active++
 		l.mu.Unlock()
-		rec := routed{Path: r.URL.Path, BodyBytes: len(body), Agent: r.Header.Get(routerhttp.HeaderClaudeAgent)}
+		rec := routed{Path: r.URL.Path, BodyBytes: len(body), Agent: r.Header.Get(wire.HeaderClaudeAgent)}
 		var b struct {
 			Model     string            `json:"model"`
 			MaxTokens int               `json:"max_tokens"`
@@ -144,7 +145,7 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 		}
 		_ = json.Unmarshal(body, &b)
 		rec.Model, rec.MaxTokens, rec.Stream, rec.Messages = b.Model, b.MaxTokens, b.Stream, len(b.Messages)
-		rec.Session = r.Header.Get(routerhttp.HeaderClaudeSession)
+		rec.Session = r.Header.Get(wire.HeaderClaudeSession)
 		if rec.Session == "" && strings.HasPrefix(b.Metadata.UserID, "{") {
 			var uid struct {
 				SessionID string `json:"session_id"`
@@ -154,7 +155,7 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 			}
 		}
 		if rec.Session == "" {
-			rec.Session = r.Header.Get(routerhttp.HeaderSessionID)
+			rec.Session = r.Header.Get(wire.HeaderSessionID)
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		// Deferred: a handler that panics (the reverse proxy's
@@ -162,8 +163,8 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 		// counted as running, so all() does not wait for it.
 		defer func() {
 			rec.Status = sw.status
-			rec.Replica = sw.Header().Get(routerhttp.HeaderReplica)
-			rec.Decision = sw.Header().Get(routerhttp.HeaderDecision)
+			rec.Replica = sw.Header().Get(wire.HeaderReplica)
+			rec.Decision = sw.Header().Get(wire.HeaderDecision)
 			rec.KeepAlives = sw.keepAlives
 			l.mu.Lock()
 			l.reqs = append(l.reqs, rec)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/lmwarden/warden/internal/testredis"
 	"github.com/lmwarden/warden/internal/vllmapi"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
@@ -68,7 +68,7 @@ func TestTwoRoutersShareAdmission(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := resp.Header.Get(routerhttp.HeaderAdmission); resp.StatusCode != 200 || got != "admitted" {
+		if got := resp.Header.Get(wire.HeaderAdmission); resp.StatusCode != 200 || got != "admitted" {
 			t.Fatalf("long-%d through a: %d, admission %q", i, resp.StatusCode, got)
 		}
 		wg.Go(func() { io.Copy(io.Discard, resp.Body); resp.Body.Close() })
@@ -93,7 +93,7 @@ func TestTwoRoutersShareAdmission(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	wg.Wait()
-	adm, held := resp.Header.Get(routerhttp.HeaderAdmission), resp.Header.Get(routerhttp.HeaderHeldMs)
+	adm, held := resp.Header.Get(wire.HeaderAdmission), resp.Header.Get(wire.HeaderHeldMs)
 	t.Logf("new through b: %d, admission %q, held %s ms", resp.StatusCode, adm, held)
 	if resp.StatusCode != 200 || adm != "held" || held == "0" {
 		t.Errorf("a new conversation through b while a's fill every replica: admission %q held %s ms, want held", adm, held)

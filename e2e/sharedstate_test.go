@@ -20,6 +20,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/testredis"
 	"github.com/lmwarden/warden/internal/vllmapi"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/report"
 	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/router/routerhttp/redisstate"
@@ -151,10 +152,10 @@ func sendTurn(hc *http.Client, base, model string, c *convo) turnOut {
 		return out
 	}
 	c.msgs = append(c.msgs, map[string]string{"role": "assistant", "content": r.Choices[0].Message.Content})
-	out.replica = resp.Header.Get(routerhttp.HeaderReplica)
-	out.reason = resp.Header.Get(routerhttp.HeaderDecision)
+	out.replica = resp.Header.Get(wire.HeaderReplica)
+	out.reason = resp.Header.Get(wire.HeaderDecision)
 	out.stateMs = -1
-	if v, err := strconv.ParseFloat(resp.Header.Get(routerhttp.HeaderStateMs), 64); err == nil {
+	if v, err := strconv.ParseFloat(resp.Header.Get(wire.HeaderStateMs), 64); err == nil {
 		out.stateMs = v
 	}
 	out.prompt, out.cached = r.Usage.PromptTokens, r.Usage.Details.Cached
@@ -528,7 +529,7 @@ func TestTwoRoutersSharedState(t *testing.T) {
 			continue
 		}
 		if o.stateMs < 0 {
-			t.Errorf("turn %d of conversation %d via %s: no %s header", o.turn, o.conv, o.base, routerhttp.HeaderStateMs)
+			t.Errorf("turn %d of conversation %d via %s: no %s header", o.turn, o.conv, o.base, wire.HeaderStateMs)
 			continue
 		}
 		worstState = max(worstState, o.stateMs)
@@ -539,7 +540,7 @@ func TestTwoRoutersSharedState(t *testing.T) {
 			t.Errorf("turn %d of conversation %d via %s with Redis hung: waited %.3f ms on the shared state, want at most %.0f ms (timeout %v + %v)", o.turn, o.conv, o.base, o.stateMs, bound, redisstate.DefaultTimeout, stateSlack)
 		}
 	}
-	t.Logf("Redis hung: worst %s %.3f ms, %d of %d requests waited the timeout", routerhttp.HeaderStateMs, worstState, waited, len(allNew)+len(allHang))
+	t.Logf("Redis hung: worst %s %.3f ms, %d of %d requests waited the timeout", wire.HeaderStateMs, worstState, waited, len(allNew)+len(allHang))
 	if waited == 0 {
 		t.Errorf("no request waited for the hung Redis (worst %.3f ms): the stage tested nothing", worstState)
 	}

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/virtual"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/report"
 	"github.com/lmwarden/warden/router"
@@ -239,7 +240,7 @@ func checkPinning(ctx context.Context, w io.Writer, rcfgs []routerhttp.ReplicaCo
 			continue
 		}
 		if skip {
-			n := fmt.Sprintf("DP pinning not checked for %s (--skip-pinning-check): if the server ignores %s, stayed-on-replica counts the rank the router chose, not the one that served", r.URL, routerhttp.HeaderDPRank)
+			n := fmt.Sprintf("DP pinning not checked for %s (--skip-pinning-check): if the server ignores %s, stayed-on-replica counts the rank the router chose, not the one that served", r.URL, wire.HeaderDPRank)
 			fmt.Fprintf(w, "pre-flight: warning: %s\n", n)
 			notes = append(notes, n)
 			continue
@@ -247,15 +248,15 @@ func checkPinning(ctx context.Context, w io.Writer, rcfgs []routerhttp.ReplicaCo
 		pc := routerhttp.CheckDPPinning(ctx, &http.Client{Transport: hc.Transport, Timeout: 30 * time.Second}, r.URL, model, r.DPRanks)
 		switch pc.Verdict {
 		case routerhttp.PinIgnored:
-			return nil, fmt.Errorf("pre-flight: %s is not honoured: %s; the affinity-on variant would measure vLLM's balancer again (--skip-pinning-check runs anyway)", routerhttp.HeaderDPRank, pc.Detail)
+			return nil, fmt.Errorf("pre-flight: %s is not honoured: %s; the affinity-on variant would measure vLLM's balancer again (--skip-pinning-check runs anyway)", wire.HeaderDPRank, pc.Detail)
 		case routerhttp.PinRankMismatch:
 			return nil, fmt.Errorf("pre-flight: %s (--dp-ranks)", pc.Detail)
 		case routerhttp.PinUnverified:
-			fmt.Fprintf(w, "pre-flight: warning: could not check that %s pins ranks: %s\n", routerhttp.HeaderDPRank, pc.Detail)
+			fmt.Fprintf(w, "pre-flight: warning: could not check that %s pins ranks: %s\n", wire.HeaderDPRank, pc.Detail)
 		case routerhttp.PinHonored:
-			fmt.Fprintf(w, "pre-flight: %s pins ranks: %s\n", routerhttp.HeaderDPRank, pc.Detail)
+			fmt.Fprintf(w, "pre-flight: %s pins ranks: %s\n", wire.HeaderDPRank, pc.Detail)
 		}
-		notes = append(notes, fmt.Sprintf("DP pinning (%s) %s: %s", routerhttp.HeaderDPRank, pc.Verdict, pc.Detail))
+		notes = append(notes, fmt.Sprintf("DP pinning (%s) %s: %s", wire.HeaderDPRank, pc.Verdict, pc.Detail))
 	}
 	return notes, nil
 }

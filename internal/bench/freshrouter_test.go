@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp"
@@ -42,9 +43,9 @@ func TestEmbeddedRouterFreshPerVariant(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := `{"model":"` + servedModel(t, h.rc.BaseURL) + `","max_tokens":4,"messages":[{"role":"user","content":"hello"}]}`
-	req, _ := http.NewRequest(http.MethodPost, h.rc.BaseURL+"/v1/chat/completions", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, h.rc.BaseURL+wire.PathChatCompletions, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Claude-Code-Session-Id", "s1")
+	req.Header.Set(wire.HeaderClaudeSession, "s1")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +69,7 @@ func TestEmbeddedRouterFreshPerVariant(t *testing.T) {
 // servedModel asks base for its first model.
 func servedModel(t *testing.T, base string) string {
 	t.Helper()
-	resp, err := http.Get(base + "/v1/models")
+	resp, err := http.Get(base + wire.PathModels)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/virtual"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/loadgen/loadgenhttp"
 	"github.com/lmwarden/warden/report"
@@ -230,11 +231,11 @@ func (h *httpRun) replicaTargets(probed []EngineServer) {
 		}
 		if r.DPRanks > 0 {
 			for k := 0; k < r.DPRanks; k++ {
-				rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: router.RankName(name, k), URL: base + "/metrics", Engine: fmt.Sprint(k)})
+				rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: router.RankName(name, k), URL: base + wire.PathMetrics, Engine: fmt.Sprint(k)})
 				serverOf = append(serverOf, i)
 			}
 		} else {
-			rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: name, URL: base + "/metrics", Kind: k, MetricsOff: es.MetricsOff})
+			rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: name, URL: base + wire.PathMetrics, Kind: k, MetricsOff: es.MetricsOff})
 			serverOf = append(serverOf, i)
 		}
 	}
@@ -268,7 +269,7 @@ func (h *httpRun) replicaTargets(probed []EngineServer) {
 // FreshRouterNote is the manifest note of a run through the embedded router:
 // every variant gets a router of its own.
 const FreshRouterNote = "each variant ran on a fresh in-process router (new Balancer: tie-break RNG, learned estimates, session table, admission queue), " +
-	"started after the engines' prefix caches were reset: no variant sees what an earlier one did"
+	"started after the engines' prefix caches were reset where the engine can (see the notes on engines that cannot): no variant sees what the router learned in an earlier one"
 
 // ExternalRouterNote is the manifest note of a run through an external router.
 const ExternalRouterNote = "external router: between variants only its session homes are reset (admin reset-sessions) and affinity switched; " +

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -135,7 +136,7 @@ func probe(ctx context.Context, hc *http.Client, base string) (ServerInfo, error
 			MaxModelLen int    `json:"max_model_len"`
 		} `json:"data"`
 	}
-	code, err := getJSON(ctx, hc, base+"/v1/models", &models)
+	code, err := getJSON(ctx, hc, base+wire.PathModels, &models)
 	if err != nil {
 		return info, fmt.Errorf("pre-flight %s: GET /v1/models: %w (is the server up?)", base, err)
 	}
@@ -154,10 +155,10 @@ func probe(ctx context.Context, hc *http.Client, base string) (ServerInfo, error
 	var ver struct {
 		Version string `json:"version"`
 	}
-	if code, err := getJSON(ctx, hc, base+"/version", &ver); err == nil && code == http.StatusOK {
+	if code, err := getJSON(ctx, hc, base+wire.PathVersion, &ver); err == nil && code == http.StatusOK {
 		info.Version = ver.Version
 	}
-	snap, err := scrape.Fetch(ctx, hc, base+"/metrics", "")
+	snap, err := scrape.Fetch(ctx, hc, base+wire.PathMetrics, "")
 	if err != nil {
 		return info, fmt.Errorf("pre-flight %s: %w", base, err)
 	}

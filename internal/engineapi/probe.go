@@ -10,6 +10,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/scrape"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // Info is what Probe learned about one server.
@@ -50,7 +51,7 @@ func Probe(ctx context.Context, hc *http.Client, base string, header http.Header
 	if kind != engines.KindUnknown {
 		info.Evidence = "configured"
 	}
-	code, b, _, err := get(ctx, hc, base+"/v1/models", header)
+	code, b, _, err := get(ctx, hc, base+wire.PathModels, header)
 	if err != nil {
 		return info, fmt.Errorf("probing %s: GET /v1/models: %w", base, err)
 	}
@@ -69,7 +70,7 @@ func Probe(ctx context.Context, hc *http.Client, base string, header http.Header
 	}
 
 	// /metrics: read as the kind when known, else detect from the names.
-	info.Metrics, info.MetricsErr = scrape.FetchEngine(ctx, hc, base+"/metrics", "", info.Kind)
+	info.Metrics, info.MetricsErr = scrape.FetchEngine(ctx, hc, base+wire.PathMetrics, "", info.Kind)
 	if info.Kind == engines.KindUnknown {
 		var se *scrape.StatusError
 		switch {
@@ -122,7 +123,7 @@ func Probe(ctx context.Context, hc *http.Client, base string, header http.Header
 		}
 	}
 	if info.Kind == engines.KindUnknown || info.Kind == engines.KindVLLM {
-		if code, b, _, err := get(ctx, hc, base+"/version", header); err == nil && code == http.StatusOK {
+		if code, b, _, err := get(ctx, hc, base+wire.PathVersion, header); err == nil && code == http.StatusOK {
 			if v, err := ParseVersion(b); err == nil {
 				if info.Kind == engines.KindUnknown {
 					info.Kind, info.Evidence = engines.KindVLLM, "GET /version"
@@ -135,7 +136,7 @@ func Probe(ctx context.Context, hc *http.Client, base string, header http.Header
 		info.Evidence = "no signal: /v1/models owner, /metrics names, /props, /server_info and /version said nothing known"
 	} else if info.Metrics != nil && info.Metrics.Kind == engines.KindUnknown {
 		// Detected from an endpoint after /metrics was read blind: read it again as the kind.
-		info.Metrics, info.MetricsErr = scrape.FetchEngine(ctx, hc, base+"/metrics", "", info.Kind)
+		info.Metrics, info.MetricsErr = scrape.FetchEngine(ctx, hc, base+wire.PathMetrics, "", info.Kind)
 	}
 	return info, nil
 }

@@ -18,6 +18,7 @@ var pureCores = []string{
 	"github.com/lmwarden/warden/internal/virtual",
 	"github.com/lmwarden/warden/internal/vllmmetrics",
 	"github.com/lmwarden/warden/internal/simclock",
+	"github.com/lmwarden/warden/internal/wire",
 }
 
 // forbidden are the imports a pure core must not reach, directly or through a
@@ -38,6 +39,21 @@ func TestPureCoresLinkNoHTTP(t *testing.T) {
 			if deps[f] {
 				t.Errorf("%s depends on %s (go list -deps); move the code that needs it to the package's HTTP shell (router/routerhttp, loadgen/loadgenhttp, sim/simhttp, internal/scrape)", pkg, f)
 			}
+		}
+	}
+}
+
+// TestWireIsGround checks that internal/wire, the names every shell shares,
+// imports no package of this module (docs/DESIGN-NOTES.md).
+func TestWireIsGround(t *testing.T) {
+	const wire = "github.com/lmwarden/warden/internal/wire"
+	out, err := exec.Command("go", "list", "-deps", wire).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", wire, err, out)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if d != wire && strings.HasPrefix(d, "github.com/lmwarden/warden/") {
+			t.Errorf("%s depends on %s (go list -deps); it must import no package of the module", wire, d)
 		}
 	}
 }

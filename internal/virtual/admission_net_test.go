@@ -10,7 +10,7 @@ import (
 )
 
 // With the network and API-server model (the default scenario), the router sees a
-// request end when its stream's end reaches it (the delays path); that release
+// request end when its stream's end reaches it (evRelease); that release
 // must reach the admission gate too, or every conversation keeps counting and
 // each new one waits out max_hold (a fresh-user run: 8 sessions, 0 turns done,
 // every hold 240 s). At 4 and 8 sessions nothing is held, as without the model.

@@ -48,13 +48,12 @@ type Config struct {
 
 // flight is one turn submitted to an engine and not yet finished.
 type flight struct {
-	tr      loadgen.TurnRequest
-	res     loadgen.Result
-	replica int
-	out     []uint32
-	// With the network or the front end modelled (run.delays):
-	oneWay   time.Duration // half the turn's RTT (Workload.OneWay)
-	proc     int           // API-server process (sim.Frontend.Admit)
+	tr       loadgen.TurnRequest
+	res      loadgen.Result
+	replica  int
+	out      []uint32
+	oneWay   time.Duration // half the turn's RTT (Workload.OneWay); 0 without a network
+	proc     int           // API-server process (sim.Frontend.Admit); 0 without an API-server model
 	req      *sim.Request  // waiting for its engine (evEngine); nil once submitted
 	released bool          // the router has released it (evRelease)
 }
@@ -66,6 +65,15 @@ type held struct {
 	ticket         uint64 // the admission ticket the router gave a held turn (router.AdmitInfo)
 }
 
+// pendingTurn is a turn scheduled to be sent (evSend) or to reach the router
+// (evArrive). sent: the client has already sent it (it is on its way or the router
+// held it) and h says when.
+type pendingTurn struct {
+	tr   loadgen.TurnRequest
+	h    held
+	sent bool
+}
+
 // tokCache holds a session's rendered conversation so far, so each turn renders
 // only the messages it adds (the template is append-only).
 type tokCache struct {
@@ -74,27 +82,23 @@ type tokCache struct {
 }
 
 type run struct {
-	cfg     Config
-	sc      *loadgen.Scenario
-	sched   scheduler
-	engines []*sim.Engine
-	busy    []bool
-	names   []string
-	bal     *router.Balancer
-	w       *loadgen.Workload
-	system  []uint32
-	caches  map[int64]*tokCache // by session ID, within the current variant
-	flights map[string]*flight
-	pending map[int]loadgen.TurnRequest
-	// heldSince: for a pending turn the router held (router.ErrHold) or one on its
-	// way to the router, when it was sent and when it reached the router.
-	heldSince map[int]held
-	nextTurn  int
-	// delays: the scenario models the network (Scenario.RTT) or the API server
-	// (Scenario.APIServers). Without them every event is handled at the instant
-	// it happens, exactly as before these were modelled.
-	delays bool
-	fe     *sim.Frontend // nil: no API-server model
+	cfg      Config
+	sc       *loadgen.Scenario
+	sched    scheduler
+	engines  []*sim.Engine
+	busy     []bool
+	names    []string
+	bal      *router.Balancer
+	w        *loadgen.Workload
+	system   []uint32
+	caches   map[int64]*tokCache // by session ID, within the current variant
+	flights  map[string]*flight
+	pending  map[int]pendingTurn // by turn id (event.turn)
+	nextTurn int
+	// One delivery path: without a network (Scenario.RTT) or an API-server model
+	// (Scenario.APIServers) every delay is zero and each event is handled at the
+	// instant it happens.
+	fe *sim.Frontend // nil: no API-server model
 	// ending: requests finished on their engine whose end has not yet reached the
 	// router (released false) or the client.
 	ending map[string]*flight
@@ -137,14 +141,13 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		cfg.PollInterval = loadgen.DefaultScrapeInterval
 	}
 	r := &run{
-		cfg:       cfg,
-		sc:        sc,
-		caches:    map[int64]*tokCache{},
-		flights:   map[string]*flight{},
-		pending:   map[int]loadgen.TurnRequest{},
-		heldSince: map[int]held{},
-		ending:    map[string]*flight{},
-		wall:      time.Now(),
+		cfg:     cfg,
+		sc:      sc,
+		caches:  map[int64]*tokCache{},
+		flights: map[string]*flight{},
+		pending: map[int]pendingTurn{},
+		ending:  map[string]*flight{},
+		wall:    time.Now(),
 	}
 	ecfg := cfg.Engine
 	ecfg.EmitTokens = true
@@ -160,7 +163,6 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 	if sc.APIServers > 0 {
 		r.fe = sim.NewFrontend(r.engines[0].Config().Profile.Frontend, sc.APIServers)
 	}
-	r.delays = r.fe != nil || sc.RTT > 0 || !sc.RTTSpread.IsFixed()
 	bcfg := cfg.Balancer
 	bcfg.Replicas = r.names
 	bcfg.Now = func() time.Duration { return r.sched.now }
@@ -171,7 +173,7 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		bcfg.MaxNumSeqs = r.engines[0].Config().MaxNumSeqs
 	}
 	if bcfg.KVCapacityTokens == 0 {
-		// What the HTTP router learns from vllm:cache_config_info (router.go:
+		// What the HTTP router learns from vllm:cache_config_info (routerhttp/scrape.go:
 		// (num_gpu_blocks - 1) x block_size, the null block excluded).
 		ec := r.engines[0].Config()
 		bcfg.KVCapacityTokens = int64(ec.NumGPUBlocks-1) * int64(ec.BlockSize)
@@ -228,7 +230,6 @@ func (r *run) loopEvents(ctx context.Context) error {
 		if ev.variant != r.variant || r.loop == nil {
 			if ev.kind == evSend || ev.kind == evArrive {
 				delete(r.pending, ev.turn)
-				delete(r.heldSince, ev.turn)
 			}
 			continue // left over from a variant that ended
 		}
@@ -236,31 +237,18 @@ func (r *run) loopEvents(ctx context.Context) error {
 		case evStage:
 			r.stageProgress(ev.idx - 1)
 			r.send(r.loop.StartStage(ev.idx, t))
-		case evSend:
-			tr := r.pending[ev.turn]
+		case evSend, evArrive:
+			p := r.pending[ev.turn]
 			delete(r.pending, ev.turn)
-			h, wasHeld := r.heldSince[ev.turn]
-			if wasHeld {
-				delete(r.heldSince, ev.turn)
-			} else {
-				h = held{since: t, arrived: t}
-				if ow := r.w.OneWay(tr.Session.ID, tr.Turn); ow > 0 && r.delays {
+			if !p.sent {
+				p.h = held{since: t, arrived: t}
+				if ow := r.w.OneWay(p.tr.Session.ID, p.tr.Turn); ow > 0 {
 					// On its way to the router: it arrives half an RTT later.
-					id := r.nextTurn
-					r.nextTurn++
-					r.pending[id] = tr
-					r.heldSince[id] = held{since: t, arrived: t + ow}
-					r.sched.at(event{at: t + ow, kind: evArrive, variant: r.variant, turn: id})
+					r.schedule(pendingTurn{tr: p.tr, h: held{since: t, arrived: t + ow}, sent: true}, t+ow, evArrive)
 					continue
 				}
 			}
-			r.submit(tr, t, h)
-		case evArrive:
-			tr := r.pending[ev.turn]
-			h := r.heldSince[ev.turn]
-			delete(r.pending, ev.turn)
-			delete(r.heldSince, ev.turn)
-			r.submit(tr, t, h)
+			r.submit(p.tr, t, p.h)
 		case evEngine:
 			if f := r.flights[ev.req]; f != nil && f.req != nil {
 				r.toEngine(ev.req, f, t)
@@ -368,17 +356,22 @@ func (r *run) stopVariant(t time.Duration) {
 	r.loop.Stop(t)
 	r.m.Variants = append(r.m.Variants, r.loop.Variant())
 	r.loop = nil
-	r.pending = map[int]loadgen.TurnRequest{}
-	r.heldSince = map[int]held{}
+	r.pending = map[int]pendingTurn{}
 }
 
+// send schedules the loop's next turns at their intended instants.
 func (r *run) send(trs []loadgen.TurnRequest) {
 	for _, tr := range trs {
-		id := r.nextTurn
-		r.nextTurn++
-		r.pending[id] = tr
-		r.sched.at(event{at: tr.Intended, kind: evSend, variant: r.variant, turn: id})
+		r.schedule(pendingTurn{tr: tr}, tr.Intended, evSend)
 	}
+}
+
+// schedule files p under a new turn id and schedules its evSend or evArrive at.
+func (r *run) schedule(p pendingTurn, at time.Duration, kind eventKind) {
+	id := r.nextTurn
+	r.nextTurn++
+	r.pending[id] = p
+	r.sched.at(event{at: at, kind: kind, variant: r.variant, turn: id})
 }
 
 // prompt renders the session's conversation to token ids, reusing what earlier
@@ -428,12 +421,8 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	d, info, err := r.bal.Admit(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - h.arrived,
 		Ticket: h.ticket, Continuing: tr.Turn > 0 && tr.Side == nil})
 	if errors.Is(err, router.ErrHold) {
-		id := r.nextTurn
-		r.nextTurn++
-		r.pending[id] = tr
 		h.ticket = info.Ticket
-		r.heldSince[id] = h
-		r.sched.at(event{at: t + HoldRetry, kind: evSend, variant: r.variant, turn: id})
+		r.schedule(pendingTurn{tr: tr, h: h, sent: true}, t+HoldRetry, evSend)
 		return
 	}
 	res.Held = t - h.arrived
@@ -453,47 +442,33 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 		id += "/side"
 	}
 	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens}
-	if r.delays {
-		f := &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens), req: req}
-		f.oneWay = r.w.OneWay(tr.Session.ID, tr.Turn)
-		f.res.Headers = t + f.oneWay
-		f.res.PromptTokens = len(req.Prompt)
-		r.flights[id] = f
-		r.sched.at(event{at: since + r.sc.RequestTimeout, kind: evTimeout, variant: r.variant, req: id})
-		ready := t
-		if r.fe != nil {
-			f.proc, ready = r.fe.Admit(t, len(req.Prompt))
-		}
-		if ready > t {
-			r.sched.at(event{at: ready, kind: evEngine, variant: r.variant, req: id})
-			return
-		}
-		r.toEngine(id, f, t)
-		return
-	}
-	e := r.engines[d.Replica]
-	if err := e.Submit(req, t); err != nil {
-		r.bal.ReleaseSession(d.Replica, tr.Session.Key)
-		res.Done, res.Status, res.Err = t, 400, err.Error()
-		r.finish(&res, t, tr.Session)
-		return
-	}
-	res.PromptTokens = len(req.Prompt)
-	r.flights[id] = &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens)}
+	f := &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens), req: req}
+	f.oneWay = r.w.OneWay(tr.Session.ID, tr.Turn)
+	f.res.Headers = t + f.oneWay
+	f.res.PromptTokens = len(req.Prompt)
+	r.flights[id] = f
 	r.sched.at(event{at: since + r.sc.RequestTimeout, kind: evTimeout, variant: r.variant, req: id})
-	if !r.busy[d.Replica] {
-		r.busy[d.Replica] = true
-		r.sched.at(event{at: t, kind: evStep, idx: d.Replica})
+	ready := t
+	if r.fe != nil {
+		f.proc, ready = r.fe.Admit(t, len(req.Prompt))
 	}
+	if ready > t {
+		r.sched.at(event{at: ready, kind: evEngine, variant: r.variant, req: id})
+		return
+	}
+	r.toEngine(id, f, t)
 }
 
-// toEngine submits a routed request (the delays path) to its engine at t.
+// toEngine submits a routed request to its engine at t. An engine that refuses it
+// (sim.ErrInvalidRequest) fails the turn with a 400 and no usage, as the HTTP
+// client sees it.
 func (r *run) toEngine(id string, f *flight, t time.Duration) {
 	req := f.req
 	f.req = nil
 	if err := r.engines[f.replica].Submit(req, t); err != nil {
 		delete(r.flights, id)
 		r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
+		f.res.PromptTokens = 0
 		f.res.Done, f.res.Status, f.res.Err = t, 400, err.Error()
 		r.finish(&f.res, t, f.tr.Session)
 		return
@@ -504,7 +479,7 @@ func (r *run) toEngine(id string, f *flight, t time.Duration) {
 	}
 }
 
-// release is the router seeing a finished request's stream end (the delays path).
+// release is the router seeing a finished request's stream end.
 func (r *run) release(f *flight) {
 	if f.released {
 		return
@@ -514,7 +489,7 @@ func (r *run) release(f *flight) {
 	r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
 }
 
-// deliver is the client receiving a finished request's end at t (the delays path).
+// deliver is the client receiving a finished request's end at t.
 func (r *run) deliver(id string, f *flight, t time.Duration) {
 	r.release(f)
 	delete(r.ending, id)
@@ -524,11 +499,11 @@ func (r *run) deliver(id string, f *flight, t time.Duration) {
 	r.finish(&f.res, t, f.tr.Session)
 }
 
-// stepDelayed handles a step's events when the network or the API server is
-// modelled: the step's outputs are handled by each request's API-server process
-// (sim.Frontend.Emit, in process order), written to the router then, and reach
-// the client half an RTT later.
-func (r *run) stepDelayed(t time.Duration, events []sim.Event) {
+// stepEvents handles the events of a step that ended at t: the step's outputs are
+// handled by each request's API-server process (sim.Frontend.Emit, in process
+// order; at t without an API-server model), written to the router then, and reach
+// the client half an RTT later (at once without a network).
+func (r *run) stepEvents(t time.Duration, events []sim.Event) {
 	var written map[int]time.Duration // by process
 	if r.fe != nil {
 		tokens := make([]int, r.fe.Processes())
@@ -604,39 +579,7 @@ func (r *run) timeout(id string, t time.Duration) {
 // step runs engine i's step at t and handles what it reports.
 func (r *run) step(i int, t time.Duration) {
 	res := r.engines[i].Step(t)
-	if r.delays {
-		r.stepDelayed(t, res.Events)
-		r.busy[i] = res.Busy
-		if res.Busy {
-			r.sched.at(event{at: res.NextAt, kind: evStep, idx: i})
-		}
-		return
-	}
-	for _, ev := range res.Events {
-		f := r.flights[ev.ReqID]
-		if f == nil {
-			continue // aborted
-		}
-		switch ev.Kind {
-		case sim.EventFirstToken:
-			f.res.FirstEvent, f.res.FirstToken = t, t
-			f.out = append(f.out, ev.Token)
-			f.res.LastToken = t
-		case sim.EventToken:
-			f.out = append(f.out, ev.Token)
-			f.res.LastToken = t
-		case sim.EventFinished:
-			f.res.Done, f.res.Status = t, 200
-			f.res.PromptTokens, f.res.CachedTokens, f.res.OutputTokens = ev.PromptTokens, ev.CachedTokens, ev.OutputTokens
-			delete(r.flights, ev.ReqID)
-			r.bal.ObserveCache(f.tr.Session.Key, f.replica, ev.PromptTokens, ev.CachedTokens)
-			r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
-			if f.tr.Side == nil {
-				f.tr.Session.AddReply(sim.Detokenize(f.out))
-			}
-			r.finish(&f.res, t, f.tr.Session)
-		}
-	}
+	r.stepEvents(t, res.Events)
 	r.busy[i] = res.Busy
 	if res.Busy {
 		r.sched.at(event{at: res.NextAt, kind: evStep, idx: i})

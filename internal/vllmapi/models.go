@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // FirstModel asks GET {base}/v1/models (vLLM's OpenAI-compatible model list) and
@@ -23,7 +25,7 @@ func FirstModel(ctx context.Context, hc *http.Client, base string, header http.H
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	url := strings.TrimSuffix(base, "/") + "/v1/models"
+	url := strings.TrimSuffix(base, "/") + wire.PathModels
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

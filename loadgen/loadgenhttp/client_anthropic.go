@@ -12,6 +12,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -72,7 +73,7 @@ func (c *AnthropicClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock 
 	for _, m := range tr.Messages {
 		body.Messages = append(body.Messages, anthropicMessage{Role: m.Role, Content: []anthropicBlock{{Type: "text", Text: m.Content}}})
 	}
-	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+"/v1/messages?beta=true", body, c.Header)
+	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+wire.PathMessages+"?beta=true", body, c.Header)
 	if err != nil {
 		now := clock.Now()
 		r.Sent, r.Done, r.Err = now, now, err.Error()
@@ -110,7 +111,7 @@ type anthropicEvent struct {
 // anthropicIgnored are the SSE event names whose data the parser does not need
 // (Anthropic streaming docs: ping, and the block start/stop around each content
 // block; a content_block_start's text is always empty).
-var anthropicIgnored = map[string]bool{"ping": true, "content_block_start": true, "content_block_stop": true}
+var anthropicIgnored = map[string]bool{wire.EventPing: true, wire.EventContentBlockStart: true, wire.EventContentBlockStop: true}
 
 // parseAnthropicStream reads a Messages API SSE body into r and returns the reply
 // text (the text_delta texts). The event type is the SSE event name, or the JSON
@@ -178,13 +179,13 @@ func parseAnthropicStream(body io.Reader, clock simclock.Clock, r *loadgen.Resul
 			}
 			st.failed = "stream error event: " + msg
 			return true
-		case "message_start":
+		case wire.EventMessageStart:
 			if e.Message != nil {
 				useUsage(e.Message.Usage)
 			}
-		case "message_delta":
+		case wire.EventMessageDelta:
 			useUsage(e.Usage)
-		case "content_block_delta":
+		case wire.EventContentBlockDelta:
 			if d := e.Delta; d != nil {
 				switch d.Type {
 				case "text_delta":
@@ -201,7 +202,7 @@ func parseAnthropicStream(body io.Reader, clock simclock.Clock, r *loadgen.Resul
 					}
 				}
 			}
-		case "message_stop":
+		case wire.EventMessageStop:
 			st.terminated = true
 			return true
 		}
@@ -210,6 +211,6 @@ func parseAnthropicStream(body io.Reader, clock simclock.Clock, r *loadgen.Resul
 	if haveIn {
 		r.PromptTokens = in + read + create
 	}
-	st.finish(clock.Now(), err, "message_stop")
+	st.finish(clock.Now(), err, wire.EventMessageStop)
 	return st.reply.String()
 }

@@ -13,6 +13,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -61,7 +62,7 @@ func (c *OpenAIClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock sim
 	for _, m := range tr.Messages {
 		body.Messages = append(body.Messages, openAIMessage(m))
 	}
-	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+"/v1/chat/completions", body, c.Header)
+	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+wire.PathChatCompletions, body, c.Header)
 	if err != nil {
 		now := clock.Now()
 		r.Sent, r.Done, r.Err = now, now, err.Error()
@@ -125,11 +126,11 @@ func parseOpenAIStream(body io.Reader, clock simclock.Clock, r *loadgen.Result) 
 	err := readEvents(body, clock, func(ev sse.Event, now time.Duration) bool {
 		st.event(now)
 		data := strings.TrimSpace(ev.Data)
-		if data == "[DONE]" {
+		if data == wire.SSEDone {
 			st.terminated = true
 			return true
 		}
-		if data == "" || ev.Type == "ping" {
+		if data == "" || ev.Type == wire.EventPing {
 			return false
 		}
 		if ev.Type == "error" {
@@ -179,7 +180,7 @@ func parseOpenAIStream(body io.Reader, clock simclock.Clock, r *loadgen.Result) 
 		}
 		return false
 	})
-	st.finish(clock.Now(), err, "[DONE]")
+	st.finish(clock.Now(), err, wire.SSEDone)
 	return st.reply.String()
 }
 
@@ -243,8 +244,8 @@ func setSessionHeader(h http.Header, style string, s *loadgen.Session) {
 	}
 	switch style {
 	case loadgen.SessionHeaderXSessionID:
-		h.Set("X-Session-ID", s.Key)
+		h.Set(wire.HeaderSessionID, s.Key)
 	default:
-		h.Set("X-Claude-Code-Session-Id", s.Key)
+		h.Set(wire.HeaderClaudeSession, s.Key)
 	}
 }

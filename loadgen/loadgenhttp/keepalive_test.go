@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -29,9 +30,9 @@ func keptAliveServer(t *testing.T, keepAlive, reply string, trailers bool) *http
 		io.Copy(io.Discard, r.Body)
 		h := w.Header()
 		h.Set("Content-Type", "text/event-stream")
-		h.Set(HeldHeader, "1000")
+		h.Set(wire.HeaderHeldMs, "1000")
 		h.Set("X-Warden-Admission", "waiting")
-		h.Set("Trailer", HeldHeader+", "+ReplicaHeader)
+		h.Set("Trailer", wire.HeaderHeldMs+", "+wire.HeaderReplica)
 		w.WriteHeader(http.StatusOK)
 		for range 3 {
 			io.WriteString(w, keepAlive)
@@ -40,8 +41,8 @@ func keptAliveServer(t *testing.T, keepAlive, reply string, trailers bool) *http
 		time.Sleep(keptAliveGap)
 		io.WriteString(w, reply)
 		if trailers {
-			h.Set(HeldHeader, "16000")
-			h.Set(ReplicaHeader, "r1")
+			h.Set(wire.HeaderHeldMs, "16000")
+			h.Set(wire.HeaderReplica, "r1")
 		}
 	}))
 	t.Cleanup(srv.Close)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmapi"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -374,7 +375,7 @@ func (rn *runner) waitIdle(ctx context.Context) {
 }
 
 func resetPrefixCache(ctx context.Context, hc *http.Client, base string) error {
-	return resetCall(ctx, hc, http.MethodPost, strings.TrimSuffix(base, "/")+"/reset_prefix_cache", " (vLLM needs VLLM_SERVER_DEV_MODE=1)")
+	return resetCall(ctx, hc, http.MethodPost, strings.TrimSuffix(base, "/")+wire.PathResetPrefixCache, " (vLLM needs VLLM_SERVER_DEV_MODE=1)")
 }
 
 // resetCall sends method to url (an engine's prefix-cache reset endpoint); a

@@ -19,6 +19,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -174,7 +175,7 @@ func (s *stubServer) chat(w http.ResponseWriter, r *http.Request, anthropic bool
 	}()
 
 	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set(ReplicaHeader, fmt.Sprintf("r%d", e))
+	w.Header().Set(wire.HeaderReplica, fmt.Sprintf("r%d", e))
 	fl := w.(http.Flusher)
 	if hang {
 		fl.Flush()

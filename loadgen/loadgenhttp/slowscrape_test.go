@@ -11,6 +11,7 @@ import (
 	"github.com/lmwarden/warden/internal/enginestub"
 	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -30,7 +31,7 @@ func TestScrapeSlowReplicasConcurrently(t *testing.T) {
 		}
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
-		reps = append(reps, ReplicaMetrics{Name: []string{"slow0", "slow1", "quick"}[i], URL: srv.URL + "/metrics", Kind: engines.KindLlamaCpp})
+		reps = append(reps, ReplicaMetrics{Name: []string{"slow0", "slow1", "quick"}[i], URL: srv.URL + wire.PathMetrics, Kind: engines.KindLlamaCpp})
 	}
 	sc := &Scraper{Replicas: reps, Clock: simclock.NewScaled(1), Timeout: 9 * delay / 5}
 	got, err := sc.Scrape(context.Background(), "on")

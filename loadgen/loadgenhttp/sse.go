@@ -17,6 +17,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -34,19 +35,6 @@ type Client interface {
 // legitimate while bounding memory (and go-sse's rescanning of a partial event,
 // quadratic in its size when it arrives in many small reads) for a broken server.
 const MaxEventSize = 256 << 10
-
-// ReplicaHeader is the response header the router sets to the replica that served
-// the request (DESIGN-NOTES "Replica header").
-const ReplicaHeader = "X-Warden-Replica"
-
-// HeldHeader is the response header in which the router says how long it held
-// the request before sending it upstream (admission), in milliseconds of the
-// router's clock; it becomes Result.Held. A response the router committed while
-// the request was still held (its keep-alive: ping events or SSE comments
-// until the replica answers) has the hold so far in its header and the final
-// hold in its trailer, as it has ReplicaHeader only in its trailer: the
-// trailer wins when present.
-const HeldHeader = "X-Warden-Held-Ms"
 
 // errTurnTimeout is the context cause of a turn that exceeded its request timeout.
 var errTurnTimeout = errors.New("request timeout exceeded")
@@ -294,10 +282,10 @@ func (h httpTurn) do(ctx context.Context, clock simclock.Clock, r *loadgen.Resul
 // takeRouterHeaders sets r.Replica and r.Held from the router's headers in h
 // (the response's header, then its trailer), each when h has it.
 func takeRouterHeaders(h http.Header, r *loadgen.Result) {
-	if v := h.Get(ReplicaHeader); v != "" {
+	if v := h.Get(wire.HeaderReplica); v != "" {
 		r.Replica = v
 	}
-	if v := h.Get(HeldHeader); v != "" {
+	if v := h.Get(wire.HeaderHeldMs); v != "" {
 		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
 			r.Held = time.Duration(ms * float64(time.Millisecond))
 		}

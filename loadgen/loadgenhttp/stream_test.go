@@ -14,6 +14,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -319,7 +320,7 @@ func TestTimeoutIsFailedTurnWithReason(t *testing.T) {
 
 func TestNonOKStatusIsFailedTurn(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(ReplicaHeader, "r3")
+		w.Header().Set(wire.HeaderReplica, "r3")
 		http.Error(w, `{"error":"prompt too long"}`, http.StatusBadRequest)
 	}))
 	defer srv.Close()
@@ -353,7 +354,7 @@ func captureServer(t *testing.T, reply string) (*httptest.Server, *[]captured) {
 			t.Errorf("decoding request body: %v", err)
 		}
 		got = append(got, captured{r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
-		w.Header().Set(ReplicaHeader, "r1/rank0")
+		w.Header().Set(wire.HeaderReplica, "r1/rank0")
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, reply)
 	}))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // Peers case 8 end to end: a replica added through the admin API while the
@@ -32,8 +34,8 @@ func TestAddingReplicaThroughAdminMovesNoSession(t *testing.T) {
 	homes := map[string]string{}
 	for i := range 8 {
 		key := "s" + string(rune('0'+i))
-		resp, _ := f.post(t, "/v1/chat/completions", map[string]string{HeaderClaudeSession: key}, chatBody("m"))
-		homes[key] = resp.Header.Get(HeaderReplica)
+		resp, _ := f.post(t, "/v1/chat/completions", map[string]string{wire.HeaderClaudeSession: key}, chatBody("m"))
+		homes[key] = resp.Header.Get(wire.HeaderReplica)
 	}
 
 	code, body := adminDo(t, admin, "POST", "/admin/models/*/replicas", "tok", `{"name":"c","url":"`+c.srv.URL+`"}`)
@@ -41,15 +43,15 @@ func TestAddingReplicaThroughAdminMovesNoSession(t *testing.T) {
 		t.Fatalf("add: %d %s", code, body)
 	}
 	for key, home := range homes {
-		resp, _ := f.post(t, "/v1/chat/completions", map[string]string{HeaderClaudeSession: key}, chatBody("m"))
-		if got := resp.Header.Get(HeaderReplica); got != home || resp.Header.Get(HeaderDecision) != "sticky" {
-			t.Errorf("session %s: served by %s (%s) after the addition, want %s (sticky)", key, got, resp.Header.Get(HeaderDecision), home)
+		resp, _ := f.post(t, "/v1/chat/completions", map[string]string{wire.HeaderClaudeSession: key}, chatBody("m"))
+		if got := resp.Header.Get(wire.HeaderReplica); got != home || resp.Header.Get(wire.HeaderDecision) != "sticky" {
+			t.Errorf("session %s: served by %s (%s) after the addition, want %s (sticky)", key, got, resp.Header.Get(wire.HeaderDecision), home)
 		}
 	}
 	// The new replica holds no session: the next new ones go there first.
-	resp, _ := f.post(t, "/v1/chat/completions", map[string]string{HeaderClaudeSession: "new"}, chatBody("m"))
-	if resp.Header.Get(HeaderReplica) != "c" {
-		t.Errorf("a new session went to %s, want the empty new replica c", resp.Header.Get(HeaderReplica))
+	resp, _ := f.post(t, "/v1/chat/completions", map[string]string{wire.HeaderClaudeSession: "new"}, chatBody("m"))
+	if resp.Header.Get(wire.HeaderReplica) != "c" {
+		t.Errorf("a new session went to %s, want the empty new replica c", resp.Header.Get(wire.HeaderReplica))
 	}
 	st := f.rt.Status().Models[0]
 	if len(st.Replicas) != 3 || st.Replicas[2].Name != "c" || st.Replicas[2].URL != c.srv.URL {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkProxyStream(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set(HeaderClaudeSession, "bench-session")
+		req.Header.Set(wire.HeaderClaudeSession, "bench-session")
 		resp, err := client.Do(req)
 		if err != nil {
 			b.Fatal(err)
@@ -67,8 +68,8 @@ func BenchmarkProxyFirstEvent(b *testing.B) {
 		name, path, header, key string
 		body                    []byte
 	}{
-		{"chat", "/v1/chat/completions", HeaderSessionID, "bench-session", []byte(chatBody("m"))},
-		{"claude-code", "/v1/messages?beta=true", HeaderClaudeSession, cc.Headers[HeaderClaudeSession], cc.Body},
+		{"chat", "/v1/chat/completions", wire.HeaderSessionID, "bench-session", []byte(chatBody("m"))},
+		{"claude-code", "/v1/messages?beta=true", wire.HeaderClaudeSession, cc.Headers[wire.HeaderClaudeSession], cc.Body},
 	}
 	for _, bd := range bodies {
 		for _, side := range []struct{ name, url string }{{"direct", up.URL}, {"routed", srv.URL}} {

@@ -3,16 +3,20 @@
 //
 //   - ExtractKey (keys.go): model and session key from headers and a partly decoded
 //     JSON body (X-Claude-Code-Session-Id, metadata.user_id, X-Session-ID, ...).
-//   - Proxy (proxy.go): http.Handler on httputil.ReverseProxy: body limit, key
-//     extraction, Balancer.Acquire, forward with SSE flushed event by event,
-//     Release exactly once, retry before the first byte, error shapes per API,
-//     status mapping (StatusFor in errors.go), usage read from responses (usage.go)
+//   - Proxy (proxy.go): http.Handler on httputil.ReverseProxy: per-model pools
+//     (pool.go), body limit and read timeout (body.go), key extraction,
+//     Balancer.Acquire and Release exactly once (call.go), forward with SSE
+//     flushed event by event (forward.go), retry before the first byte
+//     (retry.go), the upstream transport (transport.go), the router's own
+//     /health and /v1/models (endpoints.go), error shapes per API, status
+//     mapping (StatusFor in errors.go), usage read from responses (usage.go)
 //     and fed back to the policy.
 //   - Router (router.go): Config (config.go, strict YAML) -> one router.Balancer per
-//     model, the Proxy, the admin API (admin.go), Prometheus metrics (metrics.go),
-//     the status card (status_page.go, card_window.go), the DP pinning check
-//     (dppin.go) and the background health checks and /metrics scrapes
-//     (internal/scrape) started by Run.
+//     model, the Proxy, the admin API (admin.go), Status (status.go),
+//     Prometheus metrics (metrics.go), the status card (status_page.go,
+//     card_window.go), the DP pinning check (dppin.go) and the background
+//     health checks (health.go) and /metrics scrapes (scrape.go, internal/scrape)
+//     started by Run; the two listeners (listen.go).
 //   - Shared state (state.go, `state: redis://...`): redisstate, the Redis store of
 //     router.SharedState shared by several routers (docs/router.md §13), its
 //     heartbeat run by Run, its warden_state_* metrics and the X-Warden-State-Ms

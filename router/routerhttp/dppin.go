@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // PinVerdict is what CheckDPPinning concluded about a DP server.
@@ -95,7 +97,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 	}
 	// The engines the server reports: fewer than ranks is a configuration error
 	// the probes would only see as refusals; more is worth saying too.
-	snap, err := scrape.Fetch(ctx, hc, base+"/metrics", "")
+	snap, err := scrape.Fetch(ctx, hc, base+wire.PathMetrics, "")
 	if err != nil {
 		return unverified("%s: %v", base, err)
 	}
@@ -111,7 +113,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 		}
 	}
 	finished := func() ([]float64, error) {
-		snap, err := scrape.Fetch(ctx, hc, base+"/metrics", "")
+		snap, err := scrape.Fetch(ctx, hc, base+wire.PathMetrics, "")
 		if err != nil {
 			return nil, err
 		}
@@ -168,7 +170,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 			if delta[k] < pinProbesPerRank {
 				return PinCheck{Verdict: PinIgnored, Detail: fmt.Sprintf(
 					"%s: of %d requests pinned to rank %d with %s, engine %d counted %g within %s (requests finished per engine meanwhile, other traffic included: %s): the server's balancer chose the rank, so a router cannot place conversations on it (use a vLLM that reads the header, or one server per rank)",
-					base, pinProbesPerRank, k, HeaderDPRank, k, delta[k], pinCounterWait, countsByEngine(delta))}
+					base, pinProbesPerRank, k, wire.HeaderDPRank, k, delta[k], pinCounterWait, countsByEngine(delta))}
 			}
 			clean = total == pinProbesPerRank
 		}
@@ -215,13 +217,13 @@ func chatProbe(ctx context.Context, hc *http.Client, base, model string, rank in
 		"max_tokens":  1,
 		"temperature": 0,
 	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+wire.PathChatCompletions, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if rank >= 0 {
-		req.Header.Set(HeaderDPRank, strconv.Itoa(rank))
+		req.Header.Set(wire.HeaderDPRank, strconv.Itoa(rank))
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -233,4 +235,71 @@ func chatProbe(ctx context.Context, hc *http.Client, base, model string, rank in
 		return fmt.Errorf("status %d: %.200s", resp.StatusCode, bytes.TrimSpace(b))
 	}
 	return nil
+}
+
+// pinProbeTimeout bounds one request of the DP pinning check (a one-token
+// generation, which waits in the engine's queue on a busy server).
+const pinProbeTimeout = 60 * time.Second
+
+// checkPinning runs CheckDPPinning once against a URL with several DP ranks, as
+// soon as its /health answers (checked every second of wall time), and keeps the
+// verdict for Status. A server that ignores the header is logged as an error:
+// every rank the router picks is then vLLM's balancer's pick.
+func (rt *Router) checkPinning(ctx context.Context, t *target) {
+	setPin := func(pc PinCheck) {
+		t.mu.Lock()
+		t.pin = &pc
+		t.mu.Unlock()
+	}
+	setPin(PinCheck{Verdict: PinPending, Detail: fmt.Sprintf("%s: waiting for GET /health to answer 200", t.url)})
+	for waited := false; ; waited = true {
+		resp, err := rt.get(ctx, t, wire.PathHealth)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if !waited {
+			rt.log.Info("DP pinning check waits for the server's /health", "model", t.pool.Model, "url", t.url.String(), "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	model := t.pool.Model
+	hc := &http.Client{Transport: rt.client.Transport, Timeout: pinProbeTimeout}
+	if k := rt.cfg.APIKey; k != "" {
+		hc.Transport = BearerTransport(rt.client.Transport, k)
+	}
+	pc := CheckDPPinning(ctx, hc, t.url.String(), model, len(t.replicas))
+	if ctx.Err() != nil {
+		return
+	}
+	setPin(pc)
+	if pc.Verdict == PinRankMismatch && pc.Engines > 0 && pc.Engines < len(t.replicas) {
+		// The server refuses the ranks it does not have: keep them out of
+		// placement (their conversations re-home) instead of answering 400s.
+		t.mu.Lock()
+		t.missing = len(t.replicas) - pc.Engines
+		t.mu.Unlock()
+		var names []string
+		for k, i := range t.replicas[pc.Engines:] {
+			t.pool.Balancer.SetHealthy(i, false)
+			names = append(names, fmt.Sprintf("rank%d", pc.Engines+k))
+		}
+		rt.log.Warn("DP ranks the server does not have are kept unhealthy; their conversations re-home", "model", t.pool.Model,
+			"url", t.url.String(), "ranks", strings.Join(names, ","))
+	}
+	lvl := slog.LevelInfo
+	switch pc.Verdict {
+	case PinIgnored, PinRankMismatch:
+		lvl = slog.LevelError
+	case PinUnverified:
+		lvl = slog.LevelWarn
+	}
+	rt.log.Log(ctx, lvl, "DP pinning check", "model", t.pool.Model, "url", t.url.String(), "verdict", string(pc.Verdict), "detail", pc.Detail)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // dpServer is a stand-in for a vLLM server with DP ranks: it counts each chat
@@ -45,7 +47,7 @@ func (d *dpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		k := d.next % d.ranks
 		d.next++
-		if h := r.Header.Get(HeaderDPRank); h != "" && !d.ignore {
+		if h := r.Header.Get(wire.HeaderDPRank); h != "" && !d.ignore {
 			k, _ = strconv.Atoi(h)
 		}
 		if d.lag > 0 {

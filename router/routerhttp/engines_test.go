@@ -16,6 +16,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/enginestub"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // switchable is a llama.cpp stand-in whose --metrics can be turned off and on
@@ -212,7 +213,7 @@ func TestRouterLlamaCppSlotsKeepSessionsHome(t *testing.T) {
 				body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":8,"messages":[%s]}`, enginestub.DefaultModel, history)
 				req, _ := http.NewRequest(http.MethodPost, front.URL+"/v1/chat/completions", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set(HeaderSessionID, fmt.Sprintf("session-%d", s))
+				req.Header.Set(wire.HeaderSessionID, fmt.Sprintf("session-%d", s))
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					errs <- err
@@ -224,7 +225,7 @@ func TestRouterLlamaCppSlotsKeepSessionsHome(t *testing.T) {
 					errs <- fmt.Errorf("session %d turn %d: status %d", s, turn, resp.StatusCode)
 					return
 				}
-				served[s] = append(served[s], resp.Header.Get(HeaderReplica))
+				served[s] = append(served[s], resp.Header.Get(wire.HeaderReplica))
 				history += fmt.Sprintf(`,{"role":"assistant","content":"ok %d"},{"role":"user","content":"turn %d"}`, turn, turn+1)
 			}
 		}()

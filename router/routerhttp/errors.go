@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -97,7 +98,7 @@ const (
 )
 
 func apiFor(path string) apiKind {
-	if strings.HasPrefix(path, "/v1/messages") {
+	if strings.HasPrefix(path, wire.PathMessages) {
 		return apiAnthropic
 	}
 	return apiOpenAI

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // FuzzExtractKey feeds arbitrary header values and bodies to ExtractKey. Corpus:
@@ -20,8 +22,8 @@ func FuzzExtractKey(f *testing.F) {
 	f.Add("", []byte("\xff{"))
 	f.Fuzz(func(t *testing.T, claude string, body []byte) {
 		h := http.Header{}
-		h.Set(HeaderClaudeSession, claude)
-		h.Set(HeaderSessionID, "fallback")
+		h.Set(wire.HeaderClaudeSession, claude)
+		h.Set(wire.HeaderSessionID, "fallback")
 		cfg := KeyConfig{UseOpenAIUser: true}
 		info, err := ExtractKey(h, body, cfg)
 		trimmed := bytes.TrimSpace(body)
@@ -44,7 +46,7 @@ func FuzzExtractKey(f *testing.F) {
 			// X-Session-ID is set, so some key must always be found.
 			t.Fatalf("no key at all: %+v", info)
 		}
-		if c := strings.TrimSpace(h.Get(HeaderClaudeSession)); c != "" {
+		if c := strings.TrimSpace(h.Get(wire.HeaderClaudeSession)); c != "" {
 			if info.Source != KeyClaudeHeader || !strings.HasPrefix(c, info.SessionKey) {
 				t.Fatalf("header %q present, got %+v", c, info)
 			}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // Peers case 5, the "never block" half: a replica whose /metrics hangs (accepts
@@ -66,7 +68,7 @@ func TestHangingMetricsNeverBlockRouting(t *testing.T) {
 	for i := range 5 {
 		req, _ := http.NewRequest(http.MethodPost, front.URL+"/v1/chat/completions",
 			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
-		req.Header.Set(HeaderSessionID, fmt.Sprintf("s%d", i))
+		req.Header.Set(wire.HeaderSessionID, fmt.Sprintf("s%d", i))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

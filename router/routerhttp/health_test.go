@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 func TestHealthCheckMarksReplicas(t *testing.T) {
@@ -61,9 +62,9 @@ func TestScrapeFeedsBalancerAndStaleScrapesAreIgnored(t *testing.T) {
 		t.Fatalf("after scrape: %+v", st)
 	}
 	// Fresh: b has 9 waiting, so a new session goes to a.
-	resp, _ := f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: "s1"}, `{"model":"m"}`)
-	if resp.Header.Get(HeaderReplica) != "a" {
-		t.Fatalf("placed on %s despite b's queue", resp.Header.Get(HeaderReplica))
+	resp, _ := f.post(t, "/v1/messages", map[string]string{wire.HeaderClaudeSession: "s1"}, `{"model":"m"}`)
+	if resp.Header.Get(wire.HeaderReplica) != "a" {
+		t.Fatalf("placed on %s despite b's queue", resp.Header.Get(wire.HeaderReplica))
 	}
 	// 3 s + 1 ns later the scrape is stale: b's queue is ignored, the tie on router
 	// counts is broken by active sessions (a has s1), so the next goes to b.
@@ -71,9 +72,9 @@ func TestScrapeFeedsBalancerAndStaleScrapesAreIgnored(t *testing.T) {
 	if st := f.pool().Balancer.Status(); st[1].ScrapeFresh {
 		t.Fatal("scrape still fresh after 3 intervals")
 	}
-	resp, _ = f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: "s2"}, `{"model":"m"}`)
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderReplica) != "b" {
-		t.Fatalf("stale scrape still steering: %d %s", resp.StatusCode, resp.Header.Get(HeaderReplica))
+	resp, _ = f.post(t, "/v1/messages", map[string]string{wire.HeaderClaudeSession: "s2"}, `{"model":"m"}`)
+	if resp.StatusCode != 200 || resp.Header.Get(wire.HeaderReplica) != "b" {
+		t.Fatalf("stale scrape still steering: %d %s", resp.StatusCode, resp.Header.Get(wire.HeaderReplica))
 	}
 	// Prefix hit rate for /status: lifetime from absolute counters, and since the
 	// first scrape from deltas (the second scrape adds 1000 queries, 800 hits).

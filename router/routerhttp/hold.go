@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -57,27 +58,14 @@ import (
 // cannot be kept alive: its hold is capped at router.MaxSilentHold (4 min,
 // Facts.HoldLimit), under Claude Code's 5 minutes.
 
-// Response headers of admission.
-const (
-	// HeaderHeldMs: how long the router held the request before sending it
-	// upstream, in milliseconds of the router's clock (0 when not held); on
-	// every proxied response. A kept-alive response has the hold so far in its
-	// header and the final hold in its trailer.
-	HeaderHeldMs = "X-Warden-Held-Ms"
-	// HeaderAdmission: what the admission gate decided (router.Admission:
-	// pass, admitted, held, limit, capacity-unknown, refused); only when the
-	// model's gate is on. AdmissionWaiting in a kept-alive response's header,
-	// the decision in its trailer.
-	HeaderAdmission = "X-Warden-Admission"
-	// AdmissionWaiting is HeaderAdmission of a response committed while its
-	// request was still held (keep-alive).
-	AdmissionWaiting = "waiting"
-)
+// AdmissionWaiting is wire.HeaderAdmission of a response committed while its
+// request was still held (keep-alive).
+const AdmissionWaiting = "waiting"
 
 // keepAliveTrailers are the headers a kept-alive response declares as
 // trailers ("Trailer" before WriteHeader): its header block went out before the
 // hold ended and a replica was chosen, so their final values follow the body.
-var keepAliveTrailers = strings.Join([]string{HeaderHeldMs, HeaderAdmission, HeaderReplica, HeaderDecision}, ", ")
+var keepAliveTrailers = strings.Join([]string{wire.HeaderHeldMs, wire.HeaderAdmission, wire.HeaderReplica, wire.HeaderDecision}, ", ")
 
 // maxSilentHold and keepAliveInterval are router.MaxSilentHold and
 // router.KeepAliveInterval, variables only so a test can shorten them (set
@@ -182,8 +170,8 @@ func commitKeepAlive(w http.ResponseWriter, c *call) *keepAlive {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	h.Set(HeaderHeldMs, strconv.FormatInt(c.adm.Held.Milliseconds(), 10))
-	h.Set(HeaderAdmission, AdmissionWaiting)
+	h.Set(wire.HeaderHeldMs, strconv.FormatInt(c.adm.Held.Milliseconds(), 10))
+	h.Set(wire.HeaderAdmission, AdmissionWaiting)
 	h.Set("Trailer", keepAliveTrailers)
 	w.WriteHeader(http.StatusOK)
 	return &keepAlive{w: w, api: c.api}
@@ -372,9 +360,9 @@ func (p *Proxy) sleep(ctx context.Context, d time.Duration) error {
 
 // setAdmissionHeaders adds the admission headers of a counted call.
 func (c *call) setAdmissionHeaders(h http.Header) {
-	h.Set(HeaderHeldMs, strconv.FormatInt(c.adm.Held.Milliseconds(), 10))
+	h.Set(wire.HeaderHeldMs, strconv.FormatInt(c.adm.Held.Milliseconds(), 10))
 	if c.adm.Admission != router.AdmitNone {
-		h.Set(HeaderAdmission, c.adm.Admission.String())
+		h.Set(wire.HeaderAdmission, c.adm.Admission.String())
 	}
 }
 

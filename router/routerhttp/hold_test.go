@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -36,7 +37,7 @@ func bigBody(text string) string {
 func TestProxyHoldsNewConversationUntilRoom(t *testing.T) {
 	f, _ := admitFront(t, router.AdmissionConfig{MaxHold: -1})
 	resp, _ := f.post(t, "/v1/chat/completions", map[string]string{"X-Session-ID": "a"}, bigBody("a"))
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderAdmission) != "admitted" || resp.Header.Get(HeaderHeldMs) != "0" {
+	if resp.StatusCode != 200 || resp.Header.Get(wire.HeaderAdmission) != "admitted" || resp.Header.Get(wire.HeaderHeldMs) != "0" {
 		t.Fatalf("a: %d %v", resp.StatusCode, resp.Header)
 	}
 	// a's first request ended; a still counts for the idle window (the live
@@ -59,7 +60,7 @@ func TestProxyHoldsNewConversationUntilRoom(t *testing.T) {
 	// A conversation the router does not know but whose body carries an
 	// assistant message passes at once.
 	cont := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y"},{"role":"user","content":"z"}]}`
-	if resp, _ := f.post(t, "/v1/chat/completions", map[string]string{"X-Session-ID": "old"}, cont); resp.Header.Get(HeaderAdmission) != "pass" {
+	if resp, _ := f.post(t, "/v1/chat/completions", map[string]string{"X-Session-ID": "old"}, cont); resp.Header.Get(wire.HeaderAdmission) != "pass" {
 		t.Fatalf("continuing conversation: %v", resp.Header)
 	}
 	// Room appears (here: the replica's capacity is learned larger; a
@@ -69,8 +70,8 @@ func TestProxyHoldsNewConversationUntilRoom(t *testing.T) {
 	f.pool().Balancer.ObserveCapacity(0, 5000)
 	select {
 	case r := <-got:
-		held, _ := strconv.Atoi(r.resp.Header.Get(HeaderHeldMs))
-		if r.resp.StatusCode != 200 || r.resp.Header.Get(HeaderAdmission) != "held" || held != 1000 {
+		held, _ := strconv.Atoi(r.resp.Header.Get(wire.HeaderHeldMs))
+		if r.resp.StatusCode != 200 || r.resp.Header.Get(wire.HeaderAdmission) != "held" || held != 1000 {
 			t.Fatalf("b: %d %v", r.resp.StatusCode, r.resp.Header)
 		}
 	case <-time.After(guard):
@@ -126,7 +127,7 @@ func TestProxyRefusesAtLimitInAPIShape(t *testing.T) {
 			t.Errorf("%s: %d %v %s", tc.path, resp.StatusCode, resp.Header, body)
 		}
 		// It says which limit, and carries the admission headers.
-		if !strings.Contains(body, "max_hold") || resp.Header.Get(HeaderAdmission) != "refused" || resp.Header.Get(HeaderHeldMs) == "" {
+		if !strings.Contains(body, "max_hold") || resp.Header.Get(wire.HeaderAdmission) != "refused" || resp.Header.Get(wire.HeaderHeldMs) == "" {
 			t.Errorf("%s: refusal without its limit or admission headers: %v %s", tc.path, resp.Header, body)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // hang makes s answer API requests by writing head (when not empty: SSE headers
@@ -52,7 +54,7 @@ func TestHungReplicaRequestsEndWhenHealthCheckFails(t *testing.T) {
 		t.Cleanup(cancel)
 		go func() {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody("m")))
-			req.Header.Set(HeaderClaudeSession, session)
+			req.Header.Set(wire.HeaderClaudeSession, session)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -94,8 +96,8 @@ func TestHungReplicaRequestsEndWhenHealthCheckFails(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		f.waitDone(t)
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderReplica) != "b" || !strings.Contains(string(body), "[DONE]") {
-			t.Fatalf("status %d from %q, body %q; want 200 from b", resp.StatusCode, resp.Header.Get(HeaderReplica), body)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(wire.HeaderReplica) != "b" || !strings.Contains(string(body), "[DONE]") {
+			t.Fatalf("status %d from %q, body %q; want 200 from b", resp.StatusCode, resp.Header.Get(wire.HeaderReplica), body)
 		}
 		if n := f.totalInFlight(); n != 0 {
 			t.Errorf("%d requests still counted in flight", n)

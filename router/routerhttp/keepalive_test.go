@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -145,10 +146,10 @@ func TestProxyKeepsHeldStreamAlive(t *testing.T) {
 			h := holdStream(t, f, api.path, bigBody("b"), func() { f.clock.Advance(time.Second) })
 			r := h.resp
 			if r.StatusCode != 200 || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("Cache-Control") != "no-cache" ||
-				r.Header.Get(HeaderAdmission) != AdmissionWaiting || r.Header.Get(HeaderHeldMs) != "1000" {
+				r.Header.Get(wire.HeaderAdmission) != AdmissionWaiting || r.Header.Get(wire.HeaderHeldMs) != "1000" {
 				t.Fatalf("committed response: %d %v", r.StatusCode, r.Header)
 			}
-			for _, k := range []string{HeaderHeldMs, HeaderAdmission, HeaderReplica} {
+			for _, k := range []string{wire.HeaderHeldMs, wire.HeaderAdmission, wire.HeaderReplica} {
 				if _, ok := r.Trailer[k]; !ok {
 					t.Errorf("trailer %s not declared: %v", k, r.Trailer)
 				}
@@ -169,11 +170,11 @@ func TestProxyKeepsHeldStreamAlive(t *testing.T) {
 			if !strings.Contains(body, "hi from r0") || !strings.Contains(body, api.done) || strings.Contains(body, "error") {
 				t.Errorf("after the keep-alives, want the replica's completion: %q", body)
 			}
-			held, _ := strconv.Atoi(r.Trailer.Get(HeaderHeldMs))
+			held, _ := strconv.Atoi(r.Trailer.Get(wire.HeaderHeldMs))
 			if hold := time.Second + keepAliveInterval; time.Duration(held)*time.Millisecond < hold {
-				t.Errorf("trailer %s = %q, want >= %v", HeaderHeldMs, r.Trailer.Get(HeaderHeldMs), hold)
+				t.Errorf("trailer %s = %q, want >= %v", wire.HeaderHeldMs, r.Trailer.Get(wire.HeaderHeldMs), hold)
 			}
-			if r.Trailer.Get(HeaderAdmission) != "held" || r.Trailer.Get(HeaderReplica) != "r0" || r.Trailer.Get(HeaderDecision) == "" {
+			if r.Trailer.Get(wire.HeaderAdmission) != "held" || r.Trailer.Get(wire.HeaderReplica) != "r0" || r.Trailer.Get(wire.HeaderDecision) == "" {
 				t.Errorf("trailers %v", r.Trailer)
 			}
 			if st := f.pool().Balancer.Admission(); st.Queue != 0 || st.Outcomes.AfterHold != 1 {
@@ -207,7 +208,7 @@ func TestProxyRefusesKeptAliveStreamInStream(t *testing.T) {
 			if body != want {
 				t.Errorf("after the keep-alive:\n%q\nwant\n%q", body, want)
 			}
-			if h.resp.Trailer.Get(HeaderAdmission) != "refused" || h.resp.Trailer.Get(HeaderHeldMs) != "3000" {
+			if h.resp.Trailer.Get(wire.HeaderAdmission) != "refused" || h.resp.Trailer.Get(wire.HeaderHeldMs) != "3000" {
 				t.Errorf("trailers %v", h.resp.Trailer)
 			}
 			if m := routerMetrics(f.rt); !strings.Contains(m, `warden_responses_total{code="`+code+`",model="*"} 1`) {
@@ -245,7 +246,7 @@ func TestProxyKeptAliveUpstreamFailureIsAnInStreamError(t *testing.T) {
 			if body != want {
 				t.Errorf("after the keep-alive:\n%q\nwant\n%q", body, want)
 			}
-			if h.resp.Trailer.Get(HeaderReplica) != "r0" {
+			if h.resp.Trailer.Get(wire.HeaderReplica) != "r0" {
 				t.Errorf("trailers %v", h.resp.Trailer)
 			}
 			m := routerMetrics(f.rt)
@@ -284,7 +285,7 @@ func TestProxyKeptAliveStreamRetriesBeforeFirstByte(t *testing.T) {
 	if !strings.Contains(body, "hi from r1") || strings.Contains(body, "error") {
 		t.Errorf("want r1's completion after the retry: %q", body)
 	}
-	if h.resp.Trailer.Get(HeaderReplica) != "r1" {
+	if h.resp.Trailer.Get(wire.HeaderReplica) != "r1" {
 		t.Errorf("trailers %v", h.resp.Trailer)
 	}
 	if n := len(r0.requests("/v1/messages")); n < 2 {
@@ -313,11 +314,11 @@ func TestProxyCapsSilentHoldOfNonStreamingRequest(t *testing.T) {
 	p := waitPlain()
 	p.rest(t)
 	f.waitDone(t)
-	if p.resp.StatusCode != 200 || p.resp.Header.Get(HeaderAdmission) != "limit" || p.resp.Header.Get(HeaderHeldMs) != "3000" {
+	if p.resp.StatusCode != 200 || p.resp.Header.Get(wire.HeaderAdmission) != "limit" || p.resp.Header.Get(wire.HeaderHeldMs) != "3000" {
 		t.Errorf("non-streaming request: %d %v, want admitted at the limit after 3000 ms", p.resp.StatusCode, p.resp.Header)
 	}
 	s := waitStream()
-	if s.resp.Header.Get(HeaderAdmission) != AdmissionWaiting {
+	if s.resp.Header.Get(wire.HeaderAdmission) != AdmissionWaiting {
 		t.Fatalf("streaming request: %d %v, want kept alive", s.resp.StatusCode, s.resp.Header)
 	}
 	if ev := s.event(t); ev != ": keep-alive" {

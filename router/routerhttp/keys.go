@@ -9,21 +9,13 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
-)
 
-// Header names the router reads or writes.
-const (
-	HeaderClaudeSession = "X-Claude-Code-Session-Id" // Claude Code >= 2.1.86 (brief clients.md)
-	HeaderClaudeAgent   = "X-Claude-Code-Agent-Id"   // set by Claude Code subagents
-	HeaderSessionID     = "X-Session-ID"             // vLLM's multi-turn benchmark, others
-	HeaderDPRank        = "X-Data-Parallel-Rank"     // vLLM: pin a request to a DP rank
-	HeaderReplica       = "X-Warden-Replica"         // response: replica that served
-	HeaderDecision      = "X-Warden-Decision"        // response: Reason of the decision
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // DefaultSessionHeaders are the extra header names read for a session key after
 // X-Claude-Code-Session-Id and the body's metadata.user_id.
-var DefaultSessionHeaders = []string{HeaderSessionID}
+var DefaultSessionHeaders = []string{wire.HeaderSessionID}
 
 // MaxKeyLen bounds a session key; longer values are cut (keys are hashed anyway, the
 // bound only keeps a hostile header from costing hashing time).
@@ -507,7 +499,7 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 	}
 	mdKey, mdSrc := metadataSession(rb.Metadata)
 	switch {
-	case setKey(&info, h.Get(HeaderClaudeSession), KeyClaudeHeader):
+	case setKey(&info, h.Get(wire.HeaderClaudeSession), KeyClaudeHeader):
 	case setKey(&info, mdKey, mdSrc):
 	default:
 		hdrs := cfg.Headers
@@ -524,7 +516,7 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 		}
 	}
 	if cfg.SplitSubagents && info.SessionKey != "" {
-		if agent := cleanKey(h.Get(HeaderClaudeAgent)); agent != "" {
+		if agent := cleanKey(h.Get(wire.HeaderClaudeAgent)); agent != "" {
 			info.SessionKey = cleanKey(info.SessionKey + "/agent/" + agent)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // fixture is a recorded request (testdata/claude-code-*.json).
@@ -52,7 +54,7 @@ func TestExtractKeyFromRecordedClaudeCode(t *testing.T) {
 			}
 			// Without the header, the body's metadata.user_id gives the same id.
 			h := f.header()
-			h.Del(HeaderClaudeSession)
+			h.Del(wire.HeaderClaudeSession)
 			info, err = ExtractKey(h, f.Body, KeyConfig{})
 			if err != nil || info.SessionKey != session || info.Source != KeyMetadataJSON {
 				t.Fatalf("from metadata: %+v %v", info, err)
@@ -93,7 +95,7 @@ func TestExtractKey(t *testing.T) {
 		want    RequestInfo
 		wantErr bool
 	}{
-		{"claude header wins over metadata", hdr(HeaderClaudeSession, "aaa"),
+		{"claude header wins over metadata", hdr(wire.HeaderClaudeSession, "aaa"),
 			`{"model":"m","metadata":{"user_id":"{\"session_id\":\"bbb\"}"}}`, KeyConfig{},
 			RequestInfo{"m", "aaa", KeyClaudeHeader}, false},
 		{"metadata json with parent_session_id", nil,
@@ -117,11 +119,11 @@ func TestExtractKey(t *testing.T) {
 			RequestInfo{"m", "", KeyNone}, false},
 		{"openai user configured", nil, `{"model":"m","user":"u1"}`, KeyConfig{UseOpenAIUser: true},
 			RequestInfo{"m", "u1", KeyOpenAIUser}, false},
-		{"subagent keeps parent's session", hdr(HeaderClaudeSession, "p", HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{},
+		{"subagent keeps parent's session", hdr(wire.HeaderClaudeSession, "p", wire.HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{},
 			RequestInfo{"", "p", KeyClaudeHeader}, false},
-		{"subagent split when configured", hdr(HeaderClaudeSession, "p", HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{SplitSubagents: true},
+		{"subagent split when configured", hdr(wire.HeaderClaudeSession, "p", wire.HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{SplitSubagents: true},
 			RequestInfo{"", "p/agent/agent-7", KeyClaudeHeader}, false},
-		{"blank header skipped", hdr(HeaderClaudeSession, "  "), `{"metadata":{"user_id":"{\"session_id\":\"s\"}"}}`, KeyConfig{},
+		{"blank header skipped", hdr(wire.HeaderClaudeSession, "  "), `{"metadata":{"user_id":"{\"session_id\":\"s\"}"}}`, KeyConfig{},
 			RequestInfo{"", "s", KeyMetadataJSON}, false},
 		{"wrong types ignored", nil, `{"model":5,"metadata":{"user_id":7},"user":[1]}`, KeyConfig{UseOpenAIUser: true},
 			RequestInfo{}, false},
@@ -156,7 +158,7 @@ func TestExtractKey(t *testing.T) {
 
 func TestExtractKeyCutsLongKeys(t *testing.T) {
 	h := http.Header{}
-	h.Set(HeaderSessionID, strings.Repeat("é", 300))
+	h.Set(wire.HeaderSessionID, strings.Repeat("é", 300))
 	info, err := ExtractKey(h, nil, KeyConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +184,7 @@ func TestRedact(t *testing.T) {
 func BenchmarkExtractKeyClaudeCodeBody(b *testing.B) {
 	f := loadFixture(b, "claude-code-2.1.328-turn2.json")
 	h := f.header()
-	h.Del(HeaderClaudeSession) // make it read metadata too
+	h.Del(wire.HeaderClaudeSession) // make it read metadata too
 	b.SetBytes(int64(len(f.Body)))
 	b.ReportAllocs()
 	for b.Loop() {

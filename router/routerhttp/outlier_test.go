@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // fail500 answers every API request with vLLM's 500 while /health stays 200.
@@ -38,8 +40,8 @@ func TestReplicaThat500sWhileHealthyIsEjectedAndItsConversationsRehome(t *testin
 		for s := range 12 {
 			key := fmt.Sprintf("conv-%d", s)
 			resp, body := f.post(t, "/v1/chat/completions", map[string]string{"X-Session-ID": key}, chatBody("m"))
-			rep := resp.Header.Get(HeaderReplica)
-			seq = append(seq, fmt.Sprintf("%s:%s/%s/%d", key, rep, resp.Header.Get(HeaderDecision), resp.StatusCode))
+			rep := resp.Header.Get(wire.HeaderReplica)
+			seq = append(seq, fmt.Sprintf("%s:%s/%s/%d", key, rep, resp.Header.Get(wire.HeaderDecision), resp.StatusCode))
 			if resp.StatusCode != http.StatusOK {
 				failed++
 				t.Logf("turn %d of %s failed: %d %s", turn, key, resp.StatusCode, body)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // Shape of BenchmarkProxyOverhead (issue #4, "router performance"): overheadStreams
@@ -138,7 +139,7 @@ func readOverheadStream(client *http.Client, base string, body []byte, session, 
 		return s, fmt.Errorf("building request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderSessionID, session)
+	req.Header.Set(wire.HeaderSessionID, session)
 	if id != "" {
 		req.Header.Set(headerBenchStream, id)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -222,7 +223,7 @@ func TestReplayRecordedClaudeCodeTurnsStayOnOneReplica(t *testing.T) {
 			req.Header.Set(k, v)
 		}
 		// A client trying to pin a DP rank itself must not get through.
-		req.Header.Set(HeaderDPRank, "3")
+		req.Header.Set(wire.HeaderDPRank, "3")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -233,7 +234,7 @@ func TestReplayRecordedClaudeCodeTurnsStayOnOneReplica(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: status %d: %s", name, resp.StatusCode, body)
 		}
-		replica := resp.Header.Get(HeaderReplica)
+		replica := resp.Header.Get(wire.HeaderReplica)
 		served = append(served, replica)
 		if !strings.Contains(string(body), "hi from "+replica) {
 			t.Fatalf("%s: body %q not from %s", name, body, replica)
@@ -252,14 +253,14 @@ func TestReplayRecordedClaudeCodeTurnsStayOnOneReplica(t *testing.T) {
 		}
 		for k, v := range fx.Headers {
 			if strings.HasPrefix(strings.ToLower(k), "x-stainless") || strings.HasPrefix(strings.ToLower(k), "anthropic-") ||
-				k == "x-api-key" || k == "User-Agent" || k == HeaderClaudeSession || k == "x-app" {
+				k == "x-api-key" || k == "User-Agent" || k == wire.HeaderClaudeSession || k == "x-app" {
 				if got.Header.Get(k) != v {
 					t.Errorf("%s: header %s = %q upstream, client sent %q", name, k, got.Header.Get(k), v)
 				}
 			}
 		}
-		if got.Header.Get(HeaderDPRank) != "" {
-			t.Errorf("client-set %s reached the upstream", HeaderDPRank)
+		if got.Header.Get(wire.HeaderDPRank) != "" {
+			t.Errorf("client-set %s reached the upstream", wire.HeaderDPRank)
 		}
 	}
 	if served[0] != served[1] {
@@ -275,8 +276,8 @@ func TestTwoSessionsCanLandOnDifferentReplicas(t *testing.T) {
 	f := newFront(t, true, nil, newStub(t, "a"), newStub(t, "b"))
 	seen := map[string]string{}
 	for _, sess := range []string{"s1", "s2", "s1", "s2"} {
-		resp, _ := f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: sess}, `{"model":"m","stream":true}`)
-		r := resp.Header.Get(HeaderReplica)
+		resp, _ := f.post(t, "/v1/messages", map[string]string{wire.HeaderClaudeSession: sess}, `{"model":"m","stream":true}`)
+		r := resp.Header.Get(wire.HeaderReplica)
 		want := "placed"
 		if prev, ok := seen[sess]; ok {
 			want = "sticky"
@@ -285,8 +286,8 @@ func TestTwoSessionsCanLandOnDifferentReplicas(t *testing.T) {
 			}
 		}
 		seen[sess] = r
-		if resp.Header.Get(HeaderDecision) != want {
-			t.Fatalf("decision %q, want %q", resp.Header.Get(HeaderDecision), want)
+		if resp.Header.Get(wire.HeaderDecision) != want {
+			t.Fatalf("decision %q, want %q", resp.Header.Get(wire.HeaderDecision), want)
 		}
 	}
 	if seen["s1"] == seen["s2"] {
@@ -583,19 +584,19 @@ func TestDeadReplicaRetriedElsewhereBeforeFirstByte(t *testing.T) {
 	a, b := newStub(t, "a"), newStub(t, "b")
 	f := newFront(t, true, nil, a, b)
 	// Home session s on whichever replica, then kill that replica.
-	resp, _ := f.post(t, "/v1/chat/completions", map[string]string{HeaderSessionID: "s"}, chatBody("m"))
-	home := resp.Header.Get(HeaderReplica)
+	resp, _ := f.post(t, "/v1/chat/completions", map[string]string{wire.HeaderSessionID: "s"}, chatBody("m"))
+	home := resp.Header.Get(wire.HeaderReplica)
 	dead, alive := a, b
 	if home == "b" {
 		dead, alive = b, a
 	}
 	dead.srv.Close() // connection refused from now on
-	resp, body := f.post(t, "/v1/chat/completions", map[string]string{HeaderSessionID: "s"}, chatBody("m"))
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderReplica) != alive.name || !strings.Contains(body, "hi from "+alive.name) {
-		t.Fatalf("status %d replica %q body %q", resp.StatusCode, resp.Header.Get(HeaderReplica), body)
+	resp, body := f.post(t, "/v1/chat/completions", map[string]string{wire.HeaderSessionID: "s"}, chatBody("m"))
+	if resp.StatusCode != 200 || resp.Header.Get(wire.HeaderReplica) != alive.name || !strings.Contains(body, "hi from "+alive.name) {
+		t.Fatalf("status %d replica %q body %q", resp.StatusCode, resp.Header.Get(wire.HeaderReplica), body)
 	}
 	// The dial failure marked the home unhealthy, so the retry re-homed the session.
-	if d := resp.Header.Get(HeaderDecision); d != "rehome" {
+	if d := resp.Header.Get(wire.HeaderDecision); d != "rehome" {
 		t.Fatalf("retried request decision %q, want rehome", d)
 	}
 	if f.pool().Balancer.Healthy(indexOf(f, dead.name)) {
@@ -605,9 +606,9 @@ func TestDeadReplicaRetriedElsewhereBeforeFirstByte(t *testing.T) {
 		t.Fatalf("in flight %v after retry", f.inFlight())
 	}
 	// The next turn stays on the new home.
-	resp, _ = f.post(t, "/v1/chat/completions", map[string]string{HeaderSessionID: "s"}, chatBody("m"))
-	if resp.Header.Get(HeaderReplica) != alive.name || resp.Header.Get(HeaderDecision) != "sticky" {
-		t.Fatalf("next turn: %s %s", resp.Header.Get(HeaderReplica), resp.Header.Get(HeaderDecision))
+	resp, _ = f.post(t, "/v1/chat/completions", map[string]string{wire.HeaderSessionID: "s"}, chatBody("m"))
+	if resp.Header.Get(wire.HeaderReplica) != alive.name || resp.Header.Get(wire.HeaderDecision) != "sticky" {
+		t.Fatalf("next turn: %s %s", resp.Header.Get(wire.HeaderReplica), resp.Header.Get(wire.HeaderDecision))
 	}
 	// Every replica dead: 503 in the API's shape once nothing is left.
 	alive.srv.Close()
@@ -623,8 +624,8 @@ func TestDeadReplicaRetriedElsewhereBeforeFirstByte(t *testing.T) {
 func TestResetBeforeResponseRetriedWithoutMarkingUnhealthy(t *testing.T) {
 	a, b := newStub(t, "a"), newStub(t, "b")
 	f := newFront(t, true, nil, a, b)
-	resp, _ := f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: "s"}, `{"model":"m"}`)
-	home := map[string]*stub{"a": a, "b": b}[resp.Header.Get(HeaderReplica)]
+	resp, _ := f.post(t, "/v1/messages", map[string]string{wire.HeaderClaudeSession: "s"}, `{"model":"m"}`)
+	home := map[string]*stub{"a": a, "b": b}[resp.Header.Get(wire.HeaderReplica)]
 	other := map[*stub]*stub{a: b, b: a}[home]
 	home.setHandler(func(w http.ResponseWriter, r *http.Request) {
 		conn, _, err := http.NewResponseController(w).Hijack()
@@ -632,17 +633,17 @@ func TestResetBeforeResponseRetriedWithoutMarkingUnhealthy(t *testing.T) {
 			conn.Close() // reset before any response byte
 		}
 	})
-	resp, body := f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: "s"}, `{"model":"m"}`)
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderReplica) != other.name || resp.Header.Get(HeaderDecision) != "overflow" {
-		t.Fatalf("%d %s %s %s", resp.StatusCode, resp.Header.Get(HeaderReplica), resp.Header.Get(HeaderDecision), body)
+	resp, body := f.post(t, "/v1/messages", map[string]string{wire.HeaderClaudeSession: "s"}, `{"model":"m"}`)
+	if resp.StatusCode != 200 || resp.Header.Get(wire.HeaderReplica) != other.name || resp.Header.Get(wire.HeaderDecision) != "overflow" {
+		t.Fatalf("%d %s %s %s", resp.StatusCode, resp.Header.Get(wire.HeaderReplica), resp.Header.Get(wire.HeaderDecision), body)
 	}
 	if !f.pool().Balancer.Healthy(indexOf(f, home.name)) {
 		t.Fatal("a reset marked the replica unhealthy; only failed connects should")
 	}
 	home.setHandler(nil)
-	resp, _ = f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: "s"}, `{"model":"m"}`)
-	if resp.Header.Get(HeaderReplica) != home.name || resp.Header.Get(HeaderDecision) != "sticky" {
-		t.Fatalf("home lost after a one-off retry: %s %s", resp.Header.Get(HeaderReplica), resp.Header.Get(HeaderDecision))
+	resp, _ = f.post(t, "/v1/messages", map[string]string{wire.HeaderClaudeSession: "s"}, `{"model":"m"}`)
+	if resp.Header.Get(wire.HeaderReplica) != home.name || resp.Header.Get(wire.HeaderDecision) != "sticky" {
+		t.Fatalf("home lost after a one-off retry: %s %s", resp.Header.Get(wire.HeaderReplica), resp.Header.Get(wire.HeaderDecision))
 	}
 	if f.totalInFlight() != 0 {
 		t.Fatalf("in flight %v", f.inFlight())
@@ -710,8 +711,8 @@ func TestDPRanksAreSeparateReplicas(t *testing.T) {
 	ranks := map[string]string{}
 	for _, sess := range []string{"s1", "s2"} {
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(chatBody("m")))
-		req.Header.Set(HeaderSessionID, sess)
-		req.Header.Set(HeaderDPRank, "7") // clients may not pin ranks
+		req.Header.Set(wire.HeaderSessionID, sess)
+		req.Header.Set(wire.HeaderDPRank, "7") // clients may not pin ranks
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -719,7 +720,7 @@ func TestDPRanksAreSeparateReplicas(t *testing.T) {
 		io.ReadAll(resp.Body)
 		resp.Body.Close()
 		rs := up.requests("/v1")
-		ranks[resp.Header.Get(HeaderReplica)] = rs[len(rs)-1].Header.Get(HeaderDPRank)
+		ranks[resp.Header.Get(wire.HeaderReplica)] = rs[len(rs)-1].Header.Get(wire.HeaderDPRank)
 	}
 	if ranks["dp/rank0"] != "0" || ranks["dp/rank1"] != "1" {
 		t.Fatalf("replica -> rank header: %v", ranks)
@@ -786,8 +787,8 @@ func TestModelsForwardedForWildcardPool(t *testing.T) {
 
 func TestRouterMetricsCountRequests(t *testing.T) {
 	f := newFront(t, true, nil, newStub(t, "a"))
-	f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: "s"}, `{"model":"m"}`)
-	f.post(t, "/v1/messages", map[string]string{HeaderClaudeSession: "s"}, `{"model":"m"}`)
+	f.post(t, "/v1/messages", map[string]string{wire.HeaderClaudeSession: "s"}, `{"model":"m"}`)
+	f.post(t, "/v1/messages", map[string]string{wire.HeaderClaudeSession: "s"}, `{"model":"m"}`)
 	f.post(t, "/v1/messages", nil, `not json`) // refused by the router itself: counted too
 	rec := httptest.NewRecorder()
 	f.rt.Metrics().Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -860,18 +861,18 @@ func TestRefusedFirstRequestGivesNoHome(t *testing.T) {
 	b.setHandler(vllm(b))
 	f := newFront(t, true, nil, a, b)
 	bad := `{"model":"m","stream":true,"messages":"hi"}`
-	hdr := map[string]string{HeaderClaudeSession: "s"}
-	if resp, _ := f.post(t, "/v1/chat/completions", hdr, bad); resp.StatusCode != 400 || resp.Header.Get(HeaderDecision) != "placed" {
-		t.Fatalf("refused request: %d %q", resp.StatusCode, resp.Header.Get(HeaderDecision))
+	hdr := map[string]string{wire.HeaderClaudeSession: "s"}
+	if resp, _ := f.post(t, "/v1/chat/completions", hdr, bad); resp.StatusCode != 400 || resp.Header.Get(wire.HeaderDecision) != "placed" {
+		t.Fatalf("refused request: %d %q", resp.StatusCode, resp.Header.Get(wire.HeaderDecision))
 	}
 	if n := f.pool().Balancer.Sessions(); n != 0 {
 		t.Fatalf("%d sessions after a refused first request, want 0", n)
 	}
-	if resp, _ := f.post(t, "/v1/chat/completions", hdr, chatBody("m")); resp.StatusCode != 200 || resp.Header.Get(HeaderDecision) != "placed" {
-		t.Fatalf("valid request: %d %q, want 200 placed", resp.StatusCode, resp.Header.Get(HeaderDecision))
+	if resp, _ := f.post(t, "/v1/chat/completions", hdr, chatBody("m")); resp.StatusCode != 200 || resp.Header.Get(wire.HeaderDecision) != "placed" {
+		t.Fatalf("valid request: %d %q, want 200 placed", resp.StatusCode, resp.Header.Get(wire.HeaderDecision))
 	}
-	if resp, _ := f.post(t, "/v1/chat/completions", hdr, bad); resp.StatusCode != 400 || resp.Header.Get(HeaderDecision) != "sticky" {
-		t.Fatalf("refused later request: %d %q, want 400 sticky", resp.StatusCode, resp.Header.Get(HeaderDecision))
+	if resp, _ := f.post(t, "/v1/chat/completions", hdr, bad); resp.StatusCode != 400 || resp.Header.Get(wire.HeaderDecision) != "sticky" {
+		t.Fatalf("refused later request: %d %q, want 400 sticky", resp.StatusCode, resp.Header.Get(wire.HeaderDecision))
 	}
 	if n := f.pool().Balancer.Sessions(); n != 1 {
 		t.Fatalf("%d sessions after a refused later request, want 1 (the home stays)", n)

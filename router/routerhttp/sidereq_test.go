@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -37,12 +38,12 @@ func TestRecordedSideRequestKeepsTheConversation(t *testing.T) {
 	}
 	f := newFront(t, true, nil, newStub(t, "a"), newStub(t, "b"))
 	resp, _ := f.post(t, "/v1/messages", nil, string(main.Body))
-	home := resp.Header.Get(HeaderReplica)
-	if d := resp.Header.Get(HeaderDecision); d != router.ReasonPlaced.String() {
+	home := resp.Header.Get(wire.HeaderReplica)
+	if d := resp.Header.Get(wire.HeaderDecision); d != router.ReasonPlaced.String() {
 		t.Fatalf("main request: decision %q, want placed", d)
 	}
 	resp, _ = f.post(t, "/v1/messages", nil, string(side.Requests[0].Body))
-	if got, d := resp.Header.Get(HeaderReplica), resp.Header.Get(HeaderDecision); got != home || d != router.ReasonSticky.String() {
+	if got, d := resp.Header.Get(wire.HeaderReplica), resp.Header.Get(wire.HeaderDecision); got != home || d != router.ReasonSticky.String() {
 		t.Fatalf("side request: %s on %s, want sticky on %s", d, got, home)
 	}
 	for _, r := range f.pool().Balancer.Status() {

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 // BenchmarkSlowBodies (issue #19 item 4): 1,000 clients send their bodies at 1
@@ -67,7 +69,7 @@ func BenchmarkSlowBodies(b *testing.B) {
 	defer client.CloseIdleConnections()
 	ttfb := func(base string) time.Duration {
 		req, _ := http.NewRequest("POST", base+"/v1/messages?beta=true", bytes.NewReader(cc.Body))
-		req.Header.Set(HeaderClaudeSession, cc.Headers[HeaderClaudeSession])
+		req.Header.Set(wire.HeaderClaudeSession, cc.Headers[wire.HeaderClaudeSession])
 		t0 := time.Now()
 		resp, err := client.Do(req)
 		if err != nil {

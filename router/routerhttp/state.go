@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp/redisstate"
 )
@@ -19,30 +20,19 @@ const (
 	MetricStateErrors    = "warden_state_errors_total"    // counter: failed calls (timeouts included)
 	MetricStateFallbacks = "warden_state_fallbacks_total" // counter: decisions made from the local view alone
 	MetricStateOutages   = "warden_state_outages_total"   // counter: up -> down transitions (each logged once)
-	MetricStateWait      = "warden_state_wait_seconds"    // histogram: per request, what HeaderStateMs reports
+	MetricStateWait      = "warden_state_wait_seconds"    // histogram: per request, what wire.HeaderStateMs reports
 )
-
-// HeaderStateMs is the response header, with `state:` set, that says how long
-// the request waited on the shared state: the wall time of every store call of
-// its routing decisions (home read, fresh in-flight read, claim; admission
-// polls and retries before the first byte included), in milliseconds with
-// microsecond resolution ("0.004" for a home read from the client-side cache).
-// Each call waits at most state_timeout and the first timeout opens the
-// circuit, so it is at most state_timeout plus the scheduler's delay while the
-// store hangs. The in-flight counts of a request's start and end are
-// published off the request's path and are not in it.
-const HeaderStateMs = "X-Warden-State-Ms"
 
 // stateWaitBuckets are MetricStateWait's upper bounds in seconds: a cached read
 // (~1 us), a loopback round trip (20-50 us), a distant store, and around the
 // default state_timeout (50 ms).
 var stateWaitBuckets = []float64{5e-6, 25e-6, 100e-6, 250e-6, 1e-3, 5e-3, 0.02, 0.04, 0.05, 0.06, 0.075, 0.1, 0.25}
 
-// setStateHeader adds HeaderStateMs to a counted call's response when the
+// setStateHeader adds wire.HeaderStateMs to a counted call's response when the
 // pool shares state.
 func (c *call) setStateHeader(h http.Header) {
 	if c.pool.Balancer.Shared() {
-		h.Set(HeaderStateMs, strconv.FormatFloat(float64(c.stateWait)/float64(time.Millisecond), 'f', 3, 64))
+		h.Set(wire.HeaderStateMs, strconv.FormatFloat(float64(c.stateWait)/float64(time.Millisecond), 'f', 3, 64))
 	}
 }
 
@@ -104,7 +94,7 @@ func registerStateMetrics(m *Metrics, st *redisstate.Store) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricStateOutages, Help: "Times the shared state store went from answering to not."}, func() float64 { return float64(st.Outages()) }),
 	)
 	m.stateWait = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: MetricStateWait, Help: "Wall time one request waited on the shared state store (" + HeaderStateMs + "), seconds.",
+		Name: MetricStateWait, Help: "Wall time one request waited on the shared state store (" + wire.HeaderStateMs + "), seconds.",
 		Buckets: stateWaitBuckets,
 	})
 	m.reg.MustRegister(m.stateWait)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -79,7 +80,7 @@ func TestProxyObservesUsageFromTheStream(t *testing.T) {
 	up.mu.Unlock()
 	f := newFront(t, true, nil, up)
 	for range 2 {
-		resp, body := f.post(t, "/v1/chat/completions", map[string]string{HeaderClaudeSession: "s"}, chatBody("m"))
+		resp, body := f.post(t, "/v1/chat/completions", map[string]string{wire.HeaderClaudeSession: "s"}, chatBody("m"))
 		if resp.StatusCode != 200 || !strings.Contains(body, "[DONE]") {
 			t.Fatalf("%d %q", resp.StatusCode, body)
 		}
@@ -149,7 +150,7 @@ func TestProxyObservesUsageFromJSONResponses(t *testing.T) {
 			})
 			f := newFront(t, true, nil, up)
 			req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody("m")))
-			req.Header.Set(HeaderClaudeSession, "s")
+			req.Header.Set(wire.HeaderClaudeSession, "s")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -186,7 +187,7 @@ func TestProxyCalibratesPromptEstimate(t *testing.T) {
 		t.Fatalf("before any response: %d tokens for 4,000 bytes, want 1,000", e)
 	}
 	for range router.SizeMinSeen {
-		if resp, _ := f.post(t, "/v1/chat/completions", map[string]string{HeaderClaudeSession: "s"}, chatBody("m")); resp.StatusCode != 200 {
+		if resp, _ := f.post(t, "/v1/chat/completions", map[string]string{wire.HeaderClaudeSession: "s"}, chatBody("m")); resp.StatusCode != 200 {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 	}

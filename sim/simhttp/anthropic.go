@@ -3,6 +3,7 @@ package simhttp
 import (
 	"net/http"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -177,11 +178,11 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, sub *sub
 		cached = u.cachedTokens
 		if !started {
 			started = true
-			ev := messageStartEvent{Type: "message_start", Message: anthropicMessageOut{
+			ev := messageStartEvent{Type: wire.EventMessageStart, Message: anthropicMessageOut{
 				ID: id, Type: "message", Role: "assistant", Content: []anthropicText{}, Model: s.cfg.Model,
 				Usage: anthropicUsageOf(sub.prompt, cached, 0),
 			}}
-			if err := sw.send("message_start", mustJSON(ev)); err != nil {
+			if err := sw.send(wire.EventMessageStart, mustJSON(ev)); err != nil {
 				return err
 			}
 		}
@@ -193,13 +194,13 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, sub *sub
 			}
 			if !blockOpen {
 				blockOpen = true
-				ev := blockStartEvent{Type: "content_block_start", ContentBlock: anthropicText{Type: "text"}}
-				if err := sw.send("content_block_start", mustJSON(ev)); err != nil {
+				ev := blockStartEvent{Type: wire.EventContentBlockStart, ContentBlock: anthropicText{Type: "text"}}
+				if err := sw.send(wire.EventContentBlockStart, mustJSON(ev)); err != nil {
 					return err
 				}
 			}
-			ev := blockDeltaEvent{Type: "content_block_delta", Delta: anthropicText{Type: "text_delta", Text: text}}
-			if err := sw.send("content_block_delta", mustJSON(ev)); err != nil {
+			ev := blockDeltaEvent{Type: wire.EventContentBlockDelta, Delta: anthropicText{Type: "text_delta", Text: text}}
+			if err := sw.send(wire.EventContentBlockDelta, mustJSON(ev)); err != nil {
 				return err
 			}
 		}
@@ -213,16 +214,16 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, sub *sub
 		return
 	}
 	if blockOpen {
-		if sw.send("content_block_stop", mustJSON(blockStopEvent{Type: "content_block_stop"})) != nil {
+		if sw.send(wire.EventContentBlockStop, mustJSON(blockStopEvent{Type: wire.EventContentBlockStop})) != nil {
 			return
 		}
 	}
-	md := messageDeltaEvent{Type: "message_delta", Delta: messageDelta{StopReason: stopReason(sub.finish)},
+	md := messageDeltaEvent{Type: wire.EventMessageDelta, Delta: messageDelta{StopReason: stopReason(sub.finish)},
 		Usage: anthropicUsageOf(sub.prompt, cached, completion)}
-	if sw.send("message_delta", mustJSON(md)) != nil {
+	if sw.send(wire.EventMessageDelta, mustJSON(md)) != nil {
 		return
 	}
-	_ = sw.send("message_stop", mustJSON(typeOnlyEvent{Type: "message_stop"}))
+	_ = sw.send(wire.EventMessageStop, mustJSON(typeOnlyEvent{Type: wire.EventMessageStop}))
 }
 
 // handleCountTokens answers {"input_tokens": n, "context_management":

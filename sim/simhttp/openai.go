@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -209,7 +210,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sub *submiss
 	if err != nil {
 		if r.Context().Err() == nil {
 			_ = sw.send("", streamErrorEvent(err))
-			_ = sw.send("", []byte("[DONE]"))
+			_ = sw.send("", []byte(wire.SSEDone))
 		}
 		return
 	}
@@ -220,7 +221,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sub *submiss
 			return
 		}
 	}
-	_ = sw.send("", []byte("[DONE]"))
+	_ = sw.send("", []byte(wire.SSEDone))
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
@@ -295,7 +296,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if r.Context().Err() == nil {
 			_ = sw.send("", streamErrorEvent(err))
-			_ = sw.send("", []byte("[DONE]"))
+			_ = sw.send("", []byte(wire.SSEDone))
 		}
 		return
 	}
@@ -306,5 +307,5 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	_ = sw.send("", []byte("[DONE]"))
+	_ = sw.send("", []byte(wire.SSEDone))
 }

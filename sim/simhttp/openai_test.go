@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -305,7 +306,7 @@ func TestErrors(t *testing.T) {
 		{"messages missing", "/v1/chat/completions", map[string]any{"model": model}, nil, 400, "BadRequestError", "Field required"},
 		{"completion bad json", "/v1/completions", `[`, nil, 400, "BadRequestError", "JSON decode error"},
 		{"completion unknown model", "/v1/completions", map[string]any{"model": "x", "prompt": "hi"}, nil, 404, "NotFoundError", "The model `x` does not exist."},
-		{"rank out of range", "/v1/chat/completions", chatBody(model, user, 2, false), []string{RankHeader, "1"}, 400, "BadRequestError", "Requested DP rank 1 is out of range [0, 1)"},
+		{"rank out of range", "/v1/chat/completions", chatBody(model, user, 2, false), []string{wire.HeaderDPRank, "1"}, 400, "BadRequestError", "Requested DP rank 1 is out of range [0, 1)"},
 		{"messages bad json", "/v1/messages", `{]`, nil, 400, "BadRequestError", "JSON decode error"},
 		{"messages no max_tokens", "/v1/messages", map[string]any{"model": model, "messages": user}, nil, 400, "BadRequestError", "Field required: max_tokens"},
 	} {

@@ -19,12 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/sim"
 )
-
-// RankHeader pins a request to a DP rank, bypassing the internal balancer, as vLLM
-// reads it (vllm/entrypoints/openai/engine/serving.py _get_data_parallel_rank).
-const RankHeader = "X-data-parallel-rank"
 
 // Server is one simulated `vllm serve` process: one HTTP endpoint in front of one engine
 // or, with data parallelism, several engines behind vLLM's internal balancer. It is an
@@ -127,18 +124,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) routes() {
 	m := http.NewServeMux()
-	m.HandleFunc("POST /v1/chat/completions", s.handleChat)
-	m.HandleFunc("POST /v1/completions", s.handleCompletion)
-	m.HandleFunc("POST /v1/messages", s.handleMessages)
-	m.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
-	m.HandleFunc("GET /v1/models", s.handleModels)
-	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	m.HandleFunc("GET /version", s.handleVersion)
+	m.HandleFunc("POST "+wire.PathChatCompletions, s.handleChat)
+	m.HandleFunc("POST "+wire.PathCompletions, s.handleCompletion)
+	m.HandleFunc("POST "+wire.PathMessages, s.handleMessages)
+	m.HandleFunc("POST "+wire.PathCountTokens, s.handleCountTokens)
+	m.HandleFunc("GET "+wire.PathModels, s.handleModels)
+	m.HandleFunc("GET "+wire.PathHealth, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	m.HandleFunc("GET "+wire.PathVersion, s.handleVersion)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&collector{s: s})
-	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	m.Handle("GET "+wire.PathMetrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if s.cfg.DevMode {
-		m.HandleFunc("POST /reset_prefix_cache", s.handleResetPrefixCache)
+		m.HandleFunc("POST "+wire.PathResetPrefixCache, s.handleResetPrefixCache)
 	}
 	s.mux = m
 }
@@ -217,14 +214,14 @@ func (s *Server) plan(promptTokens int, limit *int) (int, string, *apiError) {
 	return s.cfg.ReplyTokens, "stop", nil
 }
 
-// pickEngine chooses the engine for a request: the rank in RankHeader (unless
+// pickEngine chooses the engine for a request: the rank in wire.HeaderDPRank (unless
 // Config.IgnoreRankHeader), else the DP balancer's choice. The returned release must be called once the request ends.
 func (s *Server) pickEngine(r *http.Request) (*Engine, func(), *apiError) {
 	n := len(s.engines)
-	if h := r.Header.Get(RankHeader); h != "" && !s.cfg.IgnoreRankHeader {
+	if h := r.Header.Get(wire.HeaderDPRank); h != "" && !s.cfg.IgnoreRankHeader {
 		k, err := strconv.Atoi(strings.TrimSpace(h))
 		if err != nil {
-			return nil, nil, badRequest("", "%s header must be an integer: got %q", RankHeader, h)
+			return nil, nil, badRequest("", "%s header must be an integer: got %q", wire.HeaderDPRank, h)
 		}
 		if k < 0 || k >= n {
 			return nil, nil, badRequest("", "Requested DP rank %d is out of range [0, %d)", k, n)

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/internal/scrape"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -82,7 +83,7 @@ func TestDPPinningAndMetrics(t *testing.T) {
 	srv, ts := newTestServer(t, func(c *Config) { c.DataParallelSize = 3 })
 	msgs := []map[string]any{{"role": "user", "content": words("d", 50)}}
 	for range 2 {
-		decodeBody(t, post(t, context.Background(), ts.URL+"/v1/chat/completions", chatBody(srv.Model(), msgs, 2, false), RankHeader, "2"), 200)
+		decodeBody(t, post(t, context.Background(), ts.URL+"/v1/chat/completions", chatBody(srv.Model(), msgs, 2, false), wire.HeaderDPRank, "2"), 200)
 	}
 	for i, e := range srv.Engines() {
 		st := e.Stats()
@@ -94,7 +95,7 @@ func TestDPPinningAndMetrics(t *testing.T) {
 		t.Errorf("pinned repeat did not hit rank 2's cache: %+v", st)
 	}
 	for _, h := range []string{"3", "-1", "one"} {
-		m := decodeBody(t, post(t, context.Background(), ts.URL+"/v1/chat/completions", chatBody(srv.Model(), msgs, 2, false), RankHeader, h), 400)
+		m := decodeBody(t, post(t, context.Background(), ts.URL+"/v1/chat/completions", chatBody(srv.Model(), msgs, 2, false), wire.HeaderDPRank, h), 400)
 		if m["error"].(map[string]any)["type"] != "BadRequestError" {
 			t.Errorf("rank %q: %v", h, m)
 		}

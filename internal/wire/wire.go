@@ -1,0 +1,105 @@
+// Package wire names the HTTP contract the router (router/routerhttp), the
+// simulator (sim/simhttp) and the harness (loadgen/loadgenhttp) exchange: header
+// names, URL paths and server-sent event names, each defined once. It is ground:
+// it imports nothing, so every shell and core may use it.
+//
+// HTTP header names are case-insensitive (RFC 9110 section 5.1) and net/http
+// canonicalizes them on Set and Get, so an engine that documents another
+// spelling (vLLM's X-data-parallel-rank) reads the same header.
+package wire
+
+// Request headers a client sets to name its session (brief clients.md).
+const (
+	// HeaderClaudeSession carries Claude Code's session id (a UUID), the same on
+	// every request of one session; set by Claude Code >= 2.1.86 and by the harness
+	// (session_header: claude-code), read first by the router.
+	HeaderClaudeSession = "X-Claude-Code-Session-Id"
+	// HeaderClaudeAgent carries the agent id of a Claude Code subagent, set by
+	// Claude Code beside HeaderClaudeSession; the router reads it with
+	// split_subagents.
+	HeaderClaudeAgent = "X-Claude-Code-Agent-Id"
+	// HeaderSessionID carries a session id from other clients: vLLM's multi-turn
+	// benchmark with --send-conversation-id, and the harness (session_header:
+	// x-session-id); the router's default extra session header.
+	HeaderSessionID = "X-Session-ID"
+)
+
+// HeaderDPRank is the request header that pins a request to data-parallel rank k
+// (decimal, 0-based), bypassing vLLM's internal DP balancer; vLLM spells it
+// X-data-parallel-rank (vllm/entrypoints/openai/engine/serving.py
+// _get_data_parallel_rank). The router sets it for dp_ranks replicas; the
+// simulator reads it.
+const HeaderDPRank = "X-Data-Parallel-Rank"
+
+// Response headers the router sets and the harness reads.
+const (
+	// HeaderReplica is the name of the replica that served the request (a DP
+	// rank as "name/k"); on every proxied response, in the trailer of a
+	// kept-alive one. The harness records it as Result.Replica.
+	HeaderReplica = "X-Warden-Replica"
+	// HeaderDecision is why that replica was chosen (router.Reason's string).
+	HeaderDecision = "X-Warden-Decision"
+	// HeaderHeldMs is how long the router held the request before sending it
+	// upstream (admission), in milliseconds of the router's clock, 0 when not
+	// held; on every proxied response. A kept-alive response has the hold so far
+	// in its header and the final hold in its trailer (the trailer wins). The
+	// harness records it as Result.Held.
+	HeaderHeldMs = "X-Warden-Held-Ms"
+	// HeaderAdmission is the admission gate's decision (router.Admission's
+	// string); only when the model's gate is on. AdmissionWaiting in a kept-alive
+	// response's header, the decision in its trailer.
+	HeaderAdmission = "X-Warden-Admission"
+	// HeaderStateMs is how long the request waited on the shared state, only
+	// with `state:` configured: the wall time of every store call of its routing
+	// decisions (home read, fresh in-flight read, claim; admission polls and
+	// retries before the first byte included), in milliseconds with microsecond
+	// resolution ("0.004" for a home read from the client-side cache). At most
+	// state_timeout plus the scheduler's delay while the store hangs; the
+	// in-flight counts of a request's start and end are published off its path
+	// and are not in it.
+	HeaderStateMs = "X-Warden-State-Ms"
+)
+
+// AdmissionWaiting is HeaderAdmission's value in the header of a response the
+// router committed while its request was still held (keep-alive).
+const AdmissionWaiting = "waiting"
+
+// URL paths of the OpenAI- and Anthropic-compatible APIs vLLM serves
+// (vllm/entrypoints/openai/api_server.py; brief vllm.md), proxied by the router,
+// served by the simulator, called by the harness.
+const (
+	PathChatCompletions = "/v1/chat/completions" // OpenAI Chat Completions
+	PathCompletions     = "/v1/completions"      // OpenAI (legacy) Completions
+	PathMessages        = "/v1/messages"         // Anthropic Messages
+	PathCountTokens     = "/v1/messages/count_tokens"
+	PathModels          = "/v1/models" // GET: served model names
+)
+
+// Engine side paths (vLLM's; brief vllm.md).
+const (
+	PathHealth  = "/health"  // GET: 200 when the server is up
+	PathMetrics = "/metrics" // GET: Prometheus text exposition
+	PathVersion = "/version" // GET: {"version": ...}
+	// PathResetPrefixCache (POST) empties the prefix cache; vLLM serves it only
+	// with VLLM_SERVER_DEV_MODE=1.
+	PathResetPrefixCache = "/reset_prefix_cache"
+)
+
+// SSEDone is the data of the last event of an OpenAI stream ("data: [DONE]").
+const SSEDone = "[DONE]"
+
+// Anthropic Messages stream event names (the `event:` line; the data's "type"
+// is the same), in stream order (Anthropic's "Streaming Messages" docs).
+const (
+	EventMessageStart      = "message_start"
+	EventContentBlockStart = "content_block_start"
+	EventContentBlockDelta = "content_block_delta"
+	EventContentBlockStop  = "content_block_stop"
+	EventMessageDelta      = "message_delta"
+	EventMessageStop       = "message_stop"
+	// EventPing may come at any point; the router sends it as keep-alive while
+	// it holds a request.
+	EventPing = "ping"
+	// EventError reports an error after the stream started.
+	EventError = "error"
+)

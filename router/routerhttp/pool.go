@@ -1,0 +1,67 @@
+package routerhttp
+
+import (
+	"net/url"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lmwarden/warden/router"
+)
+
+// Upstream is where a replica is reached: a base URL and, for a DP rank behind a
+// shared endpoint, the rank pinned with X-Data-Parallel-Rank (-1: not pinned).
+type Upstream struct {
+	Name string
+	URL  *url.URL
+	Rank int
+}
+
+// Pool is one model's replicas: Upstreams[i] is the Balancer's replica i.
+// Upstreams is set before the pool serves; afterwards replicas are added only
+// with AddUpstream and read with Upstream / UpstreamList (Router.AddReplica).
+type Pool struct {
+	Model     string // model name, or WildcardModel
+	Balancer  *router.Balancer
+	Upstreams []Upstream
+
+	mu sync.RWMutex // guards Upstreams once the pool serves
+
+	// lastModel is the latest "model" a client asked this pool for: the model
+	// an ejected replica's probe asks for when the pool serves any model.
+	lastModel atomic.Pointer[string]
+}
+
+// probeModel is the model a probe of the pool's replicas asks for.
+func (p *Pool) probeModel() string {
+	if p.Model != WildcardModel {
+		return p.Model
+	}
+	if m := p.lastModel.Load(); m != nil {
+		return *m
+	}
+	return ""
+}
+
+// Upstream returns replica i's upstream.
+func (p *Pool) Upstream(i int) Upstream {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Upstreams[i]
+}
+
+// UpstreamList returns a copy of the upstreams (index = Balancer replica).
+func (p *Pool) UpstreamList() []Upstream {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return append([]Upstream(nil), p.Upstreams...)
+}
+
+// AddUpstream appends u and then the matching Balancer replica (healthy, no
+// session moves; Balancer.AddReplica), in that order, so a request routed to the
+// new index always finds its upstream. It returns the replica's index.
+func (p *Pool) AddUpstream(u Upstream) int {
+	p.mu.Lock()
+	p.Upstreams = append(p.Upstreams, u)
+	p.mu.Unlock()
+	return p.Balancer.AddReplica(u.Name)
+}
