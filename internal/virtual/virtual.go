@@ -635,7 +635,7 @@ func (r *run) poll(t time.Duration) {
 			Running: float64(st.Running), Waiting: float64(st.Waiting), KVUsage: st.KVUsage,
 			PrefixQueries: float64(st.PrefixQueries), PrefixHits: float64(st.PrefixHits),
 			PromptTokens: float64(st.PromptTokens), GenerationTokens: float64(st.GenerationTokens),
-			Preemptions: float64(st.Preemptions),
+			Preemptions: float64(st.Preemptions), PromptComputedTokens: float64(st.PromptComputed),
 		})
 		if err != nil {
 			r.errs = append(r.errs, err)
