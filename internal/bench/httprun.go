@@ -389,7 +389,7 @@ func (v *variantRouters) start(ctx context.Context, on bool) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil // interrupted: the runner sees ctx and stops the run
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
