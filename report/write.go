@@ -344,6 +344,8 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	mdStageSection(&b, pair, sums)
 	mdVariantSection(&b, sums)
 	mdHeldSection(&b, sums)
+	traceSection(&b, m, sums)
+	goodputSection(&b, m, sums)
 	mdSideSection(&b, sums)
 	mdTurnsSection(&b, pair, sums)
 	mdNotesSection(&b, sums)

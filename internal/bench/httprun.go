@@ -193,19 +193,30 @@ func (h *httpRun) preflight(ctx context.Context) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	rc.Notes = append(rc.Notes, pinNotes...)
-	h.replicaTargets(probed)
+	slots := h.replicaTargets(probed)
+	if o.Scenario.Trace != nil {
+		if err := calibrateTrace(ctx, h.progress, rc, servers[0], h.kinds[0], probed, h.hc); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	if slots > 0 && !h.o.maxNumSeqsGiven {
+		// A slot-based server runs at most its slots at once: that is its
+		// max_num_seqs for the router (and its overflow rule, SlotBased).
+		h.o.MaxNumSeqs = slots
+		fmt.Fprintf(h.progress, "pre-flight: max_num_seqs %d from the servers' slots (GET /props total_slots)\n", slots)
+	}
 	return nil
 }
 
 // replicaTargets fills in, from the probed engines, the replicas the harness
-// scrapes, the prefix-cache resets before each variant, the engines' manifest
-// record (once any is not vLLM) and max_num_seqs from llama.cpp's slots.
-func (h *httpRun) replicaTargets(probed []EngineServer) {
+// scrapes, the prefix-cache resets before each variant and the engines'
+// manifest record (once any is not vLLM); it returns the fewest slots of a
+// slot-based server (llama.cpp), 0 for none.
+func (h *httpRun) replicaTargets(probed []EngineServer) (slots int) {
 	rc := &h.rc
 	h.kinds = make([]engines.Kind, len(h.rcfgs))
 	noReset := map[engines.Kind]bool{}
 	allVLLM := true
-	slots := 0         // fewest slots of a slot-based server (llama.cpp), 0 none
 	var serverOf []int // rc.Replicas[j] is served by h.rcfgs[serverOf[j]]
 	for i, r := range h.rcfgs {
 		name := r.Name
@@ -258,12 +269,7 @@ func (h *httpRun) replicaTargets(probed []EngineServer) {
 			fmt.Fprintf(h.progress, "pre-flight: note: %s\n", n)
 		}
 	}
-	if slots > 0 && !h.o.maxNumSeqsGiven {
-		// A slot-based server runs at most its slots at once: that is its
-		// max_num_seqs for the router (and its overflow rule, SlotBased).
-		h.o.MaxNumSeqs = slots
-		fmt.Fprintf(h.progress, "pre-flight: max_num_seqs %d from the servers' slots (GET /props total_slots)\n", slots)
-	}
+	return slots
 }
 
 // FreshRouterNote is the manifest note of a run through the embedded router:
@@ -297,6 +303,7 @@ func (h *httpRun) embeddedRouter() error {
 		rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
 		rcfg.Models[i].OverflowThreshold = routerhttp.Threshold(o.OverflowThreshold)
 		rcfg.Models[i].Policy = o.Policy
+		rcfg.Models[i].Keyless = o.Keyless
 		rcfg.Models[i].Admission = routerhttp.AdmissionYAML(o.Admission)
 	}
 	rc.Admission = virtual.ManifestAdmission(o.Admission)

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/scrape"
-	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/internal/wire"
 )
@@ -89,7 +89,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 		return unverified("%s: %d DP rank(s), nothing to pin", base, ranks)
 	}
 	if model == "" || model == "*" {
-		m, err := vllmapi.FirstModel(ctx, hc, base, nil)
+		m, err := engineapi.FirstModel(ctx, hc, base, nil)
 		if err != nil {
 			return unverified("%s: %v", base, err)
 		}

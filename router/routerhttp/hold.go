@@ -40,9 +40,12 @@ import (
 //     "Event streams may also include any number of ping events"); the
 //     TypeScript SDK Claude Code uses skips it (src/core/streaming.ts:
 //     `if (sse.event === 'ping') continue`);
-//   - OpenAI chat/completions: the SSE comment `: keep-alive`, which every SSE
-//     parser ignores (WHATWG HTML "Server-sent events", event stream
-//     interpretation: a line starting with a colon is ignored).
+//   - OpenAI chat/completions and Responses: the SSE comment `: keep-alive`,
+//     which every SSE parser ignores (WHATWG HTML "Server-sent events", event
+//     stream interpretation: a line starting with a colon is ignored). The
+//     Responses API has no ping event of its own, and its first event,
+//     response.created, names the response id only the replica can give; the
+//     Codex CLI's SSE reader (eventsource-stream) skips comments.
 //
 // Such a request's hold is bounded by max_hold only. When admitted it goes
 // upstream as usual: the retry before the upstream's first byte still works
@@ -387,7 +390,8 @@ func writeOverloaded(w http.ResponseWriter, api apiKind, msg string) int {
 }
 
 // CarriesAssistantMessage reports whether a chat body (OpenAI chat completions
-// or Anthropic messages: both send "messages": [{"role": ...}]) already carries
+// or Anthropic messages: both send "messages": [{"role": ...}]; the Responses
+// API's "input" items carry a role too) already carries
 // an assistant message: a conversation past its first turn, which admission
 // never holds even when the router has forgotten its session. A quick byte scan
 // rules most first turns out before the body is decoded.
@@ -395,13 +399,21 @@ func CarriesAssistantMessage(body []byte) bool {
 	if !bytes.Contains(body, []byte(`"assistant"`)) {
 		return false
 	}
+	type roled struct {
+		Role string `json:"role"`
+	}
 	var v struct {
-		Messages []struct {
-			Role string `json:"role"`
-		} `json:"messages"`
+		Messages []roled         `json:"messages"`
+		Input    json.RawMessage `json:"input"` // Responses API: a string or items
 	}
 	if json.Unmarshal(body, &v) != nil {
 		return false
+	}
+	if in := bytes.TrimSpace(v.Input); len(in) > 0 && in[0] == '[' {
+		var items []roled
+		if json.Unmarshal(in, &items) == nil {
+			v.Messages = append(v.Messages, items...)
+		}
 	}
 	for _, m := range v.Messages {
 		if m.Role == "assistant" {
