@@ -31,6 +31,10 @@
 //     working set); BalancerConfig.Shared, nil in the virtual world. The Redis
 //     implementation is router/routerhttp/redisstate; this package only calls it,
 //     outside its lock for the calls that may wait.
+//   - Admission (admission.go): with `admission: fit` a new conversation whose
+//     expected working set fits no replica's KV cache waits in a FIFO queue at
+//     the router before its first request (Balancer.Admit, ErrHold tickets);
+//     docs/routing.md "Admission" measures it.
 //
 // One home per rule: the overflow threshold is held by the Balancer and handed to
 // the policy in Request.Threshold (one parser: ParseThreshold); vLLM's DP balancer
@@ -50,8 +54,5 @@
 // The proxy, config, session-key extraction, admin API, metrics, status card,
 // health checks and scraping are router/routerhttp. The simulator (sim), the load
 // generator (loadgen) and reports (report) are separate; this package imports none
-// of them. Admission (admission.go): with `admission: fit` a new conversation
-// whose expected working set fits no replica's KV cache waits in a FIFO queue
-// at the router before its first request (Balancer.Admit, ErrHold tickets).
-// Prefix-aware (KV-event) routing is not done.
+// of them. Prefix-aware (KV-event) routing is not done.
 package router

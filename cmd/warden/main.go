@@ -104,11 +104,12 @@ cache, and measures with numbers what that routing does.
   warden compare  compare two runs; non-zero exit when a threshold is crossed
   warden study    compare routing policies over seeds in virtual time (docs/routing.md)
   warden plan     how many sessions a fleet serves under an SLO, per policy (docs/planning.md)
+  warden trace    summarise, size a cache for and slice request traces (docs/traces.md)
   warden version  print the version`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd(), newPlanCmd())
+	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd(), newPlanCmd(), newTraceCmd())
 	for _, c := range append(root.Commands(), root) {
 		if c.Long == "" {
 			c.Long = c.Short
