@@ -134,9 +134,13 @@ func WriteTable(w io.Writer, r *Result) error {
 	if err := t.Render(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "KV-fit rule of thumb: %.0f tokens of peak context per session (%s) against %d KV tokens per replica (%d over the fleet)\n"+
+	fleet := fmt.Sprintf("%d over the fleet", r.Fit.FleetKVTokens)
+	if r.inverse() {
+		fleet = fmt.Sprintf("%d sessions need %.0f", c.InverseSessions, float64(c.InverseSessions)*r.Fit.PeakContextTokens)
+	}
+	_, err := fmt.Fprintf(w, "KV-fit rule of thumb: %.0f tokens of peak context per session (%s) against %d KV tokens per replica (%s)\n"+
 		"* a term within the seeds' noise of its threshold at the knee (95 %% interval, report.ThresholdDelta)\n",
-		r.Fit.PeakContextTokens, r.Fit.PeakSource, r.Fit.KVTokensReplica, r.Fit.FleetKVTokens)
+		r.Fit.PeakContextTokens, r.Fit.PeakSource, r.Fit.KVTokensReplica, fleet)
 	return err
 }
 
