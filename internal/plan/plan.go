@@ -156,6 +156,9 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.Scenario.Validate(); err != nil {
 		return c, fmt.Errorf("plan: %w", err)
 	}
+	if c.Scenario.Trace != nil {
+		return c, fmt.Errorf("plan: scenario %q replays a trace (trace.file %q): the planner searches session counts of a synthetic workload and cannot yet scale a trace's rate", c.Scenario.Name, c.Scenario.Trace.File)
+	}
 	if c.Fleet.Replicas < 1 {
 		return c, fmt.Errorf("plan: fleet of %d replicas", c.Fleet.Replicas)
 	}

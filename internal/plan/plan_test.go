@@ -218,3 +218,12 @@ func TestVerifySmoke(t *testing.T) {
 		t.Errorf("verification table: %v\n%s", err, b.String())
 	}
 }
+
+// A trace scenario is refused with the reason (the search varies sessions).
+func TestTraceScenarioRefused(t *testing.T) {
+	c := smokeConfig(t)
+	c.Scenario.Trace = &loadgen.TraceSpec{File: "conversation_trace.jsonl"}
+	if _, err := Run(context.Background(), c); err == nil || !strings.Contains(err.Error(), "cannot yet scale") {
+		t.Errorf("err %v; want the trace named", err)
+	}
+}
