@@ -201,6 +201,9 @@ func (o *planFlags) run(cmd *cobra.Command) error {
 	if errors.Is(err, plan.ErrNoPoint) {
 		return &exitError{code: ExitNoPlan, err: fmt.Errorf("%w; nothing written", err)}
 	}
+	if errors.Is(err, plan.ErrBudget) {
+		return fmt.Errorf("%w; nothing written (a larger --budget, or a smaller --max-sessions)", err)
+	}
 	if err != nil {
 		return err
 	}

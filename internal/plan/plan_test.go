@@ -106,9 +106,17 @@ func TestSearchBudget(t *testing.T) {
 	c := smokeConfig(t)
 	c.Budget = time.Nanosecond
 	c.Policies = []Policy{mustPolicy(t, "working-set")}
-	r, _ := Run(context.Background(), c)
+	r, err := Run(context.Background(), c)
 	if r == nil || !r.Policies[0].Budget || r.Policies[0].Resolved || len(r.Policies[0].Points) > 1 {
 		t.Fatalf("result %+v; want the budget flag, unresolved, at most one point", r)
+	}
+	// One point, met: an answer marked (budget). None met: ErrBudget, not ErrNoPoint.
+	if r.Policies[0].Knee == nil && (!errors.Is(err, ErrBudget) || errors.Is(err, ErrNoPoint)) {
+		t.Errorf("no knee within the budget: %v; want ErrBudget", err)
+	}
+	c.SLO, _ = ParseSLO("ttfb_p95=1ms")
+	if _, err := Run(context.Background(), c); !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "--budget") {
+		t.Errorf("budget spent on a failing point: %v; want ErrBudget naming --budget", err)
 	}
 }
 
