@@ -158,8 +158,8 @@ func New(cfg Config) (*Router, error) {
 			Affinity:   *m.Affinity,
 			MaxNumSeqs: m.MaxNumSeqs,
 			SlotBased:  slotBased,
-			// max_num_seqs left at its default: learn it from /props (slots).
-			LearnSlots:        m.MaxNumSeqs == router.DefaultMaxNumSeqs,
+			// max_num_seqs not set: learn it from /props (slots).
+			LearnSlots:        m.MaxNumSeqs == 0,
 			OverflowThreshold: int(m.OverflowThreshold),
 			Policy:            m.Policy,
 			SessionTTL:        cfg.SessionTTL,
@@ -299,7 +299,7 @@ func (rt *Router) targetList() []*target {
 // one pool matching any model, served by the replicas given as ParseReplicaSpec
 // strings, with affinity on (Sticky) or off (ShortestQueue). clock may be nil (wall
 // time); pass the simulator's scaled clock so snapshot and staleness intervals are
-// in simulated time. maxNumSeqs 0 means DefaultMaxNumSeqs (the auto threshold is a
+// in simulated time. maxNumSeqs 0 means VLLMDefaultMaxNumSeqs (the auto threshold is a
 // quarter of it).
 func NewFromURLs(specs []string, affinity bool, maxNumSeqs int, clock simclock.Clock) (*Router, error) {
 	cfg, err := ConfigForURLs(specs, affinity)
