@@ -58,7 +58,7 @@ Examples:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := report.CompareOptions{AllowScenarioMismatch: mismatch, StrictGates: strict}
 			for _, s := range failOn {
-				t, err := report.ParseThreshold(s)
+				t, err := report.ParseGate(s)
 				if err != nil {
 					return err
 				}
