@@ -80,14 +80,6 @@ func setTrailers(h http.Header, set func(http.Header)) {
 	}
 }
 
-// maxSilentHold and keepAliveInterval are router.MaxSilentHold and
-// router.KeepAliveInterval, variables only so a test can shorten them (set
-// before the Proxy serves).
-var (
-	maxSilentHold     = router.MaxSilentHold
-	keepAliveInterval = router.KeepAliveInterval
-)
-
 // OverloadRetryAfter is the Retry-After the proxy sends with a request refused
 // at an admission limit (router.AdmitLimitRefuse), in seconds: about the time a
 // conversation takes to end and free room on the reference workload at 24-32
@@ -127,11 +119,11 @@ func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c 
 		case !stream || after < 0:
 			// No byte is sent while held, so no hold may outlast a client's
 			// no-byte timeout.
-			c.facts.HoldLimit = maxSilentHold
+			c.facts.HoldLimit = p.maxSilentHold
 		default:
 			c.facts.HoldLimit = 0
 			if info.Held >= after {
-				c.ka = commitKeepAlive(w, c)
+				c.ka = commitKeepAlive(w, c, p.keepAliveInterval)
 			}
 		}
 		if c.ka != nil {
@@ -164,11 +156,12 @@ func streams(body []byte) bool {
 
 // keepAlive is a held request whose response was committed (commitKeepAlive).
 type keepAlive struct {
-	w      http.ResponseWriter
-	api    apiKind
-	pinged bool
-	last   time.Duration // when the latest keep-alive event was sent (Proxy.now)
-	broken error         // a keep-alive that could not be written: the client is gone
+	w        http.ResponseWriter
+	api      apiKind
+	interval time.Duration // between keep-alive events (Proxy.keepAliveInterval)
+	pinged   bool
+	last     time.Duration // when the latest keep-alive event was sent (Proxy.now)
+	broken   error         // a keep-alive that could not be written: the client is gone
 }
 
 // Keep-alive events: Anthropic's ping event and an SSE comment for OpenAI (see
@@ -178,8 +171,9 @@ var (
 	sseKeepAlive  = []byte(": keep-alive\n\n")
 )
 
-// commitKeepAlive writes the status and headers of c's kept-alive response.
-func commitKeepAlive(w http.ResponseWriter, c *call) *keepAlive {
+// commitKeepAlive writes the status and headers of c's kept-alive response,
+// whose keep-alive events then follow every interval.
+func commitKeepAlive(w http.ResponseWriter, c *call, interval time.Duration) *keepAlive {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -187,13 +181,13 @@ func commitKeepAlive(w http.ResponseWriter, c *call) *keepAlive {
 	h.Set(wire.HeaderAdmission, wire.AdmissionWaiting)
 	h.Set("Trailer", strings.Join(keepAliveTrailers, ", "))
 	w.WriteHeader(http.StatusOK)
-	return &keepAlive{w: w, api: c.api}
+	return &keepAlive{w: w, api: c.api, interval: interval}
 }
 
 // ping sends a keep-alive event when none was sent yet or the last one is
-// router.KeepAliveInterval old at now.
+// k.interval old at now.
 func (k *keepAlive) ping(now time.Duration) error {
-	if k.pinged && now-k.last < keepAliveInterval {
+	if k.pinged && now-k.last < k.interval {
 		return nil
 	}
 	k.pinged, k.last = true, now
