@@ -1,7 +1,6 @@
 package routerhttp
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,10 +92,6 @@ const OverloadRetryAfter = 30 * time.Second
 // while held.
 func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c *call) (router.Decision, error) {
 	b := pool.Balancer
-	if c.facts.SessionKey != "" && b.AdmissionConfig().Mode == router.AdmissionFit {
-		c.facts.Continuing = CarriesAssistantMessage(c.body)
-	}
-	stream, checked := false, false
 	for {
 		t0 := time.Now()
 		d, info, wait, err := b.AdmitWait(c.facts)
@@ -109,14 +104,11 @@ func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c 
 			return d, err
 		}
 		c.facts.Ticket = info.Ticket
-		if !checked {
-			stream, checked = streams(c.body), true
-		}
 		// Per ask: a PUT of the admission config applies to the waiters too.
 		after := b.AdmissionConfig().WithDefaults().KeepAliveAfter
 		switch {
 		case c.ka != nil:
-		case !stream || after < 0:
+		case !c.stream || after < 0:
 			// No byte is sent while held, so no hold may outlast a client's
 			// no-byte timeout.
 			c.facts.HoldLimit = p.maxSilentHold
@@ -139,19 +131,6 @@ func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c 
 			return router.Decision{}, fmt.Errorf("held for admission: %w", serr)
 		}
 	}
-}
-
-// streams reports whether a request body asks for a streamed response
-// ("stream": true, OpenAI and Anthropic alike). A quick byte scan rules most
-// non-streaming bodies out before the body is decoded.
-func streams(body []byte) bool {
-	if !bytes.Contains(body, []byte(`"stream"`)) {
-		return false
-	}
-	var v struct {
-		Stream bool `json:"stream"`
-	}
-	return json.Unmarshal(body, &v) == nil && v.Stream
 }
 
 // keepAlive is a held request whose response was committed (commitKeepAlive).
@@ -391,29 +370,4 @@ func writeOverloaded(w http.ResponseWriter, api apiKind, msg string) int {
 	status := overloadedStatus(api)
 	writeError(w, api, status, msg)
 	return status
-}
-
-// CarriesAssistantMessage reports whether a chat body (OpenAI chat completions
-// or Anthropic messages: both send "messages": [{"role": ...}]) already carries
-// an assistant message: a conversation past its first turn, which admission
-// never holds even when the router has forgotten its session. A quick byte scan
-// rules most first turns out before the body is decoded.
-func CarriesAssistantMessage(body []byte) bool {
-	if !bytes.Contains(body, []byte(`"assistant"`)) {
-		return false
-	}
-	var v struct {
-		Messages []struct {
-			Role string `json:"role"`
-		} `json:"messages"`
-	}
-	if json.Unmarshal(body, &v) != nil {
-		return false
-	}
-	for _, m := range v.Messages {
-		if m.Role == "assistant" {
-			return true
-		}
-	}
-	return false
 }

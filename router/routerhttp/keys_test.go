@@ -97,37 +97,37 @@ func TestExtractKey(t *testing.T) {
 	}{
 		{"claude header wins over metadata", hdr(wire.HeaderClaudeSession, "aaa"),
 			`{"model":"m","metadata":{"user_id":"{\"session_id\":\"bbb\"}"}}`, KeyConfig{},
-			RequestInfo{"m", "aaa", KeyClaudeHeader}, false},
+			RequestInfo{Model: "m", SessionKey: "aaa", Source: KeyClaudeHeader}, false},
 		{"metadata json with parent_session_id", nil,
 			`{"metadata":{"user_id":"{\"device_id\":\"00\",\"account_uuid\":\"\",\"session_id\":\"s-1\",\"parent_session_id\":\"p\"}"}}`, KeyConfig{},
-			RequestInfo{"", "s-1", KeyMetadataJSON}, false},
+			RequestInfo{Model: "", SessionKey: "s-1", Source: KeyMetadataJSON}, false},
 		{"metadata wins over X-Session-ID", hdr("X-Session-ID", "x"),
 			`{"metadata":{"user_id":"{\"session_id\":\"s-1\"}"}}`, KeyConfig{},
-			RequestInfo{"", "s-1", KeyMetadataJSON}, false},
+			RequestInfo{Model: "", SessionKey: "s-1", Source: KeyMetadataJSON}, false},
 		{"legacy with account", nil,
 			`{"metadata":{"user_id":"user_abc123_account_11111111-2222-3333-4444-555555555555_session_aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"}}`, KeyConfig{},
-			RequestInfo{"", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", KeyMetadataLegacy}, false},
+			RequestInfo{Model: "", SessionKey: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", Source: KeyMetadataLegacy}, false},
 		// Other clients put a plain user id in metadata.user_id: not a session.
 		{"plain metadata user_id ignored", hdr("x-session-id", "from-header"),
 			`{"metadata":{"user_id":"alice"}}`, KeyConfig{},
-			RequestInfo{"", "from-header", KeyHeader}, false},
+			RequestInfo{Model: "", SessionKey: "from-header", Source: KeyHeader}, false},
 		{"configured header", hdr("X-My-Conv", "c1"), `{}`, KeyConfig{Headers: []string{"X-My-Conv"}},
-			RequestInfo{"", "c1", KeyHeader}, false},
+			RequestInfo{Model: "", SessionKey: "c1", Source: KeyHeader}, false},
 		{"empty header list disables X-Session-ID", hdr("X-Session-ID", "x"), `{}`, KeyConfig{Headers: []string{}},
 			RequestInfo{}, false},
 		{"openai user only when configured", nil, `{"model":"m","user":"u1"}`, KeyConfig{},
-			RequestInfo{"m", "", KeyNone}, false},
+			RequestInfo{Model: "m", SessionKey: "", Source: KeyNone}, false},
 		{"openai user configured", nil, `{"model":"m","user":"u1"}`, KeyConfig{UseOpenAIUser: true},
-			RequestInfo{"m", "u1", KeyOpenAIUser}, false},
+			RequestInfo{Model: "m", SessionKey: "u1", Source: KeyOpenAIUser}, false},
 		{"subagent keeps parent's session", hdr(wire.HeaderClaudeSession, "p", wire.HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{},
-			RequestInfo{"", "p", KeyClaudeHeader}, false},
+			RequestInfo{Model: "", SessionKey: "p", Source: KeyClaudeHeader}, false},
 		{"subagent split when configured", hdr(wire.HeaderClaudeSession, "p", wire.HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{SplitSubagents: true},
-			RequestInfo{"", "p/agent/agent-7", KeyClaudeHeader}, false},
+			RequestInfo{Model: "", SessionKey: "p/agent/agent-7", Source: KeyClaudeHeader}, false},
 		{"blank header skipped", hdr(wire.HeaderClaudeSession, "  "), `{"metadata":{"user_id":"{\"session_id\":\"s\"}"}}`, KeyConfig{},
-			RequestInfo{"", "s", KeyMetadataJSON}, false},
+			RequestInfo{Model: "", SessionKey: "s", Source: KeyMetadataJSON}, false},
 		{"wrong types ignored", nil, `{"model":5,"metadata":{"user_id":7},"user":[1]}`, KeyConfig{UseOpenAIUser: true},
 			RequestInfo{}, false},
-		{"empty body", hdr("X-Session-ID", "x"), ``, KeyConfig{}, RequestInfo{"", "x", KeyHeader}, false},
+		{"empty body", hdr("X-Session-ID", "x"), ``, KeyConfig{}, RequestInfo{Model: "", SessionKey: "x", Source: KeyHeader}, false},
 		{"not json", nil, `model=m`, KeyConfig{}, RequestInfo{}, true},
 		{"json array", nil, `[{"model":"m"}]`, KeyConfig{}, RequestInfo{}, true},
 		{"json null", nil, `null`, KeyConfig{}, RequestInfo{}, true},
@@ -205,5 +205,34 @@ func TestBadBodyErrorSaysWhere(t *testing.T) {
 		if !errors.Is(err, ErrBadBody) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want ErrBadBody saying %q", body, err, want)
 		}
+	}
+}
+
+// Issue 25: the body is read once; RequestInfo says whether it streams and
+// whether its messages carry an assistant message (hold.go re-parsed it with
+// json.Unmarshal for both).
+func TestExtractKeyReadsStreamAndContinuing(t *testing.T) {
+	for _, tc := range []struct {
+		name, body         string
+		stream, continuing bool
+	}{
+		{"first turn", `{"model":"m","stream":true,"messages":[{"role":"system","content":"x"},{"role":"user","content":"hi"}]}`, true, false},
+		{"later turn", `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"ok"},{"role":"user","content":"more"}]}`, false, true},
+		{"stream false", `{"stream":false,"messages":[]}`, false, false},
+		{"stream as a string", `{"stream":"true"}`, false, false},
+		{"assistant only in text", `{"messages":[{"role":"user","content":"{\"role\": \"assistant\"} \"assistant\""}]}`, false, false},
+		{"assistant in a nested object", `{"messages":[{"role":"user","content":[{"type":"text","meta":{"role":"assistant"}}]}]}`, false, false},
+		{"assistant outside messages", `{"role":"assistant","system":[{"role":"assistant"}],"messages":[{"role":"user"}]}`, false, false},
+		{"escaped name", `{"messages":[{"r\u006fle":"assistant"}]}`, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ExtractKey(http.Header{}, []byte(tc.body), KeyConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Stream != tc.stream || got.Continuing != tc.continuing {
+				t.Errorf("stream %v continuing %v, want %v %v", got.Stream, got.Continuing, tc.stream, tc.continuing)
+			}
+		})
 	}
 }
