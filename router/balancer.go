@@ -33,15 +33,22 @@ const (
 	// clearly less loaded replica (WorkingSet), so it does not bounce back to a
 	// home whose copy of its cache is going stale.
 	ReasonMoved
+	// ReasonPrefix: no session key; the replica that was sent the longest part
+	// of the request's prompt prefix (BalancerConfig.Keyless KeylessPrefix).
+	ReasonPrefix
+	// ReasonResponse: the request continues a Responses API response
+	// (previous_response_id) and went to the replica that produced it, whatever
+	// its load (responsehome.go).
+	ReasonResponse
 
-	numReasons = int(ReasonMoved) + 1
+	numReasons = int(ReasonResponse) + 1
 )
 
 // Reasons lists every Reason in order, for metrics and status output.
-var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved}
+var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved, ReasonPrefix, ReasonResponse}
 
 // String returns the header/metric value: sticky, placed, overflow, rehome, no-key,
-// balanced, moved.
+// balanced, moved, prefix, response.
 func (r Reason) String() string {
 	switch r {
 	case ReasonSticky:
@@ -58,6 +65,10 @@ func (r Reason) String() string {
 		return "balanced"
 	case ReasonMoved:
 		return "moved"
+	case ReasonPrefix:
+		return "prefix"
+	case ReasonResponse:
+		return "response"
 	}
 	return "unknown"
 }
@@ -94,6 +105,14 @@ type Facts struct {
 	// (0: no cap): the proxy sets router.MaxSilentHold for a request it cannot
 	// keep alive while held (admission.go).
 	HoldLimit time.Duration
+	// ResponseID is the Responses API previous_response_id the request
+	// continues ("" none): when the Balancer knows which replica produced it
+	// (LearnResponse) and that replica is healthy, the request goes there.
+	ResponseID string
+	// Prefix holds the chained hashes of the prompt's leading pieces
+	// (PrefixHashes), for keyless placement (BalancerConfig.Keyless); read only
+	// when SessionKey is "". nil: unknown.
+	Prefix []uint64
 }
 
 // SideMeasure is the request size the side-request test compares between the
@@ -198,7 +217,19 @@ type BalancerConfig struct {
 	// session homes, in-flight counts, live working sets). nil: this Balancer's
 	// own state only (one router, the virtual world).
 	Shared SharedState
+	// Keyless is the placement of requests without a session key while affinity
+	// is on: KeylessPrefix or KeylessShortestQueue ("" = DefaultKeyless,
+	// prefix; prefix.go).
+	Keyless string
+	// PrefixPieceTokens is how many tokens one piece of Facts.Prefix stands for
+	// (the prefix index's bound is KV capacity / this); default
+	// DefaultPrefixPieceTokens.
+	PrefixPieceTokens int
 }
+
+// DefaultPrefixPieceTokens is the prefix index's piece in tokens: vLLM's default
+// KV block size (16, vllm/config/cache.py), the unit its prefix cache hits in.
+const DefaultPrefixPieceTokens = 16
 
 // Balancer holds one model's replica pool state, its policies and its session table,
 // with no I/O: the HTTP Proxy and the virtual-time world both drive it. Safe for
@@ -229,9 +260,15 @@ type Balancer struct {
 	shared   SharedState // nil: none
 	margin   int
 	seed     uint64
-	kvCap    int64 // configured KV capacity per replica, tokens (0 unknown)
-	outlier  OutlierConfig
-	adm      *admission
+	kvCap    int64        // configured KV capacity per replica, tokens (0 unknown)
+	prefix   *PrefixIndex // keyless prefix placement; nil: shortest queue
+	// responses maps Responses API ids to the replica that produced them
+	// (responsehome.go); made on first use with the session table's TTL and bound.
+	responses   *SessionTable
+	sessionTTL  time.Duration
+	maxSessions int
+	outlier     OutlierConfig
+	adm         *admission
 
 	// Body size calibration (ObserveSize): decayed sums of body bytes and prompt
 	// tokens of finished requests, and how many were seen.
@@ -309,6 +346,9 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	if err := cfg.Admission.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := ValidKeyless(cfg.Keyless); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("building balancer: %w", err)
 	}
@@ -342,6 +382,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		NoKey:  b.sq,
 	}
 	b.sessions.SetLiveWindow(cfg.LiveWindow)
+	b.sessionTTL, b.maxSessions = cfg.SessionTTL, cfg.MaxSessions
 	b.onDec = cfg.OnDecision
 	b.shared = cfg.Shared
 	b.margin, b.seed, b.kvCap = margin, cfg.Seed, cfg.KVCapacityTokens
@@ -357,7 +398,15 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	b.view = make([]ReplicaState, len(b.reps))
 	b.sessions.grow(len(b.reps))
 	b.adm = newAdmission(cfg.Admission)
+	b.adm.shared = cfg.Shared != nil
 	b.adm.grow(len(b.reps))
+	if keyless := cfg.Keyless; keyless == KeylessPrefix || (keyless == "" && DefaultKeyless == KeylessPrefix) {
+		piece := cfg.PrefixPieceTokens
+		if piece <= 0 {
+			piece = DefaultPrefixPieceTokens
+		}
+		b.prefix = NewPrefixIndex(len(b.reps), piece)
+	}
 	return b, nil
 }
 
@@ -478,7 +527,14 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 		plan *claimPlan
 	)
 	home := -1
-	if b.affinity {
+	reqSide := false
+	var shResp *SharedHome
+	if sv != nil {
+		shResp = sv.response
+	}
+	if r := b.responseHome(f.ResponseID, shResp); r >= 0 && b.view[r].Healthy {
+		d = Decision{Replica: r, Reason: ReasonResponse}
+	} else if b.affinity {
 		var h uint64
 		var lost, side bool
 		ctx := f.PromptTokens
@@ -492,14 +548,16 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 				created = b.sessions.adopt(now, h, sv.home.Replica)
 			}
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
+			reqSide = side
 			if gated {
 				// Admission (admission.go): may hold a new conversation, or
 				// leave only the replicas with room healthy in the view.
-				b.adm.expire(now, b.sessions.LiveWindow())
 				var remote *RemoteAdmission
 				if b.shared != nil {
 					remote = b.shared.RemoteAdmission()
+					b.adm.remote = remote
 				}
+				b.adm.expire(now, b.sessions.LiveWindow())
 				g, err = b.adm.gate(now, f, h, b.sessions.home(h), side, ctx, b.view, remote)
 				if err != nil {
 					return Decision{}, g.info(), nil, err
@@ -510,7 +568,18 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			over = b.sessions.overflowTarget(h)
 		}
 		b.slowStart(now, home)
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
+		byPrefix := false
+		if f.SessionKey == "" && b.prefix != nil && !f.NoPrefill {
+			if m, _ := b.prefix.Pick(b.view, f.Prefix, b.overflowThreshold()); m >= 0 {
+				d, byPrefix = Decision{Replica: m, Reason: ReasonPrefix}, true
+			}
+		}
+		if !byPrefix {
+			d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
+		}
+		if err == nil && f.SessionKey == "" && b.prefix != nil && !f.NoPrefill {
+			b.prefix.Record(d.Replica, f.Prefix, b.view[d.Replica].KVCapacityTokens)
+		}
 		if err == nil && gated {
 			b.adm.routed(now, h, SessionID(f.SessionKey), d, ctx, side, g)
 			info = g.info()
@@ -529,7 +598,15 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			}
 			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
 			if sv != nil {
-				plan = b.plan(sv, h, d)
+				if plan = b.plan(sv, h, d); plan != nil {
+					plan.gate, plan.side, plan.from = g, side, -1
+					if gated {
+						plan.res = b.reservation(g, d, h, SessionID(f.SessionKey), plan.cands)
+					}
+					if plan.res != nil && d.Reason == ReasonMoved {
+						plan.from = home
+					}
+				}
 			}
 		}
 	} else {
@@ -550,6 +627,9 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 	r.served[d.Reason]++
 	if b.shared != nil && plan == nil {
 		b.shared.Acquired(d.Replica)
+		if b.affinity && b.adm.on() && f.SessionKey != "" {
+			b.shared.Began(SessionID(f.SessionKey), reqSide)
+		}
 	}
 	return d, info, plan, nil
 }
@@ -583,8 +663,8 @@ func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens
 	if sessionKey == "" || !b.affinity {
 		return
 	}
-	if b.adm.on() {
-		b.adm.observeCache(b.sessions.hash(sessionKey), promptTokens, cachedTokens)
+	if b.adm.on() && b.adm.observeCache(b.sessions.hash(sessionKey), promptTokens, cachedTokens) && b.shared != nil {
+		b.shared.ObserveFirstTurn(cachedTokens)
 	}
 	b.sessions.observeCache(b.sessions.hash(sessionKey), b.now(), i, promptTokens, cachedTokens)
 }

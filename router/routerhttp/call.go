@@ -53,6 +53,10 @@ type call struct {
 	cancel    context.CancelCauseFunc
 	tracked   liveKey
 	isTracked bool
+	// learn: a Responses API call whose response the server may store: its id
+	// is told to the Balancer (LearnResponse) as soon as the scanner sees it
+	// (usage.onID), before the client can send a continuation.
+	learn bool
 
 	usage        usageScanner // the response's usage (SSE or JSON), for Balancer.ObserveCache
 	status       int
@@ -97,8 +101,13 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 	if m := pool.lastModel.Load(); info.Model != "" && (m == nil || *m != info.Model) {
 		pool.noteModel(info.Model)
 	}
-	c := &call{pool: pool, api: api, body: body, inURL: *r.URL, routed: true, stream: info.Stream,
-		facts: router.Facts{SessionKey: info.SessionKey, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens, Continuing: info.Continuing}}
+	c := &call{pool: pool, api: api, body: body, inURL: *r.URL, routed: true, stream: info.Stream, learn: api == apiResponses && !info.NoStore,
+		facts: router.Facts{SessionKey: info.SessionKey, ResponseID: info.ResponseID, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens, Continuing: info.Continuing}}
+	if info.SessionKey == "" && pool.Balancer.KeylessPrefix() {
+		// Keyless placement by prefix: the body's leading bytes stand for the
+		// prompt's (model, then messages / input, as clients send them).
+		c.facts.Prefix = router.PrefixHashesBytes(nil, body, PrefixPieceBytes, MaxPrefixPieces)
+	}
 	d, err := p.admit(r.Context(), w, pool, c)
 	if err != nil {
 		name := pool.Model
@@ -117,6 +126,14 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		return nil, false
 	}
 	c.dec, c.inFlight = d, true
+	if c.learn {
+		c.usage.onID = func(id string) {
+			// On the response's path (the store's claim, one round trip with
+			// state:), after the headers: in MetricStateWait, not in
+			// wire.HeaderStateMs.
+			c.stateWait += pool.Balancer.LearnResponse(id, c.dec.Replica)
+		}
+	}
 	if p.onRoute != nil {
 		p.onRoute(pool, c.facts.SessionKey, len(body), d)
 	}

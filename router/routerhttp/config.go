@@ -172,6 +172,11 @@ type ModelConfig struct {
 	// Policy used while affinity is on: "working-set" (default), "sticky",
 	// "session-hash" or "shortest-queue" (PolicyNames; docs/routing.md).
 	Policy string `yaml:"policy"`
+	// Keyless: placement of requests without a session key while affinity is
+	// on: "prefix" (default, router.DefaultKeyless), the replica sent the
+	// longest part of the request's prefix, or "shortest-queue"
+	// (router.KeylessNames; docs/routing.md "Keyless placement").
+	Keyless string `yaml:"keyless"`
 	// Engine is the default engine of the model's replicas (ReplicaConfig.Engine);
 	// default vllm. A model whose replicas are all llama.cpp is slot-based: its
 	// auto threshold is router.SlotOverflowThreshold(max_num_seqs).
@@ -456,6 +461,9 @@ func (c Config) problems() []located {
 		admissionProblems(p, m.Admission, bad)
 		if !router.ValidPolicy(m.Policy) {
 			bad(p+".policy", "%q is unknown (have %s)", m.Policy, strings.Join(router.PolicyNames(), ", "))
+		}
+		if err := router.ValidKeyless(m.Keyless); err != nil {
+			bad(p+".keyless", "%q is unknown (have %s)", m.Keyless, strings.Join(router.KeylessNames(), ", "))
 		}
 		if _, err := engines.ParseKind(m.Engine); err != nil {
 			bad(p+".engine", "%v", err)

@@ -273,7 +273,7 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 			[]string{`scalar.yaml:5: models[0].admission.mode: "fits" is unknown (have off, fit)`}, ""},
 		// A misspelt key lists the valid ones.
 		{"misspelt.yaml", "models:\n  - name: m\n    admision: fit\n" + replicas,
-			[]string{"misspelt.yaml:3: models[0].admision: field admision not found (did you mean admission? have name, replicas, affinity, overflow_threshold, max_num_seqs, policy, engine, admission)"}, ""},
+			[]string{"misspelt.yaml:3: models[0].admision: field admision not found (did you mean admission? have name, replicas, affinity, overflow_threshold, max_num_seqs, policy, keyless, engine, admission)"}, ""},
 		{"admkey.yaml", "models:\n  - name: m\n    admission:\n      keepalive_afer: 2s\n" + replicas,
 			[]string{"admkey.yaml:4: models[0].admission.keepalive_afer: field keepalive_afer not found in admission (did you mean keepalive_after? have mode, "}, ""},
 		{"top.yaml", "listn: x\nmodels:\n  - name: m\n" + replicas,

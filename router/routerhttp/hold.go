@@ -40,9 +40,12 @@ import (
 //     "Event streams may also include any number of ping events"); the
 //     TypeScript SDK Claude Code uses skips it (src/core/streaming.ts:
 //     `if (sse.event === 'ping') continue`);
-//   - OpenAI chat/completions: the SSE comment `: keep-alive`, which every SSE
-//     parser ignores (WHATWG HTML "Server-sent events", event stream
-//     interpretation: a line starting with a colon is ignored).
+//   - OpenAI chat/completions and Responses: the SSE comment `: keep-alive`,
+//     which every SSE parser ignores (WHATWG HTML "Server-sent events", event
+//     stream interpretation: a line starting with a colon is ignored). The
+//     Responses API has no ping event of its own, and its first event,
+//     response.created, names the response id only the replica can give; the
+//     Codex CLI's SSE reader (eventsource-stream) skips comments.
 //
 // Such a request's hold is bounded by max_hold only. When admitted it goes
 // upstream as usual: the retry before the upstream's first byte still works

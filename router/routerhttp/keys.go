@@ -31,11 +31,13 @@ const (
 	KeyMetadataLegacy                  // metadata.user_id, legacy user_..._session_<uuid>
 	KeyHeader                          // a configured header (X-Session-ID by default)
 	KeyOpenAIUser                      // the OpenAI "user" field (when configured)
+	KeyCodexHeader                     // the Codex CLI's session-id / thread-id (or older session_id / conversation_id)
+	KeyPromptCacheKey                  // the Responses / chat body's prompt_cache_key
 )
 
 // String names the source for logs.
 func (s KeySource) String() string {
-	return [...]string{"none", "claude-header", "metadata-json", "metadata-legacy", "header", "openai-user"}[s]
+	return [...]string{"none", "claude-header", "metadata-json", "metadata-legacy", "header", "openai-user", "codex-header", "prompt-cache-key"}[s]
 }
 
 // KeyConfig says where to look for session keys besides Claude Code's own.
@@ -59,11 +61,24 @@ type RequestInfo struct {
 	// Stream: the body asks for a streamed response ("stream": true); what
 	// keep-alive needs (hold.go).
 	Stream bool
-	// Continuing: the body's "messages" already carry an assistant message, a
-	// conversation past its first turn, which admission never holds even when
-	// the router has forgotten its session (hold.go).
+	// Continuing: the body's "messages" (Responses API: "input" items) already
+	// carry an assistant message, a conversation past its first turn, which
+	// admission never holds even when the router has forgotten its session
+	// (hold.go).
 	Continuing bool
+	// ResponseID is the body's previous_response_id (Responses API), "" when
+	// absent: the response the request continues.
+	ResponseID string
+	// NoStore: the body says "store": false, so the server keeps no response a
+	// later request could continue (the router then learns no response id).
+	NoStore bool
 }
+
+// CodexSessionHeaders are the headers the Codex CLI names its conversation
+// with, read in this order after Claude Code's sources: codex-cli 0.171.0
+// sends session-id and thread-id (the same thread id); earlier releases sent
+// session_id and conversation_id (docs/responses-api.md).
+var CodexSessionHeaders = []string{wire.HeaderCodexSession, wire.HeaderCodexThread, wire.HeaderCodexLegacySession, wire.HeaderCodexConversation}
 
 // ErrBadBody: a POST body that is not a JSON object (the proxy answers 400).
 var ErrBadBody = errors.New("request body is not a JSON object")
@@ -74,9 +89,14 @@ type requestBody struct {
 	Model    json.RawMessage
 	Metadata json.RawMessage
 	User     json.RawMessage
+	// PromptCacheKey and PreviousResponseID: the Responses API's (the former
+	// also on chat completions).
+	PromptCacheKey     json.RawMessage
+	PreviousResponseID json.RawMessage
+	Store              json.RawMessage
 	// Stream: "stream": true (OpenAI and Anthropic alike). Assistant: an
-	// element of "messages" has "role": "assistant" (a conversation past its
-	// first turn; both APIs send "messages": [{"role": ...}]).
+	// element of "messages" (or of the Responses API's "input") has "role":
+	// "assistant" (a conversation past its first turn).
 	Stream, Assistant bool
 }
 
@@ -101,11 +121,19 @@ func readRequestBody(body []byte) (requestBody, error) {
 			rb.Metadata = value
 		case "user":
 			rb.User = value
+		case "prompt_cache_key":
+			rb.PromptCacheKey = value
+		case "previous_response_id":
+			rb.PreviousResponseID = value
+		case "store":
+			rb.Store = value
 		case "stream":
 			rb.Stream = string(value) == "true"
 		}
 	}, func(top, name, value []byte) {
-		if string(top) == "messages" && string(name) == "role" && string(value) == `"assistant"` {
+		// Chat completions and Messages send "messages": [{"role": ...}]; the
+		// Responses API's "input" items carry a role too.
+		if (string(top) == "messages" || string(top) == "input") && string(name) == "role" && string(value) == `"assistant"` {
 			rb.Assistant = true
 		}
 	})
@@ -523,12 +551,16 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 			return info, err
 		}
 		info.Model = jsonString(rb.Model)
+		info.ResponseID = cleanKey(jsonString(rb.PreviousResponseID))
+		info.NoStore = string(bytes.TrimSpace(rb.Store)) == "false"
 		info.Stream, info.Continuing = rb.Stream, rb.Assistant
 	}
 	mdKey, mdSrc := metadataSession(rb.Metadata)
 	switch {
 	case setKey(&info, h.Get(wire.HeaderClaudeSession), KeyClaudeHeader):
 	case setKey(&info, mdKey, mdSrc):
+	case setCodexKey(&info, h):
+	case setKey(&info, jsonString(rb.PromptCacheKey), KeyPromptCacheKey):
 	default:
 		hdrs := cfg.Headers
 		if hdrs == nil {
@@ -549,6 +581,15 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 		}
 	}
 	return info, nil
+}
+
+func setCodexKey(info *RequestInfo, h http.Header) bool {
+	for _, name := range CodexSessionHeaders {
+		if setKey(info, h.Get(name), KeyCodexHeader) {
+			return true
+		}
+	}
+	return false
 }
 
 func setKey(info *RequestInfo, v string, src KeySource) bool {

@@ -101,6 +101,21 @@ func TestExtractKey(t *testing.T) {
 		{"metadata json with parent_session_id", nil,
 			`{"metadata":{"user_id":"{\"device_id\":\"00\",\"account_uuid\":\"\",\"session_id\":\"s-1\",\"parent_session_id\":\"p\"}"}}`, KeyConfig{},
 			RequestInfo{Model: "", SessionKey: "s-1", Source: KeyMetadataJSON}, false},
+		// The Codex CLI (codex-cli 0.171.0, e2e/testdata/codex-0.171.0-request.txt):
+		// session-id and thread-id headers and prompt_cache_key, all the thread id.
+		{"codex session-id", hdr(wire.HeaderCodexSession, "th-1", wire.HeaderCodexThread, "th-1", "X-Session-ID", "x"),
+			`{"model":"m","prompt_cache_key":"th-1","store":false}`, KeyConfig{},
+			RequestInfo{Model: "m", SessionKey: "th-1", Source: KeyCodexHeader, NoStore: true}, false},
+		{"codex thread-id alone", hdr(wire.HeaderCodexThread, "th-2"), `{}`, KeyConfig{},
+			RequestInfo{SessionKey: "th-2", Source: KeyCodexHeader}, false},
+		// Older Codex: session_id (underscore) and conversation_id.
+		{"codex legacy session_id", hdr("session_id", "old-1", "conversation_id", "old-1"), `{}`, KeyConfig{},
+			RequestInfo{SessionKey: "old-1", Source: KeyCodexHeader}, false},
+		{"prompt_cache_key wins over X-Session-ID", hdr("X-Session-ID", "x"),
+			`{"prompt_cache_key":"pck","previous_response_id":"resp_1"}`, KeyConfig{},
+			RequestInfo{SessionKey: "pck", Source: KeyPromptCacheKey, ResponseID: "resp_1"}, false},
+		{"claude header wins over codex", hdr(wire.HeaderClaudeSession, "c", wire.HeaderCodexSession, "x"), `{}`, KeyConfig{},
+			RequestInfo{SessionKey: "c", Source: KeyClaudeHeader}, false},
 		{"metadata wins over X-Session-ID", hdr("X-Session-ID", "x"),
 			`{"metadata":{"user_id":"{\"session_id\":\"s-1\"}"}}`, KeyConfig{},
 			RequestInfo{Model: "", SessionKey: "s-1", Source: KeyMetadataJSON}, false},

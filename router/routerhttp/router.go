@@ -162,6 +162,8 @@ func New(cfg Config) (*Router, error) {
 			LearnSlots:        m.MaxNumSeqs == 0,
 			OverflowThreshold: int(m.OverflowThreshold),
 			Policy:            m.Policy,
+			Keyless:           m.Keyless,
+			PrefixPieceTokens: PrefixPieceBytes / router.BytesPerTokenEstimate,
 			SessionTTL:        cfg.SessionTTL,
 			MaxSessions:       cfg.MaxSessions,
 			SnapshotInterval:  cfg.SnapshotInterval,
