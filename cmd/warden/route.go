@@ -124,7 +124,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.StringVar(&o.adminAddr, "admin-listen", routerhttp.DefaultAdminListen, "admin API listen address (keep it on loopback)")
 	f.StringVar(&o.adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
 	f.StringVar(&o.thresholdArg, "overflow-threshold", "auto", "in-flight requests above which a request leaves its replica (auto or 0: max_num_seqs/4; with --config: every model, over the file)")
-	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
+	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.VLLMDefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
 	f.DurationVar(&o.bodyRead, "body-read-timeout", routerhttp.DefaultBodyReadTimeout, "longest a client may take to send a request body (408 past it; negative: none)")
 	f.Int64Var(&o.bodyMem, "body-memory-bytes", routerhttp.DefaultBodyMemoryBytes, "memory all request bodies being read may hold together (503 with Retry-After past it)")
 	f.IntVar(&o.ejectAfter, "eject-consecutive-failures", router.DefaultEjectConsecutiveFailures, "eject a replica after this many consecutive failed requests (5xx, broken connections) though its /health passes; negative: never (docs/router.md section 9)")
@@ -180,7 +180,8 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 		if f.Changed("admission") {
 			m.Admission.Mode = o.admission
 		}
-		if given("max-num-seqs") {
+		if f.Changed("max-num-seqs") {
+			// Unset it stays 0 (the default), so a llama.cpp model learns its slots.
 			m.MaxNumSeqs = o.maxNumSeqs
 		}
 		if given("overflow-threshold") {

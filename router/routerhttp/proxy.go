@@ -89,6 +89,11 @@ type Proxy struct {
 	onRoute     func(pool *Pool, key string, bodyBytes int, d router.Decision)
 	clock       simclock.Clock
 
+	// maxSilentHold and keepAliveInterval are router.MaxSilentHold and
+	// router.KeepAliveInterval (hold.go); a test of the package may shorten
+	// them before the Proxy serves.
+	maxSilentHold, keepAliveInterval time.Duration
+
 	liveMu sync.Mutex
 	live   map[liveKey]map[*call]struct{} // requests in flight per replica (AbortSilent)
 
@@ -120,6 +125,9 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		log:         cfg.Logger,
 		onRoute:     cfg.OnRoute,
 		clock:       cfg.Clock,
+
+		maxSilentHold:     router.MaxSilentHold,
+		keepAliveInterval: router.KeepAliveInterval,
 	}
 	if p.limit <= 0 {
 		p.limit = DefaultBodyLimit
