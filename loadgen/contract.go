@@ -17,8 +17,8 @@ type Scenario struct {
 	Name               string        `yaml:"name" json:"name"`
 	Seed               uint64        `yaml:"seed" json:"seed"`                           // default 1
 	Model              string        `yaml:"model" json:"model"`                         // served model name; "" = ask /v1/models
-	API                string        `yaml:"api" json:"api"`                             // "openai-chat" (default) or "anthropic-messages"
-	SessionHeader      string        `yaml:"session_header" json:"session_header"`       // "claude-code" (default) or "x-session-id"
+	API                string        `yaml:"api" json:"api"`                             // "openai-chat" (default), "anthropic-messages" or "openai-responses"
+	SessionHeader      string        `yaml:"session_header" json:"session_header"`       // "claude-code" (default; "codex" for openai-responses), "x-session-id", "codex" or "none"
 	SystemPromptTokens int           `yaml:"-" json:"system_prompt_tokens"`              // shared by all sessions; default 3500
 	FirstTurnTokens    int           `yaml:"-" json:"first_turn_tokens"`                 // unique first user message; default 6000
 	TurnTokens         int           `yaml:"-" json:"turn_tokens"`                       // each later user message; default 400

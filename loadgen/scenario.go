@@ -43,6 +43,7 @@ const (
 const (
 	APIOpenAIChat        = "openai-chat"        // POST /v1/chat/completions
 	APIAnthropicMessages = "anthropic-messages" // POST /v1/messages?beta=true
+	APIOpenAIResponses   = "openai-responses"   // POST /v1/responses, as the Codex CLI sends it
 )
 
 // Session key styles accepted in Scenario.SessionHeader (brief clients.md).
@@ -53,8 +54,13 @@ const (
 	SessionHeaderClaudeCode = "claude-code"
 	// SessionHeaderXSessionID sends X-Session-ID: <uuid> (vLLM's multi-turn benchmark).
 	SessionHeaderXSessionID = "x-session-id"
-	// SessionHeaderNone sends no session key (keyless traffic); for trace
-	// replays (Scenario.Trace) only.
+	// SessionHeaderCodex sends session-id: <id> and thread-id: <id>, as the Codex CLI
+	// (0.171.0) does (docs/responses-api.md); the Responses client also puts the id
+	// in prompt_cache_key whatever the style. The default for APIOpenAIResponses.
+	SessionHeaderCodex = "codex"
+	// SessionHeaderNone sends no session key at all (no header, no
+	// metadata.user_id, no prompt_cache_key): a generic client, the traffic the
+	// router places keyless (docs/routing.md "Keyless placement").
 	SessionHeaderNone = "none"
 )
 
@@ -141,6 +147,9 @@ func (sc *Scenario) WithDefaults() *Scenario {
 	}
 	if c.API == "" {
 		c.API = APIOpenAIChat
+	}
+	if c.SessionHeader == "" && c.API == APIOpenAIResponses {
+		c.SessionHeader = SessionHeaderCodex
 	}
 	if c.SessionHeader == "" {
 		c.SessionHeader = SessionHeaderClaudeCode
@@ -241,18 +250,14 @@ func (sc *Scenario) problems() []problem {
 		out = append(out, problem{line: sc.line(field), field: field, text: field + ": " + fmt.Sprintf(format, args...)})
 	}
 	switch c.API {
-	case APIOpenAIChat, APIAnthropicMessages:
+	case APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses:
 	default:
-		bad("api", "unknown API %q (want %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages)
+		bad("api", "unknown API %q (want %q, %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses)
 	}
 	switch c.SessionHeader {
-	case SessionHeaderClaudeCode, SessionHeaderXSessionID:
-	case SessionHeaderNone:
-		if c.Trace == nil {
-			bad("session_header", "%q is for trace replays (trace:) only", c.SessionHeader)
-		}
+	case SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone:
 	default:
-		bad("session_header", "unknown style %q (want %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID)
+		bad("session_header", "unknown style %q (want %q, %q, %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone)
 	}
 	checkTokens := func(field string, n int, r TokenRange) {
 		if n < 1 {

@@ -111,7 +111,7 @@ type Reservation struct {
 	Fit []int64
 	// Own: this gate's counted conversations (without this one).
 	Own []SharedConv
-	// Force: reserve without the check (AdmitAtLimit).
+	// Force: reserve without the check (AdmitLimit).
 	Force bool
 }
 
@@ -270,9 +270,9 @@ func (b *Balancer) reservation(g gateResult, d Decision, h, sid uint64, cands []
 	if !b.adm.on() {
 		return nil
 	}
-	force := g.outcome == AdmitAtLimit || d.Reason == ReasonRehome
+	force := g.outcome == AdmitLimit || d.Reason == ReasonRehome
 	switch {
-	case d.Reason == ReasonPlaced && (g.outcome == AdmitNow || g.outcome == AdmitAfterHold || g.outcome == AdmitAtLimit):
+	case d.Reason == ReasonPlaced && (g.outcome == AdmitAdmitted || g.outcome == AdmitHeld || g.outcome == AdmitLimit):
 	case (d.Reason == ReasonMoved || d.Reason == ReasonRehome) && g.outcome == AdmitPass:
 	default:
 		return nil
@@ -360,6 +360,19 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 			wait += w
 		}
 	}
+	var resp *SharedHome
+	if f.ResponseID != "" {
+		b.mu.Lock()
+		known := b.responseHome(f.ResponseID, nil) >= 0
+		b.mu.Unlock()
+		if !known {
+			rh, w, rok := b.shared.Home(responseKeyPrefix + f.ResponseID)
+			wait += w
+			if rok && rh.Token != "" {
+				resp = &rh
+			}
+		}
+	}
 	b.mu.Lock()
 	var view *sharedView
 	if ok {
@@ -371,6 +384,12 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 				view.home, view.reclaim = SharedHome{Replica: mine, Token: sh.Token}, true
 			}
 		}
+	}
+	if resp != nil {
+		if view == nil {
+			view = &sharedView{home: SharedHome{Replica: -1}}
+		}
+		view.response = resp
 	}
 	d, info, plan, err := b.acquireLocked(f, view)
 	if err == nil && f.SessionKey != "" && b.affinity && (view == nil || plan == nil) {
@@ -457,7 +476,10 @@ func (b *Balancer) homeOverThreshold(key string, sh SharedHome) bool {
 // reclaim: home is this router's own from before an outage, to write over the
 // weak home the store holds (Token).
 type sharedView struct {
-	home    SharedHome
+	home SharedHome
+	// response is the store's home of the request's previous_response_id
+	// (Facts.ResponseID), nil when not asked or unknown there.
+	response *SharedHome
 	reclaim bool
 }
 

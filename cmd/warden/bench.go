@@ -196,6 +196,7 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs of each engine (simulator) or of the --replicas servers, for the router's auto overflow threshold (default %d, the reference server, for the simulator; %d, vLLM's default, with --replicas)", sim.DefaultMaxNumSeqs, router.DefaultMaxNumSeqs))
 	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
 	f.StringVar(&o.Policy, "policy", router.DefaultAffinityPolicy, "router policy while affinity is on: "+strings.Join(router.PolicyNames(), ", ")+" (docs/routing.md)")
+	f.StringVar(&o.Keyless, "keyless", router.DefaultKeyless, "router placement of requests without a session key while affinity is on: "+strings.Join(router.KeylessNames(), ", ")+" (docs/routing.md \"Keyless placement\")")
 	f.StringVar(&o.Admission.Mode, "admission", router.AdmissionOff, "router admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\")")
 	f.Float64Var(&o.Admission.FillTarget, "admission-fill", router.DefaultFillTarget, "with --admission fit: share of each replica's KV cache the working sets may fill")
 	f.DurationVar(&o.Admission.MaxHold, "admission-max-hold", router.DefaultMaxHold, "with --admission fit: longest wait of a new conversation (negative: no limit)")

@@ -291,8 +291,12 @@ func setSessionHeader(h http.Header, style string, s *loadgen.Session) {
 		return // keyless (a trace replay without session keys)
 	}
 	switch style {
+	case loadgen.SessionHeaderNone:
 	case loadgen.SessionHeaderXSessionID:
 		h.Set(wire.HeaderSessionID, s.Key)
+	case loadgen.SessionHeaderCodex:
+		h.Set(wire.HeaderCodexSession, s.Key)
+		h.Set(wire.HeaderCodexThread, s.Key)
 	default:
 		h.Set(wire.HeaderClaudeSession, s.Key)
 	}

@@ -309,11 +309,15 @@ func (rn *runner) newManifest() *loadgen.Manifest {
 	return loadgen.NewManifest(rn.sc, created, info)
 }
 
-// NewClient returns the streaming client for sc.API (OpenAIClient or
-// AnthropicClient) with the scenario's model, max output tokens, session header
+// NewClient returns the streaming client for sc.API (OpenAIClient,
+// AnthropicClient or ResponsesClient) with the scenario's model, max output tokens, session header
 // style and request timeout.
 func NewClient(sc *loadgen.Scenario, baseURL string, hc *http.Client, header http.Header) Client {
 	sc = sc.WithDefaults()
+	if sc.API == loadgen.APIOpenAIResponses {
+		return &ResponsesClient{BaseURL: baseURL, Model: sc.Model, MaxTokens: sc.MaxOutputTokens,
+			SessionHeader: sc.SessionHeader, Header: header, HTTP: hc, Timeout: sc.RequestTimeout}
+	}
 	if sc.API == loadgen.APIAnthropicMessages {
 		return &AnthropicClient{BaseURL: baseURL, Model: sc.Model, MaxTokens: sc.MaxOutputTokens,
 			SessionHeader: sc.SessionHeader, Header: header, HTTP: hc, Timeout: sc.RequestTimeout}

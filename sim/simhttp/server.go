@@ -38,6 +38,7 @@ type Server struct {
 	created     int64 // unix seconds, for /v1/models
 	idPrefix    string
 	ids         atomic.Uint64
+	responses   responseStore
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -126,6 +127,7 @@ func (s *Server) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("POST "+wire.PathChatCompletions, s.handleChat)
 	m.HandleFunc("POST "+wire.PathCompletions, s.handleCompletion)
+	m.HandleFunc("POST "+wire.PathResponses, s.handleResponses)
 	m.HandleFunc("POST "+wire.PathMessages, s.handleMessages)
 	m.HandleFunc("POST "+wire.PathCountTokens, s.handleCountTokens)
 	m.HandleFunc("GET "+wire.PathModels, s.handleModels)
