@@ -451,16 +451,27 @@ func TestRestartedRouterKeepsHomes(t *testing.T) {
 // is not stored.
 func TestEveryKeyHasATTL(t *testing.T) {
 	srv := testredis.Start(t)
-	a := newNode(t, srv.URL(), testKeys, Options{Prefix: "wx:"})
+	// Admission on, two turns each: reservations, S samples, gaps and the
+	// conversations' gap records are written too.
+	a := newNodeWith(t, srv.URL(), testKeys, Options{Prefix: "wx:"}, admitFit(1<<30))
 	for s := range 50 {
-		d, err := a.b.Acquire(router.Facts{SessionKey: fmt.Sprint("secret-session-", s), PromptTokens: 500})
-		if err != nil {
-			t.Fatal(err)
+		k := fmt.Sprint("secret-session-", s)
+		for turn := range 2 {
+			d, _, err := a.b.Admit(router.Facts{SessionKey: k, PromptTokens: 500, Continuing: turn > 0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.b.ObserveCache(k, d.Replica, 500, 100)
+			a.b.ReleaseSession(d.Replica, k)
 		}
-		a.b.Release(d.Replica)
 	}
 	time.Sleep(3 * DefaultHeartbeat)
 	c := rawClient(t, srv.Addr)
+	for _, kind := range []string{"v:", "s:", "g:", "c:", "a:"} {
+		if n, _ := c.Do(context.Background(), c.B().Keys().Pattern("wx:"+kind+"*").Build()).AsStrSlice(); len(n) == 0 {
+			t.Errorf("no %s key written: the TTL check below would not see one", kind)
+		}
+	}
 	keys, err := c.Do(context.Background(), c.B().Keys().Pattern("*").Build()).AsStrSlice()
 	if err != nil {
 		t.Fatal(err)
