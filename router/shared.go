@@ -211,10 +211,29 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 			wait += w
 		}
 	}
+	var resp *SharedHome
+	if f.ResponseID != "" {
+		b.mu.Lock()
+		known := b.responseHome(f.ResponseID, nil) >= 0
+		b.mu.Unlock()
+		if !known {
+			rh, w, rok := b.shared.Home(responseKeyPrefix + f.ResponseID)
+			wait += w
+			if rok && rh.Token != "" {
+				resp = &rh
+			}
+		}
+	}
 	b.mu.Lock()
 	var view *sharedView
 	if ok {
 		view = &sharedView{home: sh}
+	}
+	if resp != nil {
+		if view == nil {
+			view = &sharedView{home: SharedHome{Replica: -1}}
+		}
+		view.response = resp
 	}
 	d, info, plan, err := b.acquireLocked(f, view)
 	b.mu.Unlock()
@@ -276,6 +295,9 @@ func (b *Balancer) homeOverThreshold(key string, sh SharedHome) bool {
 // sharedView is what the shared state said before a decision (acquireLocked).
 type sharedView struct {
 	home SharedHome
+	// response is the store's home of the request's previous_response_id
+	// (Facts.ResponseID), nil when not asked or unknown there.
+	response *SharedHome
 }
 
 // plan decides whether the decision d for a session (hash h) must be written to

@@ -99,6 +99,9 @@ type Options struct {
 	// Policy the router uses while affinity is on (router.PolicyNames); "" means
 	// router.DefaultAffinityPolicy. Ignored with an external router (RouterURL).
 	Policy string
+	// Keyless is the router's placement of requests without a session key
+	// (router.KeylessNames); "" means router.DefaultKeyless.
+	Keyless string
 	// Admission configures the router's admission gate per model
 	// (router.AdmissionConfig; off by default). Ignored with an external router.
 	Admission router.AdmissionConfig
@@ -154,6 +157,9 @@ func Run(ctx context.Context, o Options) (string, error) {
 	if o.Policy == "" {
 		o.Policy = router.DefaultAffinityPolicy
 	}
+	if err := router.ValidKeyless(o.Keyless); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
 	if !router.ValidPolicy(o.Policy) {
 		return "", fmt.Errorf("bench: policy %q is unknown (have %s)", o.Policy, strings.Join(router.PolicyNames(), ", "))
 	}
@@ -193,7 +199,7 @@ func runVirtual(ctx context.Context, o Options) error {
 		Scenario: o.Scenario,
 		Replicas: o.SimReplicas,
 		Engine:   sim.EngineConfig{Profile: prof, MaxNumSeqs: o.MaxNumSeqs},
-		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy, Admission: o.Admission},
+		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy, Admission: o.Admission, Keyless: o.Keyless},
 		Out:      out,
 		Progress: o.Progress,
 		RunID:    o.RunID,
@@ -413,6 +419,11 @@ func runHTTP(ctx context.Context, o Options) error {
 			fmt.Fprintf(progress, "pre-flight: note: %s\n", n)
 		}
 	}
+	if o.Scenario.Trace != nil {
+		if err := calibrateTrace(ctx, progress, &rc, servers[0], kinds[0], probed, hc); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
 	if slots > 0 && !o.maxNumSeqsGiven {
 		// A slot-based server runs at most its slots at once: that is its
 		// max_num_seqs for the router (and its overflow rule, SlotBased).
@@ -437,6 +448,7 @@ func runHTTP(ctx context.Context, o Options) error {
 			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
 			rcfg.Models[i].OverflowThreshold = routerhttp.Threshold(o.OverflowThreshold)
 			rcfg.Models[i].Policy = o.Policy
+			rcfg.Models[i].Keyless = o.Keyless
 			rcfg.Models[i].Admission = routerhttp.AdmissionYAML(o.Admission)
 		}
 		rc.Admission = virtual.ManifestAdmission(o.Admission)
@@ -648,4 +660,45 @@ func adminSwitch(admin, token string) func(ctx context.Context, on bool) error {
 		body, _ := json.Marshal(map[string]bool{"enabled": on})
 		return call(ctx, http.MethodPut, "/admin/models/*/affinity", body, "switching affinity")
 	}
+}
+
+// calibrateTrace fits a trace replay's prompt text to the tokenizer of server
+// (the first one; every replica serves the same model) and sets how the output
+// length is forced, by engine kind; and sums the replicas' KV capacity for the
+// shared-LRU figure when every server reports it.
+func calibrateTrace(ctx context.Context, w io.Writer, rc *loadgenhttp.RunConfig, server string, kind engines.Kind, probed []EngineServer, hc *http.Client) error {
+	spec := rc.Scenario.Trace.WithDefaults()
+	dialect, force := loadgenhttp.TokenizeVLLM, loadgenhttp.ForceVLLM
+	if kind == engines.KindLlamaCpp {
+		dialect, force = loadgenhttp.TokenizeLlamaCpp, loadgenhttp.ForceLlamaCpp
+	}
+	samples, err := loadgen.TraceSample(rc.Scenario, loadgenhttp.CalibrationSamples)
+	if err != nil {
+		return err
+	}
+	synth, cal, err := loadgenhttp.CalibrateTrace(ctx, hc, server, rc.Scenario.Model, dialect, rc.Header, spec.BlockSize, spec.Salt, samples)
+	if err != nil {
+		return err
+	}
+	rc.TraceSynth, rc.TraceForce, rc.TraceCalibration = &synth, force, &cal
+	fmt.Fprintf(w, "trace calibration %s: %s, %.3f tokens per word, template %d tokens; prompt-token error vs input_length over %d requests: p50 %.2f %%, max %.2f %%%s\n",
+		server, cal.Endpoint, cal.TokensPerWord, cal.OverheadTokens, cal.Samples, cal.ErrP50Pct, cal.ErrMaxPct, noteSuffix(cal.Note))
+	var kv float64
+	for _, p := range probed {
+		v, ok := p.Info.KVCapacityTokens.Get()
+		if !ok {
+			kv = 0
+			break
+		}
+		kv += v
+	}
+	rc.FleetKVTokens = int64(kv)
+	return nil
+}
+
+func noteSuffix(n string) string {
+	if n == "" {
+		return ""
+	}
+	return " (" + n + ")"
 }
