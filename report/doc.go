@@ -7,7 +7,7 @@
 // (Generate, ResultsCSV, TurnsByIndexCSV, ResultsJSON, SummaryMarkdown, WritePlots),
 // the breakdown of each stage by turn index (Summary.ByTurn, TurnStats), the terminal
 // table (WriteTable) and run-to-run comparison with regression gates (Compare,
-// ParseThreshold). It does not own the record types (loadgen.Result, Manifest,
+// ParseGate). It does not own the record types (loadgen.Result, Manifest,
 // SeriesSample), the vLLM metric names or counter-reset rule (internal/vllmmetrics),
 // nor the CLI (cmd/warden maps Compare's ErrThresholdExceeded to a non-zero exit).
 //
