@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,12 +30,21 @@ func scaleScenario(sessions int, d time.Duration) *loadgen.Scenario {
 // runScale runs the scale scenario on replicas engines of the reference profile,
 // writing a results directory as bench --virtual does, and returns the turns done.
 func runScale(tb testing.TB, replicas, sessions int, d time.Duration) int {
+	turns, _ := runScaleHeap(tb, replicas, sessions, d, 0)
+	return turns
+}
+
+// runScaleHeap is runScale that also, when every > 0, collects garbage after every
+// every-th completed turn and returns the largest live heap seen then (bytes,
+// runtime.MemStats.HeapAlloc after runtime.GC), the memory the run holds.
+func runScaleHeap(tb testing.TB, replicas, sessions int, d time.Duration, every int) (int, uint64) {
 	tb.Helper()
 	out, err := loadgen.CreateResults(tb.TempDir())
 	if err != nil {
 		tb.Fatal(err)
 	}
 	turns := 0
+	var peak uint64
 	_, err = Run(context.Background(), Config{
 		Scenario: scaleScenario(sessions, d),
 		Replicas: replicas,
@@ -42,13 +54,19 @@ func runScale(tb testing.TB, replicas, sessions int, d time.Duration) int {
 		OnResult: func(r loadgen.Result) {
 			if r.OK() {
 				turns++
+				if every > 0 && turns%every == 0 {
+					var ms runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&ms)
+					peak = max(peak, ms.HeapAlloc)
+				}
 			}
 		},
 	})
 	if err != nil {
 		tb.Fatalf("Run: %v", err)
 	}
-	return turns
+	return turns, peak
 }
 
 // BenchmarkScale64x2000 is the scale target: 64 replicas, 2,000 concurrent sessions,
@@ -87,7 +105,8 @@ func TestScaleSmall(t *testing.T) {
 // those sizes are skipped with the reason, and the largest count under the cap
 // with the same replicas is run instead (…-capped), to measure what the replica
 // count costs. WARDEN_SCALE_DURATION shortens the simulated time (e.g. 5m) for
-// profiling. Run it with
+// profiling, WARDEN_SCALE_REPLICAS another list of replica counts (e.g. 32), and
+// WARDEN_SCALE_HEAP_EVERY the live-heap sampling (reportScale). Run it with
 //
 //	go test ./internal/virtual -run '^$' -bench 'Scale/' -benchtime 1x
 //
@@ -100,23 +119,51 @@ func BenchmarkScale(b *testing.B) {
 			b.Fatalf("WARDEN_SCALE_DURATION: %v", err)
 		}
 	}
-	for _, replicas := range []int{64, 256, 1024} {
+	sizes := []int{64, 256, 1024}
+	if s := os.Getenv("WARDEN_SCALE_REPLICAS"); s != "" {
+		sizes = nil
+		for f := range strings.SplitSeq(s, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				b.Fatalf("WARDEN_SCALE_REPLICAS: %q is not a replica count", f)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, replicas := range sizes {
 		sessions := 50 * replicas
 		b.Run(fmt.Sprintf("%dx%d", replicas, sessions), func(b *testing.B) {
 			if sessions > loadgen.MaxSessions {
 				b.Skipf("%d sessions: over loadgen.MaxSessions (%d), the scenario is refused (about %.0f GB of session history)", sessions, loadgen.MaxSessions, float64(sessions)*0.4/1024)
 			}
 			for b.Loop() {
-				b.ReportMetric(float64(runScale(b, replicas, sessions, d)), "turns/op")
+				reportScale(b, replicas, sessions, d)
 			}
 		})
 		if sessions > loadgen.MaxSessions {
 			capped := loadgen.MaxSessions / replicas * replicas
 			b.Run(fmt.Sprintf("%dx%d-capped", replicas, capped), func(b *testing.B) {
 				for b.Loop() {
-					b.ReportMetric(float64(runScale(b, replicas, capped, d)), "turns/op")
+					reportScale(b, replicas, capped, d)
 				}
 			})
 		}
+	}
+}
+
+// reportScale runs one scale point and reports turns/op and, when
+// WARDEN_SCALE_HEAP_EVERY=N is set, the peak live heap per session (live-B/session,
+// sampled after a forced GC every N completed turns; each sample costs a full GC).
+func reportScale(b *testing.B, replicas, sessions int, d time.Duration) {
+	every := 0
+	if s := os.Getenv("WARDEN_SCALE_HEAP_EVERY"); s != "" {
+		if _, err := fmt.Sscan(s, &every); err != nil || every < 0 {
+			b.Fatalf("WARDEN_SCALE_HEAP_EVERY: %q is not a turn count", s)
+		}
+	}
+	turns, peak := runScaleHeap(b, replicas, sessions, d, every)
+	b.ReportMetric(float64(turns), "turns/op")
+	if every > 0 {
+		b.ReportMetric(float64(peak)/float64(sessions), "live-B/session")
 	}
 }
