@@ -53,8 +53,14 @@ type EngineConfig struct {
 // Request is one generation request submitted to an engine.
 type Request struct {
 	ID        string   // unique per engine while live
-	Prompt    []uint32 // token ids of the rendered prompt (copied by Submit)
+	Prompt    []uint32 // token ids of the rendered prompt (copied by Submit unless Keep)
 	MaxTokens int      // output tokens to generate (the engine generates exactly this many)
+	// Keep hands Prompt to the engine instead of copying it: the engine appends the
+	// output tokens in place, in Prompt's spare capacity (cap(Prompt)-len(Prompt)
+	// >= MaxTokens avoids a reallocation). While the request is live the caller
+	// must not change Prompt's backing array; after it finished or was aborted,
+	// the array is the caller's again (the engine then holds no reference).
+	Keep bool
 }
 
 // EventKind says what happened to a request at a step's end.
@@ -290,14 +296,17 @@ func (e *Engine) Submit(r *Request, now time.Duration) error {
 	total := len(r.Prompt) + r.MaxTokens
 	q := &request{
 		id:           r.ID,
-		tokens:       make([]uint32, len(r.Prompt), total),
 		promptLen:    len(r.Prompt),
 		maxTokens:    r.MaxTokens,
 		blocks:       make([]int32, 0, (total+e.cfg.BlockSize-1)/e.cfg.BlockSize),
 		hashes:       make([]uint64, 0, total/e.cfg.BlockSize),
 		cachedTokens: -1,
 	}
-	copy(q.tokens, r.Prompt)
+	if r.Keep {
+		q.tokens = r.Prompt
+	} else {
+		q.tokens = append(make([]uint32, 0, total), r.Prompt...)
+	}
 	q.hashes = appendBlockHashes(q.hashes, q.tokens, e.cfg.BlockSize)
 	q.seed = promptSeed(q.tokens, q.hashes, e.cfg.BlockSize)
 	e.reqs[r.ID] = q
@@ -342,9 +351,10 @@ func (e *Engine) Abort(id string) {
 // release frees a request's blocks (reverse order) and forgets it.
 func (e *Engine) release(q *request) {
 	e.freeBlocks(q)
+	e.liveCtx -= int64(len(q.tokens))
+	q.tokens = nil // a kept prompt is the caller's again (Request.Keep)
 	q.hitIDs = nil
 	q.state = stateDone
-	e.liveCtx -= int64(len(q.tokens))
 	delete(e.reqs, q.id)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -479,9 +480,13 @@ func (r *run) schedule(p pendingTurn, at time.Duration, kind eventKind) {
 }
 
 // prompt renders the session's conversation to token ids, reusing what earlier
-// turns rendered. The result is valid until the session's next prompt; Submit copies
-// it.
-func (r *run) prompt(s *loadgen.Session) []uint32 {
+// turns rendered, and drops the text of the messages it rendered (nothing in the
+// virtual world reads it again). The result lies in c.toks's spare capacity, with
+// room for maxTokens more: the engine keeps it (sim.Request.Keep) and appends its
+// output there, and the session's next message, appended once the turn is over,
+// overwrites both. One copy of each conversation's tokens thus serves the session
+// and its engine.
+func (r *run) prompt(s *loadgen.Session, maxTokens int) []uint32 {
 	c := r.caches[s.ID]
 	if c == nil {
 		c = &tokCache{toks: append([]uint32(nil), r.system...)}
@@ -490,11 +495,14 @@ func (r *run) prompt(s *loadgen.Session) []uint32 {
 	for ; c.msgs < len(s.Messages); c.msgs++ {
 		m := s.Messages[c.msgs]
 		c.toks = sim.AppendMessage(c.toks, sim.ChatMessage{Role: m.Role, Content: m.Content})
+		s.Messages[c.msgs].Content = "" // turns sent before share the message: none reads it
 	}
-	// The generation prompt goes into c.toks's spare capacity: Submit copies the
-	// prompt, and the next message appended to the cache overwrites it.
+	c.toks = slices.Grow(c.toks, genPromptTokens+maxTokens)
 	return sim.AppendGenerationPrompt(c.toks)
 }
+
+// genPromptTokens is the length of sim.AppendGenerationPrompt's tokens.
+var genPromptTokens = len(sim.AppendGenerationPrompt(nil))
 
 // sidePrompt renders a side request (its own system prompt and user message) to
 // token ids.
@@ -515,6 +523,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	res.Sent, res.Headers = since, t
 	r.loop.Sent(tr, since)
 	var prompt []uint32
+	keep := false // prompt is the session's token cache (run.prompt)
 	maxTokens := r.sc.MaxOutputTokens
 	switch {
 	case tr.Trace != nil:
@@ -524,7 +533,8 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 		prompt = sidePrompt(tr)
 		maxTokens = tr.Side.MaxTokens
 	default:
-		prompt = r.prompt(tr.Session)
+		prompt = r.prompt(tr.Session, maxTokens)
+		keep = true
 	}
 	facts := router.Facts{SessionKey: r.keyOf(tr.Session), PromptTokens: len(prompt), HeldFor: t - h.arrived,
 		Ticket: h.ticket, Continuing: tr.Turn > 0 && tr.Side == nil}
@@ -558,7 +568,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	if tr.Trace != nil {
 		id = strconv.Itoa(r.variant) + "/trace/" + strconv.Itoa(tr.Trace.Index)
 	}
-	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens}
+	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens, Keep: keep}
 	f := &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens), req: req}
 	f.oneWay = r.w.OneWay(tr.Session.ID, tr.Turn)
 	f.res.Headers = t + f.oneWay

@@ -1,0 +1,56 @@
+package sim
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestKeepPrompt checks Request.Keep: an engine that keeps the caller's prompt
+// produces the same events as one that copies it, writes the output tokens in place
+// after the prompt, and leaves the prompt itself as it was. It also checks that the
+// copying engine leaves the caller's spare capacity alone.
+func TestKeepPrompt(t *testing.T) {
+	const n, out = 300, 40
+	run := func(keep bool) ([]timedEvent, []uint32) {
+		e := newTestEngine(t, func(c *EngineConfig) { c.EmitTokens = true })
+		var arrays [][]uint32
+		for i := range 6 {
+			// Six requests sharing a prefix, as conversations share a system prompt.
+			p := append(make([]uint32, 0, n+out), testPrompt(1, 200)...)
+			p = append(p, testPrompt(10+i, n-200)...)
+			arrays = append(arrays, p)
+			if err := e.Submit(&Request{ID: string(rune('a' + i)), Prompt: p, MaxTokens: out, Keep: keep}, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		evs, _ := drain(t, e, 0)
+		if e.Stats().LiveContextTokens != 0 {
+			t.Fatalf("keep=%v: %d live context tokens after drain", keep, e.Stats().LiveContextTokens)
+		}
+		var toks []uint32
+		for i, p := range arrays {
+			if !slices.Equal(p, slices.Concat(testPrompt(1, 200), testPrompt(10+i, n-200))) {
+				t.Fatalf("keep=%v: prompt %d changed", keep, i)
+			}
+			toks = append(toks, p[:n+out]...) // the spare capacity too
+		}
+		return evs, toks
+	}
+	copied, spareCopied := run(false)
+	kept, spareKept := run(true)
+	if !slices.Equal(copied, kept) {
+		t.Fatalf("events differ: copied %d, kept %d", len(copied), len(kept))
+	}
+	var gen []uint32
+	for _, ev := range kept {
+		if ev.ReqID == "a" && (ev.Kind == EventToken || ev.Kind == EventFirstToken) {
+			gen = append(gen, ev.Token)
+		}
+	}
+	if len(gen) != out || !slices.Equal(spareKept[n:n+out], gen) {
+		t.Fatalf("kept prompt a: spare capacity holds %v, want the %d output tokens %v", spareKept[n:n+out], out, gen)
+	}
+	if slices.ContainsFunc(spareCopied[n:n+out], func(v uint32) bool { return v != 0 }) {
+		t.Fatalf("copying engine wrote into the caller's spare capacity")
+	}
+}
