@@ -232,6 +232,14 @@ func blockHash(parent uint64, toks []uint32) uint64 {
 	return h
 }
 
+// AppendBlockHashes extends hashes, the chained block hashes of the first len(hashes)
+// blocks of toks, to cover every full block of toks (blockSize tokens each): the
+// prefix-cache hashes an engine computes for a prompt, which a caller that keeps a
+// growing conversation can extend turn by turn and hand over as Request.Hashes.
+func AppendBlockHashes(hashes []uint64, toks []uint32, blockSize int) []uint64 {
+	return appendBlockHashes(hashes, toks, blockSize)
+}
+
 // appendBlockHashes extends hashes to cover every full block of toks.
 func appendBlockHashes(hashes []uint64, toks []uint32, blockSize int) []uint64 {
 	parent := hashSeed

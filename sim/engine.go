@@ -61,6 +61,11 @@ type Request struct {
 	// must not change Prompt's backing array; after it finished or was aborted,
 	// the array is the caller's again (the engine then holds no reference).
 	Keep bool
+	// Hashes optionally carries the prompt's block hashes as AppendBlockHashes
+	// computes them with the engine's block size, for its first len(Hashes) full
+	// blocks (more are ignored); the engine copies them and hashes only the rest.
+	// Wrong hashes give wrong prefix-cache hits: the engine does not check them.
+	Hashes []uint64
 }
 
 // EventKind says what happened to a request at a step's end.
@@ -307,6 +312,7 @@ func (e *Engine) Submit(r *Request, now time.Duration) error {
 	} else {
 		q.tokens = append(make([]uint32, 0, total), r.Prompt...)
 	}
+	q.hashes = append(q.hashes, r.Hashes[:min(len(r.Hashes), len(q.tokens)/e.cfg.BlockSize)]...)
 	q.hashes = appendBlockHashes(q.hashes, q.tokens, e.cfg.BlockSize)
 	q.seed = promptSeed(q.tokens, q.hashes, e.cfg.BlockSize)
 	e.reqs[r.ID] = q

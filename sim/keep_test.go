@@ -5,13 +5,14 @@ import (
 	"testing"
 )
 
-// TestKeepPrompt checks Request.Keep: an engine that keeps the caller's prompt
-// produces the same events as one that copies it, writes the output tokens in place
+// TestKeepPrompt checks Request.Keep and Request.Hashes: an engine that keeps the
+// caller's prompt, or is handed its block hashes, produces the same events as one
+// that copies and hashes it, writes the output tokens in place
 // after the prompt, and leaves the prompt itself as it was. It also checks that the
 // copying engine leaves the caller's spare capacity alone.
 func TestKeepPrompt(t *testing.T) {
 	const n, out = 300, 40
-	run := func(keep bool) ([]timedEvent, []uint32) {
+	run := func(keep, hashes bool) ([]timedEvent, []uint32) {
 		e := newTestEngine(t, func(c *EngineConfig) { c.EmitTokens = true })
 		var arrays [][]uint32
 		for i := range 6 {
@@ -19,7 +20,11 @@ func TestKeepPrompt(t *testing.T) {
 			p := append(make([]uint32, 0, n+out), testPrompt(1, 200)...)
 			p = append(p, testPrompt(10+i, n-200)...)
 			arrays = append(arrays, p)
-			if err := e.Submit(&Request{ID: string(rune('a' + i)), Prompt: p, MaxTokens: out, Keep: keep}, 0); err != nil {
+			var hs []uint64
+			if hashes { // the first blocks only, as a conversation's earlier turns
+				hs = AppendBlockHashes(nil, p[:200+i*16], e.Config().BlockSize)
+			}
+			if err := e.Submit(&Request{ID: string(rune('a' + i)), Prompt: p, MaxTokens: out, Keep: keep, Hashes: hs}, 0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -36,10 +41,13 @@ func TestKeepPrompt(t *testing.T) {
 		}
 		return evs, toks
 	}
-	copied, spareCopied := run(false)
-	kept, spareKept := run(true)
+	copied, spareCopied := run(false, false)
+	kept, spareKept := run(true, false)
 	if !slices.Equal(copied, kept) {
 		t.Fatalf("events differ: copied %d, kept %d", len(copied), len(kept))
+	}
+	if hashed, _ := run(true, true); !slices.Equal(copied, hashed) {
+		t.Fatalf("events differ: hashed by the engine %d, handed over %d", len(copied), len(hashed))
 	}
 	var gen []uint32
 	for _, ev := range kept {

@@ -85,8 +85,9 @@ type pendingTurn struct {
 // tokCache holds a session's rendered conversation so far, so each turn renders
 // only the messages it adds (the template is append-only).
 type tokCache struct {
-	toks []uint32
-	msgs int
+	toks   []uint32
+	msgs   int
+	hashes []uint64 // block hashes of toks's full blocks (sim.AppendBlockHashes)
 }
 
 type run struct {
@@ -485,8 +486,9 @@ func (r *run) schedule(p pendingTurn, at time.Duration, kind eventKind) {
 // room for maxTokens more: the engine keeps it (sim.Request.Keep) and appends its
 // output there, and the session's next message, appended once the turn is over,
 // overwrites both. One copy of each conversation's tokens thus serves the session
-// and its engine.
-func (r *run) prompt(s *loadgen.Session, maxTokens int) []uint32 {
+// and its engine. It also returns the block hashes of the conversation so far
+// (sim.Request.Hashes), extended by the blocks this turn added.
+func (r *run) prompt(s *loadgen.Session, maxTokens int) ([]uint32, []uint64) {
 	c := r.caches[s.ID]
 	if c == nil {
 		c = &tokCache{toks: append([]uint32(nil), r.system...)}
@@ -498,7 +500,8 @@ func (r *run) prompt(s *loadgen.Session, maxTokens int) []uint32 {
 		s.Messages[c.msgs].Content = "" // turns sent before share the message: none reads it
 	}
 	c.toks = slices.Grow(c.toks, genPromptTokens+maxTokens)
-	return sim.AppendGenerationPrompt(c.toks)
+	c.hashes = sim.AppendBlockHashes(c.hashes, c.toks, r.engines[0].Config().BlockSize)
+	return sim.AppendGenerationPrompt(c.toks), c.hashes
 }
 
 // genPromptTokens is the length of sim.AppendGenerationPrompt's tokens.
@@ -524,6 +527,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	r.loop.Sent(tr, since)
 	var prompt []uint32
 	keep := false // prompt is the session's token cache (run.prompt)
+	var hashes []uint64
 	maxTokens := r.sc.MaxOutputTokens
 	switch {
 	case tr.Trace != nil:
@@ -533,7 +537,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 		prompt = sidePrompt(tr)
 		maxTokens = tr.Side.MaxTokens
 	default:
-		prompt = r.prompt(tr.Session, maxTokens)
+		prompt, hashes = r.prompt(tr.Session, maxTokens)
 		keep = true
 	}
 	facts := router.Facts{SessionKey: r.keyOf(tr.Session), PromptTokens: len(prompt), HeldFor: t - h.arrived,
@@ -568,7 +572,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	if tr.Trace != nil {
 		id = strconv.Itoa(r.variant) + "/trace/" + strconv.Itoa(tr.Trace.Index)
 	}
-	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens, Keep: keep}
+	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens, Keep: keep, Hashes: hashes}
 	f := &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens), req: req}
 	f.oneWay = r.w.OneWay(tr.Session.ID, tr.Turn)
 	f.res.Headers = t + f.oneWay
