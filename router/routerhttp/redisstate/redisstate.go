@@ -531,8 +531,8 @@ func (p *Pool) Home(session string) (router.SharedHome, time.Duration, bool) {
 	}
 	t0 := time.Now()
 	k := p.homeKey(session)
-	ctx, cancel := context.WithTimeout(context.Background(), p.s.opt.Timeout)
-	defer cancel()
+	ctx := newLazyTimeout(p.s.opt.Timeout) // no timer unless the read leaves the cache
+	defer ctx.cancel()
 	// The local copy lives as long as the key (rueidis keeps min(this, the
 	// server's PTTL)), so CachePTTL below is the key's remaining TTL.
 	res := c.DoCache(ctx, c.B().Get().Key(k).Cache(), p.s.opt.SessionTTL)
