@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,71 +30,14 @@ const claudeModel = "warden-sim-model"
 // setting for this (docs/router.md says the same for real deployments).
 const claudeOutputTokens = "4096"
 
-// claudeCacheDir is where the CLI is installed and kept between runs.
-func claudeCacheDir() string {
-	if d := os.Getenv("WARDEN_E2E_CACHE"); d != "" {
-		return filepath.Join(d, "claude-code")
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	return filepath.Join(base, "warden-e2e", "claude-code")
-}
+// claudeCode is the Claude Code CLI as the e2e tests install and find it.
+var claudeCode = npmCLI{what: "Claude Code", pkg: claudePackage, bin: "claude", envVar: "WARDEN_CLAUDE", dir: "claude-code",
+	env: func(string) []string {
+		return []string{"DISABLE_AUTOUPDATER=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+	}}
 
-// claudeVersion runs `bin --version` (bounded) and returns its output.
-func claudeVersion(bin string) (string, error) {
-	home, err := os.MkdirTemp("", "warden-claude-home")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(home)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--version")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "DISABLE_AUTOUPDATER=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
-	out, err := cmd.Output()
-	return strings.TrimSpace(string(out)), err
-}
-
-// claudeCLI returns a working Claude Code binary: WARDEN_CLAUDE, or the one
-// installed in claudeCacheDir, installing it with npm (bounded to 5 minutes) when
-// missing. It skips the test when npm or the install is not available.
-func claudeCLI(t *testing.T) (bin, version string) {
-	t.Helper()
-	if p := os.Getenv("WARDEN_CLAUDE"); p != "" {
-		v, err := claudeVersion(p)
-		if err != nil {
-			t.Fatalf("WARDEN_CLAUDE=%s: %v", p, err)
-		}
-		return p, v
-	}
-	dir := claudeCacheDir()
-	bin = filepath.Join(dir, "node_modules", ".bin", "claude")
-	if v, err := claudeVersion(bin); err == nil {
-		return bin, v
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skip("skipping the Claude Code test: npm is not installed (apt-get install npm)")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Skipf("skipping the Claude Code test: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	t.Logf("installing %s into %s (once; reused by later runs)", claudePackage, dir)
-	cmd := exec.CommandContext(ctx, npm, "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error", claudePackage)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Skipf("skipping the Claude Code test: npm install %s failed: %v\n%s", claudePackage, err, lastLines(string(out), 10))
-	}
-	v, err := claudeVersion(bin)
-	if err != nil {
-		t.Skipf("skipping the Claude Code test: installed CLI does not run: %v", err)
-	}
-	return bin, v
-}
+// claudeCLI returns a working Claude Code binary (npmCLI.find).
+func claudeCLI(t *testing.T) (bin, version string) { return claudeCode.find(t) }
 
 // runClaude runs the CLI once in dir with HOME=home against baseURL, bounded to
 // 90 s, and returns what it printed.

@@ -73,7 +73,7 @@ func startFleet(t *testing.T, simCfg simhttp.Config, maxNumSeqs int) *fleet {
 // routed is one API request as the router saw it.
 type routed struct {
 	Path      string
-	Session   string // X-Claude-Code-Session-Id, else metadata.user_id's session, else X-Session-ID
+	Session   string // X-Claude-Code-Session-Id, else metadata.user_id's session, else Codex's session-id, else X-Session-ID
 	Agent     string // X-Claude-Code-Agent-Id
 	BodyBytes int
 	Model     string
@@ -153,6 +153,9 @@ func (l *requestLog) wrap(h http.Handler) http.Handler {
 			if json.Unmarshal([]byte(b.Metadata.UserID), &uid) == nil {
 				rec.Session = uid.SessionID
 			}
+		}
+		if rec.Session == "" {
+			rec.Session = r.Header.Get(wire.HeaderCodexSession)
 		}
 		if rec.Session == "" {
 			rec.Session = r.Header.Get(wire.HeaderSessionID)

@@ -43,6 +43,7 @@ const (
 const (
 	APIOpenAIChat        = "openai-chat"        // POST /v1/chat/completions
 	APIAnthropicMessages = "anthropic-messages" // POST /v1/messages?beta=true
+	APIOpenAIResponses   = "openai-responses"   // POST /v1/responses, as the Codex CLI sends it
 )
 
 // Session key styles accepted in Scenario.SessionHeader (brief clients.md).
@@ -53,6 +54,14 @@ const (
 	SessionHeaderClaudeCode = "claude-code"
 	// SessionHeaderXSessionID sends X-Session-ID: <uuid> (vLLM's multi-turn benchmark).
 	SessionHeaderXSessionID = "x-session-id"
+	// SessionHeaderCodex sends session-id: <id> and thread-id: <id>, as the Codex CLI
+	// (0.171.0) does (docs/responses-api.md); the Responses client also puts the id
+	// in prompt_cache_key whatever the style. The default for APIOpenAIResponses.
+	SessionHeaderCodex = "codex"
+	// SessionHeaderNone sends no session key at all (no header, no
+	// metadata.user_id, no prompt_cache_key): a generic client, the traffic the
+	// router places keyless (docs/routing.md "Keyless placement").
+	SessionHeaderNone = "none"
 )
 
 // Upper bounds Validate puts on a scenario, so that a typo (an extra zero) fails
@@ -138,6 +147,9 @@ func (sc *Scenario) WithDefaults() *Scenario {
 	}
 	if c.API == "" {
 		c.API = APIOpenAIChat
+	}
+	if c.SessionHeader == "" && c.API == APIOpenAIResponses {
+		c.SessionHeader = SessionHeaderCodex
 	}
 	if c.SessionHeader == "" {
 		c.SessionHeader = SessionHeaderClaudeCode
@@ -238,14 +250,14 @@ func (sc *Scenario) problems() []problem {
 		out = append(out, problem{line: sc.line(field), field: field, text: field + ": " + fmt.Sprintf(format, args...)})
 	}
 	switch c.API {
-	case APIOpenAIChat, APIAnthropicMessages:
+	case APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses:
 	default:
-		bad("api", "unknown API %q (want %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages)
+		bad("api", "unknown API %q (want %q, %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses)
 	}
 	switch c.SessionHeader {
-	case SessionHeaderClaudeCode, SessionHeaderXSessionID:
+	case SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone:
 	default:
-		bad("session_header", "unknown style %q (want %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID)
+		bad("session_header", "unknown style %q (want %q, %q, %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone)
 	}
 	checkTokens := func(field string, n int, r TokenRange) {
 		if n < 1 {
@@ -291,6 +303,16 @@ func (sc *Scenario) problems() []problem {
 			bad(field, "min %s is greater than max %s", r.Min, r.Max)
 		case nominal < r.Min || nominal > r.Max:
 			bad(field, "nominal %s lies outside [%s, %s]", nominal, r.Min, r.Max)
+		}
+	}
+	if c.SLO != nil {
+		if c.SLO.TTFB < 0 || c.SLO.TPOT < 0 || (c.SLO.TTFB == 0 && c.SLO.TPOT == 0) {
+			bad("slo", "give ttfb and/or tpot as positive durations (e.g. ttfb: 2s, tpot: 50ms), got ttfb %v, tpot %v", c.SLO.TTFB, c.SLO.TPOT)
+		}
+	}
+	if c.Trace != nil {
+		if err := c.Trace.Validate(); err != nil {
+			bad("trace", "%v", err)
 		}
 	}
 	checkDuration("think_time", c.ThinkTime, c.ThinkSpread)
@@ -409,6 +431,12 @@ func LoadScenario(path string) (*Scenario, error) {
 	}
 	if sc.Name == "" {
 		sc.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if sc.Trace != nil && sc.Trace.Path == "" {
+		sc.Trace.Path = sc.Trace.File
+		if !filepath.IsAbs(sc.Trace.File) {
+			sc.Trace.Path = filepath.Join(filepath.Dir(path), sc.Trace.File)
+		}
 	}
 	return sc, nil
 }

@@ -245,7 +245,7 @@ func TestUndecodedStagesHaveOneMessage(t *testing.T) {
 // Without a source, problems still come in file order, each with its line.
 func TestParseScenarioWithoutSource(t *testing.T) {
 	_, err := ParseScenario([]byte("api: grpc\nturns: x\nwarmup: -1s\n"), "")
-	want := "line 1: api: unknown API \"grpc\" (want \"openai-chat\" or \"anthropic-messages\")\n" +
+	want := "line 1: api: unknown API \"grpc\" (want \"openai-chat\", \"anthropic-messages\" or \"openai-responses\")\n" +
 		"line 2: turns: cannot unmarshal !!str `x` into int\n" +
 		"line 3: warmup: must not be negative, got -1s"
 	if err == nil || err.Error() != want {

@@ -16,6 +16,8 @@ const (
 	MetricPrefixHitsPct      = "prefix_hits_pct"
 	MetricStayedPct          = "stayed_pct"
 	MetricUsageCachedPct     = "usage_cached_pct"
+	MetricConversationP50S   = "conversation_p50_s"
+	MetricConversationP95S   = "conversation_p95_s"
 )
 
 // Metrics lists the metric names in table order (the metric columns of
@@ -111,4 +113,14 @@ func (d Delta) MarshalJSON() ([]byte, error) { return marshalFinite(d) }
 func (d *Delta) UnmarshalJSON(b []byte) error {
 	type plain Delta
 	return unmarshalFinite(b, (*plain)(d))
+}
+
+// ThresholdDelta is the Delta of a metric's samples (e.g. one value per seed)
+// from a fixed threshold, such as an SLO's: the threshold has no noise, so the
+// interval is z95 x the samples' standard error of the mean, and the verdict says
+// whether the mean is distinguishable from the threshold. Fewer than two samples
+// give NoiseUnknown.
+func ThresholdDelta(metric string, threshold float64, value []float64) Delta {
+	v, vse := MeanStdErr(value)
+	return newDelta(metric, threshold, 0, v, vse)
 }

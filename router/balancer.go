@@ -33,15 +33,22 @@ const (
 	// clearly less loaded replica (WorkingSet), so it does not bounce back to a
 	// home whose copy of its cache is going stale.
 	ReasonMoved
+	// ReasonPrefix: no session key; the replica that was sent the longest part
+	// of the request's prompt prefix (BalancerConfig.Keyless KeylessPrefix).
+	ReasonPrefix
+	// ReasonResponse: the request continues a Responses API response
+	// (previous_response_id) and went to the replica that produced it, whatever
+	// its load (responsehome.go).
+	ReasonResponse
 
-	numReasons = int(ReasonMoved) + 1
+	numReasons = int(ReasonResponse) + 1
 )
 
 // Reasons lists every Reason in order, for metrics and status output.
-var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved}
+var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved, ReasonPrefix, ReasonResponse}
 
 // String returns the header/metric value: sticky, placed, overflow, rehome, no-key,
-// balanced, moved.
+// balanced, moved, prefix, response.
 func (r Reason) String() string {
 	switch r {
 	case ReasonSticky:
@@ -58,6 +65,10 @@ func (r Reason) String() string {
 		return "balanced"
 	case ReasonMoved:
 		return "moved"
+	case ReasonPrefix:
+		return "prefix"
+	case ReasonResponse:
+		return "response"
 	}
 	return "unknown"
 }
@@ -94,6 +105,14 @@ type Facts struct {
 	// (0: no cap): the proxy sets router.MaxSilentHold for a request it cannot
 	// keep alive while held (admission.go).
 	HoldLimit time.Duration
+	// ResponseID is the Responses API previous_response_id the request
+	// continues ("" none): when the Balancer knows which replica produced it
+	// (LearnResponse) and that replica is healthy, the request goes there.
+	ResponseID string
+	// Prefix holds the chained hashes of the prompt's leading pieces
+	// (PrefixHashes), for keyless placement (BalancerConfig.Keyless); read only
+	// when SessionKey is "". nil: unknown.
+	Prefix []uint64
 }
 
 // SideMeasure is the request size the side-request test compares between the
@@ -198,7 +217,19 @@ type BalancerConfig struct {
 	// session homes, in-flight counts, live working sets). nil: this Balancer's
 	// own state only (one router, the virtual world).
 	Shared SharedState
+	// Keyless is the placement of requests without a session key while affinity
+	// is on: KeylessPrefix or KeylessShortestQueue ("" = DefaultKeyless,
+	// prefix; prefix.go).
+	Keyless string
+	// PrefixPieceTokens is how many tokens one piece of Facts.Prefix stands for
+	// (the prefix index's bound is KV capacity / this); default
+	// DefaultPrefixPieceTokens.
+	PrefixPieceTokens int
 }
+
+// DefaultPrefixPieceTokens is the prefix index's piece in tokens: vLLM's default
+// KV block size (16, vllm/config/cache.py), the unit its prefix cache hits in.
+const DefaultPrefixPieceTokens = 16
 
 // Balancer holds one model's replica pool state, its policies and its session table,
 // with no I/O: the HTTP Proxy and the virtual-time world both drive it. Safe for
@@ -211,8 +242,8 @@ type Balancer struct {
 	staleAfter time.Duration
 	maxNumSeqs int
 	slotBased  bool
-	learnSlots bool // maxNumSeqs follows ObserveSlots until a slot count is seen
-	slotsSeen  bool
+	learnSlots bool // maxNumSeqs follows ObserveSlots (the fewest slots a replica has now)
+	configSeqs int  // maxNumSeqs as configured (or its default): what learnSlots falls back to
 	// threshold is the overflow threshold as configured (0 = auto), the one
 	// copy: Acquire resolves it (overflowThreshold) into Request.Threshold.
 	threshold int
@@ -229,9 +260,15 @@ type Balancer struct {
 	shared   SharedState // nil: none
 	margin   int
 	seed     uint64
-	kvCap    int64 // configured KV capacity per replica, tokens (0 unknown)
-	outlier  OutlierConfig
-	adm      *admission
+	kvCap    int64        // configured KV capacity per replica, tokens (0 unknown)
+	prefix   *PrefixIndex // keyless prefix placement; nil: shortest queue
+	// responses maps Responses API ids to the replica that produced them
+	// (responsehome.go); made on first use with the session table's TTL and bound.
+	responses   *SessionTable
+	sessionTTL  time.Duration
+	maxSessions int
+	outlier     OutlierConfig
+	adm         *admission
 
 	// Body size calibration (ObserveSize): decayed sums of body bytes and prompt
 	// tokens of finished requests, and how many were seen.
@@ -275,6 +312,11 @@ type replica struct {
 	kv               float64
 	observedAt       time.Duration
 	kvCapacity       int64
+	// slots and slotTokens: the replica's fixed slots and each slot's context
+	// (llama.cpp GET /props total_slots, n_ctx; ObserveSlots), 0 when not
+	// slot-based.
+	slots      int
+	slotTokens int64
 
 	served [numReasons]uint64
 
@@ -304,6 +346,9 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	if err := cfg.Admission.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := ValidKeyless(cfg.Keyless); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("building balancer: %w", err)
 	}
@@ -323,6 +368,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		now:        cfg.Now,
 		staleAfter: stale,
 		maxNumSeqs: maxSeqs,
+		configSeqs: maxSeqs,
 		slotBased:  cfg.SlotBased,
 		learnSlots: cfg.SlotBased && cfg.LearnSlots,
 		threshold:  cfg.OverflowThreshold,
@@ -336,6 +382,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		NoKey:  b.sq,
 	}
 	b.sessions.SetLiveWindow(cfg.LiveWindow)
+	b.sessionTTL, b.maxSessions = cfg.SessionTTL, cfg.MaxSessions
 	b.onDec = cfg.OnDecision
 	b.shared = cfg.Shared
 	b.margin, b.seed, b.kvCap = margin, cfg.Seed, cfg.KVCapacityTokens
@@ -351,7 +398,15 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	b.view = make([]ReplicaState, len(b.reps))
 	b.sessions.grow(len(b.reps))
 	b.adm = newAdmission(cfg.Admission)
+	b.adm.shared = cfg.Shared != nil
 	b.adm.grow(len(b.reps))
+	if keyless := cfg.Keyless; keyless == KeylessPrefix || (keyless == "" && DefaultKeyless == KeylessPrefix) {
+		piece := cfg.PrefixPieceTokens
+		if piece <= 0 {
+			piece = DefaultPrefixPieceTokens
+		}
+		b.prefix = NewPrefixIndex(len(b.reps), piece)
+	}
 	return b, nil
 }
 
@@ -386,6 +441,7 @@ func (b *Balancer) fillView(now time.Duration, avoid uint64) {
 		v.Live = b.sessions.Live(i)
 		v.LiveTokens = b.sessions.LiveTokens(i)
 		v.KVCapacityTokens = r.kvCapacity
+		v.SlotTokens = r.slotTokens
 		if b.shared != nil {
 			rl := b.shared.Remote(i)
 			v.InFlight += rl.InFlight
@@ -471,7 +527,14 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 		plan *claimPlan
 	)
 	home := -1
-	if b.affinity {
+	reqSide := false
+	var shResp *SharedHome
+	if sv != nil {
+		shResp = sv.response
+	}
+	if r := b.responseHome(f.ResponseID, shResp); r >= 0 && b.view[r].Healthy {
+		d = Decision{Replica: r, Reason: ReasonResponse}
+	} else if b.affinity {
 		var h uint64
 		var lost, side bool
 		ctx := f.PromptTokens
@@ -485,14 +548,16 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 				created = b.sessions.adopt(now, h, sv.home.Replica)
 			}
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
+			reqSide = side
 			if gated {
 				// Admission (admission.go): may hold a new conversation, or
 				// leave only the replicas with room healthy in the view.
-				b.adm.expire(now, b.sessions.LiveWindow())
 				var remote *RemoteAdmission
 				if b.shared != nil {
 					remote = b.shared.RemoteAdmission()
+					b.adm.remote = remote
 				}
+				b.adm.expire(now, b.sessions.LiveWindow())
 				g, err = b.adm.gate(now, f, h, b.sessions.home(h), side, ctx, b.view, remote)
 				if err != nil {
 					return Decision{}, g.info(), nil, err
@@ -502,7 +567,19 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			home, lost = b.sessions.lookup(now, h, side || created)
 			over = b.sessions.overflowTarget(h)
 		}
-		d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
+		b.slowStart(now, home)
+		byPrefix := false
+		if f.SessionKey == "" && b.prefix != nil && !f.NoPrefill {
+			if m, _ := b.prefix.Pick(b.view, f.Prefix, b.overflowThreshold()); m >= 0 {
+				d, byPrefix = Decision{Replica: m, Reason: ReasonPrefix}, true
+			}
+		}
+		if !byPrefix {
+			d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
+		}
+		if err == nil && f.SessionKey == "" && b.prefix != nil && !f.NoPrefill {
+			b.prefix.Record(d.Replica, f.Prefix, b.view[d.Replica].KVCapacityTokens)
+		}
 		if err == nil && gated {
 			b.adm.routed(now, h, SessionID(f.SessionKey), d, ctx, side, g)
 			info = g.info()
@@ -514,13 +591,22 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 				d.Reason = ReasonOverflow
 			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
 				b.sessions.set(now, h, d.Replica)
+				b.countPlacement(d.Replica)
 			}
 			if d.Reason == ReasonOverflow {
 				b.sessions.setOverflow(h, d.Replica)
 			}
 			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
 			if sv != nil {
-				plan = b.plan(sv, h, d)
+				if plan = b.plan(sv, h, d); plan != nil {
+					plan.gate, plan.side, plan.from = g, side, -1
+					if gated {
+						plan.res = b.reservation(g, d, h, SessionID(f.SessionKey), plan.cands)
+					}
+					if plan.res != nil && d.Reason == ReasonMoved {
+						plan.from = home
+					}
+				}
 			}
 		}
 	} else {
@@ -541,6 +627,9 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 	r.served[d.Reason]++
 	if b.shared != nil && plan == nil {
 		b.shared.Acquired(d.Replica)
+		if b.affinity && b.adm.on() && f.SessionKey != "" {
+			b.shared.Began(SessionID(f.SessionKey), reqSide)
+		}
 	}
 	return d, info, plan, nil
 }
@@ -574,8 +663,8 @@ func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens
 	if sessionKey == "" || !b.affinity {
 		return
 	}
-	if b.adm.on() {
-		b.adm.observeCache(b.sessions.hash(sessionKey), promptTokens, cachedTokens)
+	if b.adm.on() && b.adm.observeCache(b.sessions.hash(sessionKey), promptTokens, cachedTokens) && b.shared != nil {
+		b.shared.ObserveFirstTurn(cachedTokens)
 	}
 	b.sessions.observeCache(b.sessions.hash(sessionKey), b.now(), i, promptTokens, cachedTokens)
 }
@@ -802,21 +891,39 @@ func (b *Balancer) Affinity() bool {
 	return b.affinity
 }
 
-// ObserveSlots records that a replica runs n fixed slots (llama.cpp GET /props
-// total_slots). With BalancerConfig.LearnSlots the smallest count seen becomes
-// max_num_seqs, so the auto threshold is SlotOverflowThreshold of the engine's
-// own slots; otherwise, or for n <= 0, it does nothing.
-func (b *Balancer) ObserveSlots(n int) {
-	if n <= 0 {
-		return
-	}
+// ObserveSlots records that replica i runs n fixed slots (llama.cpp GET /props
+// total_slots) of slotTokens tokens of context each (default_generation_settings
+// .n_ctx, the per-slot context: llama-server sets every slot's n_ctx to
+// llama_n_ctx_seq, the -c context divided by -np, tools/server/server-context.cpp
+// and src/llama-context.cpp). A slot holds one sequence, so admission counts a
+// conversation on such a replica as one whole slot (ReplicaState.SlotTokens).
+// Each call replaces the replica's figures (a restarted server with other -np
+// or -c is read again). With BalancerConfig.LearnSlots the fewest slots any
+// replica has now become max_num_seqs, so the auto threshold is
+// SlotOverflowThreshold of the engine's own slots. n <= 0 clears the replica's
+// slots.
+func (b *Balancer) ObserveSlots(i, n int, slotTokens int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.reps) {
+		return
+	}
+	if n <= 0 {
+		n, slotTokens = 0, 0
+	}
+	b.reps[i].slots, b.reps[i].slotTokens = n, max(0, slotTokens)
 	if !b.learnSlots {
 		return
 	}
-	if !b.slotsSeen || n < b.maxNumSeqs {
-		b.maxNumSeqs, b.slotsSeen = n, true
+	fewest := 0
+	for j := range b.reps {
+		if s := b.reps[j].slots; s > 0 && (fewest == 0 || s < fewest) {
+			fewest = s
+		}
+	}
+	b.maxNumSeqs = b.configSeqs
+	if fewest > 0 {
+		b.maxNumSeqs = fewest
 	}
 }
 
@@ -935,6 +1042,19 @@ type ReplicaStatus struct {
 	// (BalancerConfig.Shared) have in flight on the replica; InFlight is this
 	// router's own count. Absent without shared state.
 	SharedInFlight int `json:"shared_in_flight,omitempty"`
+	// SharedLive and SharedLiveTokens are the largest live-conversation count
+	// and live working set (tokens) any other router's session table holds for
+	// the replica (RemoteLoad). The policies decide on the larger of these and
+	// Live, LiveTokens (DecidedLive). Absent without shared state.
+	SharedLive       int   `json:"shared_live_conversations,omitempty"`
+	SharedLiveTokens int64 `json:"shared_live_tokens,omitempty"`
+}
+
+// DecidedLive returns the live conversations and live tokens the policies
+// decide on for the replica: this router's, or with shared state the larger
+// of this router's and the largest another router reports (Balancer.fillView).
+func (s ReplicaStatus) DecidedLive() (int, int64) {
+	return max(s.Live, s.SharedLive), max(s.LiveTokens, s.SharedLiveTokens)
 }
 
 // Status returns every replica's state, in replica order.
@@ -968,7 +1088,8 @@ func (b *Balancer) Status() []ReplicaStatus {
 			s.EjectedForS = (r.out.until - now).Seconds()
 		}
 		if b.shared != nil {
-			s.SharedInFlight = b.shared.Remote(i).InFlight
+			rl := b.shared.Remote(i)
+			s.SharedInFlight, s.SharedLive, s.SharedLiveTokens = rl.InFlight, rl.Live, rl.LiveTokens
 		}
 		out[i] = s
 	}

@@ -14,9 +14,12 @@ type countingState struct{ inflight []int }
 func (c *countingState) Home(string) (SharedHome, time.Duration, bool) {
 	return SharedHome{Replica: -1}, 0, false
 }
-func (c *countingState) Claim(string, string, []int, bool) (int, bool, time.Duration, bool) {
-	return -1, false, 0, false
+func (c *countingState) Claim(string, string, []int, bool, bool, *Reservation) (ClaimResult, time.Duration, bool) {
+	return ClaimResult{Replica: -1}, 0, false
 }
+func (c *countingState) ObserveFirstTurn(int)                     {}
+func (c *countingState) Began(uint64, bool)                       {}
+func (c *countingState) Ended(uint64)                             {}
 func (c *countingState) Refresh() (time.Duration, bool)           { return 0, false }
 func (c *countingState) Forget(string, int) (time.Duration, bool) { return 0, false }
 func (c *countingState) Acquired(i int)                           { c.inflight[i]++ }
@@ -106,7 +109,7 @@ func TestAdmissionCountsOtherRoutersConversations(t *testing.T) {
 	}
 	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{}}
 	d, info, err := b.Admit(Facts{SessionKey: "a", PromptTokens: 6000, Ticket: info.Ticket})
-	if err != nil || info.Admission != AdmitAfterHold {
+	if err != nil || info.Admission != AdmitHeld {
 		t.Fatalf("a once the other waiter went: %+v %+v %v", d, info, err)
 	}
 	// Both routers count "a" (the other saw a turn of it): it counts once.

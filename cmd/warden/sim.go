@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -78,7 +80,16 @@ Example:
 	f.StringVar(&cfg.Host, "host", cfg.Host, "address to listen on")
 	f.IntVar(&cfg.BasePort, "base-port", cfg.BasePort, "server i listens on base-port+i (0 = random free ports)")
 	f.BoolVar(&cfg.DevMode, "dev-mode", cfg.DevMode, "enable POST /reset_prefix_cache (vLLM's VLLM_SERVER_DEV_MODE=1)")
+	f.BoolVar(&cfg.ResponsesStore, "responses-store", responsesStoreEnv(), "keep stored /v1/responses answers per server so previous_response_id works, as vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1 (default: that variable)")
 	f.StringVar(&cfg.APIKey, "api-key", "", "require \"Authorization: Bearer KEY\" on /v1 paths, as vllm serve --api-key does")
 	f.BoolVar(&cfg.IgnoreRankHeader, "ignore-rank-header", false, "ignore X-data-parallel-rank and let the internal balancer place every request, as a vLLM that does not read the header does (to try the router's pinning check)")
 	return cmd
+}
+
+// responsesStoreEnv reads VLLM_ENABLE_RESPONSES_API_STORE as vLLM does
+// (vllm/envs.py: bool(int(os.getenv(name, "0")))); a value that is not an integer
+// counts as off.
+func responsesStoreEnv() bool {
+	n, err := strconv.Atoi(strings.TrimSpace(os.Getenv("VLLM_ENABLE_RESPONSES_API_STORE")))
+	return err == nil && n != 0
 }

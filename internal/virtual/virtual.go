@@ -38,6 +38,13 @@ type Config struct {
 	Out      *loadgen.ResultsWriter // nil = write nothing
 	Progress io.Writer              // one line per stage; nil = none
 	OnResult func(loadgen.Result)   // called for every finished turn
+	// OnCut, when set, is called as a variant ends for every turn still open
+	// then: sent by the client and not finished (on its way, held by the
+	// router, at the API server or the engine, or its end not yet at the
+	// client), in session and turn order. The Result has the turn's identity,
+	// Sent and FirstToken when one came; Done is 0. Such turns have no record
+	// in turns.jsonl (the manifest counts them in flight).
+	OnCut func(loadgen.Result)
 
 	// Copied into the manifest.
 	RunID    string
@@ -85,7 +92,10 @@ type run struct {
 	cfg      Config
 	sc       *loadgen.Scenario
 	sched    scheduler
+	ecfg     sim.EngineConfig      // every engine's, for a fresh set per variant
+	bcfg     router.BalancerConfig // the router's, for a fresh one per variant
 	engines  []*sim.Engine
+	engVar   int // the variant the engines were built for: evStep events of older ones are stale
 	busy     []bool
 	names    []string
 	bal      *router.Balancer
@@ -103,8 +113,14 @@ type run struct {
 	// router (released false) or the client.
 	ending map[string]*flight
 
+	// prefix is the scratch of a keyless request's prefix hashes, pieceTokens
+	// their piece (Balancer.PrefixPieceTokens).
+	prefix      []uint64
+	pieceTokens int
+
 	variant int
-	loop    *loadgen.Loop
+	loop    dispatcher
+	traceState
 	polls   *loadgen.PollSchedule // the variant's poll instants after the first
 	end     time.Duration
 	m       *loadgen.Manifest
@@ -149,19 +165,13 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		ending:  map[string]*flight{},
 		wall:    time.Now(),
 	}
-	ecfg := cfg.Engine
-	ecfg.EmitTokens = true
+	r.ecfg = cfg.Engine
+	r.ecfg.EmitTokens = true
 	for i := 0; i < cfg.Replicas; i++ {
-		e, err := sim.NewEngine(ecfg)
-		if err != nil {
-			return nil, fmt.Errorf("virtual run: building engine %d: %w", i, err)
-		}
-		r.engines = append(r.engines, e)
 		r.names = append(r.names, router.ReplicaName(i))
 	}
-	r.busy = make([]bool, cfg.Replicas)
-	if sc.APIServers > 0 {
-		r.fe = sim.NewFrontend(r.engines[0].Config().Profile.Frontend, sc.APIServers)
+	if err := r.freshEngines(); err != nil {
+		return nil, err
 	}
 	bcfg := cfg.Balancer
 	bcfg.Replicas = r.names
@@ -178,12 +188,19 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		ec := r.engines[0].Config()
 		bcfg.KVCapacityTokens = int64(ec.NumGPUBlocks-1) * int64(ec.BlockSize)
 	}
-	bal, err := router.NewBalancer(bcfg)
-	if err != nil {
-		return nil, fmt.Errorf("virtual run: %w", err)
+	if bcfg.PrefixPieceTokens == 0 {
+		// A piece is one KV block: the unit the engine's prefix cache hits in.
+		bcfg.PrefixPieceTokens = r.engines[0].Config().BlockSize
 	}
-	r.bal = bal
+	r.pieceTokens = bcfg.PrefixPieceTokens
+	r.bcfg = bcfg
+	if err := r.freshBalancer(); err != nil {
+		return nil, err
+	}
 	r.w = loadgen.NewWorkload(sc)
+	if sc.Trace != nil {
+		r.synth = traceSynth(sc.Trace)
+	}
 	if s := r.w.SystemPrompt(); s != "" {
 		r.system = sim.AppendMessage(nil, sim.ChatMessage{Role: "system", Content: s})
 	}
@@ -224,7 +241,9 @@ func (r *run) loopEvents(ctx context.Context) error {
 		t := ev.at
 		switch ev.kind {
 		case evStep:
-			r.step(ev.idx, t)
+			if ev.variant == r.engVar { // else an engine of an earlier variant
+				r.step(ev.idx, t)
+			}
 			continue
 		}
 		if ev.variant != r.variant || r.loop == nil {
@@ -288,8 +307,41 @@ func (r *run) loopEvents(ctx context.Context) error {
 	}
 }
 
+// freshEngines builds the engines (and the API-server model) as at the run's
+// start, for variant r.variant.
+func (r *run) freshEngines() error {
+	r.engines = r.engines[:0]
+	for i := range r.names {
+		e, err := sim.NewEngine(r.ecfg)
+		if err != nil {
+			return fmt.Errorf("virtual run: building engine %d: %w", i, err)
+		}
+		r.engines = append(r.engines, e)
+	}
+	r.engVar = r.variant
+	r.busy = make([]bool, len(r.names))
+	r.fe = nil
+	if r.sc.APIServers > 0 {
+		r.fe = sim.NewFrontend(r.engines[0].Config().Profile.Frontend, r.sc.APIServers)
+	}
+	return nil
+}
+
+// freshBalancer builds the router as at the run's start: no sessions, no
+// learned estimates, the tie-break RNG at its seed.
+func (r *run) freshBalancer() error {
+	bal, err := router.NewBalancer(r.bcfg)
+	if err != nil {
+		return fmt.Errorf("virtual run: %w", err)
+	}
+	r.bal = bal
+	return nil
+}
+
 // startVariant prepares the engines and the router for variant v and schedules its
-// stages, starting now.
+// stages, starting now. Every variant after the first gets a fresh router and,
+// unless the scenario keeps caches warm (reset_cache: false), fresh engines:
+// each variant then runs as it would alone, whatever ran before it.
 func (r *run) startVariant(v int) {
 	name := r.sc.Variants[v]
 	aff, err := loadgen.AffinityOf(name)
@@ -297,18 +349,28 @@ func (r *run) startVariant(v int) {
 		r.errs = append(r.errs, fmt.Errorf("virtual run: variant %q: %w", name, err))
 	}
 	now := r.sched.now
-	if r.sc.ResetCache == nil || *r.sc.ResetCache {
-		for i, e := range r.engines {
-			if !e.ResetPrefixCache() {
-				r.errs = append(r.errs, fmt.Errorf("virtual run: resetting prefix cache of %s before %q: blocks in use", r.names[i], name))
-			}
+	r.variant = v
+	if v > 0 {
+		if r.sc.ResetCache == nil || *r.sc.ResetCache {
+			err = r.freshEngines()
+		}
+		err = errors.Join(err, r.freshBalancer())
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("virtual run: variant %q: %w", name, err))
 		}
 	}
 	r.bal.SetAffinity(aff)
-	r.bal.ResetSessions()
 	r.caches = map[int64]*tokCache{}
-	r.variant = v
-	r.loop = loadgen.NewLoop(r.sc, r.w, name, now)
+	if r.sc.Trace != nil {
+		tl, err := loadgen.NewTraceLoop(r.sc, name, now, r.fleetKVTokens())
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("virtual run: %w", err))
+			return
+		}
+		r.loop = tl
+	} else {
+		r.loop = loadgen.NewLoop(r.sc, r.w, name, now)
+	}
 	ws := r.loop.Windows()
 	r.end = ws[len(ws)-1].End
 	r.stageOK = make([]int, len(ws))
@@ -330,6 +392,9 @@ func (r *run) stopVariant(t time.Duration) {
 	if r.loop == nil {
 		return
 	}
+	if r.cfg.OnCut != nil {
+		r.reportCut()
+	}
 	ids := make([]string, 0, len(r.flights))
 	for id := range r.flights {
 		ids = append(ids, id)
@@ -338,7 +403,7 @@ func (r *run) stopVariant(t time.Duration) {
 	for _, id := range ids {
 		f := r.flights[id]
 		r.engines[f.replica].Abort(id)
-		r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
+		r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
 		delete(r.flights, id)
 	}
 	// Finished on their engine, not yet at the client: in flight at the end.
@@ -349,17 +414,55 @@ func (r *run) stopVariant(t time.Duration) {
 	sort.Strings(ids)
 	for _, id := range ids {
 		if f := r.ending[id]; !f.released {
-			r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
+			r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
 		}
 		delete(r.ending, id)
 	}
 	r.loop.Stop(t)
 	r.m.Variants = append(r.m.Variants, r.loop.Variant())
+	if tl, ok := r.loop.(*loadgen.TraceLoop); ok {
+		r.m.Traces = append(r.m.Traces, tl.Replay())
+		if err := tl.Err(); err != nil {
+			r.errs = append(r.errs, err)
+		}
+	}
 	r.loop = nil
 	r.pending = map[int]pendingTurn{}
 }
 
 // send schedules the loop's next turns at their intended instants.
+// reportCut calls OnCut for every open turn (stopVariant).
+func (r *run) reportCut() {
+	var cut []loadgen.Result
+	for _, fs := range []map[string]*flight{r.flights, r.ending} {
+		for _, f := range fs {
+			res := f.res
+			res.Done = 0
+			cut = append(cut, res)
+		}
+	}
+	for _, p := range r.pending {
+		if p.sent {
+			res := p.tr.NewResult()
+			res.Sent = p.h.since
+			cut = append(cut, res)
+		}
+	}
+	sort.Slice(cut, func(i, j int) bool {
+		a, b := &cut[i], &cut[j]
+		if a.Session != b.Session {
+			return a.Session < b.Session
+		}
+		if a.Turn != b.Turn {
+			return a.Turn < b.Turn
+		}
+		return !a.Side && b.Side
+	})
+	for _, res := range cut {
+		r.cfg.OnCut(res)
+	}
+}
+
 func (r *run) send(trs []loadgen.TurnRequest) {
 	for _, tr := range trs {
 		r.schedule(pendingTurn{tr: tr}, tr.Intended, evSend)
@@ -412,14 +515,24 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	r.loop.Sent(tr, since)
 	var prompt []uint32
 	maxTokens := r.sc.MaxOutputTokens
-	if tr.Side != nil {
+	switch {
+	case tr.Trace != nil:
+		prompt = r.tracePrompt(tr.Trace)
+		maxTokens = max(1, tr.Trace.Request.OutputLength)
+	case tr.Side != nil:
 		prompt = sidePrompt(tr)
 		maxTokens = tr.Side.MaxTokens
-	} else {
+	default:
 		prompt = r.prompt(tr.Session)
 	}
-	d, info, err := r.bal.Admit(router.Facts{SessionKey: tr.Session.Key, PromptTokens: len(prompt), HeldFor: t - h.arrived,
-		Ticket: h.ticket, Continuing: tr.Turn > 0 && tr.Side == nil})
+	facts := router.Facts{SessionKey: r.keyOf(tr.Session), PromptTokens: len(prompt), HeldFor: t - h.arrived,
+		Ticket: h.ticket, Continuing: tr.Turn > 0 && tr.Side == nil}
+	if facts.SessionKey == "" {
+		// What a keyless router can know of the prompt: its leading pieces.
+		r.prefix = router.PrefixHashes(r.prefix, prompt, r.pieceTokens, 0)
+		facts.Prefix = r.prefix
+	}
+	d, info, err := r.bal.Admit(facts)
 	if errors.Is(err, router.ErrHold) {
 		h.ticket = info.Ticket
 		r.schedule(pendingTurn{tr: tr, h: h, sent: true}, t+HoldRetry, evSend)
@@ -440,6 +553,9 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	id := strconv.Itoa(r.variant) + "/" + strconv.FormatInt(tr.Session.ID, 10) + "/" + strconv.Itoa(tr.Turn)
 	if tr.Side != nil {
 		id += "/side"
+	}
+	if tr.Trace != nil {
+		id = strconv.Itoa(r.variant) + "/trace/" + strconv.Itoa(tr.Trace.Index)
 	}
 	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens}
 	f := &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens), req: req}
@@ -467,7 +583,7 @@ func (r *run) toEngine(id string, f *flight, t time.Duration) {
 	f.req = nil
 	if err := r.engines[f.replica].Submit(req, t); err != nil {
 		delete(r.flights, id)
-		r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
+		r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
 		f.res.PromptTokens = 0
 		f.res.Done, f.res.Status, f.res.Err = t, 400, err.Error()
 		r.finish(&f.res, t, f.tr.Session)
@@ -475,7 +591,7 @@ func (r *run) toEngine(id string, f *flight, t time.Duration) {
 	}
 	if !r.busy[f.replica] {
 		r.busy[f.replica] = true
-		r.sched.at(event{at: t, kind: evStep, idx: f.replica})
+		r.sched.at(event{at: t, kind: evStep, idx: f.replica, variant: r.engVar})
 	}
 }
 
@@ -485,15 +601,15 @@ func (r *run) release(f *flight) {
 		return
 	}
 	f.released = true
-	r.bal.ObserveCache(f.tr.Session.Key, f.replica, f.res.PromptTokens, f.res.CachedTokens)
-	r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
+	r.bal.ObserveCache(r.keyOf(f.tr.Session), f.replica, f.res.PromptTokens, f.res.CachedTokens)
+	r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
 }
 
 // deliver is the client receiving a finished request's end at t.
 func (r *run) deliver(id string, f *flight, t time.Duration) {
 	r.release(f)
 	delete(r.ending, id)
-	if f.tr.Side == nil {
+	if f.tr.Side == nil && f.tr.Trace == nil {
 		f.tr.Session.AddReply(sim.Detokenize(f.out))
 	}
 	r.finish(&f.res, t, f.tr.Session)
@@ -570,7 +686,7 @@ func (r *run) timeout(id string, t time.Duration) {
 	}
 	delete(r.flights, id)
 	r.engines[f.replica].Abort(id)
-	r.bal.ReleaseSession(f.replica, f.tr.Session.Key)
+	r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
 	f.res.Done, f.res.Status = t, 200
 	f.res.Err = fmt.Sprintf("timeout: no complete response within %s (request_timeout)", r.sc.RequestTimeout)
 	r.finish(&f.res, t, f.tr.Session)
@@ -582,7 +698,7 @@ func (r *run) step(i int, t time.Duration) {
 	r.stepEvents(t, res.Events)
 	r.busy[i] = res.Busy
 	if res.Busy {
-		r.sched.at(event{at: res.NextAt, kind: evStep, idx: i})
+		r.sched.at(event{at: res.NextAt, kind: evStep, idx: i, variant: r.engVar})
 	}
 }
 
@@ -635,7 +751,7 @@ func (r *run) poll(t time.Duration) {
 			Running: float64(st.Running), Waiting: float64(st.Waiting), KVUsage: st.KVUsage,
 			PrefixQueries: float64(st.PrefixQueries), PrefixHits: float64(st.PrefixHits),
 			PromptTokens: float64(st.PromptTokens), GenerationTokens: float64(st.GenerationTokens),
-			Preemptions: float64(st.Preemptions),
+			Preemptions: float64(st.Preemptions), PromptComputedTokens: float64(st.PromptComputed),
 		})
 		if err != nil {
 			r.errs = append(r.errs, err)
@@ -654,7 +770,11 @@ func (r *run) stageProgress(k int) {
 	}
 	fmt.Fprintf(r.cfg.Progress, "virtual %-4s stage %d/%d  %3d sessions  t=%6.0fs  turns ok=%d failed=%d  wall %.1fs\n",
 		r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, ws[k].End.Seconds(), r.stageOK[k], r.stageKO[k], time.Since(r.wall).Seconds())
-	if msg := loadgen.ConcurrencyWarning(r.loop, k, ws[k].End); msg != "" {
+	loop, ok := r.loop.(*loadgen.Loop)
+	if !ok {
+		return // a trace replay has no closed-loop level to fall short of
+	}
+	if msg := loadgen.ConcurrencyWarning(loop, k, ws[k].End); msg != "" {
 		fmt.Fprintf(r.cfg.Progress, "warning: [%s] stage %d/%d (%d sessions): %s\n", r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, msg)
 	}
 }
@@ -671,4 +791,13 @@ func ManifestAdmission(c router.AdmissionConfig) *loadgen.Admission {
 		Mode: c.Mode, FillTarget: c.FillTarget, MaxHold: c.MaxHold, MaxQueue: c.MaxQueue,
 		OnLimit: c.OnLimit, KeepAliveAfter: c.KeepAliveAfter,
 	}
+}
+
+// keyOf is the session key the router is given for s: none when the scenario sends
+// no key (session_header: none).
+func (r *run) keyOf(s *loadgen.Session) string {
+	if s == nil || r.sc.SessionHeader == loadgen.SessionHeaderNone {
+		return ""
+	}
+	return s.Key
 }

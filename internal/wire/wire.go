@@ -22,6 +22,17 @@ const (
 	// benchmark with --send-conversation-id, and the harness (session_header:
 	// x-session-id); the router's default extra session header.
 	HeaderSessionID = "X-Session-ID"
+	// HeaderCodexSession and HeaderCodexThread carry the Codex CLI's thread id
+	// (a UUIDv7, the same on every request of a conversation and across `codex
+	// exec resume`); codex-cli 0.171.0 sends both with the same value
+	// (docs/responses-api.md). The harness sends both (session_header: codex).
+	HeaderCodexSession = "Session-Id"
+	HeaderCodexThread  = "Thread-Id"
+	// HeaderCodexLegacySession and HeaderCodexConversation are what earlier
+	// Codex releases sent (codex-rs/codex-api/src/requests/headers.rs
+	// build_conversation_headers: "session_id", and "conversation_id").
+	HeaderCodexLegacySession = "Session_id"
+	HeaderCodexConversation  = "Conversation_id"
 )
 
 // HeaderDPRank is the request header that pins a request to data-parallel rank k
@@ -71,6 +82,7 @@ const (
 	PathChatCompletions = "/v1/chat/completions" // OpenAI Chat Completions
 	PathCompletions     = "/v1/completions"      // OpenAI (legacy) Completions
 	PathMessages        = "/v1/messages"         // Anthropic Messages
+	PathResponses       = "/v1/responses"        // OpenAI Responses (the Codex CLI's only API)
 	PathCountTokens     = "/v1/messages/count_tokens"
 	PathModels          = "/v1/models" // GET: served model names
 )
@@ -83,6 +95,31 @@ const (
 	// PathResetPrefixCache (POST) empties the prefix cache; vLLM serves it only
 	// with VLLM_SERVER_DEV_MODE=1.
 	PathResetPrefixCache = "/reset_prefix_cache"
+	// PathTokenize (POST) counts a prompt's tokens: vLLM's {"messages" or
+	// "prompt"} -> {"count", "tokens"}, llama.cpp's {"content"} -> {"tokens"}.
+	PathTokenize = "/tokenize"
+	// PathApplyTemplate (POST, llama.cpp) renders {"messages"} -> {"prompt"}.
+	PathApplyTemplate = "/apply-template"
+)
+
+// OpenAI Responses stream event names (the `event:` line; the data's "type" is
+// the same), as vLLM sends them (serving_responses.py; docs/responses-api.md).
+const (
+	EventResponseCreated    = "response.created"
+	EventResponseInProgress = "response.in_progress"
+	EventOutputItemAdded    = "response.output_item.added"
+	EventContentPartAdded   = "response.content_part.added"
+	EventOutputTextDelta    = "response.output_text.delta"
+	EventOutputTextDone     = "response.output_text.done"
+	EventContentPartDone    = "response.content_part.done"
+	EventOutputItemDone     = "response.output_item.done"
+	EventResponseCompleted  = "response.completed"
+	EventResponseIncomplete = "response.incomplete"
+	EventResponseFailed     = "response.failed"
+	EventReasoningDelta     = "response.reasoning_text.delta"
+	EventReasoningSumDelta  = "response.reasoning_summary_text.delta"
+	EventFunctionArgsDelta  = "response.function_call_arguments.delta"
+	EventRefusalDelta       = "response.refusal.delta"
 )
 
 // SSEDone is the data of the last event of an OpenAI stream ("data: [DONE]").

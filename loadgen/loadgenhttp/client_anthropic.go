@@ -65,7 +65,7 @@ func (c *AnthropicClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock 
 		body.System = []anthropicBlock{{Type: "text", Text: sys}}
 	}
 	if tr.Session != nil {
-		if c.SessionHeader != loadgen.SessionHeaderXSessionID {
+		if c.SessionHeader != loadgen.SessionHeaderXSessionID && c.SessionHeader != loadgen.SessionHeaderNone {
 			body.Metadata = &anthropicMetadata{UserID: tr.Session.UserID()}
 		}
 	}

@@ -25,9 +25,12 @@ func parse(api, body string) (loadgen.Result, string) {
 	clk := newStepClock()
 	rd := iotest.OneByteReader(strings.NewReader(body))
 	var reply string
-	if api == loadgen.APIAnthropicMessages {
+	switch api {
+	case loadgen.APIAnthropicMessages:
 		reply = parseAnthropicStream(rd, clk, &r)
-	} else {
+	case loadgen.APIOpenAIResponses:
+		reply = parseResponsesStream(rd, clk, &r)
+	default:
 		reply = parseOpenAIStream(rd, clk, &r)
 	}
 	if r.Err == "" {

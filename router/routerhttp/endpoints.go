@@ -11,7 +11,16 @@ import (
 // ProxiedPaths are the POST endpoints the proxy routes. Every one of them goes
 // through Balancer.Acquire/Release, so each feeds the load counts (peers.md router
 // case 3). Query strings pass through (Claude Code calls /v1/messages?beta=true).
-var ProxiedPaths = []string{wire.PathChatCompletions, wire.PathCompletions, wire.PathMessages, wire.PathCountTokens}
+var ProxiedPaths = []string{wire.PathChatCompletions, wire.PathCompletions, wire.PathMessages, wire.PathCountTokens, wire.PathResponses}
+
+// PrefixPieceBytes is the piece of a keyless request's body the prefix index
+// hashes (router.PrefixHashes): 64 bytes, about one 16-token KV block at
+// router.BytesPerTokenEstimate. MaxPrefixPieces bounds the hashing to a body's
+// first 1 MiB.
+const (
+	PrefixPieceBytes = 64
+	MaxPrefixPieces  = 1 << 14
+)
 
 var proxiedPath = func() map[string]bool {
 	m := map[string]bool{}

@@ -95,11 +95,17 @@ type apiKind uint8
 const (
 	apiOpenAI apiKind = iota
 	apiAnthropic
+	// apiResponses: OpenAI's Responses API (/v1/responses): OpenAI's error body,
+	// its own in-stream error event (streamErrorFor).
+	apiResponses
 )
 
 func apiFor(path string) apiKind {
-	if strings.HasPrefix(path, wire.PathMessages) {
+	switch {
+	case strings.HasPrefix(path, wire.PathMessages):
 		return apiAnthropic
+	case path == wire.PathResponses:
+		return apiResponses
 	}
 	return apiOpenAI
 }
@@ -176,10 +182,18 @@ func streamErrorEvent(api apiKind, msg string) []byte {
 // openai-python src/openai/_streaming.py); Anthropic "event: error" with
 // {"type":"error","error":{"type","message"}}, after which the Messages API
 // sends nothing ("Streaming Messages", docs.anthropic.com, Error events: e.g.
-// overloaded_error, "which would normally correspond to an HTTP 529").
+// overloaded_error, "which would normally correspond to an HTTP 529");
+// Responses "event: error" with {"type":"error","code","message","param",
+// "sequence_number"}, the Responses API's error event (OpenAI API reference,
+// Responses streaming events, "error"), after which the stream ends (the
+// Codex CLI reports it; codex-rs/codex-api/src/sse/responses.rs).
 func streamErrorFor(api apiKind, status int, msg string) []byte {
-	if api == apiAnthropic {
+	switch api {
+	case apiAnthropic:
 		return fmt.Appendf(nil, "event: error\ndata: %s\n\n", errorBody(api, status, msg))
+	case apiResponses:
+		b, _ := json.Marshal(map[string]any{"type": wire.EventError, "code": openAIErrorType(status), "message": msg, "param": nil, "sequence_number": 0})
+		return fmt.Appendf(nil, "event: %s\ndata: %s\n\n", wire.EventError, b)
 	}
 	return fmt.Appendf(nil, "data: %s\n\ndata: [DONE]\n\n", errorBody(api, status, msg))
 }

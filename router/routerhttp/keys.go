@@ -31,11 +31,13 @@ const (
 	KeyMetadataLegacy                  // metadata.user_id, legacy user_..._session_<uuid>
 	KeyHeader                          // a configured header (X-Session-ID by default)
 	KeyOpenAIUser                      // the OpenAI "user" field (when configured)
+	KeyCodexHeader                     // the Codex CLI's session-id / thread-id (or older session_id / conversation_id)
+	KeyPromptCacheKey                  // the Responses / chat body's prompt_cache_key
 )
 
 // String names the source for logs.
 func (s KeySource) String() string {
-	return [...]string{"none", "claude-header", "metadata-json", "metadata-legacy", "header", "openai-user"}[s]
+	return [...]string{"none", "claude-header", "metadata-json", "metadata-legacy", "header", "openai-user", "codex-header", "prompt-cache-key"}[s]
 }
 
 // KeyConfig says where to look for session keys besides Claude Code's own.
@@ -56,7 +58,19 @@ type RequestInfo struct {
 	Model      string    // the body's "model" field; "" when absent
 	SessionKey string    // "" when none was found
 	Source     KeySource // where SessionKey came from
+	// ResponseID is the body's previous_response_id (Responses API), "" when
+	// absent: the response the request continues.
+	ResponseID string
+	// NoStore: the body says "store": false, so the server keeps no response a
+	// later request could continue (the router then learns no response id).
+	NoStore bool
 }
+
+// CodexSessionHeaders are the headers the Codex CLI names its conversation
+// with, read in this order after Claude Code's sources: codex-cli 0.171.0
+// sends session-id and thread-id (the same thread id); earlier releases sent
+// session_id and conversation_id (docs/responses-api.md).
+var CodexSessionHeaders = []string{wire.HeaderCodexSession, wire.HeaderCodexThread, wire.HeaderCodexLegacySession, wire.HeaderCodexConversation}
 
 // ErrBadBody: a POST body that is not a JSON object (the proxy answers 400).
 var ErrBadBody = errors.New("request body is not a JSON object")
@@ -67,6 +81,11 @@ type requestBody struct {
 	Model    json.RawMessage
 	Metadata json.RawMessage
 	User     json.RawMessage
+	// PromptCacheKey and PreviousResponseID: the Responses API's (the former
+	// also on chat completions).
+	PromptCacheKey     json.RawMessage
+	PreviousResponseID json.RawMessage
+	Store              json.RawMessage
 }
 
 // readRequestBody checks that body is one valid JSON object (scanJSON, which
@@ -90,6 +109,12 @@ func readRequestBody(body []byte) (requestBody, error) {
 			rb.Metadata = value
 		case "user":
 			rb.User = value
+		case "prompt_cache_key":
+			rb.PromptCacheKey = value
+		case "previous_response_id":
+			rb.PreviousResponseID = value
+		case "store":
+			rb.Store = value
 		}
 	})
 	if !ok {
@@ -496,11 +521,15 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 			return info, err
 		}
 		info.Model = jsonString(rb.Model)
+		info.ResponseID = cleanKey(jsonString(rb.PreviousResponseID))
+		info.NoStore = string(bytes.TrimSpace(rb.Store)) == "false"
 	}
 	mdKey, mdSrc := metadataSession(rb.Metadata)
 	switch {
 	case setKey(&info, h.Get(wire.HeaderClaudeSession), KeyClaudeHeader):
 	case setKey(&info, mdKey, mdSrc):
+	case setCodexKey(&info, h):
+	case setKey(&info, jsonString(rb.PromptCacheKey), KeyPromptCacheKey):
 	default:
 		hdrs := cfg.Headers
 		if hdrs == nil {
@@ -521,6 +550,15 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 		}
 	}
 	return info, nil
+}
+
+func setCodexKey(info *RequestInfo, h http.Header) bool {
+	for _, name := range CodexSessionHeaders {
+		if setKey(info, h.Get(name), KeyCodexHeader) {
+			return true
+		}
+	}
+	return false
 }
 
 func setKey(info *RequestInfo, v string, src KeySource) bool {

@@ -82,6 +82,11 @@ func (s *stub) serve(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, ev+"\n\n")
 			w.(http.Flusher).Flush()
 		}
+	case wire.PathResponses:
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_"+s.name+"\"}}\n\n")
+		io.WriteString(w, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi from "+s.name+"\"}\n\n")
+		io.WriteString(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_"+s.name+"\"}}\n\n")
 	default: // OpenAI paths
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, `data: {"choices":[{"delta":{"content":"hi from `+s.name+`"}}]}`+"\n\n")
@@ -545,6 +550,8 @@ func TestBrokenUpstreamStreamEndsWithErrorEvent(t *testing.T) {
 		{"/v1/messages", "event: message_start\ndata: {}\n\n", "event: message_start\ndata: {}\n\nevent: error\ndata: {\"error\":{"},
 		// Broken mid-event: the partial event is closed before the error event.
 		{"/v1/chat/completions", "data: {\"choi", "data: {\"choi\n\ndata: {\"error\":{"},
+		// Responses: the API's own error event (type error, code, message).
+		{"/v1/responses", "event: response.created\ndata: {}\n\n", "event: response.created\ndata: {}\n\nevent: error\ndata: {\"code\":\"upstream_error\",\"message\":"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.path+" "+tc.partial, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp/redisstate"
@@ -28,7 +29,7 @@ const (
 // default state_timeout (50 ms).
 var stateWaitBuckets = []float64{5e-6, 25e-6, 100e-6, 250e-6, 1e-3, 5e-3, 0.02, 0.04, 0.05, 0.06, 0.075, 0.1, 0.25}
 
-// setStateHeader adds wire.HeaderStateMs to a counted call's response when the
+// setStateHeader adds wire.HeaderStateMs to a routed call's response when the
 // pool shares state.
 func (c *call) setStateHeader(h http.Header) {
 	if c.pool.Balancer.Shared() {
@@ -57,9 +58,13 @@ func openState(cfg Config) (*redisstate.Store, error) {
 	if cfg.State == "" {
 		return nil, nil
 	}
+	speed := 1.0
+	if sc, ok := cfg.Clock.(*simclock.Scaled); ok && sc.Speed > 0 {
+		speed = sc.Speed
+	}
 	st, err := redisstate.Open(redisstate.Options{
 		URL: cfg.State, Prefix: cfg.StatePrefix, Timeout: cfg.StateTimeout,
-		SessionTTL: cfg.SessionTTL, Logger: cfg.Logger,
+		SessionTTL: cfg.SessionTTL, Logger: cfg.Logger, ClockSpeed: speed,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("router config: %w", err)

@@ -19,7 +19,12 @@ const maxUsageLine = 1 << 20
 //   - Anthropic messages (message_start's message.usage, message_delta's usage):
 //     the prompt is input_tokens + cache_read_input_tokens +
 //     cache_creation_input_tokens, the cached part cache_read_input_tokens
-//     (Anthropic's semantics; vLLM's own server sends input_tokens only).
+//     (Anthropic's semantics; vLLM's own server sends input_tokens only);
+//   - OpenAI Responses (response.created's and response.completed's
+//     response, or the whole response object): usage.input_tokens is the whole
+//     prompt, usage.input_tokens_details.cached_tokens the cached part
+//     (vLLM serving_responses.py ResponseUsage); the response's id is kept too
+//     (responseID, for Balancer.LearnResponse).
 //
 // The last usage seen wins. A stream without a cache count yields nothing.
 //
@@ -34,6 +39,40 @@ type usageScanner struct {
 	prompt     int
 	cached     int
 	haveCached bool
+	responseID string // a Responses API response's id, "" when none was seen
+	// onID, when set, is called when responseID is first seen or changes, from
+	// inside feed/feedJSON: before the bytes that carry it reach the client.
+	onID func(id string)
+}
+
+// setID records a Responses API response id.
+func (u *usageScanner) setID(id string) {
+	if id == "" || id == u.responseID {
+		return
+	}
+	u.responseID = id
+	if u.onID != nil {
+		u.onID(id)
+	}
+}
+
+// idMarker starts a Responses object's serialization (vLLM and OpenAI both put
+// "id" first); earlyID reads it from a JSON body's first bytes so the id is
+// known before the body has passed (finishJSON then confirms it).
+var idMarker = []byte(`{"id":"`)
+
+func (u *usageScanner) earlyID() {
+	if u.responseID != "" || u.onID == nil {
+		return
+	}
+	b := bytes.TrimLeft(u.pending, " \t\r\n")
+	if !bytes.HasPrefix(b, idMarker) {
+		return
+	}
+	b = b[len(idMarker):]
+	if end := bytes.IndexByte(b, '"'); end > 0 && !bytes.ContainsRune(b[:end], '\\') {
+		u.setID(string(b[:end]))
+	}
 }
 
 // feedJSON takes the next bytes of a non-streaming JSON response.
@@ -46,6 +85,7 @@ func (u *usageScanner) feedJSON(b []byte) {
 		return
 	}
 	u.pending = append(u.pending, b...)
+	u.earlyID()
 }
 
 // finishJSON decodes the body given to feedJSON, once it has ended. A body that
@@ -58,6 +98,9 @@ func (u *usageScanner) finishJSON() {
 	var p usageProbe
 	if json.Unmarshal(u.pending, &p) == nil {
 		u.use(p.Usage)
+		if p.Object == "response" {
+			u.setID(p.ID)
+		}
 	}
 	u.pending = nil
 }
@@ -99,7 +142,10 @@ type usageFields struct {
 	PromptDetails *struct {
 		CachedTokens *int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
-	InputTokens *int `json:"input_tokens"`
+	InputTokens  *int `json:"input_tokens"`
+	InputDetails *struct {
+		CachedTokens *int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
 	CacheRead   *int `json:"cache_read_input_tokens"`
 	CacheCreate *int `json:"cache_creation_input_tokens"`
 }
@@ -109,6 +155,14 @@ type usageProbe struct {
 	Message *struct {
 		Usage *usageFields `json:"usage"`
 	} `json:"message"`
+	// Responses API: the response object itself (non-streaming), or inside
+	// response.* events.
+	ID       string `json:"id"`
+	Object   string `json:"object"`
+	Response *struct {
+		ID    string       `json:"id"`
+		Usage *usageFields `json:"usage"`
+	} `json:"response"`
 }
 
 // line handles one complete line (without its newline).
@@ -125,6 +179,10 @@ func (u *usageScanner) line(l []byte) {
 	if p.Message != nil {
 		u.use(p.Message.Usage)
 	}
+	if p.Response != nil {
+		u.use(p.Response.Usage)
+		u.setID(p.Response.ID)
+	}
 }
 
 func (u *usageScanner) use(f *usageFields) {
@@ -134,6 +192,11 @@ func (u *usageScanner) use(f *usageFields) {
 		u.prompt = *f.PromptTokens
 		if f.PromptDetails != nil && f.PromptDetails.CachedTokens != nil {
 			u.cached, u.haveCached = *f.PromptDetails.CachedTokens, true
+		}
+	case f.InputTokens != nil && f.InputDetails != nil:
+		u.prompt = *f.InputTokens
+		if f.InputDetails.CachedTokens != nil {
+			u.cached, u.haveCached = *f.InputDetails.CachedTokens, true
 		}
 	case f.InputTokens != nil:
 		read, create := 0, 0

@@ -52,6 +52,9 @@ func TestUsageScannerReadsBothAPIs(t *testing.T) {
 		{"openai final usage chunk", []byte("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n" +
 			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":4,\"prompt_tokens_details\":{\"cached_tokens\":896}}}\n\ndata: [DONE]\n\n"), 1000, 896, true},
 		{"anthropic, CRLF lines", []byte("event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":104,\"cache_read_input_tokens\":896,\"output_tokens\":0}}}\r\n\r\n"), 1000, 896, true},
+		// Spec-derived Responses stream (copied from sim/simhttp/testdata):
+		// response.completed's usage, input_tokens being the whole prompt.
+		{"responses stream", read("responses-stream-spec.txt"), 20, 0, true},
 		{"a usage word in text is not usage", []byte("data: {\"choices\":[{\"delta\":{\"content\":\"the \\\"usage\\\" field\"}}]}\n\n"), 0, 0, false},
 	}
 	for _, tc := range tests {
@@ -200,5 +203,27 @@ func TestProxyCalibratesPromptEstimate(t *testing.T) {
 	body := len(chatBody("m"))
 	if want := int(4000 * float64(body/2) / float64(body)); estimate(4000) != want {
 		t.Errorf("after %d responses: %d tokens for 4,000 bytes, want %d (the server's 1 per 2 bytes)", router.SizeMinSeen, estimate(4000), want)
+	}
+}
+
+// The Responses API's id is seen as soon as its bytes pass: response.created in
+// a stream, the first member of a JSON body (before the rest of the body).
+func TestUsageScannerSeesResponseIDEarly(t *testing.T) {
+	var seen []string
+	u := usageScanner{onID: func(id string) { seen = append(seen, id) }}
+	u.feed([]byte("event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_s\",\"usage\":null}}\n\n"))
+	if len(seen) != 1 || seen[0] != "resp_s" {
+		t.Fatalf("stream: ids %v after response.created", seen)
+	}
+	seen = nil
+	j := usageScanner{onID: func(id string) { seen = append(seen, id) }}
+	j.feedJSON([]byte(`{"id":"resp_j","created_at":1,"object":"res`))
+	if len(seen) != 1 || seen[0] != "resp_j" {
+		t.Fatalf("JSON: ids %v after the first bytes", seen)
+	}
+	j.feedJSON([]byte(`ponse","usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":4},"output_tokens":1}}`))
+	j.finishJSON()
+	if p, c, ok := j.result(); len(seen) != 1 || !ok || p != 9 || c != 4 {
+		t.Errorf("JSON end: ids %v, usage %d/%d %v", seen, p, c, ok)
 	}
 }

@@ -92,6 +92,13 @@ type Config struct {
 	// its ranks. Default 0: no front-end time.
 	APIServers int
 
+	// ResponsesStore keeps stored Responses API answers in each server's memory so a
+	// later request can name one in previous_response_id, as vLLM does with
+	// VLLM_ENABLE_RESPONSES_API_STORE=1 (serving_responses.py enable_store). Off (the
+	// default, as in vLLM): store is ignored and every previous_response_id is 404.
+	// The store is per server and never evicted, as vLLM's.
+	ResponsesStore bool
+
 	frontend *frontend // shared by a Cluster's servers; nil: NewServer makes its own
 }
 

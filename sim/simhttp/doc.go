@@ -11,7 +11,9 @@
 //     events to the waiting handlers through per-request mailboxes that never block
 //     the engine. A client that disconnects aborts its request (Engine.Abort).
 //   - The endpoints, shaped like vLLM's: POST /v1/chat/completions, /v1/completions,
-//     /v1/messages (also ?beta=true), /v1/messages/count_tokens; GET /v1/models,
+//     /v1/responses (responses.go: streamed events, usage, the per-server store
+//     behind Config.ResponsesStore), /v1/messages (also ?beta=true),
+//     /v1/messages/count_tokens; GET /v1/models,
 //     /health, /version, /metrics; POST /reset_prefix_cache with DevMode.
 //   - Request rendering: OpenAI messages and Anthropic messages (converted as vLLM
 //     converts them to a chat request) become sim.ChatMessage lists rendered by

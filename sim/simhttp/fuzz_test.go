@@ -10,7 +10,7 @@ import (
 	"github.com/lmwarden/warden/sim"
 )
 
-// FuzzDecodeRequest feeds arbitrary bodies to the three request decoders, their
+// FuzzDecodeRequest feeds arbitrary bodies to the four request decoders, their
 // conversion to template messages and the count_tokens handler. Seeds are in
 // testdata/fuzz/FuzzDecodeRequest. Invariants: no panic; every refusal is a 400 with a
 // message; a rendered prompt has at least the template's fixed tokens.
@@ -45,6 +45,13 @@ func FuzzDecodeRequest(f *testing.F) {
 		if r, e := decodeMessages(body); e != nil {
 			refused(e)
 		} else if msgs, e := r.chatMessages(); e != nil {
+			refused(e)
+		} else {
+			rendered(msgs)
+		}
+		if r, e := decodeResponses(body); e != nil {
+			refused(e)
+		} else if msgs, e := r.inputMessages(); e != nil {
 			refused(e)
 		} else {
 			rendered(msgs)
