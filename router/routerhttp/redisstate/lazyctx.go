@@ -10,8 +10,8 @@ import (
 // something asks for Done: Home's read is a local cache hit almost always,
 // and rueidis answers a hit without looking at the context (pipe.DoCache:
 // cache.Flight), so context.WithTimeout's timer, cancelCtx and channel were
-// made and stopped for nothing on every sticky decision (4 of its 8
-// allocations and about 0.4 us, BenchmarkStickyDecision sticky-redis). A miss
+// made and stopped for nothing on every sticky decision (3-4 of its 8-9
+// allocations and about 0.3 us, BenchmarkStickyDecision sticky-redis). A miss
 // waits on Done as before and ends at the same deadline.
 type lazyTimeout struct {
 	deadline time.Time
