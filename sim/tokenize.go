@@ -98,16 +98,22 @@ func Tokenize(dst []uint32, text string) []uint32 {
 	i := 0
 	for i < len(text) {
 		// Skip white space.
-		r, size := utf8.DecodeRuneInString(text[i:])
-		if isSpace(r) {
+		if size := spaceAt(text, i); size > 0 {
 			i += size
 			continue
 		}
 		// A word runs to the next white space.
 		j := i
 		for j < len(text) {
+			if c := text[j]; c < utf8.RuneSelf { // ASCII: one byte, no decoding
+				if asciiSpace[c] {
+					break
+				}
+				j++
+				continue
+			}
 			r, size := utf8.DecodeRuneInString(text[j:])
-			if isSpace(r) {
+			if unicode.IsSpace(r) {
 				break
 			}
 			j += size
@@ -116,6 +122,25 @@ func Tokenize(dst []uint32, text string) []uint32 {
 		i = j
 	}
 	return dst
+}
+
+// asciiSpace marks the ASCII white space of unicode.IsSpace.
+var asciiSpace = [utf8.RuneSelf]bool{' ': true, '\t': true, '\n': true, '\v': true, '\f': true, '\r': true}
+
+// spaceAt is the byte length of the white-space rune at text[i], or 0 if that rune
+// is not white space.
+func spaceAt(text string, i int) int {
+	if c := text[i]; c < utf8.RuneSelf {
+		if asciiSpace[c] {
+			return 1
+		}
+		return 0
+	}
+	r, size := utf8.DecodeRuneInString(text[i:])
+	if unicode.IsSpace(r) {
+		return size
+	}
+	return 0
 }
 
 // appendWord cuts one word into pieces of at most PieceLen bytes at rune boundaries.
@@ -132,13 +157,6 @@ func appendWord(dst []uint32, w string) []uint32 {
 		w = w[cut:]
 	}
 	return append(dst, pieceID(w))
-}
-
-func isSpace(r rune) bool {
-	if r < utf8.RuneSelf {
-		return r == ' ' || r == '\t' || r == '\n' || r == '\v' || r == '\f' || r == '\r'
-	}
-	return unicode.IsSpace(r)
 }
 
 // Detokenize renders token ids back to text such that Tokenize(Detokenize(ids)) == ids

@@ -190,3 +190,26 @@ func TestChatTemplateTurnPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenizeSplitsAsFields checks that Tokenize splits words exactly where
+// strings.Fields does (unicode.IsSpace), on ASCII and non-ASCII white space, invalid
+// UTF-8 and multi-byte letters, against a reference that tokenizes Fields' words.
+func TestTokenizeSplitsAsFields(t *testing.T) {
+	parts := []string{"a", "bc", "défini", "日本語", " ", "\t", "\n", "\v", "\f", "\r",
+		"\u0085", "\u00a0", "\u2003", "\u3000", "\xff", "\xc3", "x\u200by", "longerword"}
+	r := rand.New(rand.NewPCG(7, 7))
+	for range 2000 {
+		var sb strings.Builder
+		for range r.IntN(12) {
+			sb.WriteString(parts[r.IntN(len(parts))])
+		}
+		text := sb.String()
+		var want []uint32
+		for _, w := range strings.Fields(text) {
+			want = appendWord(want, w)
+		}
+		if got := Tokenize(nil, text); !slices.Equal(got, want) {
+			t.Fatalf("Tokenize(%q) = %v, want %v (strings.Fields words)", text, got, want)
+		}
+	}
+}
