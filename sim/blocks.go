@@ -179,11 +179,9 @@ func (p *blockPool) cacheBlock(id int32, h uint64) {
 	if b.hash != 0 {
 		return
 	}
-	if _, dup := p.cached.get(h); dup {
-		return
+	if p.cached.add(h, id) {
+		b.hash = h
 	}
-	b.hash = h
-	p.cached.put(h, id)
 }
 
 // usage is vLLM's kv_cache_usage_perc: 1 - free/(num_gpu_blocks-1)

@@ -55,6 +55,23 @@ func (x *hashIndex) put(h uint64, id int32) {
 	x.slots[i] = hashSlot{key: h, id: id}
 }
 
+// add maps h to id unless h is present already, and reports whether it did: get
+// then put in one probe.
+func (x *hashIndex) add(h uint64, id int32) bool {
+	i := h & x.mask
+	for {
+		switch x.slots[i].key {
+		case h:
+			return false
+		case 0:
+			x.slots[i] = hashSlot{key: h, id: id}
+			x.n++
+			return true
+		}
+		i = (i + 1) & x.mask
+	}
+}
+
 // del removes h if present, then shifts back the later entries of its probe run, so
 // that lookups never need tombstones.
 func (x *hashIndex) del(h uint64) {

@@ -32,7 +32,17 @@ func TestHashIndexMatchesMap(t *testing.T) {
 					continue
 				}
 				switch {
-				case r.IntN(2) == 0 && len(ref) < 16:
+				case r.IntN(4) == 0 && len(ref) < 16:
+					id := int32(op)
+					_, had := ref[k]
+					if added := x.add(k, id); added == had {
+						t.Fatalf("op %d: add(%#x) = %v with the key present=%v", op, k, added, had)
+					}
+					if !had {
+						keys = append(keys, k)
+						ref[k] = id
+					}
+				case r.IntN(3) == 0 && len(ref) < 16:
 					id := int32(op)
 					x.put(k, id)
 					if _, ok := ref[k]; !ok {
