@@ -50,6 +50,8 @@ type Workload struct {
 	systemWords int
 	device      string
 	sideSystem  string // system prompt of every side request ("" without side requests)
+	// vocabTokens[i] is the token ids of vocab[i] (SetTokenizer); nil: write text.
+	vocabTokens [][]uint32
 }
 
 // NewWorkload builds the generator for sc (defaults applied to a copy of sc).
@@ -238,6 +240,37 @@ func (w *Workload) text(r *rand.Rand, n int) string {
 	return sb.String()
 }
 
+// SetTokenizer makes the sessions write their user messages as token ids
+// (Session.TakeTokens; Content stays empty) instead of text: tok appends the ids of one word,
+// and the ids of a text are those of its words in order, white space making none
+// (sim.Tokenize's rule). The random draws are those of the text, so the ids are
+// exactly tok applied to the text's words, without building the text. The system
+// prompt and side requests stay text. Call it before the first session's turn.
+func (w *Workload) SetTokenizer(tok func(dst []uint32, word string) []uint32) {
+	w.vocabTokens = make([][]uint32, len(w.vocab))
+	for i, v := range w.vocab {
+		w.vocabTokens[i] = tok(nil, v)
+	}
+}
+
+// tokens is text's draws appended as the words' token ids (SetTokenizer).
+func (w *Workload) tokens(r *rand.Rand, n int) []uint32 {
+	if n <= 0 {
+		return nil
+	}
+	z := rand.NewZipf(r, 1.1, 2, uint64(len(w.vocab)-1))
+	dst := make([]uint32, 0, n*5/4)
+	line := 8 + r.IntN(13)
+	for i := range n {
+		if i > 0 && line == 0 {
+			line = 8 + r.IntN(13)
+		}
+		dst = append(dst, w.vocabTokens[z.Uint64()]...)
+		line--
+	}
+	return dst
+}
+
 // Session is one synthetic conversation: a shared system prompt, a unique first
 // user message, then later user messages, each turn re-sending the whole history.
 // A session is driven by one owner at a time (the Loop, or the goroutine sending its
@@ -259,8 +292,9 @@ type Session struct {
 	NominalTokens int
 
 	w       *Workload
-	next    int  // index of the next turn to generate
-	pending bool // a turn was generated and awaits its reply
+	tokens  [][]uint32 // by message index: user messages' token ids (SetTokenizer)
+	next    int        // index of the next turn to generate
+	pending bool       // a turn was generated and awaits its reply
 	failed  bool
 }
 
@@ -277,7 +311,13 @@ func (s *Session) NextTurn(intended time.Duration) (TurnRequest, bool) {
 	if t == 0 {
 		n = draw(r, s.w.sc.FirstTurnTokens, s.w.sc.FirstTurnSpread)
 	}
-	s.Messages = append(s.Messages, Message{Role: "user", Content: s.w.text(r, n)})
+	if s.w.vocabTokens != nil {
+		s.tokens = append(s.tokens, make([][]uint32, len(s.Messages)+1-len(s.tokens))...)
+		s.tokens[len(s.Messages)] = s.w.tokens(r, n)
+		s.Messages = append(s.Messages, Message{Role: "user"})
+	} else {
+		s.Messages = append(s.Messages, Message{Role: "user", Content: s.w.text(r, n)})
+	}
 	s.NominalTokens += n
 	s.next++
 	s.pending = true
@@ -322,6 +362,18 @@ func (s *Session) AddReply(text string) {
 	s.NominalTokens += len(strings.Fields(text))
 	s.pending = false
 	s.TurnsDone++
+}
+
+// TakeTokens returns the token ids of message i, written instead of its text when
+// the workload has a tokenizer (SetTokenizer), and forgets them; nil for a message
+// written as text, or taken already.
+func (s *Session) TakeTokens(i int) []uint32 {
+	if i >= len(s.tokens) {
+		return nil
+	}
+	t := s.tokens[i]
+	s.tokens[i] = nil
+	return t
 }
 
 // Awaiting reports whether a turn was generated and its reply not yet added.

@@ -212,3 +212,50 @@ func TestSessionProtocol(t *testing.T) {
 		t.Error("failed session gave a turn")
 	}
 }
+
+// TestSetTokenizerMatchesText: a workload that writes token ids (SetTokenizer) gives,
+// for every user message, the ids of the text the same session writes without one
+// (the tokenizer applied to its white-space separated words), leaves Content empty,
+// and keeps the sessions' later draws (the word counts) unchanged.
+func TestSetTokenizerMatchesText(t *testing.T) {
+	sc := TinyScenario()
+	tok := func(dst []uint32, w string) []uint32 { // two ids a word: a stand-in tokenizer
+		h := uint32(2166136261)
+		for i := 0; i < len(w); i++ {
+			h = (h ^ uint32(w[i])) * 16777619
+		}
+		return append(dst, h, uint32(len(w)))
+	}
+	text, ids := NewWorkload(sc), NewWorkload(sc)
+	ids.SetTokenizer(tok)
+	for id := range int64(4) {
+		st, si := text.Session(id), ids.Session(id)
+		for turn := 0; ; turn++ {
+			trt, ok := st.NextTurn(0)
+			tri, oki := si.NextTurn(0)
+			if ok != oki {
+				t.Fatalf("session %d turn %d: the two workloads disagree on whether it exists", id, turn)
+			}
+			if !ok {
+				break
+			}
+			i := len(trt.Messages) - 1
+			var want []uint32
+			for _, w := range strings.Fields(trt.Messages[i].Content) {
+				want = tok(want, w)
+			}
+			got := si.TakeTokens(i)
+			if tri.Messages[i].Content != "" || !slices.Equal(got, want) || len(want) == 0 {
+				t.Fatalf("session %d turn %d: ids %d (content %q), want the text's %d", id, turn, len(got), tri.Messages[i].Content, len(want))
+			}
+			if si.TakeTokens(i) != nil {
+				t.Fatalf("session %d turn %d: ids still there after TakeTokens", id, turn)
+			}
+			if st.NominalTokens != si.NominalTokens {
+				t.Fatalf("session %d turn %d: nominal tokens %d vs %d", id, turn, st.NominalTokens, si.NominalTokens)
+			}
+			st.AddReply("a reply")
+			si.AddReply("a reply")
+		}
+	}
+}

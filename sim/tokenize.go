@@ -238,6 +238,16 @@ func AppendMessage(dst []uint32, m ChatMessage) []uint32 {
 	return append(dst, TokenIMEnd, TokenNewline)
 }
 
+// AppendMessageTokens is AppendMessage for a message whose content is already
+// tokenized (content = Tokenize(nil, m.Content)).
+func AppendMessageTokens(dst []uint32, role string, content []uint32) []uint32 {
+	dst = append(dst, TokenIMStart)
+	dst = Tokenize(dst, role)
+	dst = append(dst, TokenNewline)
+	dst = append(dst, content...)
+	return append(dst, TokenIMEnd, TokenNewline)
+}
+
 // AppendGenerationPrompt appends the assistant generation prompt to dst:
 // <|im_start|> assistant \n.
 func AppendGenerationPrompt(dst []uint32) []uint32 {

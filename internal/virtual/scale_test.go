@@ -2,9 +2,11 @@ package virtual
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,7 +38,8 @@ func runScale(tb testing.TB, replicas, sessions int, d time.Duration) int {
 
 // runScaleHeap is runScale that also, when every > 0, collects garbage after every
 // every-th completed turn and returns the largest live heap seen then (bytes,
-// runtime.MemStats.HeapAlloc after runtime.GC), the memory the run holds.
+// runtime.MemStats.HeapAlloc after runtime.GC), the memory the run holds; with
+// WARDEN_SCALE_HEAP_PROFILE=file, the heap profile at that peak is written there.
 func runScaleHeap(tb testing.TB, replicas, sessions int, d time.Duration, every int) (int, uint64) {
 	tb.Helper()
 	out, err := loadgen.CreateResults(tb.TempDir())
@@ -58,7 +61,10 @@ func runScaleHeap(tb testing.TB, replicas, sessions int, d time.Duration, every 
 					var ms runtime.MemStats
 					runtime.GC()
 					runtime.ReadMemStats(&ms)
-					peak = max(peak, ms.HeapAlloc)
+					if ms.HeapAlloc > peak {
+						peak = ms.HeapAlloc
+						writeHeapProfile(tb)
+					}
 				}
 			}
 		},
@@ -165,5 +171,20 @@ func reportScale(b *testing.B, replicas, sessions int, d time.Duration) {
 	b.ReportMetric(float64(turns), "turns/op")
 	if every > 0 {
 		b.ReportMetric(float64(peak)/float64(sessions), "live-B/session")
+	}
+}
+
+// writeHeapProfile writes the heap profile to $WARDEN_SCALE_HEAP_PROFILE, if set.
+func writeHeapProfile(tb testing.TB) {
+	path := os.Getenv("WARDEN_SCALE_HEAP_PROFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := errors.Join(pprof.WriteHeapProfile(f), f.Close()); err != nil {
+		tb.Fatalf("writing %s: %v", path, err)
 	}
 }

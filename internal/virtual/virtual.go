@@ -201,6 +201,7 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		return nil, err
 	}
 	r.w = loadgen.NewWorkload(sc)
+	r.w.SetTokenizer(sim.Tokenize) // user messages as token ids: no text is built
 	if sc.Trace != nil {
 		r.synth = traceSynth(sc.Trace)
 	}
@@ -496,8 +497,12 @@ func (r *run) prompt(s *loadgen.Session, maxTokens int) ([]uint32, []uint64) {
 	}
 	for ; c.msgs < len(s.Messages); c.msgs++ {
 		m := s.Messages[c.msgs]
-		c.toks = sim.AppendMessage(c.toks, sim.ChatMessage{Role: m.Role, Content: m.Content})
-		s.Messages[c.msgs].Content = "" // turns sent before share the message: none reads it
+		if ids := s.TakeTokens(c.msgs); ids != nil {
+			c.toks = sim.AppendMessageTokens(c.toks, m.Role, ids)
+		} else {
+			c.toks = sim.AppendMessage(c.toks, sim.ChatMessage{Role: m.Role, Content: m.Content})
+		}
+		s.Messages[c.msgs].Content = "" // turns sent before share the message: none reads it again
 	}
 	c.toks = slices.Grow(c.toks, genPromptTokens+maxTokens)
 	c.hashes = sim.AppendBlockHashes(c.hashes, c.toks, r.engines[0].Config().BlockSize)
