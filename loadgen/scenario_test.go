@@ -119,7 +119,7 @@ request_timeout: -1s
 	big := &Scenario{Turns: MaxTurns + 1, Stages: []int{4, MaxSessions + 1}, TurnTokens: 8, TurnSpread: TokenRange{Min: 10, Max: 5}}
 	err = big.Validate()
 	if err == nil || !strings.Contains(err.Error(), "turns: 10001 is more than 10000") ||
-		!strings.Contains(err.Error(), "stages[1]: 10001 sessions is more than 10000") || !strings.Contains(err.Error(), "GB") {
+		!strings.Contains(err.Error(), "stages[1]: 20001 sessions is more than 20000") || !strings.Contains(err.Error(), "GB") {
 		t.Errorf("Validate of huge sizes: %v", err)
 	}
 	if err != nil && strings.Contains(err.Error(), "outside") {
