@@ -80,6 +80,54 @@ var VLLMFrontendCosts = FrontendCosts{
 
 const gib = 1 << 30
 
+// Sourced figures for the step-time spread and vLLM's start-up memory
+// accounting (docs/simulator.md section 10, "Constants and sources"). They were
+// committed before any comparison with the reference table.
+const (
+	// VLLMStepTimeSigma is the log-space standard deviation of one engine
+	// step's duration around the modelled one (a lognormal with median 1):
+	// ln(p99/median) / 2.326 of the inter-token latency of a vLLM serving
+	// benchmark at max concurrency 1 (steady decode of one sequence, so every
+	// ITL is one decode step plus its output handling): median 4.62 ms, p99
+	// 5.84 ms (vllm-project/vllm PR #51349, `vllm bench serve`, 2026), so
+	// ln(1.264) / 2.326 = 0.10. SGLang at concurrency 1 reads median 8.47,
+	// p95 8.66 ms (sgl-project/sglang PR #8552): 0.013, a quieter bound. The
+	// lognormal shape is an assumption: the sources give percentiles only.
+	VLLMStepTimeSigma = 0.10
+
+	// Qwen3_4BLoadedWeightBytes is vLLM's "Model loading took 7.56 GiB" for
+	// Qwen3-4B in bf16 (vLLM 0.25.0 on an RTX 5080 16 GB; 7.56 GiB on vLLM
+	// 0.20.1 XPU; 7.5552 GiB on vLLM 0.8 V0 in fp16): the weights term of
+	// determine_available_memory (model_memory_usage), a little above
+	// Params x 2 B = 7.49 GiB. Qwen3-4B-Instruct-2507 has the same config.
+	Qwen3_4BLoadedWeightBytes = 7.56 * gib
+
+	// Qwen3_4BPeakActivationBytes is the profile run's torch peak increase at
+	// max_num_batched_tokens 2048: a published vLLM V0 start-up log of
+	// Qwen3-4B (fp16, RTX 2060 12 GB, max_model_len 10,000, max_num_seqs 1, so
+	// a 10,000-token profile batch) reads "PyTorch activation peak memory
+	// takes 0.74GiB"; scaled linearly to 2,048 tokens, 0.15 GiB (an estimate:
+	// the MLP intermediates that dominate scale with the batch's tokens).
+	Qwen3_4BPeakActivationBytes = 0.15 * gib
+
+	// Qwen3_4BNonTorchBytes is the profile run's non-torch increase: the same
+	// V0 log reads "non_torch_memory takes 0.04GiB" (one GPU, no NCCL
+	// communicator in the forward pass).
+	Qwen3_4BNonTorchBytes = 0.04 * gib
+
+	// Qwen3_4BCUDAGraphBytes is vLLM's CUDA-graph memory estimate, subtracted
+	// before sizing the KV cache since vLLM 0.21 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+	// default 1, gpu_worker.py determine_available_memory): a published
+	// vLLM 0.19.1 start-up log of a 7.52 GiB bf16 model reads "Estimated CUDA
+	// graph memory: 0.61 GiB total" (the pool then captured 0.69 GiB).
+	Qwen3_4BCUDAGraphBytes = 0.61 * gib
+
+	// Reported16GBCardBytes is the total memory CUDA reports for a 16 GB
+	// NVIDIA card (vLLM's "15.92 GiB" total, RTX 5080, vLLM 0.25.0): less than
+	// the nominal 16 GiB. No published A4000 figure was found; an estimate.
+	Reported16GBCardBytes = 15.92 * gib
+)
+
 // ProfileA4000Qwen3_4B is one RTX A4000 serving Qwen/Qwen3-4B-Instruct-2507 in bf16,
 // one DP rank of the reference server (brief: 4 x A4000, data_parallel_size 4,
 // served as "qwen3-4b-dp4").
