@@ -12,21 +12,32 @@ import (
 type Profile struct {
 	Name string
 	// Model and GPU figures from public sources (see the profile's doc comment).
-	ModelName        string
-	Params           float64 // parameters multiplied per token (2 FLOPs each per token)
-	Layers           int
-	QHeads, KVHeads  int
-	HeadDim          int
-	BytesPerParam    float64 // 2 for bf16; Params x BytesPerParam = weight bytes read per step
-	GPUMemoryBytes   float64
-	PeakFLOPS        float64 // dense bf16 tensor FLOP/s
-	MemBandwidth     float64 // bytes/s
-	MFU              float64 // fraction of PeakFLOPS reached by prefill
-	BandwidthEff     float64 // fraction of MemBandwidth reached by decode
-	StepOverhead     time.Duration
-	GPUMemoryUtil    float64 // vLLM gpu_memory_utilization
-	ActivationBytes  float64 // reserve for activations, CUDA graphs, etc.
-	DefaultModelName string  // served model name used by `warden sim` by default
+	ModelName       string
+	Params          float64 // parameters multiplied per token (2 FLOPs each per token)
+	Layers          int
+	QHeads, KVHeads int
+	HeadDim         int
+	BytesPerParam   float64 // 2 for bf16; Params x BytesPerParam = weight bytes read per step
+	GPUMemoryBytes  float64
+	PeakFLOPS       float64 // dense bf16 tensor FLOP/s
+	MemBandwidth    float64 // bytes/s
+	MFU             float64 // fraction of PeakFLOPS reached by prefill
+	BandwidthEff    float64 // fraction of MemBandwidth reached by decode
+	StepOverhead    time.Duration
+	GPUMemoryUtil   float64 // vLLM gpu_memory_utilization
+	ActivationBytes float64 // lumped reserve for activations, CUDA graphs, etc. (profiles without the terms below)
+	// vLLM's start-up memory terms (determine_available_memory; see
+	// AvailableKVBytes), in bytes. LoadedWeightBytes 0 means WeightBytes().
+	LoadedWeightBytes   float64 // weights as loaded (model_memory_usage)
+	PeakActivationBytes float64 // profile run's torch peak increase at max_num_batched_tokens
+	CUDAGraphBytes      float64 // CUDA graph memory estimate (subtracted since vLLM 0.21)
+	NonTorchBytes       float64 // profile run's non-torch increase
+	// StepTimeSigma is the log-space standard deviation of a step's duration:
+	// each step takes the modelled time times exp(StepTimeSigma x Z), Z drawn
+	// from the engine's seeded stream (EngineConfig.Seed). 0: every step takes
+	// exactly the modelled time.
+	StepTimeSigma    float64
+	DefaultModelName string // served model name used by `warden sim` by default
 	// Sliding-window attention: SlidingLayers of the Layers attend only the last
 	// SlidingWindow positions (0, 0: every layer is full attention). KV capacity and
 	// step time follow vLLM's hybrid KV cache manager (see KVGroups).
@@ -157,14 +168,17 @@ const (
 //   - StepOverhead 3 ms: vLLM V1's per-step CPU work (scheduling, input
 //     preparation, sampling, output handling) with CUDA graphs for decode is a few
 //     milliseconds for a small model.
-//   - ActivationBytes 1.5 GiB: vLLM's profiling run of a 2048-token batch peaks at
-//     roughly 1 GiB of activations for a model this size (MLP intermediate
-//     2048x9728x2 bytes = 40 MB per buffer, several live at once, plus sampler logits
-//     of up to 256x151936 fp32 = 156 MB), plus a few hundred MB of CUDA graph pools
-//     and non-torch allocations.
 //
-// Derived (steptime.go): available KV = 17.18e9 x 0.9 - 8.04e9 - 1.61e9 = 5.81e9 B;
-// / (147,456 x 16 B per block) = 2463 blocks = 39,408 tokens. Single-sequence decode
+// Memory, from vLLM's start-up accounting (constants above, docs/simulator.md
+// section 10): total 15.92 GiB as CUDA reports a 16 GB card, weights as loaded
+// 7.56 GiB, peak activation 0.15 GiB, CUDA graphs 0.61 GiB, non-torch 0.04 GiB.
+// Step times vary by VLLMStepTimeSigma. (Before 2026-12-01 the profile used the
+// nominal 16 GiB, Params x 2 B and one 1.5 GiB reserve, 2,463 blocks, and no
+// variability: ProfileA4000Qwen3_4BLockstep.)
+//
+// Derived (steptime.go): available KV = 15.92 x 0.9 - 7.56 - 0.15 - 0.61 - 0.04
+// = 5.97 GiB = 6.41e9 B; / (147,456 x 16 B per block) = 2716 blocks = 43,456
+// tokens. Single-sequence decode
 // at short context: 3 ms + 8.04e9 / (448e9 x 0.8) = 3 + 22.4 = 25.4 ms (~39 tokens/s).
 // Prefill: 2 x 4.02e9 / (76.7e12 x 0.45) = 0.23 ms per token before attention.
 var ProfileA4000Qwen3_4B = Profile{
@@ -176,17 +190,37 @@ var ProfileA4000Qwen3_4B = Profile{
 	KVHeads:          8,
 	HeadDim:          128,
 	BytesPerParam:    2,
-	GPUMemoryBytes:   16 * gib,
+	GPUMemoryBytes:   Reported16GBCardBytes,
 	PeakFLOPS:        76.7e12,
 	MemBandwidth:     448e9,
 	MFU:              0.45,
 	BandwidthEff:     0.8,
 	StepOverhead:     3 * time.Millisecond,
 	GPUMemoryUtil:    0.9,
-	ActivationBytes:  1.5 * gib,
 	DefaultModelName: "qwen3-4b-dp4",
 	Frontend:         VLLMFrontendCosts,
+
+	LoadedWeightBytes:   Qwen3_4BLoadedWeightBytes,
+	PeakActivationBytes: Qwen3_4BPeakActivationBytes,
+	CUDAGraphBytes:      Qwen3_4BCUDAGraphBytes,
+	NonTorchBytes:       Qwen3_4BNonTorchBytes,
+	StepTimeSigma:       VLLMStepTimeSigma,
 }
+
+// ProfileA4000Qwen3_4BLockstep is ProfileA4000Qwen3_4B as it was before
+// 2026-12-01: the nominal 16 GiB, weights Params x 2 B, one lumped 1.5 GiB
+// reserve for activations, CUDA graphs and non-torch memory (2,463 blocks =
+// 39,408 tokens), and deterministic step times. It reproduces older studies
+// (`--profile a4000-qwen3-4b-lockstep`).
+var ProfileA4000Qwen3_4BLockstep = func() Profile {
+	p := ProfileA4000Qwen3_4B
+	p.Name = "a4000-qwen3-4b-lockstep"
+	p.GPUMemoryBytes = 16 * gib
+	p.ActivationBytes = 1.5 * gib
+	p.LoadedWeightBytes, p.PeakActivationBytes, p.CUDAGraphBytes, p.NonTorchBytes = 0, 0, 0, 0
+	p.StepTimeSigma = 0
+	return p
+}()
 
 // ProfileRTX5090Gemma3_27B is one RTX 5090 serving google/gemma-3-27b-it with 4-bit
 // weights (w4a16: int4 weights with one bf16 scale per group of 128, as in the
@@ -288,10 +322,10 @@ var ProfileRTX5090Gemma3_27BFP8KV = func() Profile {
 	return p
 }()
 
-var builtinProfiles = []Profile{ProfileA4000Qwen3_4B, ProfileRTX5090Gemma3_27B, ProfileRTX5090Gemma3_27BFP8KV}
+var builtinProfiles = []Profile{ProfileA4000Qwen3_4B, ProfileA4000Qwen3_4BLockstep, ProfileRTX5090Gemma3_27B, ProfileRTX5090Gemma3_27BFP8KV}
 
-// LookupProfile returns a built-in profile by name ("a4000-qwen3-4b", "rtx5090-27b",
-// "rtx5090-27b-fp8kv").
+// LookupProfile returns a built-in profile by name ("a4000-qwen3-4b",
+// "a4000-qwen3-4b-lockstep", "rtx5090-27b", "rtx5090-27b-fp8kv").
 // Errors: unknown name.
 func LookupProfile(name string) (Profile, error) {
 	for _, p := range builtinProfiles {
