@@ -62,7 +62,7 @@ Examples:
 	f := cmd.Flags()
 	f.StringVar(&o.profile, "profile", bench.DefaultProfile, "simulator profile (step costs; with --replicas also the KV cache): "+strings.Join(sim.ProfileNames(), ", "))
 	f.IntVar(&o.replicas, "replicas", bench.DefaultSimReplicas, "replicas of --profile")
-	f.IntVar(&o.maxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs per engine (default %d for a profile, the reference server; 256, vLLM's default, with --server)", sim.DefaultMaxNumSeqs))
+	f.IntVar(&o.maxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs per engine (default %d for a profile, the reference server; 256, vLLM's default, with --server)", sim.ReferenceMaxNumSeqs))
 	f.StringSliceVar(&o.servers, "server", nil, "real vLLM server base URL(s) to read the fleet from (/metrics, /v1/models)")
 	f.StringVar(&o.apiKey, "api-key", "", "with --server: sent as \"Authorization: Bearer KEY\"")
 	f.StringVar(&o.scenarioPath, "scenario", "", "workload scenario YAML (default: the built-in reference workload)")

@@ -55,7 +55,7 @@ func (rn *runner) startScraping(ctx context.Context, variant string) (start time
 	scrapeCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if rn.scraper != nil {
-		rn.scrapeOnce(scrapeCtx, variant)
+		rn.scrapeOnce(scrapeCtx, rn.scraper, variant)
 	}
 	start = rn.clock.Now()
 	if rn.scraper != nil {
@@ -328,7 +328,7 @@ func (vr *variantRun) progressLine(stage int, what string) {
 	if rn.progress == io.Discard || stage >= len(windows) {
 		return
 	}
-	w := windows[stage]
+	w := vr.loop.Windows()[stage] // live: a trace window counts its conversations as they start
 	now := rn.clock.Now()
 	el := max(now-w.Start, 0)
 	if what == "done" {
