@@ -108,7 +108,7 @@ const (
 
 	// Qwen3_4BLoadedWeightBytes is vLLM's "Model loading took 7.56 GiB" for
 	// Qwen3-4B in bf16 (vLLM 0.25.0 on an RTX 5080 16 GB; 7.56 GiB on vLLM
-	// 0.20.1 XPU; 7.5552 GiB on vLLM 0.8 V0 in fp16): the weights term of
+	// 0.20.1 XPU; 7.5552 GiB on a V0 release of May 2025, fp16): the weights term of
 	// determine_available_memory (model_memory_usage), a little above
 	// Params x 2 B = 7.49 GiB. Qwen3-4B-Instruct-2507 has the same config.
 	Qwen3_4BLoadedWeightBytes = 7.56 * gib
