@@ -29,6 +29,9 @@ type blockPool struct {
 	// evictions counts hashes dropped from the cache (a cached block reallocated, or
 	// a reset), so a memoised lookup knows whether its run may have broken.
 	evictions uint64
+	// version counts the pool's changes (ref counts, the free queue, the hash
+	// index), so a failed allocation can be known to fail again (request.failVer).
+	version uint64
 }
 
 func newBlockPool(n int) *blockPool {
@@ -84,6 +87,7 @@ func (p *blockPool) remove(id int32) {
 // and appends their ids to dst with ref count 1 (BlockPool.get_new_blocks and
 // _maybe_evict_cached_block). The caller checks numFree first.
 func (p *blockPool) allocate(dst []int32, n int) []int32 {
+	p.version++
 	for range n {
 		id := p.head
 		p.remove(id)
@@ -104,6 +108,7 @@ func (p *blockPool) allocate(dst []int32, n int) []int32 {
 // touch takes a reference on cache-hit blocks; a block with no other user leaves
 // the free queue (BlockPool.touch).
 func (p *blockPool) touch(ids []int32) {
+	p.version++
 	for _, id := range ids {
 		b := &p.blocks[id]
 		if b.refCnt == 0 && b.inFree {
@@ -118,6 +123,7 @@ func (p *blockPool) touch(ids []int32) {
 // block thus lands nearest the head and is evicted first (KVCacheManager.free ->
 // BlockPool.free_blocks(reversed(blocks))).
 func (p *blockPool) freeReversed(ids []int32) {
+	p.version++
 	for i := len(ids) - 1; i >= 0; i-- {
 		id := ids[i]
 		b := &p.blocks[id]
@@ -181,6 +187,7 @@ func (p *blockPool) cacheBlock(id int32, h uint64) {
 	}
 	if p.cached.add(h, id) {
 		b.hash = h
+		p.version++
 	}
 }
 
@@ -202,6 +209,7 @@ func (p *blockPool) reset() bool {
 	}
 	p.cached.clear()
 	p.evictions++
+	p.version++
 	for i := range p.blocks {
 		p.blocks[i].hash = 0
 	}

@@ -182,6 +182,11 @@ type request struct {
 	// pool's eviction count then (blockPool.lookupAgain).
 	hitIDs  []int32
 	hitSeen uint64
+	// failVer is the pool's version+1 when admitting the request with failN
+	// tokens last failed (0: no failure recorded): while the pool is unchanged, as
+	// many tokens or more fail again, and its lookup result stands.
+	failVer uint64
+	failN   int
 	// slide holds the sliding-window groups' blocks: for each block index in
 	// [slideLo, slideHi), one block per group (Engine.slideGroups).
 	slide            []int32
@@ -220,6 +225,8 @@ type Engine struct {
 	liveCtx             int64
 	// jitter draws the steps' lognormal factors (nil when StepTimeSigma is 0).
 	jitter *rand.Rand
+	// noFailMemo (tests) retries every failed admission in full (request.failVer).
+	noFailMemo bool
 }
 
 // NewEngine builds an engine. It fails when the profile leaves no KV cache (fewer than

@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestKeepPrompt checks Request.Keep and Request.Hashes: an engine that keeps the
@@ -60,5 +63,39 @@ func TestKeepPrompt(t *testing.T) {
 	}
 	if slices.ContainsFunc(spareCopied[n:n+out], func(v uint32) bool { return v != 0 }) {
 		t.Fatalf("copying engine wrote into the caller's spare capacity")
+	}
+}
+
+// TestFailMemoChangesNothing: skipping the admission of a waiting request whose
+// allocation failed while the pool is unchanged (request.failVer) gives the same
+// events, instants and counters as retrying it in full, on a KV cache small enough
+// that requests queue, preempt and share prefixes.
+func TestFailMemoChangesNothing(t *testing.T) {
+	run := func(memo bool) ([]timedEvent, Stats) {
+		e := newTestEngine(t, func(c *EngineConfig) { c.NumGPUBlocks = 120; c.MaxNumBatchedTokens = 256 })
+		e.noFailMemo = !memo
+		r := rand.New(rand.NewPCG(3, 4))
+		var all []timedEvent
+		now := time.Duration(0)
+		for i := range 200 {
+			p := append(testPrompt(r.IntN(3), 16*r.IntN(20)), testPrompt(100+i, 1+r.IntN(300))...)
+			if err := e.Submit(&Request{ID: fmt.Sprint(i), Prompt: p, MaxTokens: 1 + r.IntN(60)}, now); err != nil {
+				t.Fatal(err)
+			}
+			if i%10 == 9 {
+				evs, end := drain(t, e, now)
+				all = append(all, evs...)
+				now = end + time.Millisecond
+			}
+		}
+		return all, e.Stats()
+	}
+	a, sa := run(true)
+	b, sb := run(false)
+	if sa.Preemptions == 0 || sa.PrefixHits == 0 {
+		t.Fatalf("the workload does not stress the pool: %+v", sa)
+	}
+	if !slices.Equal(a, b) || sa != sb {
+		t.Fatalf("memo changed the run: %d vs %d events, stats %+v vs %+v", len(a), len(b), sa, sb)
 	}
 }

@@ -52,15 +52,25 @@ func (e *Engine) schedule() stepCost {
 		// get_computed_blocks: longest cached run, capped at num_tokens-1 so that at
 		// least one token is computed (to produce logits).
 		bs := e.cfg.BlockSize
-		q.hitIDs = e.pool.lookupAgain(q.hitIDs, q.hitSeen, q.hashes, (len(q.tokens)-1)/bs)
-		q.hitSeen = e.pool.evictions
+		// A request that failed to get blocks with the pool as it is now gets the
+		// same lookup and fails again for as many tokens: skip both. (Not with
+		// sliding-window groups, whose allocateSlots frees blocks even when it fails.)
+		unchanged := q.failVer == e.pool.version+1 && e.slideGroups == 0 && !e.noFailMemo
+		if !unchanged {
+			q.hitIDs = e.pool.lookupAgain(q.hitIDs, q.hitSeen, q.hashes, (len(q.tokens)-1)/bs)
+			q.hitSeen = e.pool.evictions
+		}
 		hit := len(q.hitIDs) * bs
 		if e.cfg.CountPrefixStatsPerAttempt {
 			e.stats.PrefixQueries += int64(len(q.tokens))
 			e.stats.PrefixHits += int64(hit)
 		}
 		n := min(len(q.tokens)-hit, budget)
+		if unchanged && n >= q.failN {
+			break
+		}
 		if !e.allocateSlots(q, n, q.hitIDs) {
+			q.failVer, q.failN = e.pool.version+1, n
 			break
 		}
 		e.waiting.popFront()
