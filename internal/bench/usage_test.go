@@ -11,20 +11,20 @@ import (
 	"github.com/lmwarden/warden/report"
 )
 
-// TestUsageAgreesWithCountersOverBothAPIs runs a short HTTP benchmark against the
+// TestUsageAgreesWithCountersOverEveryAPI runs a short HTTP benchmark against the
 // simulated cluster once per API and checks that the hit rate from per-request
 // usage (cached / prompt tokens as the harness reads them) agrees with the
-// engines' own prefix-cache counters, and that both APIs report the same prompt
-// sizes. A usage whose fields are read with the wrong semantics shows here: the
+// engines' own prefix-cache counters, and that the APIs (chat, Anthropic
+// messages, Responses) report the same prompt sizes. A usage whose fields are read with the wrong semantics shows here: the
 // Anthropic stream once carried the whole prompt in input_tokens beside
 // cache_read_input_tokens, the harness added the two, and usage read 41 % where
 // the counters read 68 %.
-func TestUsageAgreesWithCountersOverBothAPIs(t *testing.T) {
+func TestUsageAgreesWithCountersOverEveryAPI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: runs the HTTP world for a few seconds")
 	}
 	prompt := map[string]float64{}
-	for _, api := range []string{loadgen.APIOpenAIChat, loadgen.APIAnthropicMessages} {
+	for _, api := range []string{loadgen.APIOpenAIChat, loadgen.APIAnthropicMessages, loadgen.APIOpenAIResponses} {
 		sc := loadgen.DefaultScenario()
 		sc.Name, sc.API = "usage-"+api, api
 		sc.Stages, sc.StageDuration, sc.Variants = []int{2}, 40*time.Second, []string{"on"}
@@ -49,5 +49,8 @@ func TestUsageAgreesWithCountersOverBothAPIs(t *testing.T) {
 	}
 	if a, o := prompt[loadgen.APIAnthropicMessages], prompt[loadgen.APIOpenAIChat]; math.Abs(a-o) > 0.1*o {
 		t.Errorf("prompt tokens mean: anthropic %.0f vs openai %.0f", a, o)
+	}
+	if r, o := prompt[loadgen.APIOpenAIResponses], prompt[loadgen.APIOpenAIChat]; math.Abs(r-o) > 0.1*o {
+		t.Errorf("prompt tokens mean: responses %.0f vs openai %.0f", r, o)
 	}
 }
