@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/testredis"
-	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/sim/simhttp"
@@ -32,7 +32,7 @@ func TestResponseContinuationAcrossRouters(t *testing.T) {
 	}
 	defer cl.Close()
 	hc := &http.Client{Timeout: 30 * time.Second}
-	model, err := vllmapi.FirstModel(ctx, hc, cl.URLs()[0], nil)
+	model, err := engineapi.FirstModel(ctx, hc, cl.URLs()[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}

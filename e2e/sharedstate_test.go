@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/testredis"
-	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/report"
 	"github.com/lmwarden/warden/router/routerhttp"
@@ -301,7 +301,7 @@ func TestTwoRoutersSharedState(t *testing.T) {
 	}
 	defer cl.Close()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
-	model, err := vllmapi.FirstModel(ctx, hc, cl.URLs()[0], nil)
+	model, err := engineapi.FirstModel(ctx, hc, cl.URLs()[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,12 @@ type Scenario struct {
 	Variants           []string      `yaml:"variants" json:"variants"`                   // default ["off","on"]
 	ResetCache         *bool         `yaml:"reset_cache" json:"reset_cache"`             // POST /reset_prefix_cache before each variant; default true
 	RequestTimeout     time.Duration `yaml:"request_timeout" json:"request_timeout"`     // per turn, simulated; default 10m
+	// Trace replays a request trace instead of synthetic sessions (TraceSpec;
+	// docs/traces.md); stages, turns and token sizes are then unused.
+	Trace *TraceSpec `yaml:"trace" json:"trace,omitempty"`
+	// SLO is the service-level objective goodput is counted against (the
+	// report's goodput columns); nil = no goodput.
+	SLO *SLO `yaml:"slo" json:"slo,omitempty"`
 	// SideRequests: short requests a session sends beside some of its turns, as
 	// Claude Code sends title and topic requests with the conversation's session id
 	// (brief clients.md). nil (the default): none.
@@ -66,6 +72,16 @@ type Scenario struct {
 
 	source string         // file it was loaded from, for error messages
 	lines  map[string]int // YAML key path -> line (yamlpos.KeyLines), for error messages
+}
+
+// SLO is a request-level service-level objective, as vLLM's benchmark
+// (benchmarks/serve.py --goodput ttft:MS tpot:MS), GuideLLM and AIPerf count
+// goodput: a turn meets it when it is OK, its TTFB is at most TTFB and its
+// time per output token, (LastToken - FirstToken) / (output tokens - 1), at
+// most TPOT. A zero field sets no limit on that figure.
+type SLO struct {
+	TTFB time.Duration `yaml:"ttfb" json:"ttfb_ns"`
+	TPOT time.Duration `yaml:"tpot" json:"tpot_ns"`
 }
 
 // SideRequests describes the side requests of a scenario (Scenario.SideRequests).
@@ -133,6 +149,10 @@ type TurnRequest struct {
 	// of Session: Messages is then its one user message and Side.System its system
 	// prompt; the closed loop ignores it (Loop.Sent, Loop.Finish).
 	Side *SideRequest
+	// Trace is set when the turn replays a trace request (TraceLoop): its
+	// prompt is synthesized from Trace.Request (trace.Synth), not Messages, and
+	// it asks for exactly Trace.Request.OutputLength tokens.
+	Trace *TraceTurn
 }
 
 // Message is one chat message as the generator wrote it.

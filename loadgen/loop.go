@@ -265,13 +265,18 @@ func (l *Loop) Windows() []StageWindow {
 // Variant returns the variant record for the manifest: its name, affinity (from the
 // name, see AffinityOf), windows, and whether every stage ran to its end.
 func (l *Loop) Variant() Variant {
-	aff, _ := AffinityOf(l.variant)
-	ws := l.Windows()
-	complete := l.stopped && len(ws) == len(l.windows)
+	return variantRecord(l.variant, l.Windows(), l.stopped, len(l.windows))
+}
+
+// variantRecord is the manifest record of a variant whose windows so far are ws
+// out of planned: complete when stopped with every window run to its end.
+func variantRecord(name string, ws []StageWindow, stopped bool, planned int) Variant {
+	aff, _ := AffinityOf(name)
+	complete := stopped && len(ws) == planned
 	for _, w := range ws {
 		complete = complete && w.Complete
 	}
-	return Variant{Name: l.variant, Affinity: aff, Stages: ws, Complete: complete}
+	return Variant{Name: name, Affinity: aff, Stages: ws, Complete: complete}
 }
 
 // WindowIndex returns the index of the stage window containing t, clamped to the first and last.
@@ -414,20 +419,26 @@ func (l *Loop) Stop(now time.Duration) {
 	for _, o := range l.open {
 		l.addBusy(o.sent, now, l.busy)
 		l.addBusy(o.sent, now, unrecorded)
-		ws := o.window
-		l.windows[ws].Started++
-		for i := ws; i <= max(last, ws); i++ {
-			l.windows[i].InFlight++
-			if i > ws {
-				l.windows[i].CarriedIn++
-			}
-		}
+		countOpenAtStop(l.windows, o.window, last)
 	}
 	for i := range l.windows {
 		l.windows[i].UnrecordedInFlight = unrecorded[i]
 	}
 	l.due = map[turnKey]time.Duration{}
 	l.stopped, l.stopAt = true, now
+}
+
+// countOpenAtStop counts a turn sent in window ws and still in flight when the
+// variant stops in window last: started in ws, in flight at the end of every
+// window from ws on, carried into each after ws.
+func countOpenAtStop(windows []StageWindow, ws, last int) {
+	windows[ws].Started++
+	for i := ws; i <= max(last, ws); i++ {
+		windows[i].InFlight++
+		if i > ws {
+			windows[i].CarriedIn++
+		}
+	}
 }
 
 // ErrAccounting is wrapped by the Check methods when turns went missing.

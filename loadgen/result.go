@@ -53,6 +53,17 @@ type Result struct {
 	OutputTokens        int `json:"output_tokens"`
 	CachedTokens        int `json:"cached_tokens"`
 	NominalPromptTokens int `json:"nominal_prompt_tokens"`
+
+	// Trace identifies the trace request a replayed turn was (nil otherwise).
+	Trace *ResultTrace `json:"trace,omitempty"`
+}
+
+// ResultTrace is a replayed request's place in its trace.
+type ResultTrace struct {
+	Index        int           `json:"index"`        // 0-based line of the request among the trace's requests
+	Timestamp    time.Duration `json:"timestamp_ns"` // its timestamp after slicing (window shift, speedup)
+	InputLength  int           `json:"input_length"`
+	OutputLength int           `json:"output_length"`
 }
 
 // OK reports whether the turn completed successfully.
@@ -106,6 +117,12 @@ type Manifest struct {
 	// series.csv column came from; absent in virtual mode and in runs before
 	// engine kinds were recorded (read as vLLM).
 	Engines []ReplicaEngine `json:"engines,omitempty"`
+	// Traces: one record per variant of a trace replay (Scenario.Trace); absent
+	// otherwise.
+	Traces []TraceReplay `json:"traces,omitempty"`
+	// TraceCalibration: how a trace replay's prompts were fitted to the
+	// server's tokenizer (HTTP runs); absent otherwise.
+	TraceCalibration *TraceCalibration `json:"trace_calibration,omitempty"`
 }
 
 // ReplicaEngine is one replica's engine in the manifest.

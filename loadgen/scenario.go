@@ -305,6 +305,16 @@ func (sc *Scenario) problems() []problem {
 			bad(field, "nominal %s lies outside [%s, %s]", nominal, r.Min, r.Max)
 		}
 	}
+	if c.SLO != nil {
+		if c.SLO.TTFB < 0 || c.SLO.TPOT < 0 || (c.SLO.TTFB == 0 && c.SLO.TPOT == 0) {
+			bad("slo", "give ttfb and/or tpot as positive durations (e.g. ttfb: 2s, tpot: 50ms), got ttfb %v, tpot %v", c.SLO.TTFB, c.SLO.TPOT)
+		}
+	}
+	if c.Trace != nil {
+		if err := c.Trace.Validate(); err != nil {
+			bad("trace", "%v", err)
+		}
+	}
 	checkDuration("think_time", c.ThinkTime, c.ThinkSpread)
 	checkDuration("rtt", c.RTT, c.RTTSpread)
 	if c.APIServers < 0 {
@@ -421,6 +431,12 @@ func LoadScenario(path string) (*Scenario, error) {
 	}
 	if sc.Name == "" {
 		sc.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if sc.Trace != nil && sc.Trace.Path == "" {
+		sc.Trace.Path = sc.Trace.File
+		if !filepath.IsAbs(sc.Trace.File) {
+			sc.Trace.Path = filepath.Join(filepath.Dir(path), sc.Trace.File)
+		}
 	}
 	return sc, nil
 }

@@ -368,6 +368,10 @@ func (tr TurnRequest) NewResult() Result {
 	if tr.Side != nil {
 		r.LastTurn = false
 	}
+	if tr.Trace != nil {
+		q := &tr.Trace.Request
+		r.Trace = &ResultTrace{Index: tr.Trace.Index, Timestamp: q.Timestamp, InputLength: q.InputLength, OutputLength: q.OutputLength}
+	}
 	if tr.Session != nil {
 		r.Session = tr.Session.ID
 		r.SessionKey = tr.Session.Key

@@ -9,38 +9,48 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// tickLabel formats an axis value without trailing zeros and with thousands
-// grouped: 50000 -> "50,000", 0.5 -> "0.5".
-func tickLabel(v float64) string {
+// TickLabel formats an axis value without trailing zeros and with thousands
+// grouped: 50000 -> "50,000", 0.5 -> "0.5". It is the one tick format of every
+// figure: the run figures here and the study figures (internal/study).
+func TickLabel(v float64) string {
 	if math.Abs(v) >= 1000 && v == math.Round(v) {
 		return fmtThousands(v)
 	}
 	return strconv.FormatFloat(v, 'g', 6, 64)
 }
 
-// plainTicks are gonum's default ticks with plain labels (no "50000.00"); Cap > 0
-// drops ticks above it (a percent axis stops at 100 even with legend headroom).
-type plainTicks struct{ Cap float64 }
+// PlainTicks are gonum's default tick positions with TickLabel labels (gonum's
+// own labels print "15000.00" when the step is 2500); Cap > 0 drops ticks above
+// it (a percent axis stops at 100 even with legend headroom). Use it on every
+// linear axis.
+type PlainTicks struct{ Cap float64 }
 
-func (t plainTicks) Ticks(lo, hi float64) []plot.Tick {
+var _ plot.Ticker = PlainTicks{}
+
+// Ticks implements plot.Ticker.
+func (t PlainTicks) Ticks(lo, hi float64) []plot.Tick {
 	var out []plot.Tick
 	for _, tk := range (plot.DefaultTicks{}).Ticks(lo, hi) {
 		if t.Cap > 0 && tk.Value > t.Cap*(1+1e-9) {
 			continue
 		}
 		if tk.Label != "" {
-			tk.Label = tickLabel(tk.Value)
+			tk.Label = TickLabel(tk.Value)
 		}
 		out = append(out, tk)
 	}
 	return out
 }
 
-// logTicks label 1, 2 and 5 times each power of ten in range, with minor ticks at
-// the other integers (gonum's LogTicks labels powers of ten only).
-type logTicks struct{}
+// LogTicks label 1, 2 and 5 times each power of ten in range (TickLabel), with
+// minor ticks at the other integers (gonum's LogTicks labels powers of ten only).
+// Use it on every plot.LogScale axis.
+type LogTicks struct{}
 
-func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+var _ plot.Ticker = LogTicks{}
+
+// Ticks implements plot.Ticker.
+func (LogTicks) Ticks(lo, hi float64) []plot.Tick {
 	var out []plot.Tick
 	if lo <= 0 || hi <= lo {
 		return out
@@ -54,7 +64,7 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 			}
 			tk := plot.Tick{Value: v}
 			if m == 1 || m == 2 || m == 5 {
-				tk.Label = strconv.FormatFloat(v, 'g', 6, 64)
+				tk.Label = TickLabel(v)
 			}
 			out = append(out, tk)
 		}

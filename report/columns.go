@@ -62,6 +62,9 @@ var columns = []column{
 	intColumn("held_turns", func(s *Summary) int { return s.HeldTurns }),
 	floatColumn("hold_p50_s", func(s *Summary) float64 { return s.HoldP50S }),
 	floatColumn("hold_p95_s", func(s *Summary) float64 { return s.HoldP95S }),
+	// Goodput under the scenario's slo (empty without one).
+	floatColumn("goodput_pct", func(s *Summary) float64 { return s.GoodputPct }),
+	floatColumn("goodput_per_min", func(s *Summary) float64 { return s.GoodputPerMin }),
 }
 
 func intColumn(name string, v func(s *Summary) int) column {

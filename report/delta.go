@@ -112,3 +112,13 @@ func (d *Delta) UnmarshalJSON(b []byte) error {
 	type plain Delta
 	return unmarshalFinite(b, (*plain)(d))
 }
+
+// ThresholdDelta is the Delta of a metric's samples (e.g. one value per seed)
+// from a fixed threshold, such as an SLO's: the threshold has no noise, so the
+// interval is z95 x the samples' standard error of the mean, and the verdict says
+// whether the mean is distinguishable from the threshold. Fewer than two samples
+// give NoiseUnknown.
+func ThresholdDelta(metric string, threshold float64, value []float64) Delta {
+	v, vse := MeanStdErr(value)
+	return newDelta(metric, threshold, 0, v, vse)
+}

@@ -179,8 +179,8 @@ func newPlot(title, xLabel, yLabel string) *plot.Plot {
 	p.X.Label.Text = xLabel
 	p.Y.Label.Text = yLabel
 	p.Add(plotter.NewGrid())
-	p.Y.Tick.Marker = plainTicks{}
-	p.X.Tick.Marker = plainTicks{}
+	p.Y.Tick.Marker = PlainTicks{}
+	p.X.Tick.Marker = PlainTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	return p
@@ -238,7 +238,7 @@ func setLogY(p *plot.Plot, lines []lineSpec) {
 		return // nothing to draw: keep a linear axis
 	}
 	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = logTicks{}
+	p.Y.Tick.Marker = LogTicks{}
 	// A factor of 1.6 on each side spans more than 2.5, the widest gap between
 	// labelled 1-2-5 ticks, so at least one tick is labelled.
 	p.Y.Min, p.Y.Max = lo/1.6, hi*1.6
@@ -261,7 +261,7 @@ func stageFigure(m *loadgen.Manifest, sums []Summary, title, yLabel string, yMax
 	p.Y.Min = 0
 	if yMax > 0 {
 		p.Y.Max = yMax
-		p.Y.Tick.Marker = plainTicks{Cap: yMax}
+		p.Y.Tick.Marker = PlainTicks{Cap: yMax}
 	}
 	if p.Y.Max <= p.Y.Min {
 		p.Y.Max = p.Y.Min + 1
@@ -459,7 +459,7 @@ func ttfbCDFFigure(run *Run, sums []Summary) ([]byte, error) {
 		}
 		if !math.IsInf(lo, 1) {
 			p.X.Scale = plot.LogScale{}
-			p.X.Tick.Marker = logTicks{}
+			p.X.Tick.Marker = LogTicks{}
 			p.X.Min, p.X.Max = lo/1.6, hi*1.6
 		}
 		p.Y.Min, p.Y.Max = 0, 1
@@ -678,7 +678,7 @@ func replicaHitsFigure(run *Run) (*plot.Plot, error) {
 	p.NominalX(names...)
 	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
 	p.Y.Min, p.Y.Max = 0, 100
-	p.Y.Tick.Marker = plainTicks{Cap: 100}
+	p.Y.Tick.Marker = PlainTicks{Cap: 100}
 	slices.SortFunc(heights, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
 	placeLegend(p, []curve{{pts: heights, filled: true}}, len(m.Variants), longest, figWidth, figHeight)
 	return p, nil

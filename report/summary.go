@@ -135,6 +135,15 @@ type Summary struct {
 	// usage reported cached tokens (CachedTokens >= 0).
 	UsageCachedPct float64 `json:"usage_cached_pct"`
 
+	// Goodput under the scenario's SLO (loadgen.SLO; NaN without one): the
+	// share of the turns done in the window (OK or failed; side requests left
+	// out) that are OK and meet both the TTFB and the time-per-output-token
+	// limits, in percent, and those turns per minute of window. GoodTurns counts
+	// them.
+	GoodTurns     int     `json:"good_turns"`
+	GoodputPct    float64 `json:"goodput_pct"`
+	GoodputPerMin float64 `json:"goodput_per_min"`
+
 	// Mean prompt size of OK turns in the window: server-counted (usage
 	// prompt_tokens, after chat template and real tokenizer) and nominal (the
 	// generator's word count).
@@ -238,6 +247,7 @@ func Summarize(run *Run) ([]Summary, error) {
 				},
 			}
 			summarizeTurns(&s, results, placed)
+			summarizeGoodput(&s, results, run.Manifest.Scenario)
 			summarizeSeries(&s, replicas)
 			summarizeConcurrency(&s, results, replicas, st, run.Manifest.Scenario)
 			switch {
@@ -395,6 +405,48 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 	_, s.OutputTokensPerMinStdErr = MeanStdErr(tokens)
 	_, s.TTFBP50StdErrS = MeanStdErr(p50s)
 	_, s.TTFBP95StdErrS = MeanStdErr(p95s)
+}
+
+// summarizeGoodput fills the goodput columns of s (see Summary.GoodputPct).
+func summarizeGoodput(s *Summary, results []*loadgen.Result, sc *loadgen.Scenario) {
+	s.GoodputPct, s.GoodputPerMin = math.NaN(), math.NaN()
+	if sc == nil || sc.SLO == nil {
+		return
+	}
+	n := 0
+	for _, r := range results {
+		if r.Side || !contains(s.WindowStart, s.WindowEnd, r.Done) {
+			continue
+		}
+		n++
+		if MeetsSLO(r, sc.SLO) {
+			s.GoodTurns++
+		}
+	}
+	s.GoodputPct = pct(float64(s.GoodTurns), float64(n))
+	if w := s.WindowSeconds(); w > 0 {
+		s.GoodputPerMin = float64(s.GoodTurns) * 60 / w
+	}
+}
+
+// MeetsSLO reports whether turn r meets slo: OK, a first token, TTFB at most
+// slo.TTFB and TPOT = (LastToken - FirstToken) / (OutputTokens - 1) at most
+// slo.TPOT (vLLM benchmarks/serve.py: (latency - ttft) / (output_len - 1); a
+// one-token reply has no TPOT and meets that limit). A zero limit is none.
+func MeetsSLO(r *loadgen.Result, slo *loadgen.SLO) bool {
+	if !r.OK() || r.FirstToken == 0 {
+		return false
+	}
+	if slo.TTFB > 0 && r.TTFB() > slo.TTFB {
+		return false
+	}
+	if slo.TPOT > 0 && r.OutputTokens > 1 {
+		tpot := (r.LastToken - r.FirstToken) / time.Duration(r.OutputTokens-1)
+		if tpot > slo.TPOT {
+			return false
+		}
+	}
+	return true
 }
 
 func newTTFBHistogram() *hdrhistogram.Histogram {

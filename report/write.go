@@ -462,6 +462,9 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		mdTable(&b, []string{"variant", "sessions", "held turns", "turns", "hold p50 (s)", "hold p95 (s)", "hold max (s)"}, heldRows)
 	}
 
+	traceSection(&b, m, sums)
+	goodputSection(&b, m, sums)
+
 	var side [][]string
 	for _, s := range sums {
 		if s.SideOK+s.SideFailed > 0 {

@@ -141,16 +141,19 @@ type AdmissionConfig struct {
 	// 0 means DefaultFillTarget.
 	FillTarget float64 `json:"fill_target" yaml:"fill_target"`
 	// MaxHold: longest wait before the limit action; 0 means DefaultMaxHold,
-	// negative means no limit (waits until there is room).
+	// NoLimitDuration (-1s; -1ns too) no limit (waits until there is room);
+	// any other negative value is an error (Validate).
 	MaxHold time.Duration `json:"max_hold" yaml:"max_hold"`
-	// MaxQueue: most waiters; 0 means DefaultMaxQueue, negative no limit.
+	// MaxQueue: most waiters; 0 means DefaultMaxQueue, NoLimit (-1) no limit,
+	// any other negative value an error.
 	MaxQueue int `json:"max_queue" yaml:"max_queue"`
 	// OnLimit: AdmitLimitAdmit ("" too) or AdmitLimitRefuse.
 	OnLimit string `json:"on_limit" yaml:"on_limit"`
 	// KeepAliveAfter: a held streaming request gets its response headers and
 	// the API's keep-alive events after this long held, so the hold may outlast
-	// a client's no-byte timeout; 0 means DefaultKeepAliveAfter, negative never
-	// (its hold is then capped at MaxSilentHold, as a non-streaming request's).
+	// a client's no-byte timeout; 0 means DefaultKeepAliveAfter,
+	// NoLimitDuration never (its hold is then capped at MaxSilentHold, as a
+	// non-streaming request's); any other negative value is an error.
 	KeepAliveAfter time.Duration `json:"keepalive_after" yaml:"keepalive_after"`
 }
 
@@ -169,6 +172,33 @@ func (c AdmissionConfig) Validate() error {
 	}
 	if c.FillTarget < 0 || c.FillTarget > 4 {
 		errs = append(errs, fmt.Errorf("admission: fill_target %g is out of range (0 default, else (0, 4])", c.FillTarget))
+	}
+	errs = append(errs, checkNoLimit(c))
+	return errors.Join(errs...)
+}
+
+// NoLimit (MaxQueue) and NoLimitDuration (MaxHold, KeepAliveAfter) mean "no
+// limit" ("never" for KeepAliveAfter); a Go caller's -1ns is taken as
+// NoLimitDuration too. Other negative values are refused, so a typo such as
+// max_queue: -5 is not silently "no limit".
+const (
+	NoLimit         = -1
+	NoLimitDuration = -time.Second
+)
+
+// checkNoLimit reports the negative limits of c that are not the no-limit value.
+func checkNoLimit(c AdmissionConfig) error {
+	var errs []error
+	if c.MaxQueue < 0 && c.MaxQueue != NoLimit {
+		errs = append(errs, fmt.Errorf("admission: max_queue %d is negative (-1 means no limit)", c.MaxQueue))
+	}
+	for _, d := range []struct {
+		key, means string
+		v          time.Duration
+	}{{"max_hold", "no limit", c.MaxHold}, {"keepalive_after", "never", c.KeepAliveAfter}} {
+		if d.v < 0 && d.v != NoLimitDuration && d.v != -1 {
+			errs = append(errs, fmt.Errorf("admission: %s %v is negative (-1s means %s)", d.key, d.v, d.means))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -200,30 +230,31 @@ func (c AdmissionConfig) WithDefaults() AdmissionConfig {
 type Admission uint8
 
 const (
-	AdmitNone      Admission = iota // no gate (off, affinity off, no session key)
-	AdmitPass                       // not a new conversation: passes
-	AdmitNow                        // new conversation, admitted without a wait
-	AdmitAfterHold                  // admitted after waiting in the queue
-	AdmitAtLimit                    // admitted at max_hold or max_queue (OnLimit admit)
-	AdmitUnknown                    // passed: a healthy replica's KV capacity is unknown
-	AdmitHeld                       // waiting (with ErrHold)
-	AdmitRefused                    // refused at a limit (with ErrOverloaded)
+	AdmitNone            Admission = iota // no gate (off, affinity off, no session key)
+	AdmitPass                             // not a new conversation: passes
+	AdmitAdmitted                         // new conversation, admitted without a wait
+	AdmitHeld                             // admitted after waiting in the queue
+	AdmitLimit                            // admitted at max_hold or max_queue (OnLimit admit)
+	AdmitCapacityUnknown                  // passed: a healthy replica's KV capacity is unknown
+	AdmitWaiting                          // waiting (with ErrHold)
+	AdmitRefused                          // refused at a limit (with ErrOverloaded)
 )
 
-// String is the X-Warden-Admission header value.
+// String is the X-Warden-Admission header value; each outcome is named for it
+// (AdmitWaiting "waiting" is wire.AdmissionWaiting).
 func (a Admission) String() string {
 	switch a {
 	case AdmitPass:
 		return "pass"
-	case AdmitNow:
+	case AdmitAdmitted:
 		return "admitted"
-	case AdmitAfterHold:
-		return "held"
-	case AdmitAtLimit:
-		return "limit"
-	case AdmitUnknown:
-		return "capacity-unknown"
 	case AdmitHeld:
+		return "held"
+	case AdmitLimit:
+		return "limit"
+	case AdmitCapacityUnknown:
+		return "capacity-unknown"
+	case AdmitWaiting:
 		return "waiting"
 	case AdmitRefused:
 		return "refused"
@@ -417,6 +448,15 @@ func (a *admission) sums(m int64, learned bool, remote *RemoteAdmission, nrep in
 // room reports whether replica r (index i) has room for a conversation of
 // expected context e.
 func (a *admission) room(i int, r *ReplicaState, s, e int64, c counts) bool {
+	if r.SlotTokens > 0 {
+		// Fixed slots (llama.cpp): a conversation holds one slot, one
+		// sequence, whatever its size, and slots share no prefix.
+		n := 0
+		if i < len(c.n) {
+			n = c.n[i]
+		}
+		return float64(int64(n+1)*r.SlotTokens) <= float64(r.KVCapacityTokens)*a.cfg.FillTarget
+	}
 	tot := e
 	if i < len(c.n) && c.n[i] > 0 {
 		tot = c.used(i, s) + max(e-s, 0)
@@ -559,7 +599,7 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 		if pos >= 0 {
 			a.drop(pos)
 		}
-		return gateResult{outcome: AdmitUnknown, held: held}, nil
+		return gateResult{outcome: AdmitCapacityUnknown, held: held}, nil
 	}
 	s := a.sharedPrefix()
 	e, m, learned := a.expected(now, int64(prompt))
@@ -580,10 +620,10 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 				view[i].Healthy = false
 			}
 		}
-		out := AdmitNow
+		out := AdmitAdmitted
 		if pos >= 0 {
 			a.drop(pos)
-			out = AdmitAfterHold
+			out = AdmitHeld
 		}
 		return gateResult{outcome: out, held: held}, nil
 	}
@@ -606,7 +646,7 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 			}
 			return gateResult{outcome: AdmitRefused, held: held}, why
 		}
-		return gateResult{outcome: AdmitAtLimit, held: held}, nil
+		return gateResult{outcome: AdmitLimit, held: held}, nil
 	}
 	if pos < 0 {
 		a.nextID++
@@ -616,7 +656,7 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 		pos = len(a.queue) - 1
 	}
 	a.queue[pos].polled = now
-	return gateResult{outcome: AdmitHeld, ticket: a.queue[pos].id, held: held}, ErrHold
+	return gateResult{outcome: AdmitWaiting, ticket: a.queue[pos].id, held: held}, ErrHold
 }
 
 // routed records a routed request of the session with hash h (a new
@@ -625,12 +665,12 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 // request.
 func (a *admission) routed(now time.Duration, h, sid uint64, d Decision, ctx int, side bool, g gateResult) {
 	switch g.outcome {
-	case AdmitNow:
+	case AdmitAdmitted:
 		a.out.Admitted++
-	case AdmitAfterHold:
+	case AdmitHeld:
 		a.out.AfterHold++
 		a.out.HeldSecondsSum += g.held.Seconds()
-	case AdmitAtLimit:
+	case AdmitLimit:
 		a.out.AtLimit++
 		a.out.HeldSecondsSum += g.held.Seconds()
 	}

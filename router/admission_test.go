@@ -53,7 +53,7 @@ func TestAdmissionOffNeverHolds(t *testing.T) {
 func TestAdmissionHoldsUntilRoomFIFO(t *testing.T) {
 	b, now := admitBalancer(t, 1, 10_000, AdmissionConfig{MaxHold: -1})
 	d, info, err := b.Admit(Facts{SessionKey: "a", PromptTokens: 6000})
-	if err != nil || info.Admission != AdmitNow {
+	if err != nil || info.Admission != AdmitAdmitted {
 		t.Fatalf("a: %+v %+v %v", d, info, err)
 	}
 	_, ib, err := b.Admit(Facts{SessionKey: "b", PromptTokens: 6000})
@@ -119,7 +119,7 @@ func TestAdmissionPasses(t *testing.T) {
 	}
 	// Capacity unknown: everything passes, and the status says so.
 	b.ObserveCapacity(0, 0)
-	if _, info, err := b.Admit(Facts{SessionKey: "new", PromptTokens: 9000}); err != nil || info.Admission != AdmitUnknown {
+	if _, info, err := b.Admit(Facts{SessionKey: "new", PromptTokens: 9000}); err != nil || info.Admission != AdmitCapacityUnknown {
 		t.Fatalf("capacity unknown: %+v %v", info, err)
 	}
 	if st := b.Admission(); st.State != "capacity-unknown" {
@@ -134,7 +134,7 @@ func TestAdmissionLimits(t *testing.T) {
 		want error
 		out  Admission
 	}{
-		{"max hold admits", AdmissionConfig{MaxHold: 10 * time.Second}, nil, AdmitAtLimit},
+		{"max hold admits", AdmissionConfig{MaxHold: 10 * time.Second}, nil, AdmitLimit},
 		{"max hold refuses", AdmissionConfig{MaxHold: 10 * time.Second, OnLimit: AdmitLimitRefuse}, ErrOverloaded, AdmitRefused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -242,8 +242,8 @@ type Balancer struct {
 	staleAfter time.Duration
 	maxNumSeqs int
 	slotBased  bool
-	learnSlots bool // maxNumSeqs follows ObserveSlots until a slot count is seen
-	slotsSeen  bool
+	learnSlots bool // maxNumSeqs follows ObserveSlots (the fewest slots a replica has now)
+	configSeqs int  // maxNumSeqs as configured (or its default): what learnSlots falls back to
 	// threshold is the overflow threshold as configured (0 = auto), the one
 	// copy: Acquire resolves it (overflowThreshold) into Request.Threshold.
 	threshold int
@@ -312,6 +312,11 @@ type replica struct {
 	kv               float64
 	observedAt       time.Duration
 	kvCapacity       int64
+	// slots and slotTokens: the replica's fixed slots and each slot's context
+	// (llama.cpp GET /props total_slots, n_ctx; ObserveSlots), 0 when not
+	// slot-based.
+	slots      int
+	slotTokens int64
 
 	served [numReasons]uint64
 
@@ -363,6 +368,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		now:        cfg.Now,
 		staleAfter: stale,
 		maxNumSeqs: maxSeqs,
+		configSeqs: maxSeqs,
 		slotBased:  cfg.SlotBased,
 		learnSlots: cfg.SlotBased && cfg.LearnSlots,
 		threshold:  cfg.OverflowThreshold,
@@ -434,6 +440,7 @@ func (b *Balancer) fillView(now time.Duration, avoid uint64) {
 		v.Live = b.sessions.Live(i)
 		v.LiveTokens = b.sessions.LiveTokens(i)
 		v.KVCapacityTokens = r.kvCapacity
+		v.SlotTokens = r.slotTokens
 		if b.shared != nil {
 			rl := b.shared.Remote(i)
 			v.InFlight += rl.InFlight
@@ -556,6 +563,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			home, lost = b.sessions.lookup(now, h, side || created)
 			over = b.sessions.overflowTarget(h)
 		}
+		b.slowStart(now, home)
 		byPrefix := false
 		if f.SessionKey == "" && b.prefix != nil && !f.NoPrefill {
 			if m, _ := b.prefix.Pick(b.view, f.Prefix, b.overflowThreshold()); m >= 0 {
@@ -579,6 +587,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 				d.Reason = ReasonOverflow
 			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
 				b.sessions.set(now, h, d.Replica)
+				b.countPlacement(d.Replica)
 			}
 			if d.Reason == ReasonOverflow {
 				b.sessions.setOverflow(h, d.Replica)
@@ -867,21 +876,39 @@ func (b *Balancer) Affinity() bool {
 	return b.affinity
 }
 
-// ObserveSlots records that a replica runs n fixed slots (llama.cpp GET /props
-// total_slots). With BalancerConfig.LearnSlots the smallest count seen becomes
-// max_num_seqs, so the auto threshold is SlotOverflowThreshold of the engine's
-// own slots; otherwise, or for n <= 0, it does nothing.
-func (b *Balancer) ObserveSlots(n int) {
-	if n <= 0 {
-		return
-	}
+// ObserveSlots records that replica i runs n fixed slots (llama.cpp GET /props
+// total_slots) of slotTokens tokens of context each (default_generation_settings
+// .n_ctx, the per-slot context: llama-server sets every slot's n_ctx to
+// llama_n_ctx_seq, the -c context divided by -np, tools/server/server-context.cpp
+// and src/llama-context.cpp). A slot holds one sequence, so admission counts a
+// conversation on such a replica as one whole slot (ReplicaState.SlotTokens).
+// Each call replaces the replica's figures (a restarted server with other -np
+// or -c is read again). With BalancerConfig.LearnSlots the fewest slots any
+// replica has now become max_num_seqs, so the auto threshold is
+// SlotOverflowThreshold of the engine's own slots. n <= 0 clears the replica's
+// slots.
+func (b *Balancer) ObserveSlots(i, n int, slotTokens int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.reps) {
+		return
+	}
+	if n <= 0 {
+		n, slotTokens = 0, 0
+	}
+	b.reps[i].slots, b.reps[i].slotTokens = n, max(0, slotTokens)
 	if !b.learnSlots {
 		return
 	}
-	if !b.slotsSeen || n < b.maxNumSeqs {
-		b.maxNumSeqs, b.slotsSeen = n, true
+	fewest := 0
+	for j := range b.reps {
+		if s := b.reps[j].slots; s > 0 && (fewest == 0 || s < fewest) {
+			fewest = s
+		}
+	}
+	b.maxNumSeqs = b.configSeqs
+	if fewest > 0 {
+		b.maxNumSeqs = fewest
 	}
 }
 
@@ -1000,6 +1027,19 @@ type ReplicaStatus struct {
 	// (BalancerConfig.Shared) have in flight on the replica; InFlight is this
 	// router's own count. Absent without shared state.
 	SharedInFlight int `json:"shared_in_flight,omitempty"`
+	// SharedLive and SharedLiveTokens are the largest live-conversation count
+	// and live working set (tokens) any other router's session table holds for
+	// the replica (RemoteLoad). The policies decide on the larger of these and
+	// Live, LiveTokens (DecidedLive). Absent without shared state.
+	SharedLive       int   `json:"shared_live_conversations,omitempty"`
+	SharedLiveTokens int64 `json:"shared_live_tokens,omitempty"`
+}
+
+// DecidedLive returns the live conversations and live tokens the policies
+// decide on for the replica: this router's, or with shared state the larger
+// of this router's and the largest another router reports (Balancer.fillView).
+func (s ReplicaStatus) DecidedLive() (int, int64) {
+	return max(s.Live, s.SharedLive), max(s.LiveTokens, s.SharedLiveTokens)
 }
 
 // Status returns every replica's state, in replica order.
@@ -1033,7 +1073,8 @@ func (b *Balancer) Status() []ReplicaStatus {
 			s.EjectedForS = (r.out.until - now).Seconds()
 		}
 		if b.shared != nil {
-			s.SharedInFlight = b.shared.Remote(i).InFlight
+			rl := b.shared.Remote(i)
+			s.SharedInFlight, s.SharedLive, s.SharedLiveTokens = rl.InFlight, rl.Live, rl.LiveTokens
 		}
 		out[i] = s
 	}

@@ -38,6 +38,10 @@
 //     working set); BalancerConfig.Shared, nil in the virtual world. The Redis
 //     implementation is router/routerhttp/redisstate; this package only calls it,
 //     outside its lock for the calls that may wait.
+//   - Admission (admission.go): with `admission: fit` a new conversation whose
+//     expected working set fits no replica's KV cache waits in a FIFO queue at
+//     the router before its first request (Balancer.Admit, ErrHold tickets);
+//     docs/routing.md "Admission" measures it.
 //
 // One home per rule: the overflow threshold is held by the Balancer and handed to
 // the policy in Request.Threshold (one parser: ParseThreshold); vLLM's DP balancer
@@ -57,9 +61,6 @@
 // The proxy, config, session-key extraction, admin API, metrics, status card,
 // health checks and scraping are router/routerhttp. The simulator (sim), the load
 // generator (loadgen) and reports (report) are separate; this package imports none
-// of them. Admission (admission.go): with `admission: fit` a new conversation
-// whose expected working set fits no replica's KV cache waits in a FIFO queue
-// at the router before its first request (Balancer.Admit, ErrHold tickets).
-// Routing from the engines' own KV events (vLLM --kv-events-config) is not done:
+// of them. Routing from the engines' own KV events (vLLM --kv-events-config) is not done:
 // the prefix index models the caches from the outside.
 package router

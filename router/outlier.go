@@ -25,6 +25,15 @@ const (
 	// one of 2 or 3, two of 8) where Envoy's 10 % is meant for large clusters;
 	// an ejected replica's load lands on the others, so the cap stays low.
 	DefaultEjectMaxPercent = 25
+	// DefaultSlowStartWindow: a replica back from ejection takes new
+	// conversations at a share that ramps up over this window (slowStartShare),
+	// as Envoy's slow start mode ramps a returning host's weight (envoyproxy.io,
+	// arch_overview/upstream/load_balancing/slow_start: weight x max(10 %,
+	// time since start / window), aggression 1). Envoy has no default window;
+	// two base ejection times is a choice, not measured.
+	DefaultSlowStartWindow = time.Minute
+	// slowStartMinWeight is Envoy's min_weight_percent default (10 %).
+	slowStartMinWeight = 0.1
 )
 
 // OutlierConfig configures the ejection of a replica whose requests fail while
@@ -35,6 +44,9 @@ type OutlierConfig struct {
 	Window              time.Duration
 	BaseTime, MaxTime   time.Duration
 	MaxPercent          int
+	// SlowStart is the slow start window after a return (0: the default,
+	// negative: none).
+	SlowStart time.Duration
 }
 
 func (c OutlierConfig) withDefaults() OutlierConfig {
@@ -53,6 +65,9 @@ func (c OutlierConfig) withDefaults() OutlierConfig {
 	if c.MaxPercent <= 0 {
 		c.MaxPercent = DefaultEjectMaxPercent
 	}
+	if c.SlowStart == 0 {
+		c.SlowStart = DefaultSlowStartWindow
+	}
 	return c
 }
 
@@ -66,6 +81,11 @@ type outlierState struct {
 	inRow       int           // ejections since the replica last served a request well
 	total       uint64        // ejections ever (metric)
 	reason      string        // the failure that ejected it
+	// Slow start after a return (EndProbe ok): since when, and the placements
+	// made in the pool since then (placed) and of them on this replica (taken).
+	warming       bool
+	warmSince     time.Duration
+	placed, taken int
 }
 
 // Ejection is what ObserveOutcome and EndProbe report about a change of a
@@ -166,6 +186,9 @@ func (b *Balancer) EndProbe(i int, ok bool, why string) (Ejection, bool) {
 	b.sync(b.now())
 	if ok {
 		o.ejected, o.reason = false, ""
+		if b.outlier.SlowStart > 0 {
+			o.warming, o.warmSince, o.placed, o.taken = true, b.now(), 0, 0
+		}
 		return Ejection{Replica: i, InRow: o.inRow}, false
 	}
 	return b.eject(i, b.now(), why), true
@@ -176,4 +199,60 @@ func (b *Balancer) Ejected(i int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return i >= 0 && i < len(b.reps) && b.reps[i].out.ejected
+}
+
+// slowStartShare is the share of new placements replica i may take at now while
+// it warms up after a return from ejection: Envoy's slow start weight (the
+// replica's weight x max(10 %, elapsed / window), every weight 1 otherwise)
+// over the sum of the healthy replicas' weights; 1 and false when i is not
+// warming (its window over). healthy counts the healthy replicas, i included.
+func (o *outlierState) slowStartShare(now, window time.Duration, healthy int) (float64, bool) {
+	if !o.warming {
+		return 1, false
+	}
+	elapsed := now - o.warmSince
+	if elapsed >= window {
+		o.warming = false
+		return 1, false
+	}
+	w := max(slowStartMinWeight, max(elapsed, time.Second).Seconds()/window.Seconds())
+	return w / (w + float64(healthy-1)), true
+}
+
+// slowStart keeps each warming replica other than home out of this decision's
+// view (b.view) when one more placement there would pass its slow-start share
+// of the placements made since it returned, as long as another replica is
+// healthy in the view (caller holds mu). Deterministic: a quota, no random draw,
+// and nothing changes while no replica is warming.
+func (b *Balancer) slowStart(now time.Duration, home int) {
+	healthy := 0
+	for i := range b.view {
+		if b.view[i].Healthy {
+			healthy++
+		}
+	}
+	for i := range b.reps {
+		o := &b.reps[i].out
+		if !o.warming || i == home || !b.view[i].Healthy {
+			continue
+		}
+		share, on := o.slowStartShare(now, b.outlier.SlowStart, healthy)
+		if on && healthy > 1 && float64(o.taken+1) > share*float64(o.placed+1) {
+			b.view[i].Healthy = false
+			healthy--
+		}
+	}
+}
+
+// countPlacement records a placement on replica d for every warming replica's
+// quota (caller holds mu).
+func (b *Balancer) countPlacement(d int) {
+	for i := range b.reps {
+		if o := &b.reps[i].out; o.warming {
+			o.placed++
+			if i == d {
+				o.taken++
+			}
+		}
+	}
 }

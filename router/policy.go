@@ -37,6 +37,10 @@ type ReplicaState struct {
 	// KVCapacityTokens is the replica's KV cache in tokens (num_gpu_blocks x
 	// block_size, vllm:cache_config_info), 0 when unknown.
 	KVCapacityTokens int64
+	// SlotTokens is the context of one of the replica's fixed slots (llama.cpp:
+	// each slot holds one sequence of up to this many tokens;
+	// Balancer.ObserveSlots), 0 for a paged KV cache (vLLM, SGLang).
+	SlotTokens int64
 }
 
 // Request is what a Policy is told about the request being routed.

@@ -106,7 +106,7 @@ func TestAdmissionCountsOtherRoutersConversations(t *testing.T) {
 	}
 	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{}}
 	d, info, err := b.Admit(Facts{SessionKey: "a", PromptTokens: 6000, Ticket: info.Ticket})
-	if err != nil || info.Admission != AdmitAfterHold {
+	if err != nil || info.Admission != AdmitHeld {
 		t.Fatalf("a once the other waiter went: %+v %+v %v", d, info, err)
 	}
 	// Both routers count "a" (the other saw a turn of it): it counts once.

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -27,6 +28,9 @@ func newBenchCmd() *cobra.Command {
 		stageDur     string
 		stages       []int
 		variants     []string
+		tr           traceFlags
+		sloTTFB      time.Duration
+		sloTPOT      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -73,6 +77,14 @@ Examples:
   warden bench --virtual                             # same, in virtual time
   warden bench --scenario scenarios/smoke.yaml --speed 20
   warden bench --replicas http://gpu:8000 --dp-ranks 4 --stage-duration 3m
+  warden bench --virtual --trace conversation_trace.jsonl --trace-mode session
+
+Trace replay (--trace FILE, or trace: in a scenario; docs/traces.md): requests
+of a Mooncake-format trace instead of synthetic sessions, prompts synthesized
+from the block ids, exactly output_length tokens each; --trace-mode timestamp
+(open loop at the recorded times) or session (a conversation's next turn at the
+previous turn's end plus the recorded gap). Over HTTP the prompts are first
+calibrated through the server's /tokenize (the manifest records the error).
 
 A run that finished but has a stage without a successful turn, or turn
 accounting that does not add up (the checks of 'warden report --check'), exits
@@ -116,11 +128,34 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 				}
 				sc.StageDuration = d
 			}
+			if err := tr.apply(cmd, sc); err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("slo-ttfb") || cmd.Flags().Changed("slo-tpot") {
+				slo := loadgen.SLO{}
+				if sc.SLO != nil {
+					slo = *sc.SLO
+				}
+				if cmd.Flags().Changed("slo-ttfb") {
+					slo.TTFB = sloTTFB
+				}
+				if cmd.Flags().Changed("slo-tpot") {
+					slo.TPOT = sloTPOT
+				}
+				sc.SLO = &slo
+			}
 			if err := sc.Validate(); err != nil {
 				return err
 			}
 			if err := checkBenchFlags(cmd, &o); err != nil {
 				return err
+			}
+			if sc.Trace != nil {
+				// Read the whole trace before anything is written: a bad line
+				// stops the run with nothing half-written.
+				if _, err := loadgen.CheckTrace(sc); err != nil {
+					return err
+				}
 			}
 			o.Scenario = sc
 			o.Progress = cmd.ErrOrStderr()
@@ -169,6 +204,9 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 	f.StringVar(&o.Admission.OnLimit, "admission-on-limit", router.AdmitLimitAdmit, "with --admission fit: past max hold or max queue, admit or refuse (OpenAI 429, Anthropic 529)")
 	f.DurationVar(&o.Admission.KeepAliveAfter, "admission-keepalive-after", router.DefaultKeepAliveAfter, "with --admission fit: a held streaming turn gets its 200 and the API's keep-alive events after this long held (negative: never, and holds are capped at 4m)")
 	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
+	tr.register(f)
+	f.DurationVar(&sloTTFB, "slo-ttfb", 0, "goodput SLO: a turn's TTFB at most this (the scenario's slo.ttfb; the report's goodput columns)")
+	f.DurationVar(&sloTPOT, "slo-tpot", 0, "goodput SLO: a turn's time per output token at most this (slo.tpot)")
 	f.StringVar(&o.RunID, "run-id", "", "run id recorded in the manifest (default: the UTC start time, 20060102-150405)")
 	return cmd
 }

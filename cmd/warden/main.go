@@ -24,6 +24,7 @@ const (
 	// not add up, an interrupted variant).
 	ExitAccounting = 3
 	ExitGate       = 4   // compare: a --fail-on gate was crossed
+	ExitNoPlan     = 5   // plan: no point meets the SLO for any policy
 	ExitInterrupt  = 130 // a second Ctrl-C (128 + SIGINT)
 )
 
@@ -36,6 +37,7 @@ Exit codes:
   3    results written but not usable (bench, report --check): a stage without a
        successful turn, turn accounting that does not add up, an interrupted variant
   4    a --fail-on gate crossed (compare)
+  5    no point meets the SLO for any policy (plan; nothing written)
   130  a second Ctrl-C (the first one stops, draining and writing what is complete)`
 
 // exitError carries a specific exit code out of a command.
@@ -101,11 +103,13 @@ cache, and measures with numbers what that routing does.
   warden report   make results.csv, summary.md and PNG figures from a results directory
   warden compare  compare two runs; non-zero exit when a threshold is crossed
   warden study    compare routing policies over seeds in virtual time (docs/routing.md)
+  warden plan     how many sessions a fleet serves under an SLO, per policy (docs/planning.md)
+  warden trace    summarise, size a cache for and slice request traces (docs/traces.md)
   warden version  print the version`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd())
+	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd(), newPlanCmd(), newTraceCmd())
 	for _, c := range append(root.Commands(), root) {
 		if c.Long == "" {
 			c.Long = c.Short

@@ -27,6 +27,7 @@ func newStudyCmd() *cobra.Command {
 		signals      bool
 		parallel     int
 		traceDir     string
+		redrawDir    string
 		list         bool
 		noFigures    bool
 	)
@@ -60,7 +61,8 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 
   warden study                                  # 4 setups, 5 arms, seeds 1,2,3
   warden study --setups reference --arms sticky,working-set --seeds 1
-  warden study --trace results/20260101-120000  # draw the trace of a bench run`,
+  warden study --trace results/20260101-120000  # draw the trace of a bench run
+  warden study --redraw results/study/admission # redraw a study's figures from study.csv`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if list {
@@ -70,6 +72,9 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 			}
 			if traceDir != "" {
 				return drawTraces(traceDir)
+			}
+			if redrawDir != "" {
+				return study.Redraw(redrawDir)
 			}
 			if err := checkStages(stages); err != nil {
 				return err
@@ -147,6 +152,7 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 	f.BoolVar(&signals, "signals", true, "score every placement input on the traced runs (signals.md)")
 	f.IntVar(&parallel, "parallel", 0, "runs at once (0: GOMAXPROCS)")
 	f.StringVar(&traceDir, "trace", "", "only draw trace-<variant>.png for every variant of an existing results directory")
+	f.StringVar(&redrawDir, "redraw", "", "only draw the fig-*.png and frontier-*.png of an existing study directory again from its study.csv (runs nothing)")
 	f.BoolVar(&list, "list", false, "list setups and arms")
 	f.BoolVar(&noFigures, "no-figures", false, "skip the per-metric figures (studies with many arms)")
 	return cmd

@@ -14,6 +14,7 @@ import (
 // fresh-user finding: its first turns all went to the first run's homes) and
 // switches affinity.
 func TestAdminSwitchResetsHomes(t *testing.T) {
+	t.Parallel()
 	cfg, err := routerhttp.ConfigForURLs([]string{"http://127.0.0.1:9", "http://127.0.0.1:10"}, true)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // stops with a message naming --api-key; with it, a DP server passes the
 // pinning check and both variants' turns succeed through the router.
 func TestBenchWithAPIKey(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: 1, DataParallelSize: 2, Speed: 20, ReplyTokens: 16, APIKey: "s3cret"})

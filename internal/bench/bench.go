@@ -9,7 +9,8 @@
 //   - RouterURL: an already running warden router; affinity is switched through its
 //     admin API (AdminURL, AdminToken); Replicas, when given, are scraped for
 //     /metrics (without them the engine columns are n/a: NoReplicasNote).
-//   - Replicas: real vLLM servers; an in-process router is started in front of them.
+//   - Replicas: real vLLM, SGLang or llama.cpp servers; an in-process router is
+//     started in front of them.
 //   - none: an embedded simulated cluster (SimReplicas x Profile at Speed) and an
 //     in-process router in front of it.
 package bench
@@ -418,6 +419,11 @@ func runHTTP(ctx context.Context, o Options) error {
 			fmt.Fprintf(progress, "pre-flight: note: %s\n", n)
 		}
 	}
+	if o.Scenario.Trace != nil {
+		if err := calibrateTrace(ctx, progress, &rc, servers[0], kinds[0], probed, hc); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
 	if slots > 0 && !o.maxNumSeqsGiven {
 		// A slot-based server runs at most its slots at once: that is its
 		// max_num_seqs for the router (and its overflow rule, SlotBased).
@@ -654,4 +660,45 @@ func adminSwitch(admin, token string) func(ctx context.Context, on bool) error {
 		body, _ := json.Marshal(map[string]bool{"enabled": on})
 		return call(ctx, http.MethodPut, "/admin/models/*/affinity", body, "switching affinity")
 	}
+}
+
+// calibrateTrace fits a trace replay's prompt text to the tokenizer of server
+// (the first one; every replica serves the same model) and sets how the output
+// length is forced, by engine kind; and sums the replicas' KV capacity for the
+// shared-LRU figure when every server reports it.
+func calibrateTrace(ctx context.Context, w io.Writer, rc *loadgenhttp.RunConfig, server string, kind engines.Kind, probed []EngineServer, hc *http.Client) error {
+	spec := rc.Scenario.Trace.WithDefaults()
+	dialect, force := loadgenhttp.TokenizeVLLM, loadgenhttp.ForceVLLM
+	if kind == engines.KindLlamaCpp {
+		dialect, force = loadgenhttp.TokenizeLlamaCpp, loadgenhttp.ForceLlamaCpp
+	}
+	samples, err := loadgen.TraceSample(rc.Scenario, loadgenhttp.CalibrationSamples)
+	if err != nil {
+		return err
+	}
+	synth, cal, err := loadgenhttp.CalibrateTrace(ctx, hc, server, rc.Scenario.Model, dialect, rc.Header, spec.BlockSize, spec.Salt, samples)
+	if err != nil {
+		return err
+	}
+	rc.TraceSynth, rc.TraceForce, rc.TraceCalibration = &synth, force, &cal
+	fmt.Fprintf(w, "trace calibration %s: %s, %.3f tokens per word, template %d tokens; prompt-token error vs input_length over %d requests: p50 %.2f %%, max %.2f %%%s\n",
+		server, cal.Endpoint, cal.TokensPerWord, cal.OverheadTokens, cal.Samples, cal.ErrP50Pct, cal.ErrMaxPct, noteSuffix(cal.Note))
+	var kv float64
+	for _, p := range probed {
+		v, ok := p.Info.KVCapacityTokens.Get()
+		if !ok {
+			kv = 0
+			break
+		}
+		kv += v
+	}
+	rc.FleetKVTokens = int64(kv)
+	return nil
+}
+
+func noteSuffix(n string) string {
+	if n == "" {
+		return ""
+	}
+	return " (" + n + ")"
 }

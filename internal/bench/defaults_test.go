@@ -8,6 +8,7 @@ import (
 // reference server's 32; real servers are assumed to run vLLM's 256, as `warden
 // route` assumes (it was 32 for real servers too before).
 func TestDefaultMaxNumSeqs(t *testing.T) {
+	t.Parallel()
 	if got := DefaultMaxNumSeqs(false); got != 32 {
 		t.Errorf("simulator: %d, want sim.DefaultMaxNumSeqs (32)", got)
 	}

@@ -53,11 +53,12 @@ func PreflightEngines(ctx context.Context, w io.Writer, servers []string, kind e
 	for _, base := range servers {
 		base = strings.TrimRight(base, "/")
 		if kind == engines.KindVLLM {
-			if _, err := Preflight(ctx, w, []string{base}, sc, hc); err != nil {
+			infos, err := Preflight(ctx, w, []string{base}, sc, hc)
+			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			out = append(out, EngineServer{Info: engineapi.Info{URL: base, Kind: engines.KindVLLM, Evidence: "configured"}})
+			out = append(out, EngineServer{Info: engineapi.Info{URL: base, Kind: engines.KindVLLM, Evidence: "configured", KVCapacityTokens: vllmKV(infos)}})
 			continue
 		}
 		info, err := engineapi.Probe(ctx, phc, base, nil, kind)
@@ -99,7 +100,9 @@ func PreflightEngines(ctx context.Context, w io.Writer, servers []string, kind e
 		if es.MetricsOff != "" {
 			fmt.Fprintf(w, "  %s: series columns n/a; engine hit %% and replicas busy n/a, usage cached %% still from the responses\n", es.MetricsOff)
 		}
-		if n, ok := info.ContextLength.Get(); ok && n > 0 {
+		if n, ok := info.ContextLength.Get(); sc.Trace != nil {
+			// A trace's requests over the context fail one by one, as data.
+		} else if ok && n > 0 {
 			need := LongestPromptEstimate(sc)
 			floor := nominalContext(sc) + sc.MaxOutputTokens
 			switch {
@@ -117,6 +120,21 @@ func PreflightEngines(ctx context.Context, w io.Writer, servers []string, kind e
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// vllmKV is the KV capacity vLLM servers report (vllm:cache_config_info:
+// (num_gpu_blocks - 1) x block_size per engine, summed), unset when none does.
+func vllmKV(infos []ServerInfo) engines.Value {
+	total := 0
+	for _, in := range infos {
+		for _, e := range in.Engines {
+			total += e.BlockSize * max(e.NumGPUBlocks-1, 0)
+		}
+	}
+	if total == 0 {
+		return engines.Value{}
+	}
+	return engines.Value{V: float64(total), Source: engines.SrcVLLMKVCapacity}
 }
 
 // metricsFlag names the server flag that turns /metrics on.

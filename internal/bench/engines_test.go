@@ -17,6 +17,10 @@ import (
 	"github.com/lmwarden/warden/report"
 )
 
+// Every test in this package calls t.Parallel: each starts its own servers on
+// free loopback ports and writes into its own t.TempDir, and most of them wait on
+// wall time (HTTP worlds), so `make unit` runs them with -parallel 4.
+
 // startStubs starts n enginestub servers of cfg and returns their URLs.
 func startStubs(t *testing.T, n int, cfg enginestub.Config) []string {
 	t.Helper()
@@ -33,6 +37,10 @@ func startStubs(t *testing.T, n int, cfg enginestub.Config) []string {
 	return urls
 }
 
+// stubStage is the stage length of the stand-in benches (wall time; 20 s before
+// the tests ran in parallel, see runStubBenchWith for why 10 s checks the same).
+const stubStage = 10 * time.Second
+
 // runStubBench runs warden bench --replicas (engine auto) against urls and
 // returns the results directory, its manifest and the variant's summary.
 func runStubBench(t *testing.T, urls []string, name string, sessions int) (string, loadgen.Manifest, report.Summary) {
@@ -42,11 +50,19 @@ func runStubBench(t *testing.T, urls []string, name string, sessions int) (strin
 
 // runStubBenchWith is runStubBench with one variant of that name ("off" or
 // "on") and Options edited by opt (nil: none), e.g. an external router.
+//
+// The stage is stubStage of wall time (the stand-ins run at real speed). What
+// the callers check does not grow with the stage: 4 sessions of 6 turns with
+// 0.2-0.5 s between turns and 16 tokens at 5 ms each finish about 95 turns in
+// 10 s (seen: 95-97), so every session still reaches its cached later turns
+// (usage and engine hit %), about ten 1 s scrapes fall inside the window
+// (replicas busy), and stayed % is 100 by construction with affinity on (4
+// sessions on 4 x 4 slots) and far below it with affinity off (24 % seen).
 func runStubBenchWith(t *testing.T, urls []string, name string, sessions int, variant string, opt func(*Options)) (string, loadgen.Manifest, report.Summary) {
 	t.Helper()
 	sc := loadgen.DefaultScenario()
 	sc.Name, sc.Model = "stub-bench", enginestub.DefaultModel
-	sc.Stages, sc.StageDuration, sc.Variants = []int{sessions}, 20*time.Second, []string{variant}
+	sc.Stages, sc.StageDuration, sc.Variants = []int{sessions}, stubStage, []string{variant}
 	sc.Turns, sc.FirstTurnTokens, sc.TurnTokens, sc.MaxOutputTokens, sc.SystemPromptTokens = 6, 300, 100, 16, 200
 	sc.ThinkTime, sc.ThinkSpread.Min, sc.ThinkSpread.Max = 300*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
 	dir := filepath.Join(t.TempDir(), name)
@@ -89,8 +105,9 @@ func runStubBenchWith(t *testing.T, urls []string, name string, sessions int, va
 // llamacpp:requests_processing, the engine hit % is n/a (no counter), and with
 // 4 sessions on 4 x 4 slots affinity keeps every turn home (slot threshold 3).
 func TestBenchLlamaCppOnly(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
-		t.Skip("short: runs the HTTP world for 20 s")
+		t.Skip("short: runs the HTTP world for one stubStage")
 	}
 	urls := startStubs(t, 4, enginestub.Config{Kind: engines.KindLlamaCpp, Metrics: true, Slots: 4, TokenDelay: 5 * time.Millisecond})
 	dir, m, s := runStubBench(t, urls, "llamacpp-only", 4)
@@ -134,8 +151,9 @@ func TestBenchLlamaCppOnly(t *testing.T) {
 // replicas busy from sglang:num_running_reqs, usage cached % from the
 // responses (--enable-cache-report), resets by POST /flush_cache.
 func TestBenchSGLangOnly(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
-		t.Skip("short: runs the HTTP world for 20 s")
+		t.Skip("short: runs the HTTP world for one stubStage")
 	}
 	urls := startStubs(t, 2, enginestub.Config{Kind: engines.KindSGLang, Metrics: true, Slots: 8, CacheReport: true, TokenDelay: 5 * time.Millisecond})
 	dir, m, s := runStubBench(t, urls, "sglang-only", 4)

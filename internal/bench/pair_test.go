@@ -23,8 +23,9 @@ import (
 // both), and refuses the pair once one run's manifest says another engine
 // kind.
 func TestComparePairLlamaCpp(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
-		t.Skip("short: runs the HTTP world twice for 20 s")
+		t.Skip("short: runs the HTTP world for two stubStages")
 	}
 	cfg := enginestub.Config{Kind: engines.KindLlamaCpp, Metrics: true, Slots: 4, TokenDelay: 5 * time.Millisecond}
 	dirOff, _, off := runStubBenchWith(t, startStubs(t, 4, cfg), "llama-off", 4, "off", nil)

@@ -18,6 +18,7 @@ import (
 // so and names the flag that runs anyway; one that honours it passes with a
 // line saying so.
 func TestBenchPreflightChecksPinning(t *testing.T) {
+	t.Parallel()
 	for _, ignore := range []bool{true, false} {
 		ctx, cancel := context.WithCancel(context.Background())
 		cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: 1, DataParallelSize: 4, Speed: 20, ReplyTokens: 4, IgnoreRankHeader: ignore})

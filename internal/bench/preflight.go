@@ -63,7 +63,7 @@ func Preflight(ctx context.Context, w io.Writer, servers []string, sc *loadgen.S
 			// (num_gpu_blocks - 1) x block_size tokens, as the router counts it.
 			fmt.Fprintf(w, "  engine %q: block_size %d, num_gpu_blocks %d (%d tokens of KV cache)\n", e.Engine, e.BlockSize, e.NumGPUBlocks, e.BlockSize*max(e.NumGPUBlocks-1, 0))
 		}
-		if info.MaxModelLen > 0 && need > info.MaxModelLen {
+		if info.MaxModelLen > 0 && need > info.MaxModelLen && sc.Trace == nil {
 			errs = append(errs, fmt.Errorf("pre-flight %s: the scenario's last turn needs about %d tokens (nominal %d x %.1f + %d output) but max_model_len is %d: shorten the scenario (turns, first_turn_tokens) or serve with a larger --max-model-len",
 				base, need, nominalContext(sc), TokenizerAllowance, sc.MaxOutputTokens, info.MaxModelLen))
 		}

@@ -46,6 +46,7 @@ func gateOptions(t *testing.T) report.CompareOptions {
 // worse router setting (affinity "on" served by vLLM-style shortest-queue instead
 // of working-set) and a smaller fleet (half the replicas) must both fail it.
 func TestRegressionGateCatchesWorseSetting(t *testing.T) {
+	t.Parallel()
 	base := virtualRun(t, filepath.Join(t.TempDir(), "base"), nil)
 	same := virtualRun(t, filepath.Join(t.TempDir(), "same"), nil)
 	if _, err := report.Compare(base, same, io.Discard, gateOptions(t)); err != nil {

@@ -15,6 +15,7 @@ import (
 // series.csv (harness scrapes) line up; a DP-rank URL takes the base name; a URL
 // the router does not list keeps r<i> with a warning (fresh-user finding).
 func TestReplicasTakeTheRouterNames(t *testing.T) {
+	t.Parallel()
 	cfg, err := routerhttp.ConfigForURLs([]string{"alpha=http://127.0.0.1:9/", "beta=http://127.0.0.1:10"}, true)
 	if err != nil {
 		t.Fatal(err)

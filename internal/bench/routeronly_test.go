@@ -26,8 +26,9 @@ import (
 // X-Warden-Replica header (100 % with affinity on), usage cached % from the
 // responses.
 func TestBenchRouterWithoutReplicas(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
-		t.Skip("short: runs the HTTP world for 20 s")
+		t.Skip("short: runs the HTTP world for one stubStage")
 	}
 	urls := startStubs(t, 4, enginestub.Config{Kind: engines.KindLlamaCpp, Metrics: true, Slots: 4, TokenDelay: 5 * time.Millisecond})
 	cfg, err := routerhttp.ConfigForURLs(urls, true)
@@ -76,6 +77,7 @@ func TestBenchRouterWithoutReplicas(t *testing.T) {
 // as llama.cpp stops at the pre-flight, before any stage: its /metrics would
 // be read as vLLM ranks it does not have.
 func TestBenchRefusesDPRanksOnOtherEngines(t *testing.T) {
+	t.Parallel()
 	urls := startStubs(t, 1, enginestub.Config{Kind: engines.KindLlamaCpp, Metrics: true, Slots: 4, ContextLen: 32768})
 	sc := loadgen.DefaultScenario()
 	sc.Model, sc.Stages, sc.Variants = enginestub.DefaultModel, []int{1}, []string{"on"}

@@ -20,6 +20,7 @@ import (
 // cache_read_input_tokens, the harness added the two, and usage read 41 % where
 // the counters read 68 %.
 func TestUsageAgreesWithCountersOverEveryAPI(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("short: runs the HTTP world for a few seconds")
 	}

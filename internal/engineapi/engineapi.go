@@ -2,7 +2,9 @@
 // /metrics that say what a replica is: GET /v1/models (served models and context
 // length), llama.cpp's GET /props, SGLang's GET /server_info (GET /get_server_info
 // before the rename) and vLLM's GET /version. Parse* functions take a body and are
-// pure; Probe makes the requests and, when the kind is not configured, detects it.
+// pure; Probe makes the requests and, when the kind is not configured, detects it;
+// FirstModel asks only the served model name (the harness's runner, the router's
+// DP pinning check). The one /v1/models decoder is ParseModels.
 // Every figure is an engines.Value naming its endpoint and field.
 package engineapi
 

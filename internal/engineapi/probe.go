@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/scrape"
@@ -164,4 +165,34 @@ func snippet(b []byte) string {
 		s = s[:512]
 	}
 	return s
+}
+
+// FirstModel asks GET {base}/v1/models (the OpenAI-compatible model list vLLM,
+// SGLang and llama-server serve) and returns the first id: the served model name.
+// header (e.g. the API key's Authorization) goes with the request and may be nil;
+// hc nil means http.DefaultClient. The request is bounded by 30 s. Errors name the
+// URL and say what was wrong: transport error, "status N", an undecodable body
+// (ParseModels), or an empty list.
+func FirstModel(ctx context.Context, hc *http.Client, base string, header http.Header) (string, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	url := strings.TrimRight(base, "/") + wire.PathModels
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	code, b, _, err := get(ctx, hc, url, header)
+	if err != nil {
+		return "", err
+	}
+	if code != http.StatusOK {
+		return "", fmt.Errorf("GET %s: status %d", url, code)
+	}
+	m, err := ParseModels(b)
+	if err != nil {
+		return "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	if len(m.IDs) == 0 || m.IDs[0] == "" {
+		return "", fmt.Errorf("GET %s lists no model", url)
+	}
+	return m.IDs[0], nil
 }

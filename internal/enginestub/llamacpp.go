@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 //go:embed recorded/llamacpp
@@ -159,10 +160,61 @@ func (s *llamaCpp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveChat(w, r)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
 		s.serveMessages(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == wire.PathTokenize:
+		s.serveTokenize(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == wire.PathApplyTemplate:
+		s.serveApplyTemplate(w, r)
 	default:
 		// The recorded 404 (GET /version, POST /reset_prefix_cache, anything else).
 		s.recs["reset.txt"].serve(w)
 	}
+}
+
+// serveTokenize answers llama-server's POST /tokenize {"content": ...} with
+// {"tokens": [...]} (tools/server/README.md; tests/unit/test_tokenize.py): one
+// token per byte here, the stand-in's vocabulary. A body that is not JSON gets
+// the recorded 500.
+func (s *llamaCpp) serveTokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Content string `json:"content"`
+	}
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err := json.Unmarshal(body, &req); err != nil {
+		s.recs["chat-bad-json.txt"].serve(w)
+		return
+	}
+	toks := make([]int, len(req.Content))
+	for i := 0; i < len(req.Content); i++ {
+		toks[i] = int(req.Content[i])
+	}
+	b, _ := json.Marshal(struct {
+		Tokens []int `json:"tokens"`
+	}{toks})
+	rec := s.recs["health.txt"] // JSON headers
+	rec.body = b
+	rec.serve(w)
+}
+
+// serveApplyTemplate answers llama-server's POST /apply-template {"messages"}
+// with {"prompt": the rendered chat template} (tools/server/README.md).
+func (s *llamaCpp) serveApplyTemplate(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err := json.Unmarshal(body, &req); err != nil {
+		s.recs["chat-bad-json.txt"].serve(w)
+		return
+	}
+	rendered, err := req.prompt()
+	if err != nil {
+		s.recs["chat-bad-json.txt"].serve(w)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Prompt string `json:"prompt"`
+	}{string(rendered)})
+	rec := s.recs["health.txt"]
+	rec.body = b
+	rec.serve(w)
 }
 
 // serveSlots writes /slots in the recorded shape and key order.

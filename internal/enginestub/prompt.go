@@ -12,6 +12,7 @@ type chatRequest struct {
 	Stream        bool   `json:"stream"`
 	MaxTokens     *int   `json:"max_tokens"`
 	MaxCompletion *int   `json:"max_completion_tokens"`
+	NPredict      *int   `json:"n_predict"` // llama.cpp's own name; wins over max_tokens
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -91,6 +92,8 @@ func (r *chatRequest) prompt() ([]byte, error) {
 
 func (r *chatRequest) maxTokens() (int, bool) {
 	switch {
+	case r.NPredict != nil && *r.NPredict >= 0:
+		return *r.NPredict, true
 	case r.MaxCompletion != nil:
 		return *r.MaxCompletion, true
 	case r.MaxTokens != nil:

@@ -98,7 +98,7 @@ func frontierFigure(setup string, rows []Row, minSessions int) (*plot.Plot, erro
 	if n < 3 || len(stages) == 0 {
 		return nil, nil
 	}
-	p := plot.New()
+	p := newFigure()
 	p.Title.Text = fmt.Sprintf("%s: output tokens/min vs TTFB p95 as max_hold grows (admit-fit)", setup)
 	p.X.Label.Text = "TTFB p95 (s)"
 	p.Y.Label.Text = "output tokens/min"
@@ -159,16 +159,16 @@ func frontierFigure(setup string, rows []Row, minSessions int) (*plot.Plot, erro
 
 // writeFrontier draws frontier-<setup>.png for every setup whose rows have the
 // frontier's arms (stages of 24 sessions and more).
-func writeFrontier(dir string, setups []Setup, rows []Row) error {
+func writeFrontier(dir string, setups []string, rows []Row) error {
 	for _, s := range setups {
-		p, err := frontierFigure(s.Name, rows, 24)
+		p, err := frontierFigure(s, rows, 24)
 		if err != nil {
 			return fmt.Errorf("writing study: frontier: %w", err)
 		}
 		if p == nil {
 			continue
 		}
-		if err := savePlot(p, filepath.Join(dir, "frontier-"+s.Name+".png")); err != nil {
+		if err := savePlot(p, filepath.Join(dir, "frontier-"+s+".png")); err != nil {
 			return err
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -22,6 +21,14 @@ import (
 // FigureMetrics are the metrics drawn one figure each per setup.
 var FigureMetrics = []string{"ttfb_p50_s", "ttfb_p95_s", "output_tokens_per_min", "prefix_hits_pct", "replicas_busy"}
 
+// newFigure is plot.New with report's tick format on both axes (report.PlainTicks:
+// "15,000", not gonum's "15000.00"), so study and run figures read alike.
+func newFigure() *plot.Plot {
+	p := plot.New()
+	p.X.Tick.Marker, p.Y.Tick.Marker = report.PlainTicks{}, report.PlainTicks{}
+	return p
+}
+
 // stageTicks labels the x axis (stage index) with the stage's session count.
 type stageTicks []int
 
@@ -29,7 +36,7 @@ func (s stageTicks) Ticks(lo, hi float64) []plot.Tick {
 	var out []plot.Tick
 	for i, n := range s {
 		if float64(i) >= lo-1e-9 && float64(i) <= hi+1e-9 {
-			out = append(out, plot.Tick{Value: float64(i), Label: strconv.Itoa(n)})
+			out = append(out, plot.Tick{Value: float64(i), Label: report.TickLabel(float64(n))})
 		}
 	}
 	return out
@@ -39,7 +46,7 @@ func (s stageTicks) Ticks(lo, hi float64) []plot.Tick {
 // sessions), one line per arm at the mean across seeds, with bars from the lowest
 // to the highest seed. Arms are offset a little along x so bars do not overlap.
 func metricFigure(setup string, m Metric, rows []Row, arms []string) (*plot.Plot, error) {
-	p := plot.New()
+	p := newFigure()
 	p.Title.Text = fmt.Sprintf("%s: %s (mean, bars min-max over samples)", setup, m.Title)
 	p.X.Label.Text = "concurrent sessions"
 	p.Y.Label.Text = m.Title
@@ -48,7 +55,7 @@ func metricFigure(setup string, m Metric, rows []Row, arms []string) (*plot.Plot
 	logY := m.Key == "ttfb_p50_s" || m.Key == "ttfb_p95_s"
 	if logY {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Tick.Marker = report.LogTicks{}
 	}
 	var stages []int
 	for _, r := range rows {
@@ -133,7 +140,7 @@ func traceFigure(title string, tr *Trace, kvTokens float64) ([]byte, error) {
 	}
 	grid := make([][]*plot.Plot, len(panels))
 	for pi, pn := range panels {
-		p := plot.New()
+		p := newFigure()
 		if pi == 0 {
 			p.Title.Text = title
 		}
@@ -249,11 +256,12 @@ func DrawTrace(dir string, run *report.Run, variant string) error {
 // hitsOverTimeFigure draws the fleet prefix hit rate per bin over the run for
 // every traced arm of one setup.
 func hitsOverTimeFigure(setup string, runs []*RunResult, arms []string, bin time.Duration) (*plot.Plot, error) {
-	p := plot.New()
+	p := newFigure()
 	p.Title.Text = fmt.Sprintf("%s: prefix hits %% per %s (server counters, fleet)", setup, bin)
 	p.X.Label.Text = "simulated time (s)"
 	p.Y.Label.Text = "prefix hits %"
 	p.Y.Min, p.Y.Max = 0, 105
+	p.Y.Tick.Marker = report.PlainTicks{Cap: 100}
 	p.Legend.Top = true
 	for ai, arm := range arms {
 		for _, r := range runs {

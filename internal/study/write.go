@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,23 +56,12 @@ func Write(dir string, o Options, runs []*RunResult) error {
 	for _, a := range o.Arms {
 		arms = append(arms, a.Name)
 	}
-	for _, s := range o.Setups {
-		if o.NoFigures {
-			break
-		}
-		for _, key := range FigureMetrics {
-			m, _ := MetricByKey(key)
-			p, err := metricFigure(s.Name, m, rows, arms)
-			if err != nil {
-				return fmt.Errorf("writing study: %w", err)
-			}
-			if err := savePlot(p, filepath.Join(dir, "fig-"+s.Name+"-"+key+".png")); err != nil {
-				return err
-			}
-		}
-	}
 	if !o.NoFigures {
-		if err := writeFrontier(dir, o.Setups, rows); err != nil {
+		setups := make([]string, 0, len(o.Setups))
+		for _, s := range o.Setups {
+			setups = append(setups, s.Name)
+		}
+		if err := writeFigures(dir, setups, arms, rows); err != nil {
 			return err
 		}
 	}
@@ -116,6 +106,111 @@ func Write(dir string, o Options, runs []*RunResult) error {
 		}
 	}
 	return nil
+}
+
+// writeFigures draws fig-<setup>-<metric>.png for every setup and FigureMetrics
+// entry (arms in the given order) and frontier-<setup>.png where the rows have
+// the frontier's arms.
+func writeFigures(dir string, setups, arms []string, rows []Row) error {
+	for _, s := range setups {
+		for _, key := range FigureMetrics {
+			m, _ := MetricByKey(key)
+			p, err := metricFigure(s, m, rows, arms)
+			if err != nil {
+				return fmt.Errorf("writing study: %w", err)
+			}
+			if err := savePlot(p, filepath.Join(dir, "fig-"+s+"-"+key+".png")); err != nil {
+				return err
+			}
+		}
+	}
+	return writeFrontier(dir, setups, rows)
+}
+
+// Redraw draws the figures of an existing study directory again from its
+// study.csv, running nothing (after a change to how figures are drawn): the
+// fig-*.png and frontier-*.png Write would draw, with setups and arms in the
+// order the CSV lists them. Traces (trace-*, hits-over-time-*) need the runs and
+// are not redrawn. Errors: no or unreadable study.csv (ReadCSV), a failed figure.
+func Redraw(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, CSVFile))
+	if err != nil {
+		return fmt.Errorf("redrawing study: %w", err)
+	}
+	rows, err := ReadCSV(b)
+	if err != nil {
+		return fmt.Errorf("redrawing study: %s: %w", filepath.Join(dir, CSVFile), err)
+	}
+	var setups, arms []string
+	for _, r := range rows {
+		if !slices.Contains(setups, r.Setup) {
+			setups = append(setups, r.Setup)
+		}
+		if !slices.Contains(arms, r.Arm) {
+			arms = append(arms, r.Arm)
+		}
+	}
+	return writeFigures(dir, setups, arms, rows)
+}
+
+// ReadCSV reads rows back from a study.csv body (rowsCSV's format: one line per
+// row and metric; an empty number is NaN, as written). Rows come in the order
+// they first appear. Errors name the line: a wrong header, a short line, a
+// number that does not parse.
+func ReadCSV(b []byte) ([]Row, error) {
+	recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	header := []string{"setup", "arm", "stage", "sessions", "seeds", "metric", "mean", "sd", "min", "max", "n"}
+	if len(recs) == 0 || !slices.Equal(recs[0], header) {
+		return nil, fmt.Errorf("line 1: header is not %q", strings.Join(header, ","))
+	}
+	type key struct {
+		setup, arm string
+		stage      int
+	}
+	index := map[key]int{}
+	var rows []Row
+	for i, rec := range recs[1:] {
+		line := i + 2
+		num := func(col int) (float64, error) {
+			if rec[col] == "" {
+				return math.NaN(), nil
+			}
+			v, err := strconv.ParseFloat(rec[col], 64)
+			if err != nil {
+				return 0, fmt.Errorf("line %d: %s %q: %w", line, header[col], rec[col], err)
+			}
+			return v, nil
+		}
+		var ints [3]int
+		for j, col := range []int{2, 3, 4} {
+			if ints[j], err = strconv.Atoi(rec[col]); err != nil {
+				return nil, fmt.Errorf("line %d: %s %q: %w", line, header[col], rec[col], err)
+			}
+		}
+		n, err := strconv.Atoi(rec[10])
+		if err != nil {
+			return nil, fmt.Errorf("line %d: n %q: %w", line, rec[10], err)
+		}
+		var c Cell
+		c.N = n
+		for j, dst := range []*float64{&c.Mean, &c.SD, &c.Min, &c.Max} {
+			if *dst, err = num(6 + j); err != nil {
+				return nil, err
+			}
+		}
+		k := key{rec[0], rec[1], ints[0]}
+		at, ok := index[k]
+		if !ok {
+			at = len(rows)
+			index[k] = at
+			rows = append(rows, Row{Setup: rec[0], Arm: rec[1], Stage: ints[0], Sessions: ints[1], Seeds: ints[2], Cells: map[string]Cell{}})
+		}
+		rows[at].Cells[rec[5]] = c
+	}
+	return rows, nil
 }
 
 func rowsCSV(rows []Row) []byte {

@@ -8,9 +8,13 @@
 // the same token ids the simulator's HTTP front would), the same policy code with the
 // same staleness (the balancer reads engine gauges at the router's scrape interval,
 // and the shortest-queue policy its 100 ms snapshots), and the same stage rule and
-// accounting. What it leaves out: network and client time (a turn is sent at its
-// intended instant and its first token is seen the instant the engine emits it), so
-// TTFB here is a lower bound of the HTTP world's by the proxy and client overhead.
+// accounting, and the router's admission gate (a held turn asks again every
+// HoldRetry). The network and vLLM's API-server processes are modelled when the
+// scenario sets them (Scenario.RTT and RTTSpread: half an RTT each way;
+// Scenario.APIServers: sim.Frontend); without them a turn reaches the engine the
+// instant it is sent and its first token is seen the instant the engine emits it.
+// What it leaves out is the processes' own CPU time (client, proxy, HTTP server),
+// so TTFB here is a lower bound of the HTTP world's by that overhead.
 //
 // It does not own the policies, the engine or the workload: it only wires them.
 package virtual

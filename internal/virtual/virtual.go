@@ -38,6 +38,13 @@ type Config struct {
 	Out      *loadgen.ResultsWriter // nil = write nothing
 	Progress io.Writer              // one line per stage; nil = none
 	OnResult func(loadgen.Result)   // called for every finished turn
+	// OnCut, when set, is called as a variant ends for every turn still open
+	// then: sent by the client and not finished (on its way, held by the
+	// router, at the API server or the engine, or its end not yet at the
+	// client), in session and turn order. The Result has the turn's identity,
+	// Sent and FirstToken when one came; Done is 0. Such turns have no record
+	// in turns.jsonl (the manifest counts them in flight).
+	OnCut func(loadgen.Result)
 
 	// Copied into the manifest.
 	RunID    string
@@ -109,7 +116,8 @@ type run struct {
 	pieceTokens int
 
 	variant int
-	loop    *loadgen.Loop
+	loop    dispatcher
+	traceState
 	polls   *loadgen.PollSchedule // the variant's poll instants after the first
 	end     time.Duration
 	m       *loadgen.Manifest
@@ -194,6 +202,9 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 	}
 	r.bal = bal
 	r.w = loadgen.NewWorkload(sc)
+	if sc.Trace != nil {
+		r.synth = traceSynth(sc.Trace)
+	}
 	if s := r.w.SystemPrompt(); s != "" {
 		r.system = sim.AppendMessage(nil, sim.ChatMessage{Role: "system", Content: s})
 	}
@@ -318,7 +329,16 @@ func (r *run) startVariant(v int) {
 	r.bal.ResetSessions()
 	r.caches = map[int64]*tokCache{}
 	r.variant = v
-	r.loop = loadgen.NewLoop(r.sc, r.w, name, now)
+	if r.sc.Trace != nil {
+		tl, err := loadgen.NewTraceLoop(r.sc, name, now, r.fleetKVTokens())
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("virtual run: %w", err))
+			return
+		}
+		r.loop = tl
+	} else {
+		r.loop = loadgen.NewLoop(r.sc, r.w, name, now)
+	}
 	ws := r.loop.Windows()
 	r.end = ws[len(ws)-1].End
 	r.stageOK = make([]int, len(ws))
@@ -339,6 +359,9 @@ func (r *run) startVariant(v int) {
 func (r *run) stopVariant(t time.Duration) {
 	if r.loop == nil {
 		return
+	}
+	if r.cfg.OnCut != nil {
+		r.reportCut()
 	}
 	ids := make([]string, 0, len(r.flights))
 	for id := range r.flights {
@@ -365,11 +388,49 @@ func (r *run) stopVariant(t time.Duration) {
 	}
 	r.loop.Stop(t)
 	r.m.Variants = append(r.m.Variants, r.loop.Variant())
+	if tl, ok := r.loop.(*loadgen.TraceLoop); ok {
+		r.m.Traces = append(r.m.Traces, tl.Replay())
+		if err := tl.Err(); err != nil {
+			r.errs = append(r.errs, err)
+		}
+	}
 	r.loop = nil
 	r.pending = map[int]pendingTurn{}
 }
 
 // send schedules the loop's next turns at their intended instants.
+// reportCut calls OnCut for every open turn (stopVariant).
+func (r *run) reportCut() {
+	var cut []loadgen.Result
+	for _, fs := range []map[string]*flight{r.flights, r.ending} {
+		for _, f := range fs {
+			res := f.res
+			res.Done = 0
+			cut = append(cut, res)
+		}
+	}
+	for _, p := range r.pending {
+		if p.sent {
+			res := p.tr.NewResult()
+			res.Sent = p.h.since
+			cut = append(cut, res)
+		}
+	}
+	sort.Slice(cut, func(i, j int) bool {
+		a, b := &cut[i], &cut[j]
+		if a.Session != b.Session {
+			return a.Session < b.Session
+		}
+		if a.Turn != b.Turn {
+			return a.Turn < b.Turn
+		}
+		return !a.Side && b.Side
+	})
+	for _, res := range cut {
+		r.cfg.OnCut(res)
+	}
+}
+
 func (r *run) send(trs []loadgen.TurnRequest) {
 	for _, tr := range trs {
 		r.schedule(pendingTurn{tr: tr}, tr.Intended, evSend)
@@ -422,10 +483,14 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	r.loop.Sent(tr, since)
 	var prompt []uint32
 	maxTokens := r.sc.MaxOutputTokens
-	if tr.Side != nil {
+	switch {
+	case tr.Trace != nil:
+		prompt = r.tracePrompt(tr.Trace)
+		maxTokens = max(1, tr.Trace.Request.OutputLength)
+	case tr.Side != nil:
 		prompt = sidePrompt(tr)
 		maxTokens = tr.Side.MaxTokens
-	} else {
+	default:
 		prompt = r.prompt(tr.Session)
 	}
 	facts := router.Facts{SessionKey: r.keyOf(tr.Session), PromptTokens: len(prompt), HeldFor: t - h.arrived,
@@ -456,6 +521,9 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	id := strconv.Itoa(r.variant) + "/" + strconv.FormatInt(tr.Session.ID, 10) + "/" + strconv.Itoa(tr.Turn)
 	if tr.Side != nil {
 		id += "/side"
+	}
+	if tr.Trace != nil {
+		id = strconv.Itoa(r.variant) + "/trace/" + strconv.Itoa(tr.Trace.Index)
 	}
 	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens}
 	f := &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens), req: req}
@@ -509,7 +577,7 @@ func (r *run) release(f *flight) {
 func (r *run) deliver(id string, f *flight, t time.Duration) {
 	r.release(f)
 	delete(r.ending, id)
-	if f.tr.Side == nil {
+	if f.tr.Side == nil && f.tr.Trace == nil {
 		f.tr.Session.AddReply(sim.Detokenize(f.out))
 	}
 	r.finish(&f.res, t, f.tr.Session)
@@ -670,7 +738,11 @@ func (r *run) stageProgress(k int) {
 	}
 	fmt.Fprintf(r.cfg.Progress, "virtual %-4s stage %d/%d  %3d sessions  t=%6.0fs  turns ok=%d failed=%d  wall %.1fs\n",
 		r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, ws[k].End.Seconds(), r.stageOK[k], r.stageKO[k], time.Since(r.wall).Seconds())
-	if msg := loadgen.ConcurrencyWarning(r.loop, k, ws[k].End); msg != "" {
+	loop, ok := r.loop.(*loadgen.Loop)
+	if !ok {
+		return // a trace replay has no closed-loop level to fall short of
+	}
+	if msg := loadgen.ConcurrencyWarning(loop, k, ws[k].End); msg != "" {
 		fmt.Fprintf(r.cfg.Progress, "warning: [%s] stage %d/%d (%d sessions): %s\n", r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, msg)
 	}
 }

@@ -95,6 +95,11 @@ const (
 	// PathResetPrefixCache (POST) empties the prefix cache; vLLM serves it only
 	// with VLLM_SERVER_DEV_MODE=1.
 	PathResetPrefixCache = "/reset_prefix_cache"
+	// PathTokenize (POST) counts a prompt's tokens: vLLM's {"messages" or
+	// "prompt"} -> {"count", "tokens"}, llama.cpp's {"content"} -> {"tokens"}.
+	PathTokenize = "/tokenize"
+	// PathApplyTemplate (POST, llama.cpp) renders {"messages"} -> {"prompt"}.
+	PathApplyTemplate = "/apply-template"
 )
 
 // OpenAI Responses stream event names (the `event:` line; the data's "type" is

@@ -220,3 +220,38 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// WithoutDuplicateKeys parses data's first document and drops from every mapping
+// the later occurrences of a key given twice, keeping the first. yaml.v3 reports a
+// duplicate key and then leaves its whole mapping undecoded, so a checker of the
+// decoded value would report that mapping's fields as missing too; decoding the
+// returned node gives the value without that false follow-on. dropped says
+// whether any key was dropped; doc is nil when data is not YAML.
+func WithoutDuplicateKeys(data []byte) (doc *yaml.Node, dropped bool) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, false
+	}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.MappingNode {
+			seen := map[string]bool{}
+			kept := n.Content[:0]
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i]
+				if k.Kind == yaml.ScalarNode && seen[k.Value] {
+					dropped = true
+					continue
+				}
+				seen[k.Value] = true
+				kept = append(kept, k, n.Content[i+1])
+			}
+			n.Content = kept
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&root)
+	return &root, dropped
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/loadgen/trace"
 )
 
 // UserAgent is sent on every harness request.
@@ -31,7 +32,25 @@ type OpenAIClient struct {
 	Header        http.Header   // extra request headers (e.g. Authorization); may be nil
 	HTTP          *http.Client  // nil = http.DefaultClient
 	Timeout       time.Duration // per turn, simulated; 0 = none
+	// Trace replays (TurnRequest.Trace): Synth writes the prompt (nil = the
+	// simulator's default, trace.Synth with Overhead 0) and Force names how the
+	// server is made to generate exactly output_length tokens (ForceVLLM,
+	// ForceLlamaCpp; "" = ForceVLLM).
+	Synth *trace.Synth
+	Force string
 }
+
+// How a trace replay forces the output length (OpenAIClient.Force).
+const (
+	// ForceVLLM sends min_tokens = max_tokens and ignore_eos (vLLM's and
+	// SGLang's sampling parameters; vllm/sampling_params.py, sglang
+	// sampling_params.py).
+	ForceVLLM = "vllm"
+	// ForceLlamaCpp sends n_predict and ignore_eos (llama.cpp server
+	// tools/server/README.md, /completion options, also read on
+	// /v1/chat/completions).
+	ForceLlamaCpp = "llamacpp"
+)
 
 var _ Client = (*OpenAIClient)(nil)
 
@@ -48,6 +67,10 @@ type openAIRequest struct {
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// Trace replays only (see OpenAIClient.Force).
+	MinTokens int  `json:"min_tokens,omitempty"`
+	NPredict  int  `json:"n_predict,omitempty"`
+	IgnoreEOS bool `json:"ignore_eos,omitempty"`
 }
 
 // Do sends tr and streams the answer; see Client.
@@ -55,12 +78,16 @@ func (c *OpenAIClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock sim
 	r := tr.NewResult()
 	body := openAIRequest{Model: c.Model, MaxTokens: tr.OutputLimit(c.MaxTokens), Stream: true}
 	body.StreamOptions.IncludeUsage = true
-	body.Messages = make([]openAIMessage, 0, len(tr.Messages)+1)
-	if sys := tr.SystemPrompt(); sys != "" {
-		body.Messages = append(body.Messages, openAIMessage{Role: "system", Content: sys})
-	}
-	for _, m := range tr.Messages {
-		body.Messages = append(body.Messages, openAIMessage(m))
+	if tr.Trace != nil {
+		c.traceBody(&body, tr.Trace)
+	} else {
+		body.Messages = make([]openAIMessage, 0, len(tr.Messages)+1)
+		if sys := tr.SystemPrompt(); sys != "" {
+			body.Messages = append(body.Messages, openAIMessage{Role: "system", Content: sys})
+		}
+		for _, m := range tr.Messages {
+			body.Messages = append(body.Messages, openAIMessage(m))
+		}
 	}
 	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+wire.PathChatCompletions, body, c.Header)
 	if err != nil {
@@ -72,6 +99,27 @@ func (c *OpenAIClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock sim
 	h := httpTurn{HTTP: c.HTTP, Timeout: c.Timeout}
 	reply := h.do(ctx, clock, &r, req, func(b io.Reader, r *loadgen.Result) string { return parseOpenAIStream(b, clock, r) })
 	return r, reply
+}
+
+// traceBody fills body for a trace request: one user message synthesized now
+// (the text exists while this request is built and sent) and the output length
+// forced.
+func (c *OpenAIClient) traceBody(body *openAIRequest, tt *loadgen.TraceTurn) {
+	synth := c.Synth
+	if synth == nil {
+		synth = &trace.Synth{}
+	}
+	var sb strings.Builder
+	sb.Grow(5 * synth.Words(&tt.Request))
+	_ = synth.WriteContent(&sb, &tt.Request, tt.Index) // a Builder does not fail
+	body.Messages = []openAIMessage{{Role: "user", Content: sb.String()}}
+	n := max(1, tt.Request.OutputLength)
+	body.MaxTokens, body.IgnoreEOS = n, true
+	if c.Force == ForceLlamaCpp {
+		body.NPredict = n
+	} else {
+		body.MinTokens = n
+	}
 }
 
 // openAIChunk is the part of a chat.completion.chunk the harness reads. The delta's
@@ -239,8 +287,8 @@ func newJSONRequest(ctx context.Context, url string, body any, extra http.Header
 
 // setSessionHeader sets the session key header of the given style.
 func setSessionHeader(h http.Header, style string, s *loadgen.Session) {
-	if s == nil {
-		return
+	if s == nil || s.Key == "" || style == loadgen.SessionHeaderNone {
+		return // keyless (a trace replay without session keys)
 	}
 	switch style {
 	case loadgen.SessionHeaderNone:

@@ -13,10 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/simclock"
-	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/loadgen/trace"
 )
 
 // Runner defaults.
@@ -74,6 +75,17 @@ type RunConfig struct {
 	OnSample      func(loadgen.SeriesSample) // called for every series sample (from the scraper goroutine)
 
 	MaxConsecutiveFailures int // default DefaultMaxConsecutiveFailures; < 0 = never abort
+
+	// FleetKVTokens is the replicas' total KV capacity in tokens, for a trace
+	// replay's shared-LRU figure (0: unknown, figure left out).
+	FleetKVTokens int64
+	// TraceSynth writes a trace replay's prompts (CalibrateTrace; nil = the
+	// simulator's tokenizer without template tokens) and TraceForce says how
+	// the output length is forced (ForceVLLM, ForceLlamaCpp). TraceCalibration
+	// goes into the manifest.
+	TraceSynth       *trace.Synth
+	TraceForce       string
+	TraceCalibration *loadgen.TraceCalibration
 
 	// Copied into the manifest.
 	RunID    string // default: loadgen.NewRunID of the start
@@ -221,7 +233,7 @@ func (rn *runner) setup(ctx context.Context) error {
 		rn.client = cfg.Client
 	} else {
 		if rn.sc.Model == "" {
-			model, err := vllmapi.FirstModel(ctx, rn.http, cfg.BaseURL, cfg.Header)
+			model, err := engineapi.FirstModel(ctx, rn.http, cfg.BaseURL, cfg.Header)
 			if err != nil {
 				return fmt.Errorf("running benchmark: asking the served model: %w", err)
 			}
@@ -236,6 +248,11 @@ func (rn *runner) setup(ctx context.Context) error {
 			rn.client = rr
 		}
 	}
+	if rn.sc.Trace != nil {
+		if err := rn.traceClients(); err != nil {
+			return err
+		}
+	}
 	rn.w = loadgen.NewWorkload(rn.sc)
 	if len(cfg.Replicas) > 0 {
 		rn.scraper = &Scraper{Replicas: cfg.Replicas, HTTP: rn.http, Clock: rn.clock}
@@ -244,6 +261,7 @@ func (rn *runner) setup(ctx context.Context) error {
 		}
 	}
 	rn.m = rn.newManifest()
+	rn.m.TraceCalibration = cfg.TraceCalibration
 	if cfg.ResultsDir != "" {
 		out, err := loadgen.CreateResults(cfg.ResultsDir)
 		if err != nil {
@@ -306,6 +324,26 @@ func NewClient(sc *loadgen.Scenario, baseURL string, hc *http.Client, header htt
 	}
 	return &OpenAIClient{BaseURL: baseURL, Model: sc.Model, MaxTokens: sc.MaxOutputTokens,
 		SessionHeader: sc.SessionHeader, Header: header, HTTP: hc, Timeout: sc.RequestTimeout}
+}
+
+// traceClients gives the OpenAI clients the trace replay's prompt synthesis
+// and output forcing; a trace replay needs them (the Anthropic Messages API
+// has no way to force the output length).
+func (rn *runner) traceClients() error {
+	var cs []Client
+	if rr, ok := rn.client.(*RoundRobin); ok {
+		cs = rr.Clients
+	} else {
+		cs = []Client{rn.client}
+	}
+	for _, c := range cs {
+		oc, ok := c.(*OpenAIClient)
+		if !ok {
+			return fmt.Errorf("running benchmark: a trace replay needs the OpenAI chat API (api: %s): only it can force the output length (min_tokens / n_predict with ignore_eos)", loadgen.APIOpenAIChat)
+		}
+		oc.Synth, oc.Force = rn.cfg.TraceSynth, rn.cfg.TraceForce
+	}
+	return nil
 }
 
 // lockedWriter serialises writes from the central and scraper goroutines.

@@ -27,7 +27,10 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*loadgen.Variant
 	}
 	start, stopScraping := rn.startScraping(ctx, name)
 	defer stopScraping()
-	vr := rn.newVariantRun(ctx, name, start)
+	vr, err := rn.newVariantRun(ctx, name, start)
+	if err != nil {
+		return nil, err
+	}
 	defer vr.cancelTurns()
 	vr.settle(vr.drive(ctx))
 	if rn.out != nil {
@@ -36,6 +39,12 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*loadgen.Variant
 		}
 	}
 	v := vr.loop.Variant()
+	if tl, ok := vr.loop.(*loadgen.TraceLoop); ok {
+		rn.m.Traces = append(rn.m.Traces, tl.Replay())
+		if err := tl.Err(); err != nil {
+			vr.fail(err)
+		}
+	}
 	return &v, vr.err
 }
 
@@ -79,7 +88,7 @@ type variantStats struct {
 type variantRun struct {
 	rn      *runner
 	name    string
-	loop    *loadgen.Loop
+	loop    dispatcher
 	windows []loadgen.StageWindow
 	lastEnd time.Duration
 	st      *variantStats
@@ -94,8 +103,15 @@ type variantRun struct {
 	err         error
 }
 
-func (rn *runner) newVariantRun(ctx context.Context, name string, start time.Duration) *variantRun {
-	loop := loadgen.NewLoop(rn.sc, rn.w, name, start)
+func (rn *runner) newVariantRun(ctx context.Context, name string, start time.Duration) (*variantRun, error) {
+	var loop dispatcher = loadgen.NewLoop(rn.sc, rn.w, name, start)
+	if rn.sc.Trace != nil {
+		tl, err := loadgen.NewTraceLoop(rn.sc, name, start, rn.cfg.FleetKVTokens)
+		if err != nil {
+			return nil, fmt.Errorf("running variant %s: %w", name, err)
+		}
+		loop = tl
+	}
 	windows := loop.Windows()
 	st := &variantStats{
 		stageOK:           make([]int, len(windows)),
@@ -109,8 +125,29 @@ func (rn *runner) newVariantRun(ctx context.Context, name string, start time.Dur
 		results: make(chan turnDone, 256), maxFail: rn.maxConsecutiveFailures()}
 	// Turns outlive ctx: at Ctrl-C settle cancels them itself, after the loop.
 	vr.turnCtx, vr.cancelTurns = context.WithCancel(context.WithoutCancel(ctx))
-	return vr
+	return vr, nil
 }
+
+// dispatcher is what a variant needs of its controller: the closed loop of
+// synthetic sessions (loadgen.Loop) or a trace replay (loadgen.TraceLoop).
+type dispatcher interface {
+	Name() string
+	StartStage(i int, now time.Duration) []loadgen.TurnRequest
+	Sent(tr loadgen.TurnRequest, now time.Duration)
+	Finish(r *loadgen.Result, now time.Duration) []loadgen.TurnRequest
+	Stop(now time.Duration)
+	Windows() []loadgen.StageWindow
+	WindowIndex(t time.Duration) int
+	Variant() loadgen.Variant
+	Active() int
+	InFlightAt(now time.Duration) int
+	Waiting(now time.Duration) int
+}
+
+var (
+	_ dispatcher = (*loadgen.Loop)(nil)
+	_ dispatcher = (*loadgen.TraceLoop)(nil)
+)
 
 // fail records err unless an earlier error ends the run already.
 func (vr *variantRun) fail(err error) {
@@ -201,7 +238,7 @@ func (vr *variantRun) complete(d turnDone, dispatchNext bool) {
 		vr.record(&d.r) // not a turn: recorded for the report, nothing else
 		return
 	}
-	if d.r.OK() {
+	if d.r.OK() && d.tr.Trace == nil {
 		d.tr.Session.AddReply(d.reply)
 	}
 	next := vr.loop.Finish(&d.r, d.r.Done)
@@ -271,7 +308,11 @@ func (vr *variantRun) settle(stopAt time.Duration) {
 // loadgen.MinConcurrencyPct of the level the loop can hold; summary.md says the
 // same from turns.jsonl.
 func (vr *variantRun) warnConcurrency(k int) {
-	if msg := loadgen.ConcurrencyWarning(vr.loop, k, vr.windows[k].End); msg != "" {
+	loop, ok := vr.loop.(*loadgen.Loop)
+	if !ok {
+		return // a trace replay has no closed-loop level
+	}
+	if msg := loadgen.ConcurrencyWarning(loop, k, vr.windows[k].End); msg != "" {
 		fmt.Fprintf(vr.rn.progress, "warning: [%s] stage %d/%d (%d sessions): %s\n",
 			vr.name, k+1, len(vr.windows), vr.windows[k].Sessions, msg)
 	}

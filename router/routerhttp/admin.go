@@ -32,6 +32,8 @@ import (
 //	                                          an upstream while serving (Router.AddReplica);
 //	                                          201 {"model":m,"added":[names]}
 //
+// With a "*" pool a model name is accepted when it is configured or a client
+// asked the "*" pool for it; any other is 404 naming the known models.
 // Errors are JSON {"error":"..."} with 400 (bad body), 404 (unknown model or
 // path) or 405.
 func (rt *Router) AdminHandler() http.Handler {

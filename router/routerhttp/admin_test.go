@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/wire"
 )
 
 func newAdmin(t *testing.T, token string, models ...string) (*Router, *httptest.Server) {
@@ -149,5 +150,28 @@ func TestRouterSetAffinityAllModels(t *testing.T) {
 	}
 	if err := rt.SetAffinity("c", true); err == nil {
 		t.Fatal("unknown model accepted")
+	}
+}
+
+// Issue 24: with a "*" pool a misspelt model name was applied to "*" with 200.
+// Now the admin API takes a name a client asked the pool for and answers 404
+// naming the known models (with a did-you-mean) for any other.
+func TestAdminWildcardPoolRefusesUnknownModelName(t *testing.T) {
+	f := newFront(t, true, func(cfg *Config) { cfg.AdminToken = "tok" }, newStub(t, "a"), newStub(t, "b"))
+	admin := httptest.NewServer(f.rt.AdminHandler())
+	defer admin.Close()
+	if code, body := adminDo(t, admin, "PUT", "/admin/models/Qwen/Qwen3-4B/affinity", "tok", `{"enabled":false}`); code != 404 || !strings.Contains(body, "have *") {
+		t.Fatalf("before any request: %d %s, want 404 naming *", code, body)
+	}
+	f.post(t, "/v1/chat/completions", map[string]string{wire.HeaderClaudeSession: "s"}, chatBody("Qwen/Qwen3-4B"))
+	code, body := adminDo(t, admin, "PUT", "/admin/models/Qwen/Qwen3-4b/affinity", "tok", `{"enabled":false}`)
+	if code != 404 || !strings.Contains(body, "did you mean Qwen/Qwen3-4B?") || !strings.Contains(body, "have Qwen/Qwen3-4B, *") {
+		t.Fatalf("misspelt: %d %s, want 404 with a did-you-mean", code, body)
+	}
+	if !f.rt.Pools()[0].Balancer.Affinity() {
+		t.Fatal("the misspelt name switched affinity off for *")
+	}
+	if code, body := adminDo(t, admin, "PUT", "/admin/models/Qwen/Qwen3-4B/affinity", "tok", `{"enabled":false}`); code != 200 || f.rt.Pools()[0].Balancer.Affinity() {
+		t.Fatalf("the served model's own name: %d %s", code, body)
 	}
 }

@@ -21,8 +21,8 @@ import (
 //	admission:
 //	  mode: fit             # off (default) | fit
 //	  fill_target: 1.0      # share of each replica's KV cache (default 1.0)
-//	  max_hold: 10m         # longest wait (default 10m; -1s: no limit)
-//	  max_queue: 1024       # most waiters (default 1024; -1: no limit)
+//	  max_hold: 10m         # longest wait (default 10m; -1s: no limit; other negatives are errors)
+//	  max_queue: 1024       # most waiters (default 1024; -1: no limit; other negatives are errors)
 //	  on_limit: admit       # admit (default) | refuse (OpenAI 429, Anthropic 529)
 //	  keepalive_after: 1m   # a held streaming request gets its 200 and keep-alive events after this (default 1m; -1s: never, holds capped at 4m)
 //
@@ -51,12 +51,12 @@ func (a *AdmissionYAML) UnmarshalYAML(n *yaml.Node) error {
 	if len(errs) > 0 {
 		return &yaml.TypeError{Errors: errs}
 	}
+	// yaml.v3 decodes the fields it can around a type error: keep them, so the
+	// mapping's other problems are reported in the same run (Config.problems).
 	var c router.AdmissionConfig
-	if err := n.Decode(&c); err != nil {
-		return err
-	}
+	err := n.Decode(&c)
 	*a = AdmissionYAML(c)
-	return nil
+	return err
 }
 
 // admissionProblems reports what is wrong with a model's admission field (path

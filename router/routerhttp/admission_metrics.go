@@ -53,11 +53,11 @@ func (m *Metrics) observeAdmission(model string, info router.AdmitInfo, err erro
 	switch {
 	case errors.Is(err, router.ErrOverloaded):
 		out = "refused"
-	case info.Admission == router.AdmitNow:
+	case info.Admission == router.AdmitAdmitted:
 		out = "admitted"
-	case info.Admission == router.AdmitAfterHold:
+	case info.Admission == router.AdmitHeld:
 		out = "admitted_after_hold"
-	case info.Admission == router.AdmitAtLimit:
+	case info.Admission == router.AdmitLimit:
 		out = "admitted_at_limit"
 	default:
 		return

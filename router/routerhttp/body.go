@@ -41,7 +41,8 @@ func (b *bodyBudget) take(n int64) bool {
 func (b *bodyBudget) give(n int64) { b.used.Add(-n) }
 
 // readBody reads r's body whole through http.MaxBytesReader(limit) (an error
-// wrapping *http.MaxBytesError past limit bytes) within the body read timeout
+// wrapping *http.MaxBytesError past limit bytes, or at once when the
+// Content-Length says more) within the body read timeout
 // (errBodyTimeout past it: the connection's read deadline, so a client that
 // trickles bytes is cut too) and within the body memory budget (errBodyMemory
 // when the buffer cannot grow). The buffer starts at the Content-Length when
@@ -49,6 +50,10 @@ func (b *bodyBudget) give(n int64) { b.used.Add(-n) }
 // never past Content-Length + bytes.MinRead when that is known.
 func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	rc := http.NewResponseController(w)
+	if r.ContentLength > p.limit {
+		// Refused on the header: nothing of the body is read.
+		return nil, p.refuseBody(w, rc, &http.MaxBytesError{Limit: p.limit})
+	}
 	deadline := p.bodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(p.bodyTimeout)) == nil
 	var reserved int64
 	defer func() { p.bodyMem.give(reserved) }()

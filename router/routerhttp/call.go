@@ -20,16 +20,20 @@ type callKey struct{}
 // call is the state of one proxied request, shared by the handler, the transport
 // and the response hooks (all on the handler's goroutine).
 type call struct {
-	pool    *Pool
-	api     apiKind
-	facts   router.Facts
-	body    []byte
-	inURL   url.URL
-	counted bool // holds an in-flight count (false for /v1/models forwarding)
-	held    bool
-	dec     router.Decision
-	adm     router.AdmitInfo // what the admission gate decided (hold.go)
-	ka      *keepAlive       // the response was committed while held (hold.go)
+	pool  *Pool
+	api   apiKind
+	facts router.Facts
+	body  []byte
+	inURL url.URL
+	// routed: the Balancer routed the request (admission, decision headers,
+	// outcome feedback); false for /v1/models forwarding.
+	routed bool
+	// inFlight: the call holds an in-flight count on its replica, ended by
+	// release (Balancer.ReleaseSession).
+	inFlight bool
+	dec      router.Decision
+	adm      router.AdmitInfo // what the admission gate decided (hold.go)
+	ka       *keepAlive       // the response was committed while held (hold.go)
 	// stateWait: wall time the call's decisions waited on the shared state
 	// (Balancer.AdmitWait, summed over admission polls and retries).
 	stateWait time.Duration
@@ -69,15 +73,15 @@ func (c *call) upstream() Upstream { return c.pool.Upstream(c.dec.Replica) }
 
 // release ends the call's in-flight count; safe to call more than once.
 func (c *call) release() {
-	if c.held {
-		c.held = false
+	if c.inFlight {
+		c.inFlight = false
 		c.pool.Balancer.ReleaseSession(c.dec.Replica, c.facts.SessionKey)
 	}
 }
 
 func (c *call) setHeaders(h http.Header) {
 	h.Set(wire.HeaderReplica, c.upstream().Name)
-	if c.counted {
+	if c.routed {
 		h.Set(wire.HeaderDecision, c.dec.Reason.String())
 		c.setAdmissionHeaders(h)
 		c.setStateHeader(h)
@@ -94,9 +98,9 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		return nil, false
 	}
 	if m := pool.lastModel.Load(); info.Model != "" && (m == nil || *m != info.Model) {
-		pool.lastModel.Store(&info.Model)
+		pool.noteModel(info.Model)
 	}
-	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, ResponseID: info.ResponseID, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens}, body: body, inURL: *r.URL, counted: true, learn: api == apiResponses && !info.NoStore}
+	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, ResponseID: info.ResponseID, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens}, body: body, inURL: *r.URL, routed: true, learn: api == apiResponses && !info.NoStore}
 	if info.SessionKey == "" && pool.Balancer.KeylessPrefix() {
 		// Keyless placement by prefix: the body's leading bytes stand for the
 		// prompt's (model, then messages / input, as clients send them).
@@ -119,7 +123,7 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		p.failModel(w, api, pool.Model, fmt.Errorf("model %q: %w", name, err), r.Context().Err() != nil)
 		return nil, false
 	}
-	c.dec, c.held = d, true
+	c.dec, c.inFlight = d, true
 	if c.learn {
 		c.usage.onID = func(id string) {
 			// On the response's path (the store's claim, one round trip with
@@ -145,7 +149,7 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 	status := c.finalStatus(r.Context().Err() != nil, panicked, sw.status)
 	up := c.upstream()
 	p.m.countRequest(c.pool.Model, up.Name, c.dec.Reason)
-	if c.counted && c.pool.Balancer.Shared() {
+	if c.routed && c.pool.Balancer.Shared() {
 		p.m.observeStateWait(c.stateWait)
 	}
 	p.m.countResponse(c.pool.Model, status)
@@ -162,11 +166,17 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 // served it (ObserveOutcome: consecutive failures eject a replica), and logs
 // an ejection. A request that got a 5xx from two replicas counts against
 // neither: it is the request (llama-server answers a malformed body with 500),
-// not the replicas. A connection that broke before any response always counts.
-// The final replica served when it answered below 500; a timeout, a client
-// that left first, or a stream that broke later counts neither way.
+// not the replicas. A connection that broke before any response always counts,
+// and so does a stream the upstream broke after it started (watchedBody sets
+// streamBroken only for the upstream's or its health check's cause, never the
+// client's): Envoy's outlier detection counts a reset after the response began
+// as a gateway failure too (envoyproxy.io, arch_overview/upstream/outlier:
+// with split_external_local_origin_errors off, its default, locally originated
+// errors such as resets are counted with the 5xx). The final replica served
+// when it answered below 500; a timeout or a client that left first counts
+// neither way.
 func (p *Proxy) settleOutcomes(r *http.Request, c *call) {
-	if !c.counted {
+	if !c.routed {
 		return
 	}
 	n5xx := 0
@@ -193,6 +203,8 @@ func (p *Proxy) settleOutcomes(r *http.Request, c *call) {
 	switch {
 	case final && n5xx < 2:
 		observe(c.dec.Replica, true, "status "+strconv.Itoa(c.upStatus))
+	case c.streamBroken != nil:
+		observe(c.dec.Replica, true, "stream broke: "+c.streamBroken.Error())
 	case c.upStatus > 0 && !final && c.streamBroken == nil && r.Context().Err() == nil:
 		observe(c.dec.Replica, false, "")
 	}

@@ -101,8 +101,9 @@ type Config struct {
 	Seed uint64 `yaml:"seed"`
 	// Ejection of a replica whose requests fail while its /health passes
 	// (router.OutlierConfig; docs/router.md section 9): this many consecutive
-	// failures (5xx the request did not also get from another replica, or a
-	// connection broken before any response) within EjectWindow eject it for
+	// failures (5xx the request did not also get from another replica, a
+	// connection broken before any response, or a stream the replica broke
+	// after it started) within EjectWindow eject it for
 	// EjectBaseTime x the ejections in a row (at most EjectMaxTime), then a
 	// probe decides; at most EjectMaxPercent of a model's replicas (at least
 	// one of two or more) are out at once. Defaults 5, 1m, 30s, 5m, 25;
@@ -112,6 +113,10 @@ type Config struct {
 	EjectBaseTime            time.Duration `yaml:"eject_base_time"`
 	EjectMaxTime             time.Duration `yaml:"eject_max_time"`
 	EjectMaxPercent          int           `yaml:"eject_max_percent"`
+	// EjectSlowStart: a replica back from ejection takes new conversations at
+	// a share ramping up over this window (router.DefaultSlowStartWindow, 1m;
+	// negative: none).
+	EjectSlowStart time.Duration `yaml:"eject_slow_start"`
 	// SkipPinningCheck turns off the check, once at start, that every URL with
 	// dp_ranks > 1 honours X-Data-Parallel-Rank (CheckDPPinning: two one-token
 	// requests per rank; the verdict goes to the log and /status). Default false:
@@ -252,7 +257,13 @@ func parseConfig(data []byte, source string) (Config, error) {
 		}
 		// yaml.v3 decodes what it can around a type error, so the rest of the
 		// file can be checked now rather than after the user fixes these (a
-		// field that failed to decode is zero, i.e. its default).
+		// field that failed to decode is zero, i.e. its default). A mapping with
+		// a duplicate key it leaves undecoded: check the file with the first of
+		// each duplicate instead, so its fields are not reported missing.
+		if doc, dropped := yamlpos.WithoutDuplicateKeys(data); dropped {
+			cfg = Config{}
+			_ = doc.Decode(&cfg) // its problems were reported by the strict decode
+		}
 		cfg.source, cfg.lines = source, lines
 		probs = append(probs, cfg.problems()...)
 		return Config{}, fmt.Errorf("router config: %w", joinLocated(probs))

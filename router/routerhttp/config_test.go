@@ -288,6 +288,28 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				`multi.yaml:6: models[0].replicas[0].url: "ftp://x": scheme must be http or https`,
 				"multi.yaml:7: models[0].replicas[0].dp_rank: field dp_rank not found (did you mean dp_ranks? have url, name, dp_ranks, engine)",
 			}, ""},
+		// Issue 24: a decode error in the admission mapping (max_hold: 10) hid
+		// the mapping's other problems.
+		{"hold.yaml", "models:\n  - name: m\n" + replicas + "    admission:\n      mode: fit\n      max_hold: 10\n      fill_target: -0.5\n      on_limit: bogus\n",
+			[]string{
+				`hold.yaml:7: models[0].admission.max_hold: cannot unmarshal !!int ` + "`10`" + ` into time.Duration`,
+				`hold.yaml:8: models[0].admission.fill_target: -0.5 is out of range (0 default, else (0, 4])`,
+				`hold.yaml:9: models[0].admission.on_limit: "bogus" is unknown (have admit, refuse)`,
+			}, ""},
+		// Issue 24: negative limits other than -1 were taken as "no limit".
+		{"neg.yaml", "models:\n  - name: m\n" + replicas + "    admission:\n      mode: fit\n      max_queue: -5\n      max_hold: -2s\n      keepalive_after: -3s\n",
+			[]string{
+				`neg.yaml:7: models[0].admission.max_queue: -5 is negative (-1 means no limit)`,
+				`neg.yaml:8: models[0].admission.max_hold: -2s is negative (-1s means no limit)`,
+				`neg.yaml:9: models[0].admission.keepalive_after: -3s is negative (-1s means never)`,
+			}, ""},
+		// Issue 24: a duplicate key added "models: at least one model is
+		// required" for a file that has one; the file's other problems stay.
+		{"dup.yaml", "models:\n  - name: m\n    name: n\n    max_num_seqs: -2\n" + replicas,
+			[]string{
+				`dup.yaml:3: models[0].name: mapping key "name" already defined at line 2`,
+				`dup.yaml:4: models[0].max_num_seqs: -2 is negative`,
+			}, "at least one model"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := load(t, tc.name, tc.yaml)
@@ -316,5 +338,16 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				t.Errorf("error has %q:\n%s", tc.not, msg)
 			}
 		})
+	}
+}
+
+// -1 (and -1s for durations) stays "no limit" in a config file.
+func TestNoLimitValuesAccepted(t *testing.T) {
+	cfg, err := ParseConfig(strings.NewReader("models:\n  - name: m\n    replicas:\n      - url: http://127.0.0.1:1\n    admission:\n      mode: fit\n      max_queue: -1\n      max_hold: -1s\n      keepalive_after: -1s\n"))
+	if err == nil {
+		err = cfg.WithDefaults().Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/scrape"
-	"github.com/lmwarden/warden/internal/vllmapi"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/internal/wire"
 )
@@ -89,7 +89,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 		return unverified("%s: %d DP rank(s), nothing to pin", base, ranks)
 	}
 	if model == "" || model == "*" {
-		m, err := vllmapi.FirstModel(ctx, hc, base, nil)
+		m, err := engineapi.FirstModel(ctx, hc, base, nil)
 		if err != nil {
 			return unverified("%s: %v", base, err)
 		}
@@ -243,8 +243,9 @@ const pinProbeTimeout = 60 * time.Second
 
 // checkPinning runs CheckDPPinning once against a URL with several DP ranks, as
 // soon as its /health answers (checked every second of wall time), and keeps the
-// verdict for Status. A server that ignores the header is logged as an error:
-// every rank the router picks is then vLLM's balancer's pick.
+// verdict for Status. A server that ignores the header is logged as an error
+// and served as one replica from then on (its other ranks kept out), since
+// every rank the router picked would be vLLM's balancer's pick anyway.
 func (rt *Router) checkPinning(ctx context.Context, t *target) {
 	setPin := func(pc PinCheck) {
 		t.mu.Lock()
@@ -293,6 +294,22 @@ func (rt *Router) checkPinning(ctx context.Context, t *target) {
 		}
 		rt.log.Warn("DP ranks the server does not have are kept unhealthy; their conversations re-home", "model", t.pool.Model,
 			"url", t.url.String(), "ranks", strings.Join(names, ","))
+	}
+	if pc.Verdict == PinIgnored {
+		// The server's own balancer picks the rank whatever the header says:
+		// pinning conversations to ranks has no effect, so serve the server as
+		// one replica (rank 0's upstream, without the header, its figures the
+		// sum of every engine's) and keep the other ranks out of placement.
+		t.unpinned.Store(true)
+		t.pool.unpin(t.replicas[0])
+		t.mu.Lock()
+		t.missing = len(t.replicas) - 1
+		t.mu.Unlock()
+		for _, i := range t.replicas[1:] {
+			t.pool.Balancer.SetHealthy(i, false)
+		}
+		rt.log.Warn("the server ignores X-Data-Parallel-Rank: served as one replica, unpinned; its other ranks are kept out of placement", "model", t.pool.Model,
+			"url", t.url.String(), "replica", t.pool.Upstream(t.replicas[0]).Name)
 	}
 	lvl := slog.LevelInfo
 	switch pc.Verdict {

@@ -3,6 +3,8 @@ package routerhttp
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,7 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/wire"
 )
 
@@ -32,6 +36,7 @@ type dpServer struct {
 	// the extra requests show at once (a busy server whose counters trail).
 	lag     int
 	pending []struct{ k, scrapes int }
+	ranked  []string // the X-Data-Parallel-Rank of each chat completion ("" without)
 }
 
 func (d *dpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,7 +45,9 @@ func (d *dpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/models":
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"served-model"}]}`)
+	case "/health":
 	case "/v1/chat/completions":
+		d.ranked = append(d.ranked, r.Header.Get(wire.HeaderDPRank))
 		if d.status != 0 {
 			http.Error(w, `{"error":"unauthorized"}`, d.status)
 			return
@@ -132,5 +139,61 @@ func TestCheckDPPinning(t *testing.T) {
 				t.Errorf("got %q: %s; want %q with %q", got.Verdict, got.Detail, tc.want, tc.explain)
 			}
 		})
+	}
+}
+
+// Issue 24: a DP server whose pinning check said "ignored" still got
+// conversations pinned to its ranks. Now it is served as one replica: rank 0,
+// no rank header, the other ranks out of placement.
+func TestIgnoredPinningServesTheServerAsOneReplica(t *testing.T) {
+	d := &dpServer{ignore: true, ranks: 2, finished: make([]int, 2)}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	cfg := Config{HealthInterval: time.Hour, ScrapeInterval: -1, Clock: &simclock.Manual{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Models: []ModelConfig{{Name: "*", Replicas: []ReplicaConfig{{Name: "dp", URL: srv.URL, DPRanks: 2}}}}}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(guard)
+	for {
+		st := rt.Status().Models[0].Replicas[0]
+		if p := st.DPPinning; p != nil && p.Verdict == PinIgnored {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ignored verdict: %+v", st.DPPinning)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.mu.Lock()
+	probes := len(d.ranked)
+	d.mu.Unlock()
+	front := httptest.NewServer(rt.Handler())
+	defer front.Close()
+	for i := range 6 {
+		req, _ := http.NewRequest(http.MethodPost, front.URL+wire.PathChatCompletions, strings.NewReader(`{"model":"served-model","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set(wire.HeaderSessionID, fmt.Sprint("conv-", i))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got := resp.Header.Get(wire.HeaderReplica); resp.StatusCode != 200 || got != "dp/rank0" {
+			t.Errorf("conv-%d: %d on %q, want 200 on dp/rank0 (the server as one replica)", i, resp.StatusCode, got)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, h := range d.ranked[probes:] {
+		if h != "" {
+			t.Errorf("request %d after the check was pinned to rank %s", i, h)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/engines"
@@ -96,13 +97,19 @@ func asVLLM(st *engines.Stats) *vllmmetrics.Snapshot {
 	return &vllmmetrics.Snapshot{Engines: []*vllmmetrics.Engine{e}}
 }
 
-// readProps reads llama-server's GET /props (slots, KV capacity = slots x n_ctx)
-// until it has them; a failure is retried at the next scrape.
+// propsInterval is how often the router reads a llama.cpp replica's GET /props
+// again (also at once after its health check recovers), so a server restarted
+// with other -np or -c updates slots, capacity and the slot-based threshold.
+const propsInterval = 30 * time.Second
+
+// readProps reads llama-server's GET /props (slots, each slot's context n_ctx,
+// KV capacity = slots x n_ctx) when it was never read, propsInterval ago, or
+// since a health recovery; a failure is retried at the next scrape.
 func (rt *Router) readProps(ctx context.Context, t *target) {
 	t.mu.Lock()
-	have := t.slots > 0
+	due := t.slots == 0 || t.propsAt.IsZero() || time.Since(t.propsAt) >= propsInterval
 	t.mu.Unlock()
-	if have {
+	if !due {
 		return
 	}
 	resp, err := rt.get(ctx, t, "/props")
@@ -122,10 +129,13 @@ func (rt *Router) readProps(ctx context.Context, t *target) {
 		return
 	}
 	if n, ok := p.Slots.Get(); ok && n > 0 {
+		nctx, _ := p.ContextLength.Get()
 		// The Balancer first, so /status never shows slots the threshold lacks.
-		t.pool.Balancer.ObserveSlots(int(n))
+		for _, i := range t.replicas {
+			t.pool.Balancer.ObserveSlots(i, int(n), int64(nctx))
+		}
 		t.mu.Lock()
-		t.slots = int(n)
+		t.slots, t.propsAt = int(n), time.Now()
 		t.mu.Unlock()
 	}
 	if n, ok := p.KVCapacityTokens.Get(); ok && n > 0 {

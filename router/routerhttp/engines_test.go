@@ -254,3 +254,51 @@ func TestRouterLlamaCppSlotsKeepSessionsHome(t *testing.T) {
 		t.Errorf("stayed %d of %d, %d overflows; want 100 %%, 0", stayed, total, overflow)
 	}
 }
+
+// restartable is a llama.cpp stand-in that can be "restarted" with other
+// settings: while down every request gets 503, then the new stand-in answers.
+type restartable struct {
+	mu   sync.Mutex
+	h    http.Handler
+	down bool
+}
+
+func (s *restartable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	h, down := s.h, s.down
+	s.mu.Unlock()
+	if down {
+		http.Error(w, `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// Issue 24: the router read a llama.cpp replica's GET /props once, so a server
+// restarted with fewer slots and a smaller context kept the old slots, capacity
+// and threshold in /status. Now /props is read again after the health check
+// recovers (and every propsInterval).
+func TestRouterRereadsLlamaCppPropsAfterRestart(t *testing.T) {
+	srv := &restartable{h: newEngineStub(t, enginestub.Config{Kind: engines.KindLlamaCpp, Metrics: true, Slots: 4, ContextLen: 8192})}
+	s := httptest.NewServer(srv)
+	t.Cleanup(s.Close)
+	rt := startEngineRouter(t, []string{"r0=" + s.URL}, []engines.Kind{engines.KindLlamaCpp}, 0, io.Discard)
+	waitStatus(t, rt, "r0", "reported 4 slots of 8192", func(r ReplicaReport) bool { return r.Slots == 4 && r.KVCapacityTokens == 4*8192 })
+	b := rt.Pools()[0].Balancer
+	if n, _ := b.OverflowThreshold(); n != 3 {
+		t.Fatalf("threshold %d before the restart, want 3", n)
+	}
+	srv.mu.Lock()
+	srv.down = true
+	srv.mu.Unlock()
+	waitStatus(t, rt, "r0", "went down", func(r ReplicaReport) bool { return !r.Healthy })
+	srv.mu.Lock()
+	srv.h, srv.down = newEngineStub(t, enginestub.Config{Kind: engines.KindLlamaCpp, Metrics: true, Slots: 2, ContextLen: 4096}), false
+	srv.mu.Unlock()
+	waitStatus(t, rt, "r0", "reported the restarted server's 2 slots of 4096", func(r ReplicaReport) bool {
+		return r.Healthy && r.Slots == 2 && r.KVCapacityTokens == 2*4096
+	})
+	if n, _ := b.OverflowThreshold(); n != 1 {
+		t.Errorf("threshold %d after the restart with 2 slots, want 1 = slots - 1", n)
+	}
+}

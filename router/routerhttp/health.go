@@ -80,6 +80,9 @@ func (rt *Router) checkHealth(ctx context.Context, t *target) {
 	t.mu.Lock()
 	changed := t.healthy != ok
 	t.healthy = ok
+	if changed && ok {
+		t.propsAt = time.Time{} // a recovered server may have restarted with other settings
+	}
 	have := len(t.replicas) - t.missing
 	t.mu.Unlock()
 	for k, i := range t.replicas {

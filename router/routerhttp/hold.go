@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,8 +32,8 @@ import (
 // router.DefaultKeepAliveAfter = 1 min, of the router's clock) gets its
 // response committed: 200, Content-Type text/event-stream, Cache-Control
 // no-cache, X-Warden-Admission: waiting, X-Warden-Held-Ms the hold so far, and
-// the trailers keepAliveTrailers (the final hold, admission, replica and
-// decision, sent after the body). Then, at once and every
+// the trailers keepAliveTrailers (the final hold and admission, sent after the
+// body, with the replica and decision when one was chosen). Then, at once and every
 // router.KeepAliveInterval (15 s), the API's own keep-alive, flushed:
 //
 //   - Anthropic Messages: `event: ping` / `data: {"type": "ping"}`, the ping
@@ -61,14 +62,26 @@ import (
 // cannot be kept alive: its hold is capped at router.MaxSilentHold (4 min,
 // Facts.HoldLimit), under Claude Code's 5 minutes.
 
-// AdmissionWaiting is wire.HeaderAdmission of a response committed while its
-// request was still held (keep-alive).
-const AdmissionWaiting = "waiting"
-
 // keepAliveTrailers are the headers a kept-alive response declares as
 // trailers ("Trailer" before WriteHeader): its header block went out before the
-// hold ended and a replica was chosen, so their final values follow the body.
-var keepAliveTrailers = strings.Join([]string{wire.HeaderHeldMs, wire.HeaderAdmission, wire.HeaderReplica, wire.HeaderDecision}, ", ")
+// hold ended, so their final values follow the body. Only those every such
+// response ends with are declared; the replica, decision and state headers,
+// sent only when a replica was chosen, follow undeclared (setTrailers).
+var keepAliveTrailers = []string{wire.HeaderHeldMs, wire.HeaderAdmission}
+
+// setTrailers sets, on a committed response's header map h, the headers set
+// writes, as trailers: the declared ones under their names, the others with
+// http.TrailerPrefix, so no trailer is declared that is not sent.
+func setTrailers(h http.Header, set func(http.Header)) {
+	t := http.Header{}
+	set(t)
+	for k, v := range t {
+		if !slices.Contains(keepAliveTrailers, k) {
+			k = http.TrailerPrefix + k
+		}
+		h[k] = v
+	}
+}
 
 // maxSilentHold and keepAliveInterval are router.MaxSilentHold and
 // router.KeepAliveInterval, variables only so a test can shorten them (set
@@ -174,8 +187,8 @@ func commitKeepAlive(w http.ResponseWriter, c *call) *keepAlive {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set(wire.HeaderHeldMs, strconv.FormatInt(c.adm.Held.Milliseconds(), 10))
-	h.Set(wire.HeaderAdmission, AdmissionWaiting)
-	h.Set("Trailer", keepAliveTrailers)
+	h.Set(wire.HeaderAdmission, wire.AdmissionWaiting)
+	h.Set("Trailer", strings.Join(keepAliveTrailers, ", "))
 	w.WriteHeader(http.StatusOK)
 	return &keepAlive{w: w, api: c.api}
 }
@@ -229,7 +242,7 @@ func (p *Proxy) failKeptAlive(w http.ResponseWriter, r *http.Request, c *call, m
 		status = StatusFor(err, false)
 		c.ka.write(streamErrorFor(c.api, status, msg))
 	}
-	c.setAdmissionHeaders(w.Header()) // the trailers
+	setTrailers(w.Header(), c.setAdmissionHeaders)
 	p.m.countResponse(c.pool.Model, status)
 	return true
 }
@@ -296,7 +309,7 @@ func (k *keptAliveWriter) finish(c *call, gone bool) {
 		k.w.Write(streamErrorFor(c.api, k.status, msg))
 		http.NewResponseController(k.w).Flush()
 	}
-	c.setHeaders(k.w.Header()) // the trailers
+	setTrailers(k.w.Header(), c.setHeaders)
 }
 
 // errorMessage is the message of an error body: OpenAI/vLLM
@@ -361,7 +374,7 @@ func (p *Proxy) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// setAdmissionHeaders adds the admission headers of a counted call.
+// setAdmissionHeaders adds the admission headers of a routed call.
 func (c *call) setAdmissionHeaders(h http.Header) {
 	h.Set(wire.HeaderHeldMs, strconv.FormatInt(c.adm.Held.Milliseconds(), 10))
 	if c.adm.Admission != router.AdmitNone {

@@ -132,3 +132,16 @@ func TestProxyRefusesAtLimitInAPIShape(t *testing.T) {
 		}
 	}
 }
+
+// The admission outcomes print their wire strings (issue 25): the value a
+// kept-alive response's header carries is the waiting outcome's.
+func TestAdmissionOutcomesAreTheirWireStrings(t *testing.T) {
+	for a, want := range map[router.Admission]string{
+		router.AdmitWaiting: wire.AdmissionWaiting, router.AdmitHeld: "held", router.AdmitAdmitted: "admitted",
+		router.AdmitLimit: "limit", router.AdmitCapacityUnknown: "capacity-unknown", router.AdmitPass: "pass", router.AdmitRefused: "refused",
+	} {
+		if got := a.String(); got != want {
+			t.Errorf("Admission %d prints %q, want %q", a, got, want)
+		}
+	}
+}

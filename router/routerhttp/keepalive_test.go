@@ -146,10 +146,10 @@ func TestProxyKeepsHeldStreamAlive(t *testing.T) {
 			h := holdStream(t, f, api.path, bigBody("b"), func() { f.clock.Advance(time.Second) })
 			r := h.resp
 			if r.StatusCode != 200 || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("Cache-Control") != "no-cache" ||
-				r.Header.Get(wire.HeaderAdmission) != AdmissionWaiting || r.Header.Get(wire.HeaderHeldMs) != "1000" {
+				r.Header.Get(wire.HeaderAdmission) != wire.AdmissionWaiting || r.Header.Get(wire.HeaderHeldMs) != "1000" {
 				t.Fatalf("committed response: %d %v", r.StatusCode, r.Header)
 			}
-			for _, k := range []string{wire.HeaderHeldMs, wire.HeaderAdmission, wire.HeaderReplica} {
+			for _, k := range []string{wire.HeaderHeldMs, wire.HeaderAdmission} {
 				if _, ok := r.Trailer[k]; !ok {
 					t.Errorf("trailer %s not declared: %v", k, r.Trailer)
 				}
@@ -210,6 +210,13 @@ func TestProxyRefusesKeptAliveStreamInStream(t *testing.T) {
 			}
 			if h.resp.Trailer.Get(wire.HeaderAdmission) != "refused" || h.resp.Trailer.Get(wire.HeaderHeldMs) != "3000" {
 				t.Errorf("trailers %v", h.resp.Trailer)
+			}
+			// Issue 24: the refused stream declared X-Warden-Replica and
+			// X-Warden-Decision without sending them (no replica was chosen).
+			for k, v := range h.resp.Trailer {
+				if len(v) == 0 {
+					t.Errorf("trailer %s declared but not sent: %v", k, h.resp.Trailer)
+				}
 			}
 			if m := routerMetrics(f.rt); !strings.Contains(m, `warden_responses_total{code="`+code+`",model="*"} 1`) {
 				t.Errorf("metrics lack the %s refusal:\n%s", code, grepLines(m, "warden_responses_total"))
@@ -318,7 +325,7 @@ func TestProxyCapsSilentHoldOfNonStreamingRequest(t *testing.T) {
 		t.Errorf("non-streaming request: %d %v, want admitted at the limit after 3000 ms", p.resp.StatusCode, p.resp.Header)
 	}
 	s := waitStream()
-	if s.resp.Header.Get(wire.HeaderAdmission) != AdmissionWaiting {
+	if s.resp.Header.Get(wire.HeaderAdmission) != wire.AdmissionWaiting {
 		t.Fatalf("streaming request: %d %v, want kept alive", s.resp.StatusCode, s.resp.Header)
 	}
 	if ev := s.event(t); ev != ": keep-alive" {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/wire"
+	"github.com/lmwarden/warden/router"
 )
 
 // fail500 answers every API request with vLLM's 500 while /health stays 200.
@@ -197,5 +198,32 @@ func TestReplicaThatResetsConnectionsIsEjected(t *testing.T) {
 	}
 	if st := f.rt.Status().Models[0].Replicas[3]; !st.Ejected || !strings.Contains(st.EjectReason, "connection") {
 		t.Errorf("d: ejected %v, reason %q; want ejected for its connections", st.Ejected, st.EjectReason)
+	}
+}
+
+// Issue 24: a replica whose streams break after they started (the client gets
+// the error event, nothing is retried) was never ejected; now each break
+// counts as a failure, as Envoy counts a reset after the response began.
+func TestReplicaWhoseStreamsBreakIsEjected(t *testing.T) {
+	stubs := []*stub{newStub(t, "a"), newStub(t, "b"), newStub(t, "c"), newStub(t, "d")}
+	stubs[3].setHandler(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[]}\n\n")
+		w.(http.Flusher).Flush()
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	})
+	f := newFront(t, true, nil, stubs...)
+	for range 3 {
+		for s := range 12 {
+			f.post(t, "/v1/chat/completions", map[string]string{"X-Session-ID": fmt.Sprint("conv-", s)}, `{"model":"m","stream":true}`)
+		}
+	}
+	if n := len(stubs[3].requests("/v1/chat/completions")); n != router.DefaultEjectConsecutiveFailures {
+		t.Errorf("d got %d requests, want %d (ejected after that many broken streams)", n, router.DefaultEjectConsecutiveFailures)
+	}
+	if st := f.rt.Status().Models[0].Replicas[3]; !st.Ejected || !strings.Contains(st.EjectReason, "stream broke") {
+		t.Errorf("d: ejected %v, reason %q; want ejected for its broken streams", st.Ejected, st.EjectReason)
 	}
 }

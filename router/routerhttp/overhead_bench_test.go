@@ -424,8 +424,8 @@ func reportOverhead(b *testing.B, prefix string, direct, routed *overheadSide) {
 // (routed). Client, router and stub share the process and the machine's cores.
 // TTFB is request sent -> first event byte read; overhead is routed minus direct
 // of each quantile. The issue's targets (overhead p50 < 0.3 ms, p99 < 2 ms,
-// throughput ratio >= 0.70) are not asserted; docs/router.md "Proxy overhead,
-// measured" records runs.
+// throughput ratio >= 0.70) are not asserted; docs/router.md section 10 ("Proxy
+// overhead") records runs.
 //
 // saturated (1 to 3 s an iteration here): all streams of a round start at once and
 // the stub writes flat out, so the two cores are saturated and TTFB is mostly CPU

@@ -2,6 +2,7 @@ package routerhttp
 
 import (
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -29,6 +30,38 @@ type Pool struct {
 	// lastModel is the latest "model" a client asked this pool for: the model
 	// an ejected replica's probe asks for when the pool serves any model.
 	lastModel atomic.Pointer[string]
+
+	askedMu sync.Mutex
+	asked   map[string]struct{} // models clients asked a "*" pool for (at most maxAskedModels)
+}
+
+// maxAskedModels bounds the names a "*" pool remembers, so clients sending
+// arbitrary model names cannot grow it.
+const maxAskedModels = 64
+
+// noteModel records model as asked for this pool (called when lastModel changes).
+func (p *Pool) noteModel(model string) {
+	p.lastModel.Store(&model)
+	p.askedMu.Lock()
+	defer p.askedMu.Unlock()
+	if p.asked == nil {
+		p.asked = map[string]struct{}{}
+	}
+	if len(p.asked) < maxAskedModels {
+		p.asked[model] = struct{}{}
+	}
+}
+
+// askedModels returns the models clients asked this pool for, sorted.
+func (p *Pool) askedModels() []string {
+	p.askedMu.Lock()
+	defer p.askedMu.Unlock()
+	out := make([]string, 0, len(p.asked))
+	for m := range p.asked {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // probeModel is the model a probe of the pool's replicas asks for.
@@ -54,6 +87,13 @@ func (p *Pool) UpstreamList() []Upstream {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return append([]Upstream(nil), p.Upstreams...)
+}
+
+// unpin stops pinning replica i's requests to a DP rank (Rank -1).
+func (p *Pool) unpin(i int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Upstreams[i].Rank = -1
 }
 
 // AddUpstream appends u and then the matching Balancer replica (healthy, no

@@ -135,7 +135,7 @@ func TestProxyKeepsHeldResponsesStreamAlive(t *testing.T) {
 
 	f, _ := admitFront(t, router.AdmissionConfig{MaxHold: -1, KeepAliveAfter: keepAliveAfter})
 	h := holdStream(t, f, path, body, func() { f.clock.Advance(time.Second) })
-	if h.resp.StatusCode != 200 || h.resp.Header.Get(wire.HeaderAdmission) != AdmissionWaiting {
+	if h.resp.StatusCode != 200 || h.resp.Header.Get(wire.HeaderAdmission) != wire.AdmissionWaiting {
 		t.Fatalf("committed response: %d %v", h.resp.StatusCode, h.resp.Header)
 	}
 	if ev := h.event(t); ev != ": keep-alive" {

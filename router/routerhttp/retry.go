@@ -32,7 +32,7 @@ type retryTransport struct {
 
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := callFrom(req.Context())
-	if c == nil || !c.counted {
+	if c == nil || !c.routed {
 		return t.base.RoundTrip(req)
 	}
 	parent := req.Context()
@@ -82,7 +82,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if aerr != nil {
 			return nil, errors.Join(aerr, err)
 		}
-		c.dec, c.held = d, true
+		c.dec, c.inFlight = d, true
 		req = c.retryRequest(req.WithContext(parent))
 	}
 }
@@ -116,7 +116,7 @@ func (t *retryTransport) retry5xx(c *call, resp *http.Response, parent context.C
 	t.p.m.countRetry(c.pool.Model, failed.Name)
 	c.release()
 	c.facts, c.retried5xx = facts, true
-	c.dec, c.held = d, true
+	c.dec, c.inFlight = d, true
 	return c.retryRequest(resp.Request.WithContext(parent))
 }
 

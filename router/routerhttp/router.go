@@ -8,13 +8,16 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/yamlpos"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp/redisstate"
 )
@@ -57,6 +60,9 @@ type target struct {
 	url      *url.URL
 	replicas []int // Balancer indices; with ranks, replicas[k] is rank k
 	ranked   bool
+	// unpinned: the server ignores X-Data-Parallel-Rank (PinIgnored), so it is
+	// served as one replica, rank 0's, unpinned and counting every engine.
+	unpinned atomic.Bool
 
 	mu      sync.Mutex
 	prefix  []prefixStats // by position in replicas
@@ -78,6 +84,9 @@ type target struct {
 	scrapeClass string
 	lacks       []string
 	slots       int // llama.cpp GET /props total_slots; 0 unknown
+	// propsAt is when /props was last read (wall time; zero: never, or to be
+	// read again at the next scrape: set on a health recovery).
+	propsAt time.Time
 }
 
 // prefixStats holds the prefix-cache counters of one replica as scraped: the first
@@ -164,6 +173,7 @@ func New(cfg Config) (*Router, error) {
 			Outlier: router.OutlierConfig{
 				ConsecutiveFailures: cfg.EjectConsecutiveFailures, Window: cfg.EjectWindow,
 				BaseTime: cfg.EjectBaseTime, MaxTime: cfg.EjectMaxTime, MaxPercent: cfg.EjectMaxPercent,
+				SlowStart: cfg.EjectSlowStart,
 			},
 			Admission: router.AdmissionConfig(m.Admission),
 			Shared:    shared,
@@ -333,11 +343,28 @@ func (rt *Router) poolsFor(model string) ([]*Pool, error) {
 		return []*Pool{p}, nil
 	}
 	// A "*" pool serves every model no other entry names (the --replica setup), so
-	// the admin API finds it under the served model's own name too.
-	if p := rt.proxy.pools[WildcardModel]; p != nil {
+	// the admin API finds it under the name of a model clients asked it for too; any
+	// other name is a 404, not a change to every model served by "*".
+	known := rt.knownModels()
+	if p := rt.proxy.pools[WildcardModel]; p != nil && slices.Contains(known, model) {
 		return []*Pool{p}, nil
 	}
-	return nil, fmt.Errorf("%w: %q", errUnknownModel, model)
+	return nil, fmt.Errorf("%w: %q (%s)", errUnknownModel, model, yamlpos.Suggest(model, append(known, WildcardModel)))
+}
+
+// knownModels is what the admin API accepts as a model name besides "*": the
+// configured models and the models clients asked a "*" pool for, sorted.
+func (rt *Router) knownModels() []string {
+	var out []string
+	for _, p := range rt.proxy.Pools() {
+		if p.Model != WildcardModel {
+			out = append(out, p.Model)
+		} else {
+			out = append(out, p.askedModels()...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // SetAffinity switches session affinity for model, or for every model when model

@@ -93,7 +93,7 @@ func (rt *Router) scrapeFailed(ctx context.Context, t *target, class, why string
 // counts belong to: with DP ranks, engine label k is rank k (false for a label
 // that is not a rank of t); without, every engine of the URL is its one replica.
 func (t *target) replicaOf(e *vllmmetrics.Engine) (int, bool) {
-	if !t.ranked {
+	if !t.ranked || t.unpinned.Load() {
 		return 0, true
 	}
 	r, err := strconv.Atoi(e.Engine)

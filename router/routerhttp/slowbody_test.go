@@ -107,3 +107,24 @@ func TestBodyMemoryCapAnswers503WithRetryAfter(t *testing.T) {
 		t.Errorf("body memory in use after every body was read: %d bytes, want 0", n)
 	}
 }
+
+// Issue 24: a body whose Content-Length is over the limit was refused only
+// after limit bytes were read; now on the header, with nothing of it sent.
+func TestOversizedContentLengthRefusedOnTheHeader(t *testing.T) {
+	f := newFront(t, true, func(c *Config) { c.BodyLimit = 1 << 20 }, newStub(t, "a"))
+	conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n{")
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second)) // the body read timeout is 30 s
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to the header alone: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "limit is 1048576 bytes") {
+		t.Fatalf("%d %s, want 413 naming the limit", resp.StatusCode, body)
+	}
+}

@@ -28,7 +28,7 @@ const (
 // default state_timeout (50 ms).
 var stateWaitBuckets = []float64{5e-6, 25e-6, 100e-6, 250e-6, 1e-3, 5e-3, 0.02, 0.04, 0.05, 0.06, 0.075, 0.1, 0.25}
 
-// setStateHeader adds wire.HeaderStateMs to a counted call's response when the
+// setStateHeader adds wire.HeaderStateMs to a routed call's response when the
 // pool shares state.
 func (c *call) setStateHeader(h http.Header) {
 	if c.pool.Balancer.Shared() {

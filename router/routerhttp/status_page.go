@@ -98,16 +98,19 @@ type CardReplica struct {
 	RateSource               string // "prompt_tokens_by_source" or "prefix_cache counters"
 
 	// Conversations live on this replica and the sum of their context
-	// estimates, tokens: the Balancer's working set (ReplicaStatus.Live,
-	// LiveTokens; sessions homed here with a request within the live window,
-	// each at its latest full-size prompt estimate). The session table is fed
+	// estimates, tokens: the working set the policies decide on
+	// (ReplicaStatus.DecidedLive: sessions homed here with a request within
+	// the live window, each at its latest full-size prompt estimate; with
+	// shared state the larger of this router's and another router's figures,
+	// Shared true when another router's were larger). The session table is fed
 	// only with affinity on, so both are 0 with affinity off.
 	Conversations int
 	ContextTokens int64
+	Shared        bool
 	// KVTokens is the KV cache capacity, (num_gpu_blocks - 1) x block_size from
 	// vllm:cache_config_info (block 0 is vLLM's null block), or the adapter's
 	// (ReplicaStatus.KVCapacityTokens: SGLang max_total_num_tokens, llama.cpp
-	// slots x n_ctx from /props); 0 when not reported.
+	// slots x per-slot n_ctx from /props); 0 when not reported.
 	KVTokens int64
 
 	// Engine is the server's kind (ReplicaReport.Engine), Slots its slots
@@ -180,10 +183,11 @@ func (rt *Router) Card() Card {
 				SessionsHomed: rep.Sessions, InFlight: rep.InFlight,
 				Running: rep.Running, Waiting: rep.Waiting, KVUsage: rep.KVUsage,
 				HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
-				UsageHitRate:  usageRate(rep.UsageCachedTokens, rep.UsagePromptTokens),
-				Conversations: rep.Live, ContextTokens: rep.LiveTokens,
-				Engine: rep.Engine, Slots: rep.Slots, ScrapeError: rep.ScrapeError, Missing: strings.Join(rep.Missing, "; "),
+				UsageHitRate: usageRate(rep.UsageCachedTokens, rep.UsagePromptTokens),
+				Shared:       rep.SharedLive > rep.Live || rep.SharedLiveTokens > rep.LiveTokens,
+				Engine:       rep.Engine, Slots: rep.Slots, ScrapeError: rep.ScrapeError, Missing: strings.Join(rep.Missing, "; "),
 			}
+			cr.Conversations, cr.ContextTokens = rep.DecidedLive()
 			usageP += rep.UsagePromptTokens
 			usageC += rep.UsageCachedTokens
 			if rep.Ejected {

@@ -133,7 +133,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	prompt := sim.RenderChat(nil, msgs, true)
 	// vLLM reuses the chat completion id for the message (serving.py).
 	id := "chatcmpl-" + s.nextID()
-	sub, e := s.submit(r, id, prompt, req.MaxTokens)
+	sub, e := s.submit(r, id, prompt, req.MaxTokens, sampling{})
 	if e != nil {
 		writeAnthropicError(w, e)
 		return

@@ -127,7 +127,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	prompt := sim.RenderChat(nil, msgs, true)
 	id := "chatcmpl-" + s.nextID()
-	sub, e := s.submit(r, id, prompt, req.maxTokens())
+	sub, e := s.submit(r, id, prompt, req.maxTokens(), req.sampling)
 	if e != nil {
 		writeOpenAIError(w, e)
 		return
@@ -239,7 +239,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := "cmpl-" + s.nextID()
-	sub, e := s.submit(r, id, prompt, req.MaxTokens)
+	sub, e := s.submit(r, id, prompt, req.MaxTokens, req.sampling)
 	if e != nil {
 		writeOpenAIError(w, e)
 		return

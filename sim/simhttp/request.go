@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/lmwarden/warden/sim"
@@ -26,6 +27,24 @@ type chatRequest struct {
 	Stream              bool            `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	Tools               []openAITool    `json:"tools"`
+	sampling
+}
+
+// sampling holds vLLM's extra sampling parameters that change when the
+// simulated model stops (vllm/sampling_params.py): ignore_eos makes it go on
+// to the limit, min_tokens forbids a stop before that many tokens.
+type sampling struct {
+	MinTokens int  `json:"min_tokens"`
+	IgnoreEOS bool `json:"ignore_eos"`
+}
+
+// natural returns when the simulated model stops on its own: after reply
+// tokens, at least MinTokens, never with IgnoreEOS.
+func (p sampling) natural(reply int) int {
+	if p.IgnoreEOS {
+		return math.MaxInt
+	}
+	return max(reply, p.MinTokens)
 }
 
 type streamOptions struct {
@@ -69,6 +88,7 @@ type completionRequest struct {
 	MaxTokens     *int            `json:"max_tokens"`
 	Stream        bool            `json:"stream"`
 	StreamOptions *streamOptions  `json:"stream_options"`
+	sampling
 }
 
 // messagesRequest is the part of an Anthropic Messages request the simulator reads

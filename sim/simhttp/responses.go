@@ -318,7 +318,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	msgs = withTools(msgs, req.toolSpecs())
 	prompt := sim.RenderChat(nil, msgs, true)
 	id := "resp_" + s.nextID()
-	sub, e := s.submit(r, id, prompt, req.MaxOutputTokens)
+	sub, e := s.submit(r, id, prompt, req.MaxOutputTokens, sampling{})
 	if e != nil {
 		writeOpenAIError(w, e)
 		return

@@ -133,6 +133,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET "+wire.PathModels, s.handleModels)
 	m.HandleFunc("GET "+wire.PathHealth, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	m.HandleFunc("GET "+wire.PathVersion, s.handleVersion)
+	m.HandleFunc("POST "+wire.PathTokenize, s.handleTokenize)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&collector{s: s})
 	m.Handle("GET "+wire.PathMetrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -194,9 +195,10 @@ func (s *Server) checkModel(model string) *apiError {
 // vLLM's length validation (OpenAIServing._validate_input): a prompt of max_model_len
 // tokens or more, or prompt + max_tokens over max_model_len, is a 400. Without
 // max_tokens the limit is what fits (vllm/entrypoints/utils.py get_max_tokens). The
-// simulated model stops on its own after ReplyTokens ("stop"); a smaller limit cuts it
-// ("length").
-func (s *Server) plan(promptTokens int, limit *int) (int, string, *apiError) {
+// simulated model stops on its own after ReplyTokens ("stop"), or later with
+// min_tokens, or never with ignore_eos (vLLM's sampling parameters); a smaller limit
+// cuts it ("length").
+func (s *Server) plan(promptTokens int, limit *int, sp sampling) (int, string, *apiError) {
 	if promptTokens >= s.maxModelLen {
 		return 0, "", errInputTooLong(s.maxModelLen, promptTokens)
 	}
@@ -208,12 +210,18 @@ func (s *Server) plan(promptTokens int, limit *int) (int, string, *apiError) {
 		if promptTokens+*limit > s.maxModelLen {
 			return 0, "", errMaxTokensTooLarge(*limit, s.maxModelLen, promptTokens)
 		}
+		if sp.MinTokens > *limit {
+			return 0, "", badRequest("min_tokens", "min_tokens must be less than or equal to max_tokens=%d, got %d.", *limit, sp.MinTokens)
+		}
 		lim = *limit
 	}
-	if lim <= s.cfg.ReplyTokens {
-		return lim, "length", nil
+	if sp.MinTokens < 0 {
+		return 0, "", badRequest("min_tokens", "min_tokens must be greater than or equal to 0, got %d.", sp.MinTokens)
 	}
-	return s.cfg.ReplyTokens, "stop", nil
+	if stop := sp.natural(s.cfg.ReplyTokens); lim > stop {
+		return stop, "stop", nil
+	}
+	return lim, "length", nil
 }
 
 // pickEngine chooses the engine for a request: the rank in wire.HeaderDPRank (unless
@@ -253,8 +261,8 @@ type submission struct {
 }
 
 // submit places prompt on an engine. The caller must call sub.done.
-func (s *Server) submit(r *http.Request, id string, prompt []uint32, limit *int) (*submission, *apiError) {
-	n, finish, e := s.plan(len(prompt), limit)
+func (s *Server) submit(r *http.Request, id string, prompt []uint32, limit *int, sp sampling) (*submission, *apiError) {
+	n, finish, e := s.plan(len(prompt), limit, sp)
 	if e != nil {
 		return nil, e
 	}

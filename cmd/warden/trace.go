@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/lmwarden/warden/internal/atomicfile"
+	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/loadgen/trace"
+	"github.com/lmwarden/warden/report"
+)
+
+func newTraceCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "trace",
+		Short: "Summarise, size a cache for, and slice request traces (Mooncake JSONL format)",
+		Long: `Request traces in the Mooncake format (kvcache-ai/Mooncake FAST25-release/traces):
+one JSON object per line with timestamp (ms), input_length, output_length and
+hash_ids (one id per --block-size prompt tokens). See docs/traces.md.
+
+  warden trace stats FILE                      requests, mean input/output, cache ratio, conversations
+  warden trace lru FILE --capacity 0.1M,1M,10M hit % of an LRU cache of each size (CSV + PNG)
+  warden trace slice FILE --from 10m --to 20m --speedup 2 --sample 0.25 --out OUT`,
+	}
+	cmd.AddCommand(newTraceStatsCmd(), newTraceLRUCmd(), newTraceSliceCmd())
+	return cmd
+}
+
+// openTrace opens a trace file for streaming; the caller closes the file.
+func openTrace(path string, blockSize int) (*trace.Reader, *os.File, error) {
+	if blockSize <= 0 {
+		return nil, nil, fmt.Errorf("--block-size %d: want a positive number of tokens", blockSize)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening trace: %w", err)
+	}
+	return trace.NewReader(f, filepath.Base(path), blockSize), f, nil
+}
+
+func newTraceStatsCmd() *cobra.Command {
+	var blockSize int
+	cmd := &cobra.Command{
+		Use:   "stats FILE",
+		Short: "Print a trace's requests, mean input/output tokens, cache ratio and conversations",
+		Long: `Prints the columns of the Mooncake paper's Table 2 (requests, average input and
+output length, cache ratio) and the conversations reconstructed from block-id chains
+(a request whose ids start with an earlier request's full blocks is its next turn).
+The cache ratio is the reuse ceiling: the share of prompt tokens an unbounded prefix
+cache shared by all replicas would serve, from the block ids alone.
+
+Example:
+  warden trace stats conversation_trace.jsonl`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, f, err := openTrace(args[0], blockSize)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			s, err := trace.ReadStats(r)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "requests        %s over %v\n", report.Thousands(float64(s.Requests)), s.Duration.Round(time.Second))
+			fmt.Fprintf(w, "mean input      %s tokens (%.1f; longest %s)\n", report.Thousands(s.MeanInput), s.MeanInput, report.Thousands(float64(s.MaxInput)))
+			fmt.Fprintf(w, "mean output     %s tokens (%.1f)\n", report.Thousands(s.MeanOutput), s.MeanOutput)
+			fmt.Fprintf(w, "cache ratio     %.1f %% of prompt tokens (unbounded shared prefix cache; %.1f %% of block ids seen before)\n", s.CacheRatioPct, s.BlockReusePct)
+			fmt.Fprintf(w, "conversations   %s (%s requests continue one)\n", report.Thousands(float64(s.Conversations)), report.Thousands(float64(s.Requests-s.Conversations)))
+			fmt.Fprintf(w, "turns/conv      %s\n", report.TurnsDistribution(s.TurnsPerConversation))
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&blockSize, "block-size", trace.DefaultBlockSize, "prompt tokens per hash id")
+	return cmd
+}
+
+// parseTokenCounts reads a list such as "0.1M,1M,500k,2000000" (k = 1e3, M = 1e6,
+// G = 1e9 tokens).
+func parseTokenCounts(list []string) ([]int, error) {
+	var out []int
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		mult := 1.0
+		switch {
+		case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
+			mult = 1e3
+		case strings.HasSuffix(s, "M"):
+			mult = 1e6
+		case strings.HasSuffix(s, "G"):
+			mult = 1e9
+		}
+		num := s
+		if mult != 1 {
+			num = s[:len(s)-1]
+		}
+		v, err := strconv.ParseFloat(num, 64)
+		if err != nil || v*mult < 1 || math.IsInf(v, 0) || v*mult > 1e15 {
+			return nil, fmt.Errorf("--capacity %q: want a positive token count such as 100000, 500k or 0.1M", s)
+		}
+		out = append(out, int(math.Round(v*mult)))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--capacity: no capacities given")
+	}
+	return out, nil
+}
+
+func newTraceLRUCmd() *cobra.Command {
+	var (
+		blockSize int
+		caps      []string
+		out       string
+	)
+	cmd := &cobra.Command{
+		Use:   "lru FILE",
+		Short: "Hit % of one LRU prefix cache per capacity, fed the trace in order (CSV + PNG)",
+		Long: `Feeds the trace in order to an LRU cache of block ids per capacity and prints the
+share of prompt tokens served from cache (whole leading blocks, vLLM's rule), with
+the unbounded cache's ceiling. Writes OUT.csv (capacity_tokens,hit_pct; the
+ceiling as capacity "unbounded") and OUT.png.
+
+Example:
+  warden trace lru conversation_trace.jsonl --capacity 0.1M,1M,3M,10M --out results/trace-lru`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			capacities, err := parseTokenCounts(caps)
+			if err != nil {
+				return err
+			}
+			r, f, err := openTrace(args[0], blockSize)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			pts, err := trace.LRUCurve(r, append(slices.Clone(capacities), math.MaxInt))
+			if err != nil {
+				return err
+			}
+			ceiling := pts[len(pts)-1].HitPct
+			pts = pts[:len(pts)-1]
+			var csv bytes.Buffer
+			csv.WriteString("capacity_tokens,hit_pct\n")
+			figPts := make([]report.TraceCurvePoint, len(pts))
+			for i, p := range pts {
+				fmt.Fprintf(&csv, "%d,%.3f\n", p.CapacityTokens, p.HitPct)
+				fmt.Fprintf(cmd.OutOrStdout(), "%14s tokens  %6.2f %%\n", report.Thousands(float64(p.CapacityTokens)), p.HitPct)
+				figPts[i] = report.TraceCurvePoint{CapacityTokens: float64(p.CapacityTokens), HitPct: p.HitPct}
+			}
+			fmt.Fprintf(&csv, "unbounded,%.3f\n", ceiling)
+			fmt.Fprintf(cmd.OutOrStdout(), "%14s         %6.2f %%\n", "unbounded", ceiling)
+			png, err := report.TraceCurveFigure("Prefix hits of one LRU cache: "+filepath.Base(args[0]), figPts, ceiling)
+			if err != nil {
+				return fmt.Errorf("drawing %s.png: %w", out, err)
+			}
+			if err := atomicfile.Write(out+".csv", csv.Bytes()); err != nil {
+				return err
+			}
+			if err := atomicfile.Write(out+".png", png); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s.csv and %s.png\n", out, out)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&blockSize, "block-size", trace.DefaultBlockSize, "prompt tokens per hash id")
+	cmd.Flags().StringSliceVar(&caps, "capacity", []string{"0.1M", "1M", "3M", "10M"}, "cache capacities in tokens (k, M, G suffixes)")
+	cmd.Flags().StringVar(&out, "out", "trace-lru", "output path without extension: writes OUT.csv and OUT.png")
+	return cmd
+}
+
+func newTraceSliceCmd() *cobra.Command {
+	var (
+		blockSize      int
+		from, to, outP string
+		o              trace.SliceOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "slice FILE --out OUT",
+		Short: "Write part of a trace: a time window, sped up, a sample of its conversations",
+		Long: `Keeps the requests recorded in [--from, --to), shifts the window to start at 0,
+divides timestamps by --speedup, and keeps a --sample fraction of conversations (all
+their turns or none, chosen by --seed; conversations are reconstructed over the whole
+trace). Writes OUT in the same format, or nothing if the input has an error.
+
+Example:
+  warden trace slice conversation_trace.jsonl --from 10m --to 20m --sample 0.25 --out slice.jsonl`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if outP == "" {
+				return fmt.Errorf("--out: required (the sliced trace's path)")
+			}
+			var err error
+			if from != "" {
+				if o.From, err = time.ParseDuration(from); err != nil {
+					return fmt.Errorf("--from %q: want a duration such as 10m", from)
+				}
+			}
+			if to != "" {
+				if o.To, err = time.ParseDuration(to); err != nil {
+					return fmt.Errorf("--to %q: want a duration such as 20m", to)
+				}
+			}
+			r, f, err := openTrace(args[0], blockSize)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			var buf bytes.Buffer
+			read, written, err := trace.Slice(r, trace.NewWriter(&buf), o)
+			if err != nil {
+				return fmt.Errorf("slicing: %w", err)
+			}
+			if written == 0 {
+				return fmt.Errorf("slicing %s: no request of %d kept (window %v..%v, sample %g): nothing written", args[0], read, o.From, o.To, o.Sample)
+			}
+			if err := atomicfile.Write(outP, buf.Bytes()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "kept %s of %s requests: wrote %s\n", report.Thousands(float64(written)), report.Thousands(float64(read)), outP)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&blockSize, "block-size", trace.DefaultBlockSize, "prompt tokens per hash id")
+	cmd.Flags().StringVar(&from, "from", "", "window start, recorded time (e.g. 10m; default the start)")
+	cmd.Flags().StringVar(&to, "to", "", "window end, recorded time, exclusive (default the end)")
+	cmd.Flags().Float64Var(&o.Speedup, "speedup", 1, "divide timestamps by this factor")
+	cmd.Flags().Float64Var(&o.Sample, "sample", 1, "fraction of conversations to keep, in (0, 1]")
+	cmd.Flags().Uint64Var(&o.Seed, "seed", 1, "seed of the conversation sample")
+	cmd.Flags().StringVar(&outP, "out", "", "output trace path (required)")
+	return cmd
+}
+
+// traceFlags are bench's trace replay flags; they build or override the
+// scenario's trace: section.
+type traceFlags struct {
+	file, mode, from, to string
+	speedup, sample      float64
+	window               time.Duration
+	blockSize            int
+	keys                 bool
+	sessionHeader        string
+}
+
+func (t *traceFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&t.file, "trace", "", "replay this Mooncake-format trace instead of synthetic sessions (docs/traces.md)")
+	f.StringVar(&t.mode, "trace-mode", "", "trace replay mode: timestamp (open loop at the recorded times; default) or session (next turn at the previous turn's end + the recorded gap)")
+	f.Float64Var(&t.speedup, "speedup", 0, "trace replay: divide the recorded times by this factor (default 1)")
+	f.StringVar(&t.from, "from", "", "trace replay: start of the recorded window, e.g. 10m")
+	f.StringVar(&t.to, "to", "", "trace replay: end of the recorded window (exclusive), e.g. 20m")
+	f.Float64Var(&t.sample, "sample", 0, "trace replay: fraction of conversations kept, in (0, 1] (default 1)")
+	f.DurationVar(&t.window, "trace-window", 0, "trace replay: report window (one results stage; default 5m)")
+	f.IntVar(&t.blockSize, "block-size", 0, "trace replay: prompt tokens per hash id (default 512)")
+	f.BoolVar(&t.keys, "trace-keys", false, "trace replay, timestamp mode: send a session key per reconstructed conversation (session mode always does)")
+	f.StringVar(&t.sessionHeader, "session-header", "", "session key style: claude-code, x-session-id, or none (keyless; trace replays only)")
+}
+
+// apply writes the flags given into sc.Trace (created by --trace).
+func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
+	ch := cmd.Flags().Changed
+	if t.file != "" {
+		spec := loadgen.TraceSpec{}
+		if sc.Trace != nil {
+			spec = *sc.Trace
+		}
+		spec.File, spec.Path = t.file, t.file
+		sc.Trace = &spec
+	}
+	if ch("session-header") {
+		sc.SessionHeader = t.sessionHeader
+	}
+	traceOnly := []string{"trace-mode", "speedup", "from", "to", "sample", "trace-window", "block-size", "trace-keys"}
+	if sc.Trace == nil {
+		for _, n := range traceOnly {
+			if ch(n) {
+				return fmt.Errorf("--%s: only with a trace replay (--trace FILE, or trace: in the scenario)", n)
+			}
+		}
+		return nil
+	}
+	s := sc.Trace
+	var err error
+	if ch("trace-mode") {
+		s.Mode = t.mode
+	}
+	if ch("speedup") {
+		s.Speedup = t.speedup
+	}
+	if ch("from") {
+		if s.From, err = time.ParseDuration(t.from); err != nil {
+			return fmt.Errorf("--from %q: want a duration such as 10m", t.from)
+		}
+	}
+	if ch("to") {
+		if s.To, err = time.ParseDuration(t.to); err != nil {
+			return fmt.Errorf("--to %q: want a duration such as 20m", t.to)
+		}
+	}
+	if ch("sample") {
+		s.Sample = t.sample
+	}
+	if ch("trace-window") {
+		s.Window = t.window
+	}
+	if ch("block-size") {
+		s.BlockSize = t.blockSize
+	}
+	if ch("trace-keys") {
+		s.Keys = t.keys
+	}
+	return nil
+}

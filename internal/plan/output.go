@@ -1,0 +1,341 @@
+package plan
+
+import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/tw"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/lmwarden/warden/internal/atomicfile"
+	"github.com/lmwarden/warden/report"
+)
+
+// Output files written by Write into the output directory.
+const (
+	FilePlan   = "plan.csv"   // one row per policy: the answer
+	FilePoints = "points.csv" // one row per evaluated point
+	FileFigure = "plan.png"   // the SLO metric(s) vs sessions (or replicas) per policy, knee marked
+)
+
+func f1(v float64) string { return fmtFloat(v, 1) }
+func f2(v float64) string { return fmtFloat(v, 2) }
+func f3(v float64) string { return fmtFloat(v, 3) }
+
+func fmtFloat(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "n/a"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+func (r *Result) inverse() bool { return r.Config.InverseSessions > 0 }
+
+// WriteFleet prints the fleet's figures and where each came from.
+func WriteFleet(w io.Writer, f Fleet) error {
+	t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off))
+	t.Header("fleet figure", "value", "from")
+	for _, g := range f.Figures {
+		if err := t.Append([]string{g.Name, g.Value, g.Source}); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+// planRows is the per-policy answer as table rows (shared by the table and the CSV).
+func (r *Result) planRows() (header []string, rows [][]string) {
+	if r.inverse() {
+		header = []string{"policy", "sessions", "replicas needed", "TTFB p95 s", "goodput", "out tok/min", "sessions/h", "prefix hits %", "largest failing", "failed term", "KV-fit replicas"}
+	} else {
+		header = []string{"policy", "knee sessions", "TTFB p95 s", "goodput", "out tok/min", "sessions/h", "prefix hits %", "first failing", "failed term", "KV-fit sessions"}
+	}
+	for _, pr := range r.Policies {
+		row := []string{pr.Policy}
+		if r.inverse() {
+			row = append(row, strconv.Itoa(r.Config.InverseSessions))
+		}
+		k := pr.Knee
+		switch {
+		case k == nil && r.inverse():
+			row = append(row, fmt.Sprintf("> %d", r.Config.MaxReplicas), "", "", "", "", "")
+		case k == nil:
+			row = append(row, "none", "", "", "", "", "")
+		default:
+			n := k.Sessions
+			if r.inverse() {
+				n = k.Replicas
+			}
+			s := strconv.Itoa(n)
+			if !pr.Resolved {
+				s += " (unresolved)"
+			}
+			if m := k.Marginal(); len(m) > 0 {
+				s += " *"
+			}
+			row = append(row, s, f2(k.TTFBP95S), f3(k.Goodput), fmtFloat(k.OutputTokensPerMin, 0), f1(k.SessionsPerH), f1(k.HitsPct))
+		}
+		if f := pr.FirstFail; f != nil {
+			n := f.Sessions
+			if r.inverse() {
+				n = f.Replicas
+			}
+			row = append(row, strconv.Itoa(n), f.Failed())
+		} else if r.inverse() {
+			row = append(row, "none", "")
+		} else {
+			row = append(row, fmt.Sprintf("none <= %d", r.Config.MaxSessions), "")
+		}
+		if r.inverse() {
+			row = append(row, strconv.Itoa(r.Fit.Replicas))
+		} else {
+			row = append(row, strconv.Itoa(r.Fit.Sessions))
+		}
+		if pr.Budget {
+			row[0] += " (budget)"
+		}
+		rows = append(rows, row)
+	}
+	return header, rows
+}
+
+// WriteTable prints the answer: one row per policy, the rule of thumb beside it.
+func WriteTable(w io.Writer, r *Result) error {
+	c := r.Config
+	q := fmt.Sprintf("largest session count meeting the SLO on %d replicas", c.Fleet.Replicas)
+	if r.inverse() {
+		q = fmt.Sprintf("replicas needed for %d sessions", c.InverseSessions)
+	}
+	if _, err := fmt.Fprintf(w, "plan: %s; scenario %s, SLO %s, %d seeds per point, %d points, %.1f s wall\n",
+		q, c.Scenario.Name, c.SLO, c.Seeds, r.points(), r.Wall.Seconds()); err != nil {
+		return err
+	}
+	header, rows := r.planRows()
+	t := newTable(w)
+	t.Header(toAny(header)...)
+	for _, row := range rows {
+		if err := t.Append(row); err != nil {
+			return err
+		}
+	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "KV-fit rule of thumb: %.0f tokens of peak context per session (%s) against %d KV tokens per replica (%d over the fleet)\n"+
+		"* a term within the seeds' noise of its threshold at the knee (95 %% interval, report.ThresholdDelta)\n",
+		r.Fit.PeakContextTokens, r.Fit.PeakSource, r.Fit.KVTokensReplica, r.Fit.FleetKVTokens)
+	return err
+}
+
+func (r *Result) points() int {
+	n := 0
+	for _, pr := range r.Policies {
+		n += len(pr.Points)
+	}
+	return n
+}
+
+func newTable(w io.Writer) *tablewriter.Table {
+	return tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAlignment(tw.AlignRight))
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// files renders every output file in memory, so that nothing is written when
+// one of them fails.
+func (r *Result) files() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	header, rows := r.planRows()
+	b, err := csvBytes(header, rows)
+	if err != nil {
+		return nil, err
+	}
+	out[FilePlan] = b
+	ph := []string{"policy", "sessions", "replicas", "seeds", "ttfb_p50_s", "ttfb_p95_s", "goodput", "output_tokens_per_min", "sessions_per_h", "prefix_hits_pct", "meets_slo", "failed_terms", "marginal_terms"}
+	var prow [][]string
+	for _, pr := range r.Policies {
+		for _, p := range sortedPoints(pr.Points, r.inverse()) {
+			prow = append(prow, []string{p.Policy, strconv.Itoa(p.Sessions), strconv.Itoa(p.Replicas), strconv.Itoa(len(p.Samples)),
+				fmtFloat(p.TTFBP50S, 4), fmtFloat(p.TTFBP95S, 4), fmtFloat(p.Goodput, 4), fmtFloat(p.OutputTokensPerMin, 1),
+				fmtFloat(p.SessionsPerH, 2), fmtFloat(p.HitsPct, 2), strconv.FormatBool(p.OK), p.Failed(), strings.Join(p.Marginal(), " ")})
+		}
+	}
+	if out[FilePoints], err = csvBytes(ph, prow); err != nil {
+		return nil, err
+	}
+	if out[FileFigure], err = r.figure(); err != nil {
+		return nil, fmt.Errorf("drawing %s: %w", FileFigure, err)
+	}
+	return out, nil
+}
+
+// Write writes plan.csv, points.csv and plan.png into dir, all rendered before
+// the first is written (atomicfile: each appears whole or not at all).
+func Write(dir string, r *Result) ([]string, error) {
+	files, err := r.files()
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, name := range []string{FilePlan, FilePoints, FileFigure} {
+		p := filepath.Join(dir, name)
+		if err := atomicfile.Write(p, files[name]); err != nil {
+			return paths, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+func csvBytes(header []string, rows [][]string) ([]byte, error) {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	if err := w.Write(header); err != nil {
+		return nil, err
+	}
+	if err := w.WriteAll(rows); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func sortedPoints(pts []*Point, inverse bool) []*Point {
+	s := slices.Clone(pts)
+	slices.SortFunc(s, func(a, b *Point) int {
+		if inverse {
+			return a.Replicas - b.Replicas
+		}
+		return a.Sessions - b.Sessions
+	})
+	return s
+}
+
+// figure draws one panel per SLO term: the term's metric (mean over seeds, with
+// the seeds' 95 % interval as error bars) vs sessions (or replicas) per policy, the
+// threshold as a dashed line and each policy's knee as a larger ring.
+func (r *Result) figure() ([]byte, error) {
+	terms := r.Config.SLO.terms()
+	xLabel, xWord := "concurrent sessions", "sessions"
+	if r.inverse() {
+		xLabel, xWord = fmt.Sprintf("replicas (%d sessions)", r.Config.InverseSessions), "replicas"
+	}
+	var row []*plot.Plot
+	for ti, t := range terms {
+		p := plot.New()
+		unit := " (s)"
+		if t.AtLeast {
+			unit = fmt.Sprintf(" (TTFB <= %s)", r.Config.SLO.GoodputTTFB)
+		}
+		p.Title.Text = fmt.Sprintf("%s vs %s, SLO %s", t.Name, xWord, thresholdText(t))
+		p.X.Label.Text = xLabel
+		p.Y.Label.Text = t.Name + unit
+		p.Add(plotter.NewGrid())
+		p.X.Tick.Marker = report.PlainTicks{}
+		p.Y.Tick.Marker = report.PlainTicks{}
+		p.Legend.Top = !t.AtLeast
+		p.Legend.Left = t.AtLeast
+		xmin, xmax := math.Inf(1), math.Inf(-1)
+		for pi, pr := range r.Policies {
+			col := report.Palette(pi)
+			var xys plotter.XYs
+			var errs plotter.YErrors
+			for _, pt := range sortedPoints(pr.Points, r.inverse()) {
+				v := pt.Terms[ti].Delta
+				if math.IsNaN(v.Value) {
+					continue
+				}
+				x := float64(pt.Sessions)
+				if r.inverse() {
+					x = float64(pt.Replicas)
+				}
+				xmin, xmax = min(xmin, x), max(xmax, x)
+				xys = append(xys, plotter.XY{X: x, Y: v.Value})
+				h := v.CIHalf
+				if math.IsNaN(h) {
+					h = 0
+				}
+				errs = append(errs, struct{ Low, High float64 }{h, h})
+			}
+			if len(xys) == 0 {
+				continue
+			}
+			ln, sc, err := plotter.NewLinePoints(xys)
+			if err != nil {
+				return nil, err
+			}
+			ln.Color, ln.Width = col, vg.Points(1.5)
+			sc.Color, sc.Shape, sc.Radius = col, draw.CircleGlyph{}, vg.Points(2.5)
+			eb, err := plotter.NewYErrorBars(struct {
+				plotter.XYs
+				plotter.YErrors
+			}{xys, errs})
+			if err != nil {
+				return nil, err
+			}
+			eb.Color = col
+			p.Add(ln, sc, eb)
+			p.Legend.Add(pr.Policy, ln, sc)
+			if k := pr.Knee; k != nil && !math.IsNaN(k.Terms[ti].Delta.Value) {
+				x := float64(k.Sessions)
+				if r.inverse() {
+					x = float64(k.Replicas)
+				}
+				knee, err := plotter.NewScatter(plotter.XYs{{X: x, Y: k.Terms[ti].Delta.Value}})
+				if err != nil {
+					return nil, err
+				}
+				knee.Color, knee.Shape, knee.Radius = col, draw.RingGlyph{}, vg.Points(7)
+				p.Add(knee)
+			}
+		}
+		if !math.IsInf(xmin, 0) {
+			thr, err := plotter.NewLine(plotter.XYs{{X: xmin, Y: t.Threshold}, {X: xmax, Y: t.Threshold}})
+			if err != nil {
+				return nil, err
+			}
+			thr.Color, thr.Dashes, thr.Width = color.Gray{Y: 80}, []vg.Length{vg.Points(5), vg.Points(3)}, vg.Points(1)
+			p.Add(thr)
+			p.Legend.Add("SLO "+thresholdText(t)+" (ring: knee)", thr)
+		}
+		row = append(row, p)
+	}
+	const panelW, h = 16 * vg.Centimeter, 11 * vg.Centimeter
+	img := vgimg.New(panelW*vg.Length(len(row)), h)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align([][]*plot.Plot{row}, tiles, dc)
+	for i, p := range row {
+		p.Draw(canvases[0][i])
+	}
+	var buf bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func thresholdText(t term) string {
+	if t.AtLeast {
+		return ">= " + strconv.FormatFloat(t.Threshold, 'g', -1, 64)
+	}
+	return "<= " + strconv.FormatFloat(t.Threshold, 'g', -1, 64) + " s"
+}
