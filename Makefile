@@ -29,7 +29,7 @@ BENCH_FLAGS := $(if $(SCENARIO),--scenario $(SCENARIO)) \
 	$(if $(filter 1 true yes,$(VIRTUAL)),--virtual) \
 	$(if $(OUT),--out $(OUT)) $(ARGS)
 
-.PHONY: all build bench test unit smoke regression baseline vet fmt-check clean agreement-off
+.PHONY: all build bench test unit smoke regression baseline vet fmt-check clean agreement-off proxy-bench
 
 all: build
 
@@ -47,6 +47,14 @@ test: fmt-check vet unit smoke regression
 # HTTP/virtual agreement over 12-minute stages (docs/simulator.md, "Agreement").
 agreement-off:
 	WARDEN_AGREEMENT_OFF=1 $(GO) test -count=1 -timeout 20m -run TestVirtualAgreesWithHTTPOffLongStages -v ./internal/bench/
+
+# Not in `make test` (about 5 minutes): warden's proxy path side by side with
+# nginx and HAProxy (docs/router.md, "Side by side with nginx and HAProxy"); PROXY_OUT is
+# the results directory, PROXY_ARGS further `warden proxybench` flags.
+PROXY_OUT  ?= results/bench/proxy-$(shell date -u +%Y%m%dT%H%M%SZ)
+PROXY_ARGS ?=
+proxy-bench: build
+	./$(BIN) proxybench --out $(PROXY_OUT) $(PROXY_ARGS)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -371,7 +371,9 @@ func (l *Loop) Finish(r *Result, now time.Duration) []TurnRequest {
 	delete(l.due, k)
 	l.addBusy(o.sent, now, l.busy)
 	wd := max(l.WindowIndex(now), ws)
-	if lo, hi := l.measured(wd); r.OK() && now >= lo && now < hi {
+	// Failed turns too: a stream that hangs until it times out holds its
+	// session on the wire (report.Concurrency.Target).
+	if lo, hi := l.measured(wd); now >= lo && now < hi {
 		l.turnTime[wd] += now - o.sent
 		l.turnN[wd]++
 	}

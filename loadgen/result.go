@@ -245,6 +245,12 @@ type SeriesSample struct {
 	PromptTokens     float64       `json:"prompt_tokens"`
 	GenerationTokens float64       `json:"generation_tokens"`
 	Preemptions      float64       `json:"preemptions"`
+	// PromptComputedTokens is the engine's counter of prompt tokens it computed
+	// (prefilled), not served from its prefix cache: vLLM
+	// vllm:prompt_tokens_by_source_total{source="local_compute"}, SGLang's
+	// prefill compute counter, llama.cpp's llamacpp:prompt_tokens_total
+	// (engines.FigPromptComputed); NaN when the engine does not export it.
+	PromptComputedTokens float64 `json:"prompt_computed_tokens"`
 }
 
 // DefaultScrapeInterval is the mean simulated gap between two polls of every

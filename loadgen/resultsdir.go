@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,9 +26,15 @@ const (
 	SeriesFile   = "series.csv"
 )
 
-// SeriesHeader is the header row of series.csv.
+// SeriesHeader is the header row of series.csv. Columns added later are
+// appended at the end and are optional when read (optionalSeriesColumns).
 var SeriesHeader = []string{"variant", "t_s", "replica", "running", "waiting", "kv_usage",
-	"prefix_queries", "prefix_hits", "prompt_tokens", "generation_tokens", "preemptions"}
+	"prefix_queries", "prefix_hits", "prompt_tokens", "generation_tokens", "preemptions",
+	"prompt_computed_tokens"}
+
+// optionalSeriesColumns are the SeriesHeader columns a series.csv written
+// before them lacks: read as NaN (n/a), never 0.
+var optionalSeriesColumns = []string{"prompt_computed_tokens"}
 
 // partialSuffix marks files still being written; they are renamed into place by Close.
 const partialSuffix = ".partial"
@@ -214,6 +221,7 @@ func sampleRow(s SeriesSample) []string {
 		formatFloat(s.PromptTokens),
 		formatFloat(s.GenerationTokens),
 		formatFloat(s.Preemptions),
+		formatFloat(s.PromptComputedTokens),
 	}
 }
 
@@ -303,7 +311,7 @@ func ReadSeries(r io.Reader) ([]SeriesSample, error) {
 		col[strings.TrimSpace(h)] = i
 	}
 	for _, h := range SeriesHeader {
-		if _, ok := col[h]; !ok {
+		if _, ok := col[h]; !ok && !slices.Contains(optionalSeriesColumns, h) {
 			return nil, fmt.Errorf("header: missing column %q", h)
 		}
 	}
@@ -323,7 +331,11 @@ func ReadSeries(r io.Reader) ([]SeriesSample, error) {
 		}
 		var perr error
 		num := func(name string) float64 {
-			s := strings.TrimSpace(rec[col[name]])
+			i, ok := col[name]
+			if !ok {
+				return math.NaN() // an optional column the file lacks
+			}
+			s := strings.TrimSpace(rec[i])
 			if s == "" {
 				return math.NaN()
 			}
@@ -345,6 +357,8 @@ func ReadSeries(r io.Reader) ([]SeriesSample, error) {
 			PromptTokens:     num("prompt_tokens"),
 			GenerationTokens: num("generation_tokens"),
 			Preemptions:      num("preemptions"),
+
+			PromptComputedTokens: num("prompt_computed_tokens"),
 		}
 		if perr != nil {
 			return nil, perr

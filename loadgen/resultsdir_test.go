@@ -24,9 +24,9 @@ func TestResultsRoundTrip(t *testing.T) {
 	}
 	samples := []SeriesSample{
 		{Variant: "off", T: 1500 * time.Millisecond, Replica: "r0", Running: 2, Waiting: 1, KVUsage: 0.25,
-			PrefixQueries: 1e6, PrefixHits: 8e5, PromptTokens: 1e6, GenerationTokens: 4096, Preemptions: 0},
+			PrefixQueries: 1e6, PrefixHits: 8e5, PromptTokens: 1e6, GenerationTokens: 4096, Preemptions: 0, PromptComputedTokens: 2e5},
 		// A replica lacking a series: NaN, never 0 (peers.md case 13). A name with a comma is quoted.
-		{Variant: "on", T: 2 * time.Second, Replica: "r,1", Running: 0, KVUsage: 0.5, PrefixQueries: math.NaN(), PrefixHits: math.NaN(), Preemptions: math.NaN()},
+		{Variant: "on", T: 2 * time.Second, Replica: "r,1", Running: 0, KVUsage: 0.5, PrefixQueries: math.NaN(), PrefixHits: math.NaN(), Preemptions: math.NaN(), PromptComputedTokens: math.NaN()},
 	}
 	for i := range results {
 		if err := w.WriteResult(&results[i]); err != nil {
@@ -65,8 +65,22 @@ func TestResultsRoundTrip(t *testing.T) {
 		t.Errorf("series differ: %+v", gs)
 	}
 	head, _ := os.ReadFile(filepath.Join(dir, SeriesFile))
-	if first, _, _ := strings.Cut(string(head), "\n"); first != "variant,t_s,replica,running,waiting,kv_usage,prefix_queries,prefix_hits,prompt_tokens,generation_tokens,preemptions" {
+	if first, _, _ := strings.Cut(string(head), "\n"); first != "variant,t_s,replica,running,waiting,kv_usage,prefix_queries,prefix_hits,prompt_tokens,generation_tokens,preemptions,prompt_computed_tokens" {
 		t.Errorf("series.csv header %q", first)
+	}
+}
+
+// A series.csv written before prompt_computed_tokens was appended reads, with
+// that column NaN (n/a), never 0.
+func TestReadSeriesWithoutPromptComputed(t *testing.T) {
+	in := "variant,t_s,replica,running,waiting,kv_usage,prefix_queries,prefix_hits,prompt_tokens,generation_tokens,preemptions\n" +
+		"off,1.5,r0,2,1,0.25,100,80,100,10,0\n"
+	got, err := ReadSeries(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].PrefixHits != 80 || !math.IsNaN(got[0].PromptComputedTokens) {
+		t.Errorf("samples %+v: want prefix hits 80, prompt computed NaN", got)
 	}
 }
 

@@ -65,6 +65,14 @@ var columns = []column{
 	// Goodput under the scenario's slo (empty without one).
 	floatColumn("goodput_pct", func(s *Summary) float64 { return s.GoodputPct }),
 	floatColumn("goodput_per_min", func(s *Summary) float64 { return s.GoodputPerMin }),
+	// Conversation completion time (Summary.ConversationP50S): what an agent
+	// waits for a whole task, holds and think time included.
+	{name: MetricConversationP50S, header: "conv p50 (s)", prec: 1,
+		value: func(s *Summary) float64 { return s.ConversationP50S }},
+	{name: MetricConversationP95S, header: "conv p95 (s)", prec: 1,
+		value: func(s *Summary) float64 { return s.ConversationP95S }},
+	// The hit rate implied by the engines' computed-prompt counters.
+	floatColumn("computed_cached_pct", func(s *Summary) float64 { return s.ComputedCachedPct }),
 }
 
 func intColumn(name string, v func(s *Summary) int) column {

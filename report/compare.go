@@ -19,7 +19,7 @@ import (
 
 // ErrEngineMismatch is wrapped by Compare's error when the two runs' replicas ran
 // other engine kinds, or a series column came from another source (manifest
-// Engines; see engineDiff), and CompareOptions.AllowScenarioMismatch is false.
+// Engines; see engineDiff), and CompareOptions.Force is false.
 var ErrEngineMismatch = errors.New("engines differ")
 
 // ErrThresholdExceeded is wrapped by Compare's error when a --fail-on threshold is
@@ -27,8 +27,15 @@ var ErrEngineMismatch = errors.New("engines differ")
 var ErrThresholdExceeded = errors.New("threshold exceeded")
 
 // ErrScenarioMismatch is wrapped by Compare's error when the two runs used
-// different scenarios (and CompareOptions.AllowScenarioMismatch is false).
+// different scenarios (and CompareOptions.Force is false).
 var ErrScenarioMismatch = errors.New("scenarios differ")
+
+// ErrWorldMismatch is wrapped by Compare's error when one run ran in virtual
+// time and the other over HTTP (manifest mode "virtual" vs "http", "http-sim"),
+// and CompareOptions.Force is false: the worlds differ in more than the code
+// under test (the HTTP world adds loopback latency, goroutine scheduling and
+// wall-clock scrape timing), so a difference would not say what changed.
+var ErrWorldMismatch = errors.New("worlds differ")
 
 // Threshold is a regression gate on one metric, parsed from
 // "[variant/]metric:<sign><limit>[%]", e.g. "output_tokens_per_min:-5%" (fail when
@@ -129,9 +136,10 @@ type CompareOptions struct {
 	// change is within the stage's noise (95 % interval from sub-windows; see
 	// Delta). By default such a change passes.
 	StrictGates bool
-	// AllowScenarioMismatch compares runs whose manifests name different scenarios
-	// (by default Compare refuses with ErrScenarioMismatch).
-	AllowScenarioMismatch bool
+	// Force compares runs Compare would refuse: of different worlds
+	// (ErrWorldMismatch), scenarios (ErrScenarioMismatch) or engines
+	// (ErrEngineMismatch).
+	Force bool
 	// Markdown, when set and the runs are an affinity pair (run A's variants
 	// all affinity off, run B's all on: warden bench --variants off, then
 	// --variants on), receives the off -> on table as markdown, with the noise
@@ -182,8 +190,9 @@ type Comparison struct {
 // each metric in A and B, the difference, its 95 % interval and whether it is beyond
 // noise (see Delta). Variants are matched by name, stages by index and
 // concurrency level. It refuses runs whose scenarios differ (ErrScenarioMismatch,
-// naming the fields) or whose engines differ (ErrEngineMismatch: engine kinds,
-// or a series column's source; manifest Engines) unless opts allow it.
+// naming the fields), whose worlds differ (ErrWorldMismatch: one virtual, one
+// HTTP) or whose engines differ (ErrEngineMismatch: engine kinds, or a series
+// column's source; manifest Engines) unless opts.Force.
 //
 // Two runs that are the halves of one off -> on comparison (run A's variants
 // all affinity off, run B's all on, as warden bench --variants off and then
@@ -207,14 +216,17 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	if pair {
 		skip = []string{"variants"} // what the two runs of a pair differ in
 	}
-	if diff := scenarioDiff(runA.Manifest.Scenario, runB.Manifest.Scenario, skip...); diff != "" && !opts.AllowScenarioMismatch {
+	if diff := worldDiff(&runA.Manifest, &runB.Manifest); diff != "" && !opts.Force {
+		return nil, fmt.Errorf("comparing runs %s and %s: %w: %s", a, b, ErrWorldMismatch, diff)
+	}
+	if diff := scenarioDiff(runA.Manifest.Scenario, runB.Manifest.Scenario, skip...); diff != "" && !opts.Force {
 		return nil, fmt.Errorf("comparing runs %s and %s: %w: %s", a, b, ErrScenarioMismatch, diff)
 	}
-	if diff := engineDiff(&runA.Manifest, &runB.Manifest); diff != "" && !opts.AllowScenarioMismatch {
+	if diff := engineDiff(&runA.Manifest, &runB.Manifest); diff != "" && !opts.Force {
 		return nil, fmt.Errorf("comparing runs %s and %s: %w: %s", a, b, ErrEngineMismatch, diff)
 	}
 	if pair {
-		if n, m := len(runA.Manifest.Replicas), len(runB.Manifest.Replicas); n != m && !opts.AllowScenarioMismatch {
+		if n, m := len(runA.Manifest.Replicas), len(runB.Manifest.Replicas); n != m && !opts.Force {
 			return nil, fmt.Errorf("comparing runs %s and %s: %w: replicas (%d vs %d)", a, b, ErrScenarioMismatch, n, m)
 		}
 	}
@@ -318,6 +330,27 @@ func (c *Comparison) finish(w io.Writer, opts CompareOptions) error {
 		return fmt.Errorf("comparing runs %s and %s: %w: %d violation(s)", c.A, c.B, ErrThresholdExceeded, len(c.Violations))
 	}
 	return nil
+}
+
+// World is the world a run's manifest mode names: "virtual" for mode
+// "virtual", "http" for every other mode ("http", "http-sim"; an empty mode, as
+// manifests before the field, is "http", the only world then).
+func World(mode string) string {
+	if mode == "virtual" {
+		return "virtual"
+	}
+	return "http"
+}
+
+// worldDiff says how the worlds of a and b differ, "" when they are the same.
+func worldDiff(a, b *loadgen.Manifest) string {
+	wa, wb := World(a.Mode), World(b.Mode)
+	if wa == wb {
+		return ""
+	}
+	return fmt.Sprintf("run A ran in the %s world (mode %q), run B in the %s world (mode %q): "+
+		"the HTTP world adds loopback latency, goroutine scheduling and wall-clock scrape timing that virtual time does not have, "+
+		"so a difference would not say what changed", wa, a.Mode, wb, b.Mode)
 }
 
 // scenarioDiff names the scenario fields that differ, with both values, "" when

@@ -143,6 +143,32 @@ func TestCompare(t *testing.T) {
 	})
 }
 
+// A virtual run and an HTTP run of one scenario are refused, naming both modes,
+// unless Force; two HTTP modes (http, http-sim) are one world.
+func TestCompareWorldMismatch(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	m, r, s := syntheticRun()
+	m.Mode = "virtual"
+	writeRunDir(t, dirA, m, r, s)
+	m.Mode = "http-sim"
+	writeRunDir(t, dirB, m, r, s)
+	_, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{})
+	if !errors.Is(err, ErrWorldMismatch) {
+		t.Fatalf("virtual vs http-sim: error %v, want ErrWorldMismatch", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, `virtual world (mode "virtual")`) || !strings.Contains(msg, `http world (mode "http-sim")`) {
+		t.Errorf("error does not name both worlds: %v", err)
+	}
+	if _, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{Force: true}); err != nil {
+		t.Errorf("with Force: %v", err)
+	}
+	m.Mode = "http"
+	writeRunDir(t, dirA, m, r, s)
+	if _, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{}); err != nil {
+		t.Errorf("http vs http-sim (one world): %v", err)
+	}
+}
+
 func TestCompareScenarioMismatch(t *testing.T) {
 	dirA, dirB := t.TempDir(), t.TempDir()
 	m, r, s := syntheticRun()
@@ -157,8 +183,8 @@ func TestCompareScenarioMismatch(t *testing.T) {
 	if !strings.Contains(err.Error(), "turn_tokens (400 vs 500)") || strings.Contains(err.Error(), "seed") {
 		t.Errorf("error does not name exactly the differing fields (seeds are not compared): %v", err)
 	}
-	if _, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{AllowScenarioMismatch: true}); err != nil {
-		t.Errorf("with AllowScenarioMismatch: %v", err)
+	if _, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{Force: true}); err != nil {
+		t.Errorf("with Force: %v", err)
 	}
 
 	// Two seeds of one scenario compare (gauging noise), with a note.

@@ -63,7 +63,7 @@ func TestPromptRates(t *testing.T) {
 		// r2: a missing counter: the interval is skipped.
 		s("r2", 0, 0, 0), s("r2", 8, 999, math.NaN()),
 	}
-	got := PromptRates(series, 10*time.Second)
+	got := PromptRates(series, nil, 10*time.Second)
 	if len(got) != 2 {
 		t.Fatalf("%d bins, want 2", len(got))
 	}
@@ -76,6 +76,31 @@ func TestPromptRates(t *testing.T) {
 		g, w := got[i], want[i]
 		if g.Start != w.Start || g.End != w.End || !approx(g.Cached, w.Cached) || !approx(g.Computed, w.Computed) {
 			t.Errorf("bin %d: got %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+// A llama.cpp replica has no prefix-cache counters: its computed tokens come
+// from the computed-prompt counter (prompt_computed_tokens), its cached ones
+// from the responses' usage at each request's end.
+func TestPromptRatesWithoutPrefixCounters(t *testing.T) {
+	nan := math.NaN()
+	s := func(t, computed float64) loadgen.SeriesSample {
+		return loadgen.SeriesSample{Variant: "on", Replica: "r0", T: sec(t), PrefixQueries: nan, PrefixHits: nan, PromptComputedTokens: computed}
+	}
+	series := []loadgen.SeriesSample{s(0, 100), s(20, 500)} // 400 computed over 0..20 s
+	cachedTurn := okTurn("on", 0, 1, "r0", 10, 1, 15, 10)
+	cachedTurn.CachedTokens = 300
+	other := cachedTurn
+	other.Replica = "r9" // not a replica of the series: ignored
+	got := PromptRates(series, []loadgen.Result{cachedTurn, other}, 10*time.Second)
+	if len(got) != 3 {
+		t.Fatalf("%d bins, want 3", len(got))
+	}
+	want := [][2]float64{{0, 20}, {30, 20}, {0, 0}} // tokens/s: cached, computed
+	for i, w := range want {
+		if !approx(got[i].Cached, w[0]) || !approx(got[i].Computed, w[1]) {
+			t.Errorf("bin %d: cached %v computed %v, want %v %v", i, got[i].Cached, got[i].Computed, w[0], w[1])
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -20,8 +21,11 @@ type Concurrency struct {
 	TurnsInFlightMean float64 `json:"turns_in_flight_mean"`
 	// Target is the mean the closed loop can hold (loadgen.ConcurrencyTarget):
 	// sessions * turn / (turn + think time) with turn the mean Done - Sent of the
-	// OK turns done in W and the scenario's (nominal) think time; the sessions
-	// without think time or without an OK turn.
+	// turns done in W, OK or failed (a stream that hangs until it times out holds
+	// its session on the wire as long as it hangs), and the scenario's (nominal)
+	// think time; the sessions without think time or without a turn done. Turns
+	// still in flight at W's end count in TurnsInFlightMean but not in turn, so a
+	// stage whose streams hang past its end can read above 100 %; it gets a note.
 	Target float64 `json:"turns_in_flight_target"`
 	// Pct is 100 * TurnsInFlightMean / Target; a stage under
 	// loadgen.MinConcurrencyPct gets a note.
@@ -33,6 +37,12 @@ type Concurrency struct {
 	// series or when a gauge is missing.
 	EngineRequestsMean float64 `json:"engine_requests_mean"`
 }
+
+// MaxConcurrencyPct is the concurrency_pct above which a stage gets a note: a
+// closed loop cannot hold more turns than its target except for turns longer
+// than those the target's turn time was taken from (Concurrency.Target); 110
+// leaves room for the think time estimate (nominal, not drawn) and the ramp.
+const MaxConcurrencyPct = 110.0
 
 // summarizeConcurrency fills s.Concurrency from the variant's results, its
 // series (grouped by replica) and the stage's manifest window, and notes a stage
@@ -51,7 +61,7 @@ func summarizeConcurrency(s *Summary, results []*loadgen.Result, replicas []repl
 				continue
 			}
 			busy += max(0, min(r.Done, s.WindowEnd)-max(r.Sent, s.WindowStart))
-			if r.OK() && contains(s.WindowStart, s.WindowEnd, r.Done) {
+			if contains(s.WindowStart, s.WindowEnd, r.Done) {
 				turnSum += r.Done - r.Sent
 				turnN++
 			}
@@ -69,6 +79,11 @@ func summarizeConcurrency(s *Summary, results []*loadgen.Result, replicas []repl
 		if msg := loadgen.ConcurrencyShortfall(c.TurnsInFlightMean, c.Target); msg != "" {
 			s.note(msg + ": the stage measured fewer concurrent turns than it was configured for " +
 				"(failed turns' replacements waiting out failure_backoff, router holds or a late harness); turns_in_flight_mean, concurrency_pct")
+		}
+		if c.Pct > MaxConcurrencyPct {
+			s.note(fmt.Sprintf("%.2f turns in flight on average, %.0f %% of the %.2f the loop can hold (above %.0f %%): "+
+				"turns still in flight at the window's end (%d, e.g. hung streams) held sessions on the wire longer than the turns done in it, "+
+				"from which the target's turn time is taken; concurrency_pct", c.TurnsInFlightMean, c.Pct, c.Target, MaxConcurrencyPct, st.InFlight))
 		}
 	}
 

@@ -3,6 +3,7 @@ package report
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +50,48 @@ func TestAchievedConcurrencyIsReportedAndWarned(t *testing.T) {
 	}
 	if !strings.Contains(string(md), "1.00 turns in flight on average, 25 % of the 4.00 the loop can hold (below 90 %)") {
 		t.Errorf("summary.md has no achieved-concurrency warning:\n%s", md)
+	}
+}
+
+// A stream that hangs until it times out holds its session on the wire: the
+// target's turn time counts it, so the stage reads 100 %, not 300 % (the old
+// target took the turn time from OK turns only). A turn still hanging at the
+// window's end is not in the turn time: the stage reads above 100 % and gets
+// a note saying why.
+func TestConcurrencyWithHungStreams(t *testing.T) {
+	sc := testScenario([]int{2}, time.Minute)
+	sc.ThinkTime = 10 * time.Second
+	window := loadgen.StageWindow{Sessions: 2, Start: 0, End: sec(60), Complete: true, Started: 6, Completed: 5, Failed: 1}
+	m := &loadgen.Manifest{RunID: "hung", Scenario: sc, Replicas: []string{"r0"},
+		Variants: []loadgen.Variant{{Name: "on", Affinity: true, Stages: []loadgen.StageWindow{window}}}}
+	var results []loadgen.Result
+	for i := range 5 { // session 0: 2 s turns, 10 s think: 10 s on the wire
+		results = append(results, okTurn("on", 0, i, "r0", float64(12*i), 0.5, float64(12*i+2), 10))
+	}
+	hung := okTurn("on", 1, 0, "r0", 0, 0, 50, 0) // session 1: one stream hung 50 s, then timed out
+	hung.Status, hung.Err, hung.FirstToken = 200, "timeout", 0
+	results = append(results, hung)
+	s := loadSummaries(t, m, results, nil)[0]
+	// In flight: (10 + 50) s / 60 s = 1.0; turn time (10 + 50) / 6 = 10 s, target 2 x 10 / 20 = 1.0.
+	if c := s.Concurrency; !approx(c.TurnsInFlightMean, 1) || !approx(c.Target, 1) || !approx(c.Pct, 100) {
+		t.Errorf("in flight %v, target %v, pct %v; want 1, 1, 100", c.TurnsInFlightMean, c.Target, c.Pct)
+	}
+	for _, n := range s.Notes {
+		if strings.Contains(n, "concurrency_pct") {
+			t.Errorf("unexpected note: %s", n)
+		}
+	}
+
+	// Session 1's stream still hangs at the window's end: in flight, no record.
+	window.Failed, window.Started, window.InFlight, window.UnrecordedInFlight = 0, 6, 1, 60*time.Second
+	m.Variants[0].Stages[0] = window
+	s = loadSummaries(t, m, results[:5], nil)[0]
+	if s.Concurrency.Pct <= MaxConcurrencyPct {
+		t.Fatalf("pct %v: the fixture should read above %v", s.Concurrency.Pct, MaxConcurrencyPct)
+	}
+	if !slices.ContainsFunc(s.Notes, func(n string) bool {
+		return strings.Contains(n, "above 110 %") && strings.Contains(n, "turns still in flight at the window's end (1")
+	}) {
+		t.Errorf("no note explaining concurrency above 100 %%: %q", s.Notes)
 	}
 }

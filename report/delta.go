@@ -16,6 +16,8 @@ const (
 	MetricPrefixHitsPct      = "prefix_hits_pct"
 	MetricStayedPct          = "stayed_pct"
 	MetricUsageCachedPct     = "usage_cached_pct"
+	MetricConversationP50S   = "conversation_p50_s"
+	MetricConversationP95S   = "conversation_p95_s"
 )
 
 // Metrics lists the metric names in table order (the metric columns of

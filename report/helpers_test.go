@@ -66,7 +66,7 @@ func encodeSeries(t testing.TB, series []loadgen.SeriesSample) []byte {
 	for _, s := range series {
 		_ = w.Write([]string{s.Variant, f(s.T.Seconds()), s.Replica,
 			f(s.Running), f(s.Waiting), f(s.KVUsage), f(s.PrefixQueries), f(s.PrefixHits),
-			f(s.PromptTokens), f(s.GenerationTokens), f(s.Preemptions)})
+			f(s.PromptTokens), f(s.GenerationTokens), f(s.Preemptions), f(s.PromptComputedTokens)})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
@@ -206,6 +206,7 @@ func syntheticRun() (*loadgen.Manifest, []loadgen.Result, []loadgen.SeriesSample
 						s.PrefixQueries += float64(f.prompt)
 						s.PrefixHits += float64(f.cache)
 						s.PromptTokens += float64(f.prompt)
+						s.PromptComputedTokens += float64(f.prompt - f.cache)
 					}
 				}
 				series = append(series, s)

@@ -361,7 +361,7 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 			continue
 		}
 		figs = append(figs, fig{"prompt_tokens_" + fileSafe(v.Name) + ".png", "Prompt tokens per second, " + variantLabel(v),
-			single(func() (*plot.Plot, error) { return promptTokensFigure(v, series) })})
+			single(func() (*plot.Plot, error) { return promptTokensFigure(v, series, variantResults(run.Results, v.Name)) })})
 	}
 
 	var out []Figure
@@ -387,6 +387,17 @@ func fileSafe(s string) string {
 		}
 		return '_'
 	}, s)
+}
+
+// variantResults returns the results of one variant.
+func variantResults(all []loadgen.Result, variant string) []loadgen.Result {
+	var out []loadgen.Result
+	for _, r := range all {
+		if r.Variant == variant {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func variantSeries(all []loadgen.SeriesSample, variant string) []loadgen.SeriesSample {
@@ -686,7 +697,8 @@ func replicaHitsFigure(run *Run) (*plot.Plot, error) {
 
 // PromptRate is one bin of prompt-token throughput summed over replicas, in tokens
 // per simulated second: Cached from delta(vllm:prefix_cache_hits_total), Computed
-// from delta(vllm:prefix_cache_queries_total) - delta(hits), floored at 0.
+// from delta(vllm:prefix_cache_queries_total) - delta(hits), floored at 0 (for a
+// replica without those counters, see PromptRates).
 //
 // Queries rather than vllm:prompt_tokens_total: vLLM V1 counts prefix-cache
 // queries and hits together when a request is scheduled (v1/core/kv_cache_manager.py,
@@ -704,7 +716,14 @@ type PromptRate struct {
 // (reset-aware, vllmmetrics.CounterDelta) is spread evenly over the time between
 // them and credited to the bins in proportion to overlap. Intervals with a NaN
 // counter are skipped.
-func PromptRates(series []loadgen.SeriesSample, bin time.Duration) []PromptRate {
+//
+// A replica without prefix-cache counters (llama.cpp has none) but with the
+// computed-prompt counter (series prompt_computed_tokens) gets Computed from
+// that counter, spread the same way, and Cached from the responses' usage:
+// each OK request of results served by it (Result.Replica) that reported
+// cached tokens credits them to the bin of its Done (engines.CapabilityOf
+// llamacpp, HitRate). results may be nil.
+func PromptRates(series []loadgen.SeriesSample, results []loadgen.Result, bin time.Duration) []PromptRate {
 	if len(series) == 0 || bin <= 0 {
 		return nil
 	}
@@ -718,9 +737,11 @@ func PromptRates(series []loadgen.SeriesSample, bin time.Duration) []PromptRate 
 	}
 	cached := make([]float64, n)
 	queried := make([]float64, n)
+	computed := make([]float64, n) // from the computed-prompt counter (no prefix counters)
+	usage := make([]float64, n)    // cached tokens from usage (no prefix counters)
 	credit := func(dst []float64, from, to time.Duration, amount float64) {
 		if to <= from {
-			k := min(n-1, int((to-t0)/bin))
+			k := max(0, min(n-1, int((to-t0)/bin)))
 			dst[k] += amount
 			return
 		}
@@ -731,11 +752,19 @@ func PromptRates(series []loadgen.SeriesSample, bin time.Duration) []PromptRate 
 			}
 		}
 	}
+	usageCached := map[string]bool{} // replicas whose cached tokens come from usage
 	for _, rs := range groupSeries(series) {
 		for i := 1; i < len(rs.samples); i++ {
 			a, b := rs.samples[i-1], rs.samples[i]
 			dh := counterStep(a.PrefixHits, b.PrefixHits)
 			dq := counterStep(a.PrefixQueries, b.PrefixQueries)
+			if math.IsNaN(dh) && math.IsNaN(dq) {
+				if dc := counterStep(a.PromptComputedTokens, b.PromptComputedTokens); !math.IsNaN(dc) {
+					credit(computed, a.T, b.T, dc)
+					usageCached[rs.name] = true
+				}
+				continue
+			}
 			if math.IsNaN(dh) || math.IsNaN(dq) {
 				continue
 			}
@@ -743,10 +772,15 @@ func PromptRates(series []loadgen.SeriesSample, bin time.Duration) []PromptRate 
 			credit(queried, a.T, b.T, dq)
 		}
 	}
+	for _, r := range results {
+		if usageCached[r.Replica] && r.OK() && r.CachedTokens > 0 && r.Done >= t0 && r.Done <= t1 {
+			credit(usage, r.Done, r.Done, float64(r.CachedTokens))
+		}
+	}
 	for k := range out {
 		sec := bin.Seconds()
-		out[k].Cached = cached[k] / sec
-		out[k].Computed = max(0, queried[k]-cached[k]) / sec
+		out[k].Cached = (cached[k] + usage[k]) / sec
+		out[k].Computed = (max(0, queried[k]-cached[k]) + computed[k]) / sec
 	}
 	return out
 }
@@ -770,8 +804,8 @@ func promptBin(series []loadgen.SeriesSample) time.Duration {
 
 // promptTokensFigure draws stacked areas of prompt tokens/s read from the cache
 // (bottom) and computed (top) over the variant's run, with stage starts marked.
-func promptTokensFigure(v loadgen.Variant, series []loadgen.SeriesSample) (*plot.Plot, error) {
-	rates := PromptRates(series, promptBin(series))
+func promptTokensFigure(v loadgen.Variant, series []loadgen.SeriesSample, results []loadgen.Result) (*plot.Plot, error) {
+	rates := PromptRates(series, results, promptBin(series))
 	var t0 time.Duration
 	if len(v.Stages) > 0 {
 		t0 = v.Stages[0].Start

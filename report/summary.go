@@ -21,7 +21,9 @@ import (
 const (
 	ttfbLowestUS  = 1
 	ttfbHighestUS = int64(time.Hour / time.Microsecond)
-	ttfbSigFigs   = 3
+	// conversationHighestUS bounds the conversation completion time histogram.
+	conversationHighestUS = int64(24 * time.Hour / time.Microsecond)
+	ttfbSigFigs           = 3
 )
 
 // SubWindow is the length of the sub-windows a measured window is cut into to
@@ -65,6 +67,16 @@ type Summary struct {
 	// SessionsPerH is that count scaled to an hour: SessionsCompleted * 3600 / window_s.
 	SessionsCompleted int     `json:"sessions_completed"`
 	SessionsPerH      float64 `json:"sessions_per_h"`
+
+	// ConversationP50S / ConversationP95S are the quantiles, in seconds, of the
+	// conversation completion time of those sessions: from the first send of
+	// the session (the earliest Result.Sent of its turns, so a hold at the
+	// router and any retry count) to its last turn's Done, think time between
+	// turns included: what an agent waits for its whole task. HDR histogram in
+	// microseconds up to 24 h, 3 significant digits; NaN when no session
+	// completed in the window.
+	ConversationP50S float64 `json:"conversation_p50_s"`
+	ConversationP95S float64 `json:"conversation_p95_s"`
 
 	// OutputTokensPerMin is the sum of Result.OutputTokens (server-counted
 	// completion tokens) of OK turns done in the window, per minute of window.
@@ -144,6 +156,19 @@ type Summary struct {
 	GoodputPct    float64 `json:"goodput_pct"`
 	GoodputPerMin float64 `json:"goodput_per_min"`
 
+	// ComputedPromptTokens is the delta of the engines' computed-prompt counter
+	// (series prompt_computed_tokens, loadgen.SeriesSample.PromptComputedTokens)
+	// over the window, summed over replicas, as counterDelta takes it; and
+	// ComputedCachedPct the cached share it implies against the prompt tokens
+	// the responses reported: 100 * (P - computed) / P, P the sum of usage
+	// prompt_tokens of the OK turns and side requests done in the window (side
+	// requests too: the counter counts them). A cross-check of PrefixHitsPct and
+	// UsageCachedPct that holds when nothing else uses the servers (llama.cpp's
+	// capability HitRate); requests whose prefill and end fall on either side of
+	// a window edge make it approximate. NaN when a replica lacks the counter.
+	ComputedPromptTokens float64 `json:"computed_prompt_tokens"`
+	ComputedCachedPct    float64 `json:"computed_cached_pct"`
+
 	// Mean prompt size of OK turns in the window: server-counted (usage
 	// prompt_tokens, after chat template and real tokenizer) and nominal (the
 	// generator's word count).
@@ -220,11 +245,19 @@ func Summarize(run *Run) ([]Summary, error) {
 	var out []Summary
 	for _, v := range run.Manifest.Variants {
 		results := byVariant[v.Name]
-		// Replica that served each session's turn 0: where it was placed.
+		// Replica that served each session's turn 0: where it was placed; and
+		// the session's first send.
 		placed := make(map[int64]string)
+		firstSent := make(map[int64]time.Duration)
 		for _, r := range results {
-			if r.Turn == 0 && r.Replica != "" && !r.Side {
+			if r.Side {
+				continue
+			}
+			if r.Turn == 0 && r.Replica != "" {
 				placed[r.Session] = r.Replica
+			}
+			if t, ok := firstSent[r.Session]; !ok || r.Sent < t {
+				firstSent[r.Session] = r.Sent
 			}
 		}
 		replicas := groupSeries(seriesByVariant[v.Name])
@@ -246,9 +279,10 @@ func Summarize(run *Run) ([]Summary, error) {
 					Balanced:  st.Balanced(),
 				},
 			}
-			summarizeTurns(&s, results, placed)
+			summarizeTurns(&s, results, placed, firstSent)
 			summarizeGoodput(&s, results, run.Manifest.Scenario)
 			summarizeSeries(&s, replicas)
+			summarizeComputed(&s, results, replicas)
 			summarizeConcurrency(&s, results, replicas, st, run.Manifest.Scenario)
 			switch {
 			case !s.Complete && run.Manifest.Stopped != nil:
@@ -272,7 +306,7 @@ func (s *Summary) note(msg string) { s.Notes = append(s.Notes, msg) }
 func contains(start, end, t time.Duration) bool { return t >= start && t < end }
 
 // summarizeTurns fills the per-turn columns of s from the variant's results.
-func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]string) {
+func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]string, firstSent map[int64]time.Duration) {
 	nan := math.NaN()
 	w := s.WindowSeconds()
 	if w <= 0 {
@@ -308,6 +342,7 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 	var outTokens, promptSum, nominalSum int64
 	var cachedSum, cachedPromptSum int64
 	hist, lag, held := newTTFBHistogram(), newTTFBHistogram(), newTTFBHistogram()
+	conv := hdrhistogram.New(ttfbLowestUS, conversationHighestUS, ttfbSigFigs)
 	for _, r := range inWindow {
 		if r.Sent >= r.Intended && r.Intended >= 0 {
 			_ = lag.RecordValue(min(max(int64((r.Sent-r.Intended)/time.Microsecond), 0), ttfbHighestUS))
@@ -333,6 +368,9 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 		}
 		if r.LastTurn {
 			s.SessionsCompleted++
+			if t0, ok := firstSent[r.Session]; ok && r.Done > t0 {
+				_ = conv.RecordValue(min(max(int64((r.Done-t0)/time.Microsecond), ttfbLowestUS), conversationHighestUS))
+			}
 		}
 		recordTTFB(hist, r)
 		if r.Turn > 0 {
@@ -356,6 +394,7 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 	s.TTFBP50S, s.TTFBP95S = quantileS(hist, 50), quantileS(hist, 95)
 	s.SendLagP50S, s.SendLagP99S = quantileS(lag, 50), quantileS(lag, 99)
 	s.HoldP50S, s.HoldP95S, s.HoldMaxS = quantileS(held, 50), quantileS(held, 95), quantileS(held, 100)
+	s.ConversationP50S, s.ConversationP95S = quantileS(conv, 50), quantileS(conv, 95)
 	if hist.TotalCount() == 0 {
 		s.note("no OK turn with a first token in the window: TTFB n/a")
 	}
@@ -668,4 +707,29 @@ func summarizeSeries(s *Summary, replicas []replicaSeries) {
 		s.note("no prefix-cache queries in the window: prefix hits n/a")
 	}
 	s.PrefixHitsPct = pct(hits, queries)
+}
+
+// summarizeComputed fills ComputedPromptTokens and ComputedCachedPct of s.
+func summarizeComputed(s *Summary, results []*loadgen.Result, replicas []replicaSeries) {
+	s.ComputedPromptTokens, s.ComputedCachedPct = math.NaN(), math.NaN()
+	computed, counted := 0.0, 0
+	for _, rs := range replicas {
+		d, ok := counterDelta(rs.samples, s.WindowStart, s.WindowEnd, func(x loadgen.SeriesSample) float64 { return x.PromptComputedTokens })
+		if !ok {
+			continue
+		}
+		computed += d
+		counted++
+	}
+	if counted == 0 || math.IsNaN(computed) {
+		return
+	}
+	var prompt int64
+	for _, r := range results {
+		if r.OK() && r.PromptTokens > 0 && contains(s.WindowStart, s.WindowEnd, r.Done) {
+			prompt += int64(r.PromptTokens)
+		}
+	}
+	s.ComputedPromptTokens = computed
+	s.ComputedCachedPct = pct(float64(prompt)-computed, float64(prompt))
 }

@@ -357,3 +357,77 @@ func TestSummarizeNotesReplicaWithoutMetrics(t *testing.T) {
 		t.Errorf("note for r0, sampled to the end: %q", s.Notes)
 	}
 }
+
+// Conversation completion time: from a session's first send (a failed first
+// attempt and a router hold included) to its last turn's end, for the sessions
+// whose last turn is done OK in the window.
+func TestConversationCompletionTime(t *testing.T) {
+	m := &loadgen.Manifest{
+		RunID: "conv", Scenario: testScenario([]int{3}, time.Minute), Replicas: []string{"r0"},
+		Variants: []loadgen.Variant{{Name: "off", Stages: []loadgen.StageWindow{
+			{Sessions: 3, Start: 0, End: sec(60), Complete: true, Started: 6, Completed: 5, Failed: 1},
+		}}},
+	}
+	aFailed := okTurn("off", 0, 0, "r0", 1, 0, 2, 0)
+	aFailed.Status, aFailed.Err, aFailed.FirstToken = 502, "bad gateway", 0
+	aFirst := okTurn("off", 0, 0, "r0", 5, 6, 15, 100)
+	aFirst.Held = 4 * time.Second // held at the router: part of the wait
+	aLast := okTurn("off", 0, 1, "r0", 20, 1, 41, 100)
+	aLast.LastTurn = true
+	bLast := okTurn("off", 1, 1, "r0", 25, 1, 30, 100)
+	bLast.LastTurn = true
+	results := []loadgen.Result{aFailed, aFirst, aLast,
+		okTurn("off", 1, 0, "r0", 10, 1, 20, 100), bLast,
+		okTurn("off", 2, 0, "r0", 12, 1, 50, 100), // not done: not counted
+	}
+	s := loadSummaries(t, m, results, nil)[0]
+	// A: 1 s -> 41 s = 40 s; B: 10 s -> 30 s = 20 s. Nearest rank: p50 20, p95 40.
+	if !hdrClose(s.ConversationP50S, 20) || !hdrClose(s.ConversationP95S, 40) {
+		t.Errorf("conversation p50/p95 = %v/%v s, want 20/40", s.ConversationP50S, s.ConversationP95S)
+	}
+	for _, name := range []string{MetricConversationP50S, MetricConversationP95S} {
+		if v, _, err := s.Metric(name); err != nil || math.IsNaN(v) {
+			t.Errorf("metric %s: %v, %v", name, v, err)
+		}
+	}
+
+	// No session done in the window: n/a, never 0.
+	s = loadSummaries(t, m, results[:2], nil)[0]
+	if !math.IsNaN(s.ConversationP50S) || !math.IsNaN(s.ConversationP95S) {
+		t.Errorf("no session done: conversation p50/p95 = %v/%v, want NaN", s.ConversationP50S, s.ConversationP95S)
+	}
+}
+
+// The computed-prompt counters' cross-check: prompt tokens the responses
+// reported minus what the engines say they computed, over the window.
+func TestComputedCachedPct(t *testing.T) {
+	m := &loadgen.Manifest{
+		RunID: "computed", Scenario: testScenario([]int{2}, time.Minute), Replicas: []string{"r0", "r1"},
+		Variants: []loadgen.Variant{{Name: "on", Affinity: true, Stages: []loadgen.StageWindow{
+			{Sessions: 2, Start: 0, End: sec(60), Complete: true, Started: 3, Completed: 3},
+		}}},
+	}
+	results := []loadgen.Result{ // 1000 prompt tokens each (okTurn)
+		okTurn("on", 0, 0, "r0", 1, 1, 10, 10), okTurn("on", 0, 1, "r0", 11, 1, 20, 10),
+		okTurn("on", 1, 0, "r1", 1, 1, 30, 10),
+	}
+	nan := math.NaN()
+	sample := func(rep string, at, computed float64) loadgen.SeriesSample {
+		return loadgen.SeriesSample{Variant: "on", T: sec(at), Replica: rep, PrefixQueries: nan, PrefixHits: nan,
+			PromptTokens: nan, Preemptions: nan, KVUsage: nan, PromptComputedTokens: computed}
+	}
+	series := []loadgen.SeriesSample{
+		sample("r0", 0, 500), sample("r0", 30, 1700), sample("r0", 60, 1700), // +1200 on r0
+		sample("r1", 0, 0), sample("r1", 30, 600), sample("r1", 60, 600), // +600 on r1
+	}
+	s := loadSummaries(t, m, results, series)[0]
+	// 3000 reported, 1800 computed: 40 % cached.
+	if s.ComputedPromptTokens != 1800 || !approx(s.ComputedCachedPct, 40) {
+		t.Errorf("computed %v tokens, cached %v %%; want 1800, 40", s.ComputedPromptTokens, s.ComputedCachedPct)
+	}
+	series[4].PromptComputedTokens = nan // one replica without the counter: n/a
+	s = loadSummaries(t, m, results, series)[0]
+	if !math.IsNaN(s.ComputedCachedPct) {
+		t.Errorf("a replica without the counter: cached %v %%, want NaN", s.ComputedCachedPct)
+	}
+}

@@ -49,6 +49,9 @@ const (
 //	turns_in_flight_mean        achieved concurrency, client side: time-average of turns in flight (Concurrency)
 //	concurrency_pct             100 * turns_in_flight_mean / the level the closed loop can hold
 //	engine_requests_mean        achieved concurrency, server side: running + waiting summed over replicas, mean per poll
+//	held_turns, hold_p50_s, _p95_s  turns the router's admission gate held, and their hold, seconds
+//	computed_cached_pct         100 * (usage prompt tokens - delta prompt_computed_tokens) / usage prompt tokens
+//	conversation_p50_s, _p95_s  conversation completion time (first send to last turn's end), seconds
 var CSVColumns = columnNames(filterColumns(func(*column) bool { return true }))
 
 // csvFloat formats v with 4 decimals, or "" for NaN.
@@ -333,40 +336,40 @@ func intList(stages []int) string {
 // (one row per stage, cells "off -> on"), a per-variant table with turns, prompt
 // sizes and accounting, the side requests (when any), the by-turn-index table (one
 // row per stage and turn index, cells "off -> on"; Summary.ByTurn), notes, and
-// links to the figures named in figures.
+// links to the figures named in figures. One function per section, in that order.
 func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Benchmark run %s\n\n", m.RunID)
-	if sc := m.Scenario; sc != nil {
-		think := sc.ThinkTime.String()
-		if r := sc.ThinkSpread; !r.IsFixed() {
-			think = fmt.Sprintf("%s to %s (uniform)", r.Min, r.Max)
-		}
-		fmt.Fprintf(&b, "- scenario: `%s`, seed %d; stages %s sessions, %s each, warm-up %s; think time %s\n",
-			sc.Name, m.Seed, intList(sc.Stages), sc.StageDuration, sc.Warmup, think)
-		fmt.Fprintf(&b, "- prompts (nominal tokens): system %d, first turn %d, later turns %d, %d turns, max output %d\n",
-			sc.SystemPromptTokens, sc.FirstTurnTokens, sc.TurnTokens, sc.Turns, sc.MaxOutputTokens)
-		if sc.API != "" || sc.SessionHeader != "" {
-			fmt.Fprintf(&b, "- API: %s; session id: %s\n", sc.API, sc.SessionHeader)
-		}
-		if sr := sc.SideRequests; sr != nil {
-			fmt.Fprintf(&b, "- side requests beside turns %s (0-based): prompt %d, max output %d\n",
-				intList(sr.Turns), sr.PromptTokens, sr.MaxOutputTokens)
-		}
-	}
+	pair := pairVariants(m)
+	mdRunHeader(&b, m)
+	mdStageSection(&b, pair, sums)
+	mdVariantSection(&b, sums)
+	mdHeldSection(&b, sums)
+	traceSection(&b, m, sums)
+	goodputSection(&b, m, sums)
+	mdSideSection(&b, sums)
+	mdTurnsSection(&b, pair, sums)
+	mdNotesSection(&b, sums)
+	mdFiguresSection(&b, figures)
+	return []byte(b.String())
+}
+
+// mdRunHeader writes the run description: scenario, target, replicas, variants, versions, notes.
+func mdRunHeader(b *strings.Builder, m *loadgen.Manifest) {
+	fmt.Fprintf(b, "# Benchmark run %s\n\n", m.RunID)
+	mdScenarioLines(b, m)
 	if m.Speed > 0 {
-		fmt.Fprintf(&b, "- mode: %s; target: %s; speed: %g simulated s per wall s\n", m.Mode, m.Target, m.Speed)
+		fmt.Fprintf(b, "- mode: %s; target: %s; speed: %g simulated s per wall s\n", m.Mode, m.Target, m.Speed)
 	} else {
-		fmt.Fprintf(&b, "- mode: %s; target: %s\n", m.Mode, m.Target)
+		fmt.Fprintf(b, "- mode: %s; target: %s\n", m.Mode, m.Target)
 	}
-	fmt.Fprintf(&b, "- replicas: %d (%s)", len(m.Replicas), strings.Join(m.Replicas, ", "))
+	fmt.Fprintf(b, "- replicas: %d (%s)", len(m.Replicas), strings.Join(m.Replicas, ", "))
 	if m.Profile != "" {
-		fmt.Fprintf(&b, "; simulator profile: %s", m.Profile)
+		fmt.Fprintf(b, "; simulator profile: %s", m.Profile)
 	}
-	fmt.Fprintf(&b, "; policy with affinity on: %s\n", m.Policy)
+	fmt.Fprintf(b, "; policy with affinity on: %s\n", m.Policy)
 	if m.Admission.On() {
 		// Off is the default and says nothing: the header of an off run stays as it was.
-		fmt.Fprintf(&b, "- admission with affinity on: %s\n", m.Admission)
+		fmt.Fprintf(b, "- admission with affinity on: %s\n", m.Admission)
 	}
 	var vs []string
 	for _, v := range m.Variants {
@@ -376,52 +379,86 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		}
 		vs = append(vs, fmt.Sprintf("%s (affinity %s)", v.Name, aff))
 	}
-	fmt.Fprintf(&b, "- variants, in run order: %s\n", strings.Join(vs, ", "))
+	fmt.Fprintf(b, "- variants, in run order: %s\n", strings.Join(vs, ", "))
 	if !m.Created.IsZero() {
-		fmt.Fprintf(&b, "- created: %s\n", m.Created.UTC().Format("2006-01-02 15:04:05 UTC"))
+		fmt.Fprintf(b, "- created: %s\n", m.Created.UTC().Format("2006-01-02 15:04:05 UTC"))
 	}
 	if len(m.Versions) > 0 {
-		keys := make([]string, 0, len(m.Versions))
-		for k := range m.Versions {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		kv := make([]string, len(keys))
-		for i, k := range keys {
-			kv[i] = k + " " + m.Versions[k]
-		}
-		fmt.Fprintf(&b, "- versions: %s\n", strings.Join(kv, ", "))
+		fmt.Fprintf(b, "- versions: %s\n", versionList(m.Versions))
 	}
 	if m.Interrupted {
 		b.WriteString("- **interrupted**: the run stopped early; incomplete stages are marked in the notes\n")
 	}
 	if st := m.Stopped; st != nil {
-		fmt.Fprintf(&b, "- **stopped**: %s (rule: %s)\n", st.Reason, st.Rule)
+		fmt.Fprintf(b, "- **stopped**: %s (rule: %s)\n", st.Reason, st.Rule)
 	}
 	for _, n := range m.Notes {
-		fmt.Fprintf(&b, "- note: %s\n", n)
+		fmt.Fprintf(b, "- note: %s\n", n)
 	}
 	for _, n := range MissingColumns(m) {
-		fmt.Fprintf(&b, "- missing: %s\n", n)
+		fmt.Fprintf(b, "- missing: %s\n", n)
 	}
+}
 
-	pair := pairVariants(m)
-	fmt.Fprintf(&b, "\n## Per stage, %s\n\n", strings.Join(pair, " -> "))
+// mdScenarioLines writes the scenario's lines of the run description (none without a scenario).
+func mdScenarioLines(b *strings.Builder, m *loadgen.Manifest) {
+	sc := m.Scenario
+	if sc == nil {
+		return
+	}
+	think := sc.ThinkTime.String()
+	if r := sc.ThinkSpread; !r.IsFixed() {
+		think = fmt.Sprintf("%s to %s (uniform)", r.Min, r.Max)
+	}
+	fmt.Fprintf(b, "- scenario: `%s`, seed %d; stages %s sessions, %s each, warm-up %s; think time %s\n",
+		sc.Name, m.Seed, intList(sc.Stages), sc.StageDuration, sc.Warmup, think)
+	fmt.Fprintf(b, "- prompts (nominal tokens): system %d, first turn %d, later turns %d, %d turns, max output %d\n",
+		sc.SystemPromptTokens, sc.FirstTurnTokens, sc.TurnTokens, sc.Turns, sc.MaxOutputTokens)
+	if sc.API != "" || sc.SessionHeader != "" {
+		fmt.Fprintf(b, "- API: %s; session id: %s\n", sc.API, sc.SessionHeader)
+	}
+	if sr := sc.SideRequests; sr != nil {
+		fmt.Fprintf(b, "- side requests beside turns %s (0-based): prompt %d, max output %d\n",
+			intList(sr.Turns), sr.PromptTokens, sr.MaxOutputTokens)
+	}
+}
+
+// versionList renders versions as "k v, k v" in key order.
+func versionList(versions map[string]string) string {
+	keys := make([]string, 0, len(versions))
+	for k := range versions {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	kv := make([]string, len(keys))
+	for i, k := range keys {
+		kv[i] = k + " " + versions[k]
+	}
+	return strings.Join(kv, ", ")
+}
+
+// mdStageSection writes the reference-style table, one row per stage, cells "off -> on", and its legend.
+func mdStageSection(b *strings.Builder, pair []string, sums []Summary) {
+	fmt.Fprintf(b, "\n## Per stage, %s\n\n", strings.Join(pair, " -> "))
 	header, rows := referenceTable(pair, sums)
-	mdTable(&b, header, rows)
+	mdTable(b, header, rows)
 	b.WriteString("\n")
 	if line := beyondNoise(pair, sums); len(pair) == 2 && line != "" {
-		fmt.Fprintf(&b, "%s\n\n", line)
+		fmt.Fprintf(b, "%s\n\n", line)
 	}
 	if len(pair) == 2 {
-		fmt.Fprintf(&b, "`*` within noise: the 95 %% interval of the %s -> %s difference contains 0 "+
+		fmt.Fprintf(b, "`*` within noise: the 95 %% interval of the %s -> %s difference contains 0 "+
 			"(normal approximation from %s sub-windows; only out tok/min and TTFB have one); "+
 			"`?` no noise estimate (stage shorter than two sub-windows): the difference may be noise. ", pair[0], pair[1], SubWindow)
 	}
 	b.WriteString("`n/a`: could not be computed (see notes); never read as 0. " +
 		"Prefix hits: vLLM counter deltas over the window, all replicas. " +
-		"Usage cached: the same ratio from per-request usage (cached_tokens / prompt_tokens).\n")
+		"Usage cached: the same ratio from per-request usage (cached_tokens / prompt_tokens). " +
+		"Conv: conversation completion time of the sessions done in the window, first send to last turn's end (holds and think time included).\n")
+}
 
+// mdVariantSection writes the per-variant table: turns, prompt sizes, send lag, concurrency and accounting.
+func mdVariantSection(b *strings.Builder, sums []Summary) {
 	b.WriteString("\n## Per variant and stage\n\n")
 	vh := []string{"variant", "sessions", "window (s)", "sessions done", "turns ok", "turns failed",
 		"prompt tokens per turn, mean (server)", "prompt tokens per turn, mean (nominal)", "send lag p50 / p99 (ms)", "turns in flight, mean: client (% of target) / engines", "carried in + started = completed + failed + in flight"}
@@ -440,7 +477,7 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 			fmtPrec(2)(s.Concurrency.TurnsInFlightMean) + " (" + fmtPrec(0)(s.Concurrency.Pct) + " %) / " + fmtPrec(2)(s.Concurrency.EngineRequestsMean), acc,
 		})
 	}
-	mdTable(&b, vh, vrows)
+	mdTable(b, vh, vrows)
 	b.WriteString("\nAccounting: carried in = turns in flight at the window's start (the previous stage's in flight), " +
 		"started = turns sent in the window; completed and failed by their end instant. ")
 	b.WriteString("Turns in flight: client side the time-average over the window of the turns sent and not done (turns.jsonl), " +
@@ -448,7 +485,10 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 		strconv.FormatFloat(loadgen.MinConcurrencyPct, 'f', 0, 64) + " %; engines: running + waiting summed over replicas, mean per poll. ")
 	b.WriteString("Send lag: how late the harness sent turns after the closed loop wanted them (sent - intended); " +
 		"a closed loop measures the latency of the sessions it holds, not of an arrival rate: when the server slows, sessions send less often.\n")
+}
 
+// mdHeldSection writes the turns the admission gate held, when any.
+func mdHeldSection(b *strings.Builder, sums []Summary) {
 	var heldRows [][]string
 	for _, s := range sums {
 		if s.HeldTurns > 0 {
@@ -459,12 +499,12 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	if len(heldRows) > 0 {
 		b.WriteString("\n## Held at the router\n\nTurns the router's admission gate held before sending them upstream " +
 			"(new conversations waiting for a replica with room for their working set); the hold is part of their TTFB.\n\n")
-		mdTable(&b, []string{"variant", "sessions", "held turns", "turns", "hold p50 (s)", "hold p95 (s)", "hold max (s)"}, heldRows)
+		mdTable(b, []string{"variant", "sessions", "held turns", "turns", "hold p50 (s)", "hold p95 (s)", "hold max (s)"}, heldRows)
 	}
+}
 
-	traceSection(&b, m, sums)
-	goodputSection(&b, m, sums)
-
+// mdSideSection writes the side requests, when any.
+func mdSideSection(b *strings.Builder, sums []Summary) {
 	var side [][]string
 	for _, s := range sums {
 		if s.SideOK+s.SideFailed > 0 {
@@ -474,18 +514,24 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 	if len(side) > 0 {
 		b.WriteString("\n## Side requests\n\nShort requests sent beside turns with the session's id (scenario `side_requests`); not counted as turns. " +
 			"On home: share served by the replica of the session's first turn.\n\n")
-		mdTable(&b, []string{"variant", "sessions", "ok", "failed", "on home %"}, side)
+		mdTable(b, []string{"variant", "sessions", "ok", "failed", "on home %"}, side)
 	}
+}
 
+// mdTurnsSection writes the by-turn-index table (Summary.ByTurn), when it has rows.
+func mdTurnsSection(b *strings.Builder, pair []string, sums []Summary) {
 	if header, rows := turnsTable(pair, sums); len(rows) > 0 {
-		fmt.Fprintf(&b, "\n## By turn index, %s\n\n", strings.Join(pair, " -> "))
+		fmt.Fprintf(b, "\n## By turn index, %s\n\n", strings.Join(pair, " -> "))
 		b.WriteString("Turns done in each stage's window, by 0-based turn index within the session " +
 			"(every turn re-sends the whole history); side requests left out. TTFB over OK turns; " +
 			"prompt tokens: mean server-counted; usage cached: sum(cached_tokens) / sum(prompt_tokens). " +
 			"Per variant, with failed turns and mean cached tokens: `" + TurnsByIndexCSVFile + "`.\n\n")
-		mdTable(&b, header, rows)
+		mdTable(b, header, rows)
 	}
+}
 
+// mdNotesSection writes every summary's notes, when any.
+func mdNotesSection(b *strings.Builder, sums []Summary) {
 	var notes []string
 	for _, s := range sums {
 		for _, n := range s.Notes {
@@ -498,14 +544,16 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []by
 			b.WriteString(n)
 		}
 	}
+}
 
+// mdFiguresSection links the figures, when any.
+func mdFiguresSection(b *strings.Builder, figures []Figure) {
 	if len(figures) > 0 {
 		b.WriteString("\n## Figures\n\n")
 		for _, f := range figures {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", f.Title, f.File)
+			fmt.Fprintf(b, "![%s](%s)\n\n", f.Title, f.File)
 		}
 	}
-	return []byte(b.String())
 }
 
 // WriteTable prints the reference-style table (one row per stage, cells

@@ -59,6 +59,14 @@ import (
 // dropped (a waiter that vanished cannot block the head), and CancelHold drops
 // one at once (a client that disconnected). With the KV capacity of a healthy
 // replica unknown the gate passes everything (AdmissionStatus.State says so).
+//
+// With shared state (BalancerConfig.Shared) the rule is also evaluated in the
+// store, atomically with the home's claim, over every router's counted
+// conversations and recent reservations (SharedState.Claim with a
+// Reservation): a new conversation is admitted only if the store finds room
+// too, so two gates never admit into the same room; S comes from true first
+// turns only and S and the idle window from every router's conversations
+// (RemoteAdmission), docs/routing.md "Admission".
 
 // Admission modes (AdmissionConfig.Mode, the `admission:` YAML field).
 const (
@@ -118,6 +126,11 @@ const (
 	// MinIdleWindow and IdleFactor: see the rule above.
 	MinIdleWindow = time.Second
 	IdleFactor    = 2
+
+	// AdmissionPrefixSamples and AdmissionIdleSamples: how many S samples and
+	// gaps are kept (here and, with shared state, in the store).
+	AdmissionPrefixSamples = prefixSamples
+	AdmissionIdleSamples   = idleSamples
 
 	endedSamples  = 64        // ring of the peak contexts of ended conversations
 	endedHorizon  = time.Hour // older samples are forgotten
@@ -282,6 +295,9 @@ type admConv struct {
 	// firstDone: the cached tokens of its first request were sampled (or it had
 	// none to sample).
 	firstDone bool
+	// trueFirst (shared state): its request in flight is the conversation's
+	// first placement in the store with no assistant message, a sample of S.
+	trueFirst bool
 }
 
 type idleMark struct {
@@ -333,6 +349,13 @@ type admission struct {
 	gapSeen int
 	idleWin time.Duration
 
+	// shared: the Balancer shares state with other routers (BalancerConfig.Shared);
+	// remote: what the store said at the last decision (nil: it did not
+	// answer), whose S and idle window, learned from every router's
+	// conversations, stand in for this gate's own while the store answers.
+	shared bool
+	remote *RemoteAdmission
+
 	out AdmissionOutcomes
 }
 
@@ -365,8 +388,15 @@ func (a *admission) grow(n int) {
 	}
 }
 
-// sharedPrefix is S in tokens (0 until learned).
+// sharedPrefix is S in tokens (0 until learned): with shared state the one
+// every router learns together while the store answers.
 func (a *admission) sharedPrefix() int64 {
+	if a.remote != nil {
+		if a.remote.PrefixSamples < MinSharedPrefixSamples {
+			return 0
+		}
+		return a.remote.SharedPrefix
+	}
 	if len(a.prefix) < MinSharedPrefixSamples {
 		return 0
 	}
@@ -467,8 +497,19 @@ func (a *admission) room(i int, r *ReplicaState, s, e int64, c counts) bool {
 // idleWindow is the idle window in force: the learned one (0 until minIdleGaps
 // gaps were seen, then the live window stands in), never longer than the
 // session table's live window liveWin.
+//
+// With shared state it is learned only from the gaps every router measures
+// together (a conversation's turns through several routers make one router's
+// own gaps those of its turns, not the client's pauses): the live window until
+// the store holds minIdleGaps.
 func (a *admission) idleWindow(liveWin time.Duration) time.Duration {
 	liveWin = max(liveWin, MinIdleWindow)
+	if a.shared {
+		if a.remote == nil || a.remote.GapSamples < minIdleGaps {
+			return liveWin
+		}
+		return min(max(IdleFactor*a.remote.GapP90, MinIdleWindow), liveWin)
+	}
 	if a.idleWin == 0 {
 		return liveWin
 	}
@@ -570,6 +611,7 @@ type gateResult struct {
 	outcome Admission
 	ticket  uint64
 	held    time.Duration
+	tk      *ticket // the waiter an admission took off the queue (nil none)
 }
 
 // gate decides for one request of a session with hash h whose home is home
@@ -578,6 +620,9 @@ type gateResult struct {
 // ErrHold (a ticket in the result) or ErrOverloaded.
 func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bool, prompt int, view []ReplicaState, remote *RemoteAdmission) (gateResult, error) {
 	if home >= 0 || side || f.Continuing || a.convs[h] != nil {
+		if home >= 0 && home < len(view) && view[home].Healthy && !side {
+			a.maskFull(now, a.convs[h], home, view, remote)
+		}
 		return gateResult{outcome: AdmitPass}, nil
 	}
 	pos := a.position(f.Ticket)
@@ -621,11 +666,13 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 			}
 		}
 		out := AdmitAdmitted
+		var tk *ticket
 		if pos >= 0 {
+			tk = a.queue[pos]
 			a.drop(pos)
 			out = AdmitHeld
 		}
-		return gateResult{outcome: out, held: held}, nil
+		return gateResult{outcome: out, held: held, tk: tk}, nil
 	}
 	limit := a.cfg.MaxHold
 	if f.HoldLimit > 0 && (limit < 0 || f.HoldLimit < limit) {
@@ -657,6 +704,35 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 	}
 	a.queue[pos].polled = now
 	return gateResult{outcome: AdmitWaiting, ticket: a.queue[pos].id, held: held}, ErrHold
+}
+
+// maskFull marks unhealthy in view every replica other than home (healthy)
+// without room for counted conversation c, so a policy that moves or
+// overflows it for load moves it only where its working set fits: a move is
+// a placement of its context on the new replica, and one into a full replica
+// over-admits it as surely as a new conversation would.
+func (a *admission) maskFull(now time.Duration, c *admConv, home int, view []ReplicaState, remote *RemoteAdmission) {
+	if c == nil || !c.counted {
+		return
+	}
+	s := a.sharedPrefix()
+	_, m, learned := a.expected(now, 0)
+	need := c.ctx
+	if learned {
+		need = max(need, m)
+	}
+	var cnt counts
+	for i := range view {
+		if i == home || !view[i].Healthy || view[i].KVCapacityTokens <= 0 {
+			continue
+		}
+		if cnt.n == nil {
+			cnt = a.sums(m, learned, remote, len(view))
+		}
+		if !a.room(i, &view[i], s, need, cnt) {
+			view[i].Healthy = false
+		}
+	}
 }
 
 // routed records a routed request of the session with hash h (a new
@@ -699,6 +775,21 @@ func (a *admission) routed(now time.Duration, h, sid uint64, d Decision, ctx int
 	}
 }
 
+// rehome counts the conversation with hash h on replica i (the shared store
+// chose another replica than the policy, or kept its home).
+func (a *admission) rehome(h uint64, i int) {
+	c := a.convs[h]
+	if c == nil || c.replica == i {
+		return
+	}
+	was := c.counted
+	a.uncount(c)
+	c.replica = i
+	if was {
+		a.count(c)
+	}
+}
+
 // released ends one request of the session with hash h.
 func (a *admission) released(now time.Duration, h uint64) {
 	c := a.convs[h]
@@ -714,15 +805,17 @@ func (a *admission) released(now time.Duration, h uint64) {
 
 // observeCache samples S from a conversation's first request: the cached
 // tokens of a new conversation's first turn are the prefix it shares with the
-// conversations before it.
-func (a *admission) observeCache(h uint64, prompt, cached int) {
+// conversations before it. With shared state only a true first turn is a
+// sample (admConv.trueFirst: a router that first sees a conversation at its
+// turn 2 would sample the whole turn 1); it reports whether it sampled.
+func (a *admission) observeCache(h uint64, prompt, cached int) bool {
 	c := a.convs[h]
 	if c == nil || c.firstDone {
-		return
+		return false
 	}
 	c.firstDone = true
-	if c.requests != 1 || prompt <= 0 {
-		return
+	if c.requests != 1 || prompt <= 0 || (a.shared && !c.trueFirst) {
+		return false
 	}
 	if len(a.prefix) < prefixSamples {
 		a.prefix = append(a.prefix, cached)
@@ -730,6 +823,33 @@ func (a *admission) observeCache(h uint64, prompt, cached int) {
 		a.prefix[a.prefixPos] = cached
 	}
 	a.prefixPos = (a.prefixPos + 1) % prefixSamples
+	return true
+}
+
+// unadmit undoes routed for a new conversation (hash h) the gate admitted (g)
+// whose reservation the shared store refused: it is counted nowhere, and its
+// waiter (or a new one) is back at the head of the queue. Returns the hold.
+func (a *admission) unadmit(now time.Duration, h uint64, g gateResult) gateResult {
+	if c := a.convs[h]; c != nil {
+		a.uncount(c)
+		delete(a.convs, h)
+	}
+	switch g.outcome {
+	case AdmitAdmitted:
+		a.out.Admitted--
+	case AdmitHeld:
+		a.out.AfterHold--
+		a.out.HeldSecondsSum -= g.held.Seconds()
+	}
+	t := g.tk
+	if t == nil {
+		a.nextID++
+		t = &ticket{id: a.nextID, issued: now}
+	}
+	t.polled = now
+	a.queue = slices.Insert(a.queue, 0, t)
+	a.tickets[t.id] = t
+	return gateResult{outcome: AdmitWaiting, ticket: t.id, held: g.held}
 }
 
 func (a *admission) recordGap(g time.Duration) {
@@ -781,6 +901,9 @@ func (b *Balancer) ReleaseSession(i int, sessionKey string) {
 	}
 	if sessionKey != "" && b.adm.on() {
 		b.adm.released(now, b.sessions.hash(sessionKey))
+		if b.shared != nil {
+			b.shared.Ended(SessionID(sessionKey))
+		}
 	}
 }
 
@@ -893,6 +1016,7 @@ func (b *Balancer) Admission() AdmissionStatus {
 	var remote *RemoteAdmission
 	if b.shared != nil && a.on() {
 		remote = b.shared.RemoteAdmission()
+		a.remote = remote
 	}
 	if remote != nil {
 		st.RemoteConversations, st.RemoteQueue, st.RemoteOldestHeldS = len(remote.Convs), remote.Waiting, remote.OldestHeld.Seconds()
@@ -900,6 +1024,9 @@ func (b *Balancer) Admission() AdmissionStatus {
 	cnt := a.sums(m, learned, remote, len(b.reps))
 	st.EndedSamples, st.EndedTotal = len(a.ended), a.endedN
 	st.SharedPrefixTokens, st.SharedPrefixSamples = a.sharedPrefix(), len(a.prefix)
+	if a.remote != nil {
+		st.SharedPrefixSamples = a.remote.PrefixSamples
+	}
 	st.IdleWindowS = a.idleWindow(b.sessions.LiveWindow()).Seconds()
 	s := a.sharedPrefix()
 	for i := range b.reps {

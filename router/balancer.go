@@ -398,6 +398,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	b.view = make([]ReplicaState, len(b.reps))
 	b.sessions.grow(len(b.reps))
 	b.adm = newAdmission(cfg.Admission)
+	b.adm.shared = cfg.Shared != nil
 	b.adm.grow(len(b.reps))
 	if keyless := cfg.Keyless; keyless == KeylessPrefix || (keyless == "" && DefaultKeyless == KeylessPrefix) {
 		piece := cfg.PrefixPieceTokens
@@ -526,6 +527,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 		plan *claimPlan
 	)
 	home := -1
+	reqSide := false
 	var shResp *SharedHome
 	if sv != nil {
 		shResp = sv.response
@@ -546,14 +548,16 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 				created = b.sessions.adopt(now, h, sv.home.Replica)
 			}
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
+			reqSide = side
 			if gated {
 				// Admission (admission.go): may hold a new conversation, or
 				// leave only the replicas with room healthy in the view.
-				b.adm.expire(now, b.sessions.LiveWindow())
 				var remote *RemoteAdmission
 				if b.shared != nil {
 					remote = b.shared.RemoteAdmission()
+					b.adm.remote = remote
 				}
+				b.adm.expire(now, b.sessions.LiveWindow())
 				g, err = b.adm.gate(now, f, h, b.sessions.home(h), side, ctx, b.view, remote)
 				if err != nil {
 					return Decision{}, g.info(), nil, err
@@ -591,7 +595,15 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			}
 			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
 			if sv != nil {
-				plan = b.plan(sv, h, d)
+				if plan = b.plan(sv, h, d); plan != nil {
+					plan.gate, plan.side, plan.from = g, side, -1
+					if gated {
+						plan.res = b.reservation(g, d, h, SessionID(f.SessionKey), plan.cands)
+					}
+					if plan.res != nil && d.Reason == ReasonMoved {
+						plan.from = home
+					}
+				}
 			}
 		}
 	} else {
@@ -612,6 +624,9 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 	r.served[d.Reason]++
 	if b.shared != nil && plan == nil {
 		b.shared.Acquired(d.Replica)
+		if b.affinity && b.adm.on() && f.SessionKey != "" {
+			b.shared.Began(SessionID(f.SessionKey), reqSide)
+		}
 	}
 	return d, info, plan, nil
 }
@@ -645,8 +660,8 @@ func (b *Balancer) ObserveCache(sessionKey string, i, promptTokens, cachedTokens
 	if sessionKey == "" || !b.affinity {
 		return
 	}
-	if b.adm.on() {
-		b.adm.observeCache(b.sessions.hash(sessionKey), promptTokens, cachedTokens)
+	if b.adm.on() && b.adm.observeCache(b.sessions.hash(sessionKey), promptTokens, cachedTokens) && b.shared != nil {
+		b.shared.ObserveFirstTurn(cachedTokens)
 	}
 	b.sessions.observeCache(b.sessions.hash(sessionKey), b.now(), i, promptTokens, cachedTokens)
 }

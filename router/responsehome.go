@@ -45,8 +45,8 @@ func (b *Balancer) LearnResponse(id string, i int) time.Duration {
 	if sh == nil {
 		return 0
 	}
-	rep, _, wait, ok := sh.Claim(responseKeyPrefix+id, "", []int{i}, false)
-	if ok {
+	cr, wait, ok := sh.Claim(responseKeyPrefix+id, "", []int{i}, false, false, nil)
+	if rep := cr.Replica; ok {
 		// Claim counted one request in flight on rep; none is: undo it.
 		sh.Claimed(rep)
 		sh.Released(rep)

@@ -49,14 +49,14 @@ func (s *homeStore) Home(k string) (SharedHome, time.Duration, bool) {
 	}
 	return SharedHome{Replica: -1}, 0, true
 }
-func (s *homeStore) Claim(k, _ string, cands []int, _ bool) (int, bool, time.Duration, bool) {
+func (s *homeStore) Claim(k, _ string, cands []int, _, _ bool, _ *Reservation) (ClaimResult, time.Duration, bool) {
 	if r, ok := s.homes[k]; ok {
 		s.inflight[r]++
-		return r, true, 0, true
+		return ClaimResult{Replica: r, Adopted: true}, 0, true
 	}
 	s.homes[k] = cands[0]
 	s.inflight[cands[0]]++
-	return cands[0], false, 0, true
+	return ClaimResult{Replica: cands[0]}, 0, true
 }
 func (s *homeStore) Refresh() (time.Duration, bool)           { return 0, true }
 func (s *homeStore) Forget(string, int) (time.Duration, bool) { return 0, true }
@@ -65,6 +65,9 @@ func (s *homeStore) Released(i int)                           { s.inflight[i]-- 
 func (s *homeStore) Claimed(int)                              {}
 func (s *homeStore) Remote(int) RemoteLoad                    { return RemoteLoad{} }
 func (s *homeStore) RemoteAdmission() *RemoteAdmission        { return nil }
+func (s *homeStore) ObserveFirstTurn(int)                     {}
+func (s *homeStore) Began(uint64, bool)                       {}
+func (s *homeStore) Ended(uint64)                             {}
 
 // TestResponseHomeSharedThroughState: router A learns a response; router B,
 // which never saw it, sends its continuation to the same replica; learning

@@ -119,6 +119,10 @@ type sessEntry struct {
 	// routedAgain: a request of the session was routed after the one that
 	// created the entry (lookup found it), so unplace leaves it alone.
 	routedAgain bool
+	// offline: the home was placed while the shared store did not answer
+	// (Balancer.acquireShared), so a home another router held from before the
+	// outage wins over it when the store is back.
+	offline bool
 	// probation: on the probation list (one request so far).
 	probation    bool
 	pPrev, pNext int32 // probation list neighbours: pPrev newer, pNext older
@@ -435,6 +439,21 @@ func (t *SessionTable) unplace(h uint64, home int) bool {
 	}
 	t.remove(idx)
 	return true
+}
+
+// setOffline marks hash h's home as placed without the shared store (or,
+// off false, as one the store holds).
+func (t *SessionTable) setOffline(h uint64, off bool) {
+	if idx, ok := t.index[h]; ok {
+		t.ents[idx].offline = off
+	}
+}
+
+// offline reports whether hash h's home was placed without the shared store
+// (false for an unknown session).
+func (t *SessionTable) offline(h uint64) bool {
+	idx, ok := t.index[h]
+	return ok && t.ents[idx].offline
 }
 
 // adopt homes hash h on replica home as another router recorded it (a shared

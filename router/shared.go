@@ -36,7 +36,20 @@ type SharedState interface {
 	// Claimed, not Acquired). cands are replica indices, at least one. ok is
 	// false when the store cannot answer, or returned a replica this Balancer
 	// does not have; nothing is then counted.
-	Claim(sessionKey, expect string, cands []int, pickLeast bool) (replica int, adopted bool, wait time.Duration, ok bool)
+	//
+	// With res (a new conversation the admission gate admitted), the same step
+	// reserves room for it: only the candidates whose union of counted working
+	// sets (res.Own, the other live routers' published gates and the unexpired
+	// reservations, each conversation once) has room for res.Expected are
+	// candidates, and the reservation is kept until the admitting router's gate
+	// publishes the conversation (at most the store's key TTL). With none left
+	// it writes nothing and returns Full (the caller holds the conversation).
+	// res.Force reserves without the check (admitted at a limit).
+	//
+	// weak writes a home placed while the store did not answer (a write-back
+	// after an outage): Home reports it Weak, so a router that held another
+	// home from before the outage replaces it (Claim with expect = its Token).
+	Claim(sessionKey, expect string, cands []int, pickLeast, weak bool, res *Reservation) (c ClaimResult, wait time.Duration, ok bool)
 	// Refresh reads the other routers' in-flight counts from the store now, so
 	// that Remote gives them as they are rather than as of the last exchange.
 	// The Balancer calls it before a decision that may move a conversation for
@@ -62,9 +75,44 @@ type SharedState interface {
 	// sees (RemoteLoad). Zero when the store is unavailable.
 	Remote(i int) RemoteLoad
 	// RemoteAdmission returns what the other live routers' admission gates
-	// count and hold (their Balancer.AdmissionShare, as last exchanged); nil
+	// count and hold (their Balancer.AdmissionShare, as last exchanged), and
+	// the estimates every router learns together (S, the idle window); nil
 	// when none publishes or the store is unavailable.
 	RemoteAdmission() *RemoteAdmission
+	// ObserveFirstTurn adds one true first turn's cached tokens to the shared
+	// S samples; Began and Ended tell that a request of the conversation with
+	// SessionID id was sent (side: a side request, whose gap says nothing) or
+	// ended, so the gap from a conversation's last end to its next request is
+	// measured whatever router served either. All three are published off the
+	// request path (they must not block).
+	ObserveFirstTurn(cachedTokens int)
+	Began(id uint64, side bool)
+	Ended(id uint64)
+}
+
+// ClaimResult is what SharedState.Claim did.
+type ClaimResult struct {
+	// Replica: the session's home (index in this Balancer); Adopted: another
+	// router wrote it first; Full: a reservation found no candidate with room
+	// (nothing written, Replica -1).
+	Replica int
+	Adopted bool
+	Full    bool
+}
+
+// Reservation is the room a Claim reserves for a new conversation
+// (admission.go's rule, evaluated in the store over every router's gate).
+type Reservation struct {
+	ID     uint64 // SessionID
+	Tokens int64  // its context estimate now (its first prompt), tokens
+	// Expected is E, Shared S and Running M (0 until learned), tokens.
+	Expected, Shared, Running int64
+	// Fit[k] is cands[k]'s KVCapacityTokens x FillTarget, tokens.
+	Fit []int64
+	// Own: this gate's counted conversations (without this one).
+	Own []SharedConv
+	// Force: reserve without the check (AdmitLimit).
+	Force bool
 }
 
 // RemoteAdmission is the other routers' admission gates (SharedState.RemoteAdmission).
@@ -75,6 +123,17 @@ type RemoteAdmission struct {
 	// Waiting: their waiters, summed; OldestHeld: the longest any has waited.
 	Waiting    int
 	OldestHeld time.Duration
+	// SharedPrefix is S learned from every router's true first turns
+	// (ObserveFirstTurn; the median of the last prefixSamples), PrefixSamples
+	// how many there are (S is used from MinSharedPrefixSamples).
+	SharedPrefix  int64
+	PrefixSamples int
+	// GapP90 is the 90th percentile of the last idleSamples end-to-next-request
+	// gaps of every conversation whatever router served it (Began, Ended), on
+	// the Balancer's clock; GapSamples how many there are (used from
+	// minIdleGaps).
+	GapP90     time.Duration
+	GapSamples int
 }
 
 // RemoteConv is one conversation another router's gate counts: its replica
@@ -145,6 +204,9 @@ type SharedHome struct {
 	// Token is the store's value for the home ("" none), given back to Claim as
 	// the home a move expects to replace.
 	Token string
+	// Weak: the home was written by a router that placed it while the store did
+	// not answer (Claim's weak).
+	Weak bool
 }
 
 // RemoteLoad is the load other routers report for one replica (SharedState.Remote).
@@ -188,6 +250,93 @@ type claimPlan struct {
 	expect    string
 	cands     []int
 	pickLeast bool
+	// res: the admission reservation to make with the claim (nil none); gate
+	// what the gate decided, to undo when the store finds no room.
+	res  *Reservation
+	gate gateResult
+	side bool
+	// from: the home a move (res set) leaves, to stay on when the store finds
+	// no room at the target; -1 not a move.
+	from int
+	// weak: the home was placed while the store did not answer (SharedState.Claim).
+	weak bool
+}
+
+// reservation is the Reservation for the conversation with hash h and
+// SessionID sid on cands: a new conversation the gate admitted (g; placed), or
+// one the policy moves (moved: at its size or M, as it is counted; a re-home,
+// which must go somewhere, forced); nil for anything else (caller holds mu).
+func (b *Balancer) reservation(g gateResult, d Decision, h, sid uint64, cands []int) *Reservation {
+	if !b.adm.on() {
+		return nil
+	}
+	force := g.outcome == AdmitLimit || d.Reason == ReasonRehome
+	switch {
+	case d.Reason == ReasonPlaced && (g.outcome == AdmitAdmitted || g.outcome == AdmitHeld || g.outcome == AdmitLimit):
+	case (d.Reason == ReasonMoved || d.Reason == ReasonRehome) && g.outcome == AdmitPass:
+	default:
+		return nil
+	}
+	a := b.adm
+	c := a.convs[h]
+	if c == nil {
+		return nil
+	}
+	now := b.now()
+	e, m, learned := a.expected(now, c.ctx)
+	if !learned {
+		m = 0
+	}
+	if d.Reason != ReasonPlaced {
+		e = max(c.ctx, m)
+	}
+	r := &Reservation{ID: sid, Tokens: c.ctx, Expected: e, Shared: a.sharedPrefix(), Running: m, Force: force}
+	for _, i := range cands {
+		r.Fit = append(r.Fit, int64(float64(b.reps[i].kvCapacity)*a.cfg.FillTarget))
+	}
+	for _, cv := range a.convs {
+		if cv.counted && cv.sid != sid {
+			r.Own = append(r.Own, SharedConv{ID: cv.sid, Replica: cv.replica, Tokens: cv.ctx})
+		}
+	}
+	return r
+}
+
+// unadmit undoes the admission of the new conversation of plan, placed by d,
+// when the store found no room for it: the request is counted nowhere, the
+// session forgotten, and the waiter back at the head of the queue (caller
+// holds mu). It returns the hold's AdmitInfo.
+func (b *Balancer) unadmit(plan *claimPlan, d Decision) AdmitInfo {
+	now := b.now()
+	b.sync(now)
+	b.undoCount(d)
+	b.sessions.unplace(plan.hash, d.Replica)
+	return b.adm.unadmit(now, plan.hash, plan.gate).info()
+}
+
+// undoCount takes back the in-flight request and the served count that
+// acquireLocked gave decision d (caller holds mu and has synced).
+func (b *Balancer) undoCount(d Decision) {
+	r := &b.reps[d.Replica]
+	if r.inflight > 0 {
+		r.inflight--
+	}
+	if r.served[d.Reason] > 0 {
+		r.served[d.Reason]--
+	}
+}
+
+// startedShared tells the shared state that a request of f's session was sent
+// (Began), and marks a conversation's first placement in the store (first), whose
+// first turn's cached tokens are a sample of S (caller holds mu).
+func (b *Balancer) startedShared(f Facts, plan *claimPlan, first bool) {
+	if !b.adm.on() || f.SessionKey == "" {
+		return
+	}
+	b.shared.Began(SessionID(f.SessionKey), plan.side)
+	if c := b.adm.convs[plan.hash]; c != nil && first && !f.Continuing {
+		c.trueFirst = true
+	}
 }
 
 // acquireShared is Acquire with a SharedState: read the shared home (outside the
@@ -228,6 +377,13 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 	var view *sharedView
 	if ok {
 		view = &sharedView{home: sh}
+		if h := b.sessions.hash(f.SessionKey); sh.Weak && !b.sessions.offline(h) {
+			// A home placed during an outage, where this router holds one
+			// from before it: ours wins (its prefix is in the cache).
+			if mine := b.sessions.home(h); mine >= 0 && mine != sh.Replica && mine < len(b.reps) {
+				view.home, view.reclaim = SharedHome{Replica: mine, Token: sh.Token}, true
+			}
+		}
 	}
 	if resp != nil {
 		if view == nil {
@@ -236,39 +392,63 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 		view.response = resp
 	}
 	d, info, plan, err := b.acquireLocked(f, view)
+	if err == nil && f.SessionKey != "" && b.affinity && (view == nil || plan == nil) {
+		switch d.Reason {
+		case ReasonPlaced, ReasonRehome, ReasonMoved:
+			if view == nil {
+				b.sessions.setOffline(b.sessions.hash(f.SessionKey), true)
+			}
+		}
+	}
 	b.mu.Unlock()
 	if err != nil || plan == nil {
 		return d, info, wait, err
 	}
-	rep, adopted, w, ok := b.shared.Claim(f.SessionKey, plan.expect, plan.cands, plan.pickLeast)
+	cr, w, ok := b.shared.Claim(f.SessionKey, plan.expect, plan.cands, plan.pickLeast, plan.weak, plan.res)
 	wait += w
+	rep, adopted := cr.Replica, cr.Adopted
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !ok || rep < 0 || rep >= len(b.reps) {
-		b.shared.Acquired(d.Replica)
-		return d, info, wait, nil
-	}
-	b.shared.Claimed(rep)
 	reason := d.Reason
-	if adopted {
-		reason = ReasonSticky
+	switch {
+	case ok && cr.Full && plan.from >= 0 && plan.from < len(b.reps):
+		// A move into a replica the other routers' gates have filled since:
+		// the conversation stays home (the store's home is unchanged).
+		rep, reason = plan.from, ReasonSticky
+		b.shared.Acquired(rep)
+		b.startedShared(f, plan, false)
+	case ok && cr.Full:
+		// Another router's gate took the room first: hold, as if the local
+		// gate had found none.
+		return Decision{}, b.unadmit(plan, d), wait, ErrHold
+	case !ok || rep < 0 || rep >= len(b.reps):
+		b.shared.Acquired(d.Replica)
+		b.startedShared(f, plan, false)
+		if d.Reason != ReasonSticky {
+			b.sessions.setOffline(plan.hash, true)
+		}
+		return d, info, wait, nil
+	default:
+		b.shared.Claimed(rep)
+		if !plan.weak || adopted {
+			b.sessions.setOffline(plan.hash, false)
+		}
+		b.startedShared(f, plan, !adopted && plan.expect == "" && d.Reason == ReasonPlaced)
+		if adopted {
+			reason = ReasonSticky
+		}
 	}
 	if rep == d.Replica && reason == d.Reason {
 		return d, info, wait, nil
 	}
 	now := b.now()
 	b.sync(now)
-	old := &b.reps[d.Replica]
-	if old.inflight > 0 {
-		old.inflight--
-	}
-	if old.served[d.Reason] > 0 {
-		old.served[d.Reason]--
-	}
+	b.undoCount(d)
 	b.reps[rep].inflight++
 	b.reps[rep].served[reason]++
 	if rep != d.Replica {
 		b.sessions.adopt(now, plan.hash, rep)
+		b.adm.rehome(plan.hash, rep)
 	}
 	return Decision{Replica: rep, Reason: reason}, info, wait, nil
 }
@@ -293,11 +473,14 @@ func (b *Balancer) homeOverThreshold(key string, sh SharedHome) bool {
 }
 
 // sharedView is what the shared state said before a decision (acquireLocked).
+// reclaim: home is this router's own from before an outage, to write over the
+// weak home the store holds (Token).
 type sharedView struct {
 	home SharedHome
 	// response is the store's home of the request's previous_response_id
 	// (Facts.ResponseID), nil when not asked or unknown there.
 	response *SharedHome
+	reclaim bool
 }
 
 // plan decides whether the decision d for a session (hash h) must be written to
@@ -306,7 +489,7 @@ type sharedView struct {
 // policy places by hash); moves and the reconciling write of a home the store
 // lost keep the policy's replica.
 func (b *Balancer) plan(sv *sharedView, h uint64, d Decision) *claimPlan {
-	p := &claimPlan{hash: h, expect: sv.home.Token, cands: []int{d.Replica}}
+	p := &claimPlan{hash: h, expect: sv.home.Token, cands: []int{d.Replica}, weak: b.sessions.offline(h)}
 	switch d.Reason {
 	case ReasonPlaced, ReasonRehome:
 		if b.polName != PolicySessionHash {
@@ -321,8 +504,8 @@ func (b *Balancer) plan(sv *sharedView, h uint64, d Decision) *claimPlan {
 	case ReasonMoved:
 		return p
 	case ReasonSticky:
-		if sv.home.Token == "" {
-			return p // the store lost the home (restart, outage): write ours back
+		if sv.home.Token == "" || sv.reclaim {
+			return p // the store lost the home (restart, outage), or holds one placed during an outage: write ours back
 		}
 	}
 	return nil

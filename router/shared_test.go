@@ -14,9 +14,12 @@ type countingState struct{ inflight []int }
 func (c *countingState) Home(string) (SharedHome, time.Duration, bool) {
 	return SharedHome{Replica: -1}, 0, false
 }
-func (c *countingState) Claim(string, string, []int, bool) (int, bool, time.Duration, bool) {
-	return -1, false, 0, false
+func (c *countingState) Claim(string, string, []int, bool, bool, *Reservation) (ClaimResult, time.Duration, bool) {
+	return ClaimResult{Replica: -1}, 0, false
 }
+func (c *countingState) ObserveFirstTurn(int)                     {}
+func (c *countingState) Began(uint64, bool)                       {}
+func (c *countingState) Ended(uint64)                             {}
 func (c *countingState) Refresh() (time.Duration, bool)           { return 0, false }
 func (c *countingState) Forget(string, int) (time.Duration, bool) { return 0, false }
 func (c *countingState) Acquired(i int)                           { c.inflight[i]++ }

@@ -15,6 +15,7 @@ import (
 func newCompareCmd() *cobra.Command {
 	var (
 		failOn   []string
+		force    bool
 		mismatch bool
 		strict   bool
 		mdOut    string
@@ -23,9 +24,11 @@ func newCompareCmd() *cobra.Command {
 		Use:   "compare RUN_A RUN_B",
 		Short: "Compare two runs stage by stage; non-zero exit when a threshold is crossed",
 		Long: `Prints, per variant and stage, each column of run A and run B, the change A -> B
-and whether it is beyond the noise. Refuses when the two runs used different
-workloads (scenarios), unless --allow-scenario-mismatch; two seeds of one scenario
-compare (with a note), which is how to see the workload's own noise.
+and whether it is beyond the noise. Refuses (exit 1, saying why) when the two
+runs ran in different worlds (one in virtual time, one over HTTP: manifest.json
+mode), used different workloads (scenarios, naming the fields) or different
+engines, unless --force; two seeds of one scenario compare (with a note), which
+is how to see the workload's own noise.
 A gate crossed exits 4; bad arguments (including a gate naming a variant in
 neither run) exit 1.
 
@@ -56,7 +59,7 @@ Examples:
   warden compare results/llama-off results/llama-on --out results/llama-off-on.md`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := report.CompareOptions{AllowScenarioMismatch: mismatch, StrictGates: strict}
+			opts := report.CompareOptions{Force: force || mismatch, StrictGates: strict}
 			for _, s := range failOn {
 				t, err := report.ParseThreshold(s)
 				if err != nil {
@@ -77,6 +80,9 @@ Examples:
 					return errors.Join(err, fmt.Errorf("--out: %w", werr))
 				}
 			}
+			if errors.Is(err, report.ErrWorldMismatch) || errors.Is(err, report.ErrScenarioMismatch) || errors.Is(err, report.ErrEngineMismatch) {
+				return fmt.Errorf("%w\n(--force compares them anyway)", err)
+			}
 			if errors.Is(err, report.ErrThresholdExceeded) {
 				return &exitError{code: ExitGate, err: err}
 			}
@@ -84,7 +90,9 @@ Examples:
 		},
 	}
 	cmd.Flags().StringArrayVar(&failOn, "fail-on", nil, "regression gate, repeatable (see above)")
+	cmd.Flags().BoolVar(&force, "force", false, "compare runs of different worlds (virtual vs HTTP), scenarios or engines anyway")
 	cmd.Flags().BoolVar(&mismatch, "allow-scenario-mismatch", false, "compare runs of different scenarios anyway")
+	_ = cmd.Flags().MarkDeprecated("allow-scenario-mismatch", "use --force")
 	cmd.Flags().StringVar(&mdOut, "out", "", "for an off -> on pair of runs: write the off -> on table as markdown to this file")
 	cmd.Flags().BoolVar(&strict, "strict-gates", false, "fail on a change past a limit even when it is within the run's noise")
 	return cmd

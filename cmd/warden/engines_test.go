@@ -49,7 +49,7 @@ func TestBenchServersWithoutMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"- missing: replicas busy, prefix hits % n/a (series running, waiting, kv_usage, prefix_queries, prefix_hits, prompt_tokens, generation_tokens, preemptions) on r0: metrics off: GET /metrics answered 501 (llama-server needs --metrics)",
+		"- missing: replicas busy, prefix hits % n/a (series running, waiting, kv_usage, prefix_queries, prefix_hits, prompt_tokens, generation_tokens, preemptions, prompt_computed_tokens) on r0: metrics off: GET /metrics answered 501 (llama-server needs --metrics)",
 		"on r1: metrics off: GET /metrics answered 404 (sglang.launch_server needs --enable-metrics)",
 	} {
 		if !strings.Contains(string(md), want) {

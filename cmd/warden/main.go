@@ -109,7 +109,7 @@ cache, and measures with numbers what that routing does.
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd(), newPlanCmd(), newTraceCmd())
+	root.AddCommand(newVersionCmd(), newSimCmd(), newRouteCmd(), newBenchCmd(), newReportCmd(), newCompareCmd(), newStudyCmd(), newPlanCmd(), newTraceCmd(), newProxyBenchCmd())
 	for _, c := range append(root.Commands(), root) {
 		if c.Long == "" {
 			c.Long = c.Short

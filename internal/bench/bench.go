@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -33,7 +32,6 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
-	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/virtual"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
@@ -42,7 +40,6 @@ import (
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim"
-	"github.com/lmwarden/warden/sim/simhttp"
 )
 
 // Defaults of a benchmark run.
@@ -239,249 +236,6 @@ func listen(ctx context.Context, wg *sync.WaitGroup, h http.Handler) (string, fu
 // header and usage cached % from the responses.
 const NoReplicasNote = "no --replicas given: the harness cannot scrape the engines behind the router; " +
 	"replicas busy and prefix hits % are n/a (stayed % from the router's X-Warden-Replica header, usage cached % from the responses)"
-
-// progressOr returns w, or io.Discard for nil.
-func progressOr(w io.Writer) io.Writer {
-	if w == nil {
-		return io.Discard
-	}
-	return w
-}
-
-func runHTTP(ctx context.Context, o Options) error {
-	var (
-		wg       sync.WaitGroup
-		cleanups []func()
-	)
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-		wg.Wait()
-	}()
-	runCtx, cancelBackground := context.WithCancel(context.Background())
-	cleanups = append(cleanups, cancelBackground)
-
-	clock := simclock.NewScaled(1)
-	rc := loadgenhttp.RunConfig{
-		Scenario: o.Scenario, Clock: clock, ResultsDir: o.OutDir, Progress: o.Progress,
-		RunID: o.RunID, Versions: versions(), Policy: o.Policy,
-	}
-	if (o.RouterURL != "" || len(o.Replicas) > 0) && o.Scenario.SimulatesServerSide() {
-		// Real servers: the real network and API server provide these.
-		rc.Scenario = o.Scenario.ForRealServers()
-		note := fmt.Sprintf("scenario's simulated rtt %s and api_servers %d not applied: real servers (the real network and API server provide them)", o.Scenario.RTT, o.Scenario.APIServers)
-		rc.Notes = append(rc.Notes, note)
-		if o.Progress != nil {
-			fmt.Fprintln(o.Progress, "note: "+note)
-		}
-	}
-	var specs []string
-	switch {
-	case o.RouterURL != "":
-		if len(o.Replicas) == 0 {
-			// Turns, TTFB, usage and stayed % (the router's X-Warden-Replica
-			// header) need only the router; the engine columns need /metrics.
-			rc.Notes = append(rc.Notes, NoReplicasNote)
-			fmt.Fprintf(progressOr(o.Progress), "note: %s\n", NoReplicasNote)
-		}
-		specs = withDPRanks(o.Replicas, o.DPRanks)
-		routers := splitURLs(o.RouterURL)
-		rc.BaseURL, rc.BaseURLs = routers[0], routers
-		rc.Target = "router " + strings.Join(routers, " ")
-		admins := splitURLs(o.AdminURL)
-		if len(admins) == 0 {
-			return errors.New("bench: --router needs --admin-url (the router's admin API root) to switch affinity between variants")
-		}
-		if len(admins) != 1 && len(admins) != len(routers) {
-			return fmt.Errorf("bench: --admin-url has %d roots for %d routers: give one per router, in the same order", len(admins), len(routers))
-		}
-		rc.SetAffinity = adminSwitchAll(admins, o.AdminToken)
-	case len(o.Replicas) > 0:
-		specs = withDPRanks(o.Replicas, o.DPRanks)
-		rc.Target = "vllm " + strings.Join(specs, " ")
-	default:
-		clock = simclock.NewScaled(o.Speed)
-		rc.Clock = clock
-		cl, err := simhttp.Start(runCtx, simhttp.Config{
-			Replicas: o.SimReplicas, Profile: o.Profile, Speed: o.Speed, Clock: clock,
-			DevMode: true, MaxNumSeqs: o.MaxNumSeqs, APIServers: o.Scenario.APIServers,
-		})
-		if err != nil {
-			return fmt.Errorf("bench: starting simulated cluster: %w", err)
-		}
-		cleanups = append(cleanups, cl.Close)
-		specs = cl.URLs()
-		rc.Target = fmt.Sprintf("simulator %d x %s at speed %g", o.SimReplicas, o.Profile, o.Speed)
-		rc.Mode = "http-sim"
-		rc.Profile = o.Profile
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "simulated cluster: %d replicas of %s at %gx speed: %s\n", o.SimReplicas, o.Profile, o.Speed, strings.Join(specs, " "))
-		}
-	}
-	rcfgs, err := replicaConfigs(specs)
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	var servers []string
-	for _, r := range rcfgs {
-		servers = append(servers, r.URL)
-	}
-	progress := o.Progress
-	if progress == nil {
-		progress = io.Discard
-	}
-	if o.RouterURL != "" && len(rcfgs) > 0 {
-		nameLikeRouter(ctx, progress, rcfgs, splitURLs(o.AdminURL)[0], o.AdminToken)
-	}
-	hc := &http.Client{}
-	if o.APIKey != "" {
-		auth := http.Header{"Authorization": {"Bearer " + o.APIKey}}
-		rc.Header = auth
-		hc.Transport = routerhttp.BearerTransport(nil, o.APIKey)
-	}
-	kind := engines.KindVLLM // the embedded simulator
-	if len(o.Replicas) > 0 {
-		if kind, err = engines.ParseKind(o.Engine); err != nil {
-			return fmt.Errorf("bench: --engine: %w", err)
-		}
-	}
-	probed, err := PreflightEngines(ctx, progress, servers, kind, o.Scenario, hc)
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	for i, r := range rcfgs {
-		if k := probed[i].Info.Kind; r.DPRanks > 0 && k != engines.KindVLLM {
-			// Rank pinning (X-Data-Parallel-Rank) and the per-rank engine
-			// label are vLLM's: another engine's /metrics would be read as
-			// vLLM ranks it does not have.
-			return fmt.Errorf("bench: %s is %s (%s): DP ranks (--dp-ranks, dp_ranks=) are vLLM's only; give each %s server as its own --replicas URL", r.URL, k, probed[i].Info.Evidence, k)
-		}
-	}
-	pinNotes, err := checkPinning(ctx, progress, rcfgs, o.Scenario.Model, o.SkipPinningCheck, hc)
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	rc.Notes = append(rc.Notes, pinNotes...)
-	kinds := make([]engines.Kind, len(rcfgs))
-	noReset := map[engines.Kind]bool{}
-	allVLLM := true
-	slots := 0         // fewest slots of a slot-based server (llama.cpp), 0 none
-	var serverOf []int // rc.Replicas[j] is served by rcfgs[serverOf[j]]
-	for i, r := range rcfgs {
-		name := r.Name
-		if name == "" {
-			name = router.ReplicaName(i)
-		}
-		base := strings.TrimRight(r.URL, "/")
-		es := probed[i]
-		k := es.Info.Kind
-		kinds[i] = k
-		if k == engines.KindVLLM {
-			rc.ResetURLs = append(rc.ResetURLs, base)
-		} else {
-			allVLLM = false
-			if p := engines.CapabilityOf(k).ResetPrefixCache; p.Path != "" {
-				rc.ResetTargets = append(rc.ResetTargets, loadgenhttp.ResetTarget{Method: p.Method, URL: base + p.Path})
-			} else {
-				noReset[k] = true
-			}
-			if n, ok := es.Info.Slots.Get(); ok && n > 0 && k == engines.KindLlamaCpp && (slots == 0 || int(n) < slots) {
-				slots = int(n)
-			}
-		}
-		if r.DPRanks > 0 {
-			for k := 0; k < r.DPRanks; k++ {
-				rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: router.RankName(name, k), URL: base + wire.PathMetrics, Engine: fmt.Sprint(k)})
-				serverOf = append(serverOf, i)
-			}
-		} else {
-			rc.Replicas = append(rc.Replicas, loadgenhttp.ReplicaMetrics{Name: name, URL: base + wire.PathMetrics, Kind: k, MetricsOff: es.MetricsOff})
-			serverOf = append(serverOf, i)
-		}
-	}
-	if !allVLLM {
-		// Record every replica's engine once any is not vLLM, so a mixed run
-		// says which columns come from where.
-		rc.Engines = nil
-		for j, rm := range rc.Replicas {
-			rc.Engines = append(rc.Engines, replicaEngine(rm.Name, probed[serverOf[j]]))
-		}
-		rc.Target = "engines " + strings.Join(specs, " ")
-		for _, n := range report.MissingColumns(&loadgen.Manifest{Engines: rc.Engines}) {
-			fmt.Fprintf(progress, "pre-flight: missing: %s\n", n)
-		}
-	}
-	for _, k := range engines.Kinds {
-		if noReset[k] {
-			n := NoResetNote(k)
-			rc.Notes = append(rc.Notes, n)
-			fmt.Fprintf(progress, "pre-flight: note: %s\n", n)
-		}
-	}
-	if o.Scenario.Trace != nil {
-		if err := calibrateTrace(ctx, progress, &rc, servers[0], kinds[0], probed, hc); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-	}
-	if slots > 0 && !o.maxNumSeqsGiven {
-		// A slot-based server runs at most its slots at once: that is its
-		// max_num_seqs for the router (and its overflow rule, SlotBased).
-		o.MaxNumSeqs = slots
-		fmt.Fprintf(progress, "pre-flight: max_num_seqs %d from the servers' slots (GET /props total_slots)\n", slots)
-	}
-	if rc.BaseURL == "" {
-		rcfg, err := routerhttp.ConfigForURLs(specs, true)
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		rcfg.Clock = clock
-		rcfg.AdminToken = DefaultAdminToken
-		rcfg.SkipPinningCheck = true // checked in the pre-flight, before any stage
-		rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		for i := range rcfg.Models {
-			for j := range rcfg.Models[i].Replicas {
-				if j < len(kinds) && kinds[j] != engines.KindVLLM {
-					rcfg.Models[i].Replicas[j].Engine = string(kinds[j])
-				}
-			}
-			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
-			rcfg.Models[i].OverflowThreshold = routerhttp.Threshold(o.OverflowThreshold)
-			rcfg.Models[i].Policy = o.Policy
-			rcfg.Models[i].Keyless = o.Keyless
-			rcfg.Models[i].Admission = routerhttp.AdmissionYAML(o.Admission)
-		}
-		rc.Admission = virtual.ManifestAdmission(o.Admission)
-		rt, err := routerhttp.New(rcfg)
-		if err != nil {
-			return fmt.Errorf("bench: starting router: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = rt.Run(runCtx)
-		}()
-		apiURL, stopAPI, err := listen(runCtx, &wg, rt.Handler())
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		cleanups = append(cleanups, stopAPI)
-		adminURL, stopAdmin, err := listen(runCtx, &wg, rt.AdminHandler())
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		cleanups = append(cleanups, stopAdmin)
-		rc.BaseURL = apiURL
-		rc.SetAffinity = adminSwitch(adminURL, DefaultAdminToken)
-		if o.Progress != nil {
-			// Where Handler and AdminHandler serve them (docs/router.md
-			// section 8): the card on both listeners, /status on the admin one.
-			fmt.Fprintf(o.Progress, "router: %s (card at /status/card); admin %s (token %s; /status and /status/card)\n", apiURL, adminURL, DefaultAdminToken)
-		}
-	}
-	_, err = loadgenhttp.Run(ctx, rc)
-	return err
-}
 
 // checkPinning runs routerhttp.CheckDPPinning on every server with more than one DP
 // rank, prints each verdict to w and returns it as a manifest note (so the

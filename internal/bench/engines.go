@@ -152,8 +152,12 @@ func metricsFlag(k engines.Kind) string {
 func replicaEngine(name string, es EngineServer) loadgen.ReplicaEngine {
 	k := es.Info.Kind
 	c := engines.CapabilityOf(k)
+	var seen *engines.Stats
+	if m := es.Info.Metrics; m != nil && len(m.Ranks) > 0 {
+		seen = m.Ranks[0]
+	}
 	re := loadgen.ReplicaEngine{Replica: name, Kind: string(k), Evidence: es.Info.Evidence,
-		Columns: loadgenhttp.EngineColumns(k, es.MetricsOff)}
+		Columns: loadgenhttp.EngineColumns(k, es.MetricsOff, seen)}
 	if p := c.ResetPrefixCache; p.Path != "" {
 		re.ResetPrefixCache = p.Method + " " + p.Path
 	} else {

@@ -64,6 +64,10 @@ type Config struct {
 	CacheReport bool
 	// TokenDelay is slept between streamed tokens (0: none).
 	TokenDelay time.Duration
+	// MetricsDelay is slept before answering GET /metrics (llama.cpp only; 0:
+	// none): llama-server answers /metrics from its busy loop, 1-3 s late
+	// during a long prefill (issue 24, a real 4-server fleet).
+	MetricsDelay time.Duration
 }
 
 // New returns the stand-in for cfg.Kind as an http.Handler. Errors: a kind other
@@ -81,7 +85,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.KVTokens == 0 {
 		cfg.KVTokens = cfg.Slots * cfg.ContextLen
 	}
-	if cfg.Slots < 0 || cfg.ContextLen < 0 || cfg.KVTokens < 0 || cfg.TokenDelay < 0 {
+	if cfg.Slots < 0 || cfg.ContextLen < 0 || cfg.KVTokens < 0 || cfg.TokenDelay < 0 || cfg.MetricsDelay < 0 {
 		return nil, fmt.Errorf("configuring the engine stand-in: negative size in %+v", cfg)
 	}
 	switch cfg.Kind {

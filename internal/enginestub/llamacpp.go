@@ -155,6 +155,13 @@ func (s *llamaCpp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.recs["metrics-disabled.txt"].serve(w)
 			return
 		}
+		if d := s.cfg.MetricsDelay; d > 0 {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
 		s.serveMetrics(w)
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/chat/completions"):
 		s.serveChat(w, r)

@@ -95,7 +95,10 @@ type run struct {
 	cfg      Config
 	sc       *loadgen.Scenario
 	sched    scheduler
+	ecfg     sim.EngineConfig      // every engine's, for a fresh set per variant
+	bcfg     router.BalancerConfig // the router's, for a fresh one per variant
 	engines  []*sim.Engine
+	engVar   int // the variant the engines were built for: evStep events of older ones are stale
 	busy     []bool
 	names    []string
 	bal      *router.Balancer
@@ -165,19 +168,13 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		ending:  map[string]*flight{},
 		wall:    time.Now(),
 	}
-	ecfg := cfg.Engine
-	ecfg.EmitTokens = true
+	r.ecfg = cfg.Engine
+	r.ecfg.EmitTokens = true
 	for i := 0; i < cfg.Replicas; i++ {
-		e, err := sim.NewEngine(ecfg)
-		if err != nil {
-			return nil, fmt.Errorf("virtual run: building engine %d: %w", i, err)
-		}
-		r.engines = append(r.engines, e)
 		r.names = append(r.names, router.ReplicaName(i))
 	}
-	r.busy = make([]bool, cfg.Replicas)
-	if sc.APIServers > 0 {
-		r.fe = sim.NewFrontend(r.engines[0].Config().Profile.Frontend, sc.APIServers)
+	if err := r.freshEngines(); err != nil {
+		return nil, err
 	}
 	bcfg := cfg.Balancer
 	bcfg.Replicas = r.names
@@ -199,11 +196,10 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		bcfg.PrefixPieceTokens = r.engines[0].Config().BlockSize
 	}
 	r.pieceTokens = bcfg.PrefixPieceTokens
-	bal, err := router.NewBalancer(bcfg)
-	if err != nil {
-		return nil, fmt.Errorf("virtual run: %w", err)
+	r.bcfg = bcfg
+	if err := r.freshBalancer(); err != nil {
+		return nil, err
 	}
-	r.bal = bal
 	r.w = loadgen.NewWorkload(sc)
 	if sc.Trace != nil {
 		r.synth = traceSynth(sc.Trace)
@@ -248,7 +244,9 @@ func (r *run) loopEvents(ctx context.Context) error {
 		t := ev.at
 		switch ev.kind {
 		case evStep:
-			r.step(ev.idx, t)
+			if ev.variant == r.engVar { // else an engine of an earlier variant
+				r.step(ev.idx, t)
+			}
 			continue
 		}
 		if ev.variant != r.variant || r.loop == nil {
@@ -312,8 +310,41 @@ func (r *run) loopEvents(ctx context.Context) error {
 	}
 }
 
+// freshEngines builds the engines (and the API-server model) as at the run's
+// start, for variant r.variant.
+func (r *run) freshEngines() error {
+	r.engines = r.engines[:0]
+	for i := range r.names {
+		e, err := sim.NewEngine(r.ecfg)
+		if err != nil {
+			return fmt.Errorf("virtual run: building engine %d: %w", i, err)
+		}
+		r.engines = append(r.engines, e)
+	}
+	r.engVar = r.variant
+	r.busy = make([]bool, len(r.names))
+	r.fe = nil
+	if r.sc.APIServers > 0 {
+		r.fe = sim.NewFrontend(r.engines[0].Config().Profile.Frontend, r.sc.APIServers)
+	}
+	return nil
+}
+
+// freshBalancer builds the router as at the run's start: no sessions, no
+// learned estimates, the tie-break RNG at its seed.
+func (r *run) freshBalancer() error {
+	bal, err := router.NewBalancer(r.bcfg)
+	if err != nil {
+		return fmt.Errorf("virtual run: %w", err)
+	}
+	r.bal = bal
+	return nil
+}
+
 // startVariant prepares the engines and the router for variant v and schedules its
-// stages, starting now.
+// stages, starting now. Every variant after the first gets a fresh router and,
+// unless the scenario keeps caches warm (reset_cache: false), fresh engines:
+// each variant then runs as it would alone, whatever ran before it.
 func (r *run) startVariant(v int) {
 	name := r.sc.Variants[v]
 	aff, err := loadgen.AffinityOf(name)
@@ -321,17 +352,18 @@ func (r *run) startVariant(v int) {
 		r.errs = append(r.errs, fmt.Errorf("virtual run: variant %q: %w", name, err))
 	}
 	now := r.sched.now
-	if r.sc.ResetCache == nil || *r.sc.ResetCache {
-		for i, e := range r.engines {
-			if !e.ResetPrefixCache() {
-				r.errs = append(r.errs, fmt.Errorf("virtual run: resetting prefix cache of %s before %q: blocks in use", r.names[i], name))
-			}
+	r.variant = v
+	if v > 0 {
+		if r.sc.ResetCache == nil || *r.sc.ResetCache {
+			err = r.freshEngines()
+		}
+		err = errors.Join(err, r.freshBalancer())
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("virtual run: variant %q: %w", name, err))
 		}
 	}
 	r.bal.SetAffinity(aff)
-	r.bal.ResetSessions()
 	r.caches = map[int64]*tokCache{}
-	r.variant = v
 	if r.sc.Trace != nil {
 		tl, err := loadgen.NewTraceLoop(r.sc, name, now, r.fleetKVTokens())
 		if err != nil {
@@ -568,7 +600,7 @@ func (r *run) toEngine(id string, f *flight, t time.Duration) {
 	}
 	if !r.busy[f.replica] {
 		r.busy[f.replica] = true
-		r.sched.at(event{at: t, kind: evStep, idx: f.replica})
+		r.sched.at(event{at: t, kind: evStep, idx: f.replica, variant: r.engVar})
 	}
 }
 
@@ -675,7 +707,7 @@ func (r *run) step(i int, t time.Duration) {
 	r.stepEvents(t, res.Events)
 	r.busy[i] = res.Busy
 	if res.Busy {
-		r.sched.at(event{at: res.NextAt, kind: evStep, idx: i})
+		r.sched.at(event{at: res.NextAt, kind: evStep, idx: i, variant: r.engVar})
 	}
 }
 
@@ -728,7 +760,7 @@ func (r *run) poll(t time.Duration) {
 			Running: float64(st.Running), Waiting: float64(st.Waiting), KVUsage: st.KVUsage,
 			PrefixQueries: float64(st.PrefixQueries), PrefixHits: float64(st.PrefixHits),
 			PromptTokens: float64(st.PromptTokens), GenerationTokens: float64(st.GenerationTokens),
-			Preemptions: float64(st.Preemptions),
+			Preemptions: float64(st.Preemptions), PromptComputedTokens: float64(st.PromptComputed),
 		})
 		if err != nil {
 			r.errs = append(r.errs, err)

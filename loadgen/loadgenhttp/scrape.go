@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
@@ -52,7 +53,7 @@ var RequiredSeries = []string{
 	vllmmetrics.GenerationTokens,
 }
 
-// DefaultScrapeTimeout bounds (wall) one scrape of all replicas.
+// DefaultScrapeTimeout bounds (wall) the fetch of one replica's /metrics.
 const DefaultScrapeTimeout = 5 * time.Second
 
 // Scraper reads the /metrics of a set of replicas into SeriesSamples.
@@ -60,14 +61,25 @@ type Scraper struct {
 	Replicas []ReplicaMetrics
 	HTTP     *http.Client   // nil = http.DefaultClient
 	Clock    simclock.Clock // stamps the samples (simulated time)
-	Timeout  time.Duration  // wall, per scrape of all replicas; 0 = DefaultScrapeTimeout
+	Timeout  time.Duration  // wall, per fetch of one URL; 0 = DefaultScrapeTimeout
 }
 
-// Scrape fetches each distinct URL once and returns one sample per replica it could
-// read, stamped with the simulated instant the body was read. The error joins every
-// problem: a URL that could not be fetched or parsed (its replicas get no sample), an
-// engine label not found, and required series missing (that sample carries NaN for
-// them). Series a replica lacks are NaN in its sample, never 0.
+// fetched is one URL's /metrics as one Scrape read it.
+type fetched struct {
+	snap *vllmmetrics.Snapshot
+	eng  *engines.Snapshot // other kinds than vLLM
+	err  error
+	t    time.Duration // simulated instant the body was read
+}
+
+// Scrape fetches each distinct URL once, all at once (each with its own
+// Timeout: a server slow to answer, such as llama-server during a long
+// prefill, neither delays nor times out the others), and returns one sample
+// per replica it could read, in Replicas order, each stamped with the
+// simulated instant its own body was read. The error joins every problem: a
+// URL that could not be fetched or parsed (its replicas get no sample), an
+// engine label not found, and required series missing (that sample carries
+// NaN for them). Series a replica lacks are NaN in its sample, never 0.
 func (s *Scraper) Scrape(ctx context.Context, variant string) ([]loadgen.SeriesSample, error) {
 	client := s.HTTP
 	if client == nil {
@@ -77,68 +89,63 @@ func (s *Scraper) Scrape(ctx context.Context, variant string) ([]loadgen.SeriesS
 	if timeout <= 0 {
 		timeout = DefaultScrapeTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	type got struct {
-		snap *vllmmetrics.Snapshot
-		eng  *engines.Snapshot // other kinds than vLLM
-		err  error
-		t    time.Duration
-	}
-	byURL := map[string]*got{}
-	var errs []error
-	var out []loadgen.SeriesSample
+	byURL := map[string]*fetched{}
+	var urls []string // first-seen order, for the errors' order
+	kindOf := map[string]engines.Kind{}
 	for _, rm := range s.Replicas {
-		if rm.MetricsOff != "" {
+		if rm.MetricsOff != "" || byURL[rm.URL] != nil {
 			continue
 		}
+		byURL[rm.URL] = &fetched{}
+		urls = append(urls, rm.URL)
+		kindOf[rm.URL] = rm.Kind
+	}
+	var wg sync.WaitGroup
+	for _, u := range urls {
+		g, k := byURL[u], kindOf[u]
+		wg.Go(func() {
+			fctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			if isVLLM(k) {
+				g.snap, g.err = scrape.Fetch(fctx, client, u, UserAgent)
+			} else {
+				g.eng, g.err = scrape.FetchEngine(fctx, client, u, UserAgent, k)
+			}
+			g.t = s.Clock.Now()
+		})
+	}
+	wg.Wait()
+	var errs []error
+	for _, u := range urls {
+		if err := byURL[u].err; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var out []loadgen.SeriesSample
+	for _, rm := range s.Replicas {
+		g := byURL[rm.URL]
+		if rm.MetricsOff != "" || g.err != nil {
+			continue
+		}
+		var smp loadgen.SeriesSample
 		if !isVLLM(rm.Kind) {
-			g := byURL[rm.URL]
-			if g == nil {
-				g = &got{}
-				g.eng, g.err = scrape.FetchEngine(ctx, client, rm.URL, UserAgent, rm.Kind)
-				g.t = s.Clock.Now()
-				byURL[rm.URL] = g
-				if g.err != nil {
-					errs = append(errs, g.err)
-				}
-			}
-			if g.err != nil {
-				continue
-			}
 			if len(g.eng.Ranks) == 0 {
 				errs = append(errs, fmt.Errorf("replica %q (%s): no %s series at all", rm.Name, rm.URL, rm.Kind))
 				continue
 			}
-			smp := sampleOfStats(rm.Kind, g.eng.Ranks[0])
-			smp.Variant, smp.Replica = variant, rm.Name
-			smp.T = g.t
-			out = append(out, smp)
-			continue
-		}
-		g := byURL[rm.URL]
-		if g == nil {
-			g = &got{}
-			g.snap, g.err = scrape.Fetch(ctx, client, rm.URL, UserAgent)
-			g.t = s.Clock.Now()
-			byURL[rm.URL] = g
-			if g.err != nil {
-				errs = append(errs, g.err)
+			smp = sampleOfStats(rm.Kind, g.eng.Ranks[0])
+		} else {
+			e, err := pickEngine(g.snap, rm.Engine)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("replica %q (%s): %w", rm.Name, rm.URL, err))
+				continue
 			}
+			one := &vllmmetrics.Snapshot{Engines: []*vllmmetrics.Engine{e}}
+			if err := one.Require(RequiredSeries...); err != nil {
+				errs = append(errs, fmt.Errorf("replica %q (%s): %w", rm.Name, rm.URL, err))
+			}
+			smp = sampleOf(e)
 		}
-		if g.err != nil {
-			continue
-		}
-		e, err := pickEngine(g.snap, rm.Engine)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("replica %q (%s): %w", rm.Name, rm.URL, err))
-			continue
-		}
-		one := &vllmmetrics.Snapshot{Engines: []*vllmmetrics.Engine{e}}
-		if err := one.Require(RequiredSeries...); err != nil {
-			errs = append(errs, fmt.Errorf("replica %q (%s): %w", rm.Name, rm.URL, err))
-		}
-		smp := sampleOf(e)
 		smp.Variant, smp.Replica = variant, rm.Name
 		smp.T = g.t
 		out = append(out, smp)
@@ -204,7 +211,18 @@ func sampleOf(e *vllmmetrics.Engine) loadgen.SeriesSample {
 		PromptTokens:     v(vllmmetrics.PromptTokens, e.PromptTokens),
 		GenerationTokens: v(vllmmetrics.GenerationTokens, e.GenerationTokens),
 		Preemptions:      v(vllmmetrics.NumPreemptions, e.Preemptions),
+
+		PromptComputedTokens: localCompute(e),
 	}
+}
+
+// localCompute is vllm:prompt_tokens_by_source_total{source="local_compute"}
+// (vLLM v1/metrics/loggers.py, newer servers only), NaN when absent.
+func localCompute(e *vllmmetrics.Engine) float64 {
+	if v, ok := e.PromptBySource["local_compute"]; ok {
+		return v
+	}
+	return math.NaN()
 }
 
 func isVLLM(k engines.Kind) bool { return k == "" || k == engines.KindVLLM }
@@ -242,37 +260,54 @@ func sampleOfStats(k engines.Kind, st *engines.Stats) loadgen.SeriesSample {
 		PromptTokens:     v(st.PromptTokens),
 		GenerationTokens: v(st.GenerationTokens),
 		Preemptions:      v(st.Preemptions),
+
+		PromptComputedTokens: v(st.PromptComputedTokens),
 	}
 }
 
 // SeriesColumns maps each series.csv column the scraper fills to the engine
-// figure it comes from (engines.Capability).
+// figure it comes from (engines.Capability) and to its value in a sample
+// (Value).
 var SeriesColumns = []struct {
 	Column string
 	Figure engines.Figure
+	Value  func(loadgen.SeriesSample) float64
 }{
-	{"running", engines.FigRunning},
-	{"waiting", engines.FigWaiting},
-	{"kv_usage", engines.FigKVUsage},
-	{"prefix_queries", engines.FigPrefixQueries},
-	{"prefix_hits", engines.FigPrefixHits},
-	{"prompt_tokens", engines.FigPromptTokens},
-	{"generation_tokens", engines.FigGenerationTokens},
-	{"preemptions", engines.FigPreemptions},
+	{"running", engines.FigRunning, func(s loadgen.SeriesSample) float64 { return s.Running }},
+	{"waiting", engines.FigWaiting, func(s loadgen.SeriesSample) float64 { return s.Waiting }},
+	{"kv_usage", engines.FigKVUsage, func(s loadgen.SeriesSample) float64 { return s.KVUsage }},
+	{"prefix_queries", engines.FigPrefixQueries, func(s loadgen.SeriesSample) float64 { return s.PrefixQueries }},
+	{"prefix_hits", engines.FigPrefixHits, func(s loadgen.SeriesSample) float64 { return s.PrefixHits }},
+	{"prompt_tokens", engines.FigPromptTokens, func(s loadgen.SeriesSample) float64 { return s.PromptTokens }},
+	{"generation_tokens", engines.FigGenerationTokens, func(s loadgen.SeriesSample) float64 { return s.GenerationTokens }},
+	{"preemptions", engines.FigPreemptions, func(s loadgen.SeriesSample) float64 { return s.Preemptions }},
+	{"prompt_computed_tokens", engines.FigPromptComputed, func(s loadgen.SeriesSample) float64 { return s.PromptComputedTokens }},
 }
 
 // EngineColumns describes where each series.csv column of a replica of kind k
 // comes from (the capability's source), or why it is missing: the engine lacks
-// the figure (its capability note), or metricsOff (the replica's /metrics cannot
-// be read) empties every column with that reason.
-func EngineColumns(k engines.Kind, metricsOff string) []loadgen.ColumnSource {
+// the figure (its capability note), metricsOff (the replica's /metrics cannot
+// be read) empties every column with that reason, and seen, the replica's
+// /metrics as read once before the run (nil: not read), marks a column whose
+// source that server did not export (an older or newer build than the one the
+// capability was read from) "not exported by this server".
+func EngineColumns(k engines.Kind, metricsOff string, seen *engines.Stats) []loadgen.ColumnSource {
 	c := engines.CapabilityOf(k)
+	var seenSample *loadgen.SeriesSample
+	if seen != nil {
+		st := *seen // sampleOfStats fills SGLang's counters in
+		smp := sampleOfStats(k, &st)
+		seenSample = &smp
+	}
 	var out []loadgen.ColumnSource
 	for _, col := range SeriesColumns {
 		fs, ok := c.Source(col.Figure)
 		switch {
 		case metricsOff != "":
 			out = append(out, loadgen.ColumnSource{Column: col.Column, Missing: metricsOff})
+		case ok && seenSample != nil && math.IsNaN(col.Value(*seenSample)):
+			out = append(out, loadgen.ColumnSource{Column: col.Column,
+				Missing: fmt.Sprintf("not exported by this server: %s absent from its /metrics at the pre-flight scrape", fs.Source)})
 		case ok:
 			out = append(out, loadgen.ColumnSource{Column: col.Column, Source: fs.Source})
 		default:

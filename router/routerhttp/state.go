@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp/redisstate"
@@ -57,9 +58,13 @@ func openState(cfg Config) (*redisstate.Store, error) {
 	if cfg.State == "" {
 		return nil, nil
 	}
+	speed := 1.0
+	if sc, ok := cfg.Clock.(*simclock.Scaled); ok && sc.Speed > 0 {
+		speed = sc.Speed
+	}
 	st, err := redisstate.Open(redisstate.Options{
 		URL: cfg.State, Prefix: cfg.StatePrefix, Timeout: cfg.StateTimeout,
-		SessionTTL: cfg.SessionTTL, Logger: cfg.Logger,
+		SessionTTL: cfg.SessionTTL, Logger: cfg.Logger, ClockSpeed: speed,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("router config: %w", err)

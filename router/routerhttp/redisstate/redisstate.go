@@ -7,10 +7,13 @@
 // # Keys (prefix P, default DefaultPrefix; model M)
 //
 //   - P h:M:<session>  string, the session's home replica key (URL, or URL#rank<k>
-//     for a DP rank); PX the session TTL. <session> is the first 16 bytes of
+//     for a DP rank), followed by " weak" when the router that wrote it back
+//     after an outage had placed it during the outage (a home from before the
+//     outage replaces it: router.SharedHome.Weak); PX the session TTL. <session> is the first 16 bytes of
 //     SHA-256 of the session key in hex, so no session id is stored. Written only
 //     by claimScript (first write wins: SET when the key is absent or still holds
-//     the value the writer read), its idle TTL refreshed by PEXPIRE; deleted by
+//     the value the writer read; with a reservation only where the admission
+//     rule finds room), its idle TTL refreshed by PEXPIRE; deleted by
 //     forgetScript (a placement whose request the upstream refused, only while
 //     the key still holds that placement) and Reset.
 //   - P f:M:<router>   hash replica key -> this router's requests in flight; PX
@@ -25,6 +28,16 @@
 //     PX KeyTTL.
 //   - P r:M            sorted set router id -> expiry (Unix ms); PX KeyTTL. The
 //     routers alive are the members whose score is in the future.
+//   - P v:M            hash SessionID hex -> "<replica key> <tokens> <expiry
+//     Unix ms>": the admission reservations (claimScript), one per new
+//     conversation admitted in the last KeyTTL, so a gate that has not yet
+//     published a conversation it admitted still counts in every other
+//     router's next admission; PX KeyTTL.
+//   - P s:M            list of true first turns' cached tokens (S samples, the
+//     newest router.AdmissionPrefixSamples), P g:M list of conversation gaps in
+//     ms (the newest router.AdmissionIdleSamples), P c:M:<SessionID hex> hash
+//     "n" requests in flight over every router, "end" Unix ms of the last end
+//     (convScript); PX ConvTTL.
 //
 // Every key has a TTL: a flood of session ids only adds keys that expire.
 //
@@ -50,10 +63,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,6 +96,16 @@ const (
 	// DefaultCircuitOpen is the least time request-path calls stay off after a
 	// failure (then they resume once a heartbeat succeeds).
 	DefaultCircuitOpen = 500 * time.Millisecond
+	// ConvTTL is the TTL of a conversation's gap record and of the S and gap
+	// lists: a gap longer than it is not measured (the idle window is capped
+	// at the live window, minutes at most).
+	ConvTTL = 10 * time.Minute
+	// weakSuffix ends a home's value when the router that wrote it placed it
+	// while Redis did not answer (router.SharedHome.Weak).
+	weakSuffix = " weak"
+	// maxEvents bounds the conversation events queued while Redis does not
+	// answer (the oldest are dropped).
+	maxEvents = 4096
 )
 
 // Options configures a Store. Zero values take the defaults above.
@@ -101,6 +126,10 @@ type Options struct {
 	// most one write per session per 1/60 of the TTL (one a minute at 1 h) and
 	// the effective idle TTL is between 59/60 and 1 times SessionTTL.
 	SessionTTL time.Duration
+	// ClockSpeed is the router's clock in seconds per wall second (a scaled
+	// simulator clock; 0 means 1): Redis measures gaps in wall time, the
+	// Balancer's idle window is on its clock.
+	ClockSpeed float64
 	Logger     *slog.Logger // nil: slog.Default()
 	// ClientOption, when set, is applied to the rueidis options after the URL
 	// (tests).
@@ -184,6 +213,9 @@ func Open(o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.ClockSpeed <= 0 {
+		o.ClockSpeed = 1
+	}
 	// One connection, so commands run in Redis in the order they were sent (a
 	// rewrite after an outage runs after every command queued before it), no
 	// retries (a retry would exceed the timeout), a dial bounded like a call.
@@ -252,6 +284,10 @@ func (s *Store) Pool(model string, keys []string, live func() []router.LiveSet) 
 	p.admPrefix = pre + "a:" + model + ":"
 	p.admKey = p.admPrefix + s.opt.RouterID
 	p.regKey = pre + "r:" + model
+	p.resKey = pre + "v:" + model
+	p.prefixKey = pre + "s:" + model
+	p.gapKey = pre + "g:" + model
+	p.convPrefix = pre + "c:" + model + ":"
 	p.setKeys(keys)
 	s.pmu.Lock()
 	s.pools = append(s.pools, p)
@@ -342,6 +378,7 @@ func (s *Store) Run(ctx context.Context) {
 	t := time.NewTicker(s.opt.Heartbeat)
 	defer t.Stop()
 	s.beat(ctx)
+	var flushed time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -353,10 +390,26 @@ func (s *Store) Run(ctx context.Context) {
 		case <-t.C:
 			s.beat(ctx)
 		case <-s.kick:
+			if wait := time.Until(flushed.Add(flushGap)); wait > 0 {
+				select { // the changes of the next flushGap go out together
+				case <-ctx.Done():
+					continue
+				case <-time.After(wait):
+				}
+			}
 			s.flush(ctx)
+			flushed = time.Now()
 		}
 	}
 }
+
+// flushGap is the least time between two publications of in-flight changes
+// (Run): under a steady stream of requests a flush would otherwise follow
+// every round trip of the last, and that background work, in the router's own
+// process and in Redis, set the tail of the decisions it ran beside
+// (BenchmarkStickyDecision sticky-redis, docs/router.md section 13). A change
+// still goes out at most 1 ms late, against the 100 ms heartbeat it replaced.
+const flushGap = time.Millisecond
 
 // beat runs one heartbeat over every pool: the rewrite after an outage when no
 // claim is in flight, deltas otherwise.
@@ -433,6 +486,12 @@ type Pool struct {
 
 	homePrefix, flightPrefix, livePrefix, admPrefix string
 	flightKey, liveKey, regKey, admKey              string
+	resKey, prefixKey, gapKey, convPrefix           string
+
+	// emu guards events: conversation events (convScript pairs) not yet
+	// published.
+	emu    sync.Mutex
+	events []string
 
 	// adm reads the model's admission gate (router.Balancer.AdmissionShare)
 	// for the heartbeat (nil: none); admOn: the last beat published one.
@@ -529,7 +588,8 @@ func (p *Pool) Home(session string) (router.SharedHome, time.Duration, bool) {
 		p.s.fallbacks.Add(1)
 		return h, wait, false
 	}
-	h.Token, h.Replica = v, p.lookup(v)
+	key, weak := strings.CutSuffix(v, weakSuffix)
+	h.Token, h.Replica, h.Weak = v, p.lookup(key), weak
 	ttl := p.s.opt.SessionTTL
 	if left := res.CachePTTL(); left >= 0 && time.Duration(left)*time.Millisecond < ttl-ttl/60 {
 		select {
@@ -541,14 +601,15 @@ func (p *Pool) Home(session string) (router.SharedHome, time.Duration, bool) {
 }
 
 // Claim runs claimScript (see router.SharedState.Claim).
-func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, bool, time.Duration, bool) {
+func (p *Pool) Claim(session, expect string, cands []int, pickLeast, weak bool, res *router.Reservation) (router.ClaimResult, time.Duration, bool) {
 	s := p.s
+	out := router.ClaimResult{Replica: -1}
 	c, ok := s.available()
 	if !ok || !s.synced.Load() || len(cands) == 0 {
 		if ok {
 			s.fallbacks.Add(1)
 		}
-		return -1, false, 0, false
+		return out, 0, false
 	}
 	s.claims.Add(1)
 	defer s.claims.Add(-1)
@@ -556,36 +617,123 @@ func (p *Pool) Claim(session, expect string, cands []int, pickLeast bool) (int, 
 	if pickLeast {
 		least = "1"
 	}
-	args := []string{expect, ms(s.opt.SessionTTL), ms(s.opt.KeyTTL), least, p.flightPrefix}
-	for _, i := range cands {
-		if k := p.key(i); k != "" {
-			args = append(args, k)
+	suffix := ""
+	if weak {
+		suffix = weakSuffix
+	}
+	args := []string{expect, ms(s.opt.SessionTTL), ms(s.opt.KeyTTL), least, p.flightPrefix, "", suffix}
+	var fits []int64
+	for k, i := range cands {
+		if key := p.key(i); key != "" {
+			args = append(args, key)
+			if res != nil && k < len(res.Fit) {
+				fits = append(fits, res.Fit[k])
+			}
 		}
+	}
+	if res != nil {
+		args[5] = p.reservationJSON(res, fits)
 	}
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
 	defer cancel()
-	arr, err := claimScript.Exec(ctx, c, []string{p.homeKey(session), p.flightKey, p.regKey}, args).ToArray()
+	arr, err := claimScript.Exec(ctx, c, []string{p.homeKey(session), p.flightKey, p.regKey, p.resKey}, args).ToArray()
 	wait := time.Since(t0)
-	if err == nil && len(arr) != 2 {
+	if err == nil && len(arr) != 3 {
 		err = fmt.Errorf("claim script returned %d values", len(arr))
 	}
 	if err != nil {
 		s.fail("claim", err)
 		s.fallbacks.Add(1)
-		return -1, false, wait, false
+		return out, wait, false
 	}
 	k, _ := arr[0].ToString()
+	k = strings.TrimSuffix(k, weakSuffix)
 	adopted, _ := arr[1].AsInt64()
+	full, _ := arr[2].AsInt64()
+	if full == 1 {
+		out.Full = true
+		return out, wait, true
+	}
 	i := p.lookup(k)
 	if i < 0 {
 		// Homed on a replica this router does not have: the script counted
 		// the request there, the router will not send it there; the next
 		// heartbeat rewrites the hash from the exact local counts.
 		s.synced.Store(false)
-		return -1, false, wait, false
+		return out, wait, false
 	}
-	return i, adopted == 1, wait, true
+	out.Replica, out.Adopted = i, adopted == 1
+	return out, wait, true
+}
+
+// reservationJSON is claimScript's ARGV[6] for res, with fits the candidates'
+// room in the order of the replica keys passed.
+func (p *Pool) reservationJSON(res *router.Reservation, fits []int64) string {
+	type resJSON struct {
+		ID    string  `json:"id"`
+		Self  string  `json:"self"`
+		AP    string  `json:"ap"`
+		Tok   int64   `json:"tok"`
+		E     int64   `json:"e"`
+		S     int64   `json:"s"`
+		M     int64   `json:"m"`
+		Force int     `json:"force"`
+		Fit   []int64 `json:"fit"`
+		Own   [][]any `json:"own"`
+	}
+	r := resJSON{ID: strconv.FormatUint(res.ID, 16), Self: p.s.opt.RouterID, AP: p.admPrefix, Tok: res.Tokens,
+		E: res.Expected, S: res.Shared, M: res.Running, Fit: fits, Own: [][]any{}}
+	if res.Force {
+		r.Force = 1
+	}
+	for _, cv := range res.Own {
+		if k := p.key(cv.Replica); k != "" {
+			r.Own = append(r.Own, []any{strconv.FormatUint(cv.ID, 16), k, cv.Tokens})
+		}
+	}
+	b, _ := json.Marshal(r) // plain strings and numbers: cannot fail
+	return string(b)
+}
+
+// ObserveFirstTurn, Began and Ended queue conversation events for convScript
+// (router.SharedState), published with the next flush or heartbeat.
+func (p *Pool) ObserveFirstTurn(cached int) { p.event("p", strconv.Itoa(cached)) }
+func (p *Pool) Began(id uint64, side bool) {
+	kind := "b0"
+	if side {
+		kind = "b1"
+	}
+	p.event(kind, strconv.FormatUint(id, 16))
+}
+func (p *Pool) Ended(id uint64) { p.event("e", strconv.FormatUint(id, 16)) }
+
+func (p *Pool) event(kind, v string) {
+	p.emu.Lock()
+	if len(p.events) >= 2*maxEvents {
+		p.events = append(p.events[:0], p.events[2:]...)
+	}
+	p.events = append(p.events, kind, v)
+	p.emu.Unlock()
+	select {
+	case p.s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// publishEvents sends the queued conversation events (convScript); on a
+// failure they are dropped (a lost sample or gap, never a wrong count that
+// lasts: the conversation records expire).
+func (p *Pool) publishEvents(ctx context.Context, c rueidis.Client) error {
+	p.emu.Lock()
+	ev := p.events
+	p.events = nil
+	p.emu.Unlock()
+	if len(ev) == 0 {
+		return nil
+	}
+	args := append([]string{p.convPrefix, ms(ConvTTL), ms(ConvTTL), strconv.Itoa(router.AdmissionPrefixSamples), strconv.Itoa(router.AdmissionIdleSamples)}, ev...)
+	return convScript.Exec(ctx, c, []string{p.prefixKey, p.gapKey}, args).Error()
 }
 
 // Refresh reads the other routers' in-flight hashes (othersScript; see
@@ -622,7 +770,7 @@ func (p *Pool) Forget(session string, i int) (time.Duration, bool) {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
 	defer cancel()
-	err := forgetScript.Exec(ctx, c, []string{p.homeKey(session)}, []string{k}).Error()
+	err := forgetScript.Exec(ctx, c, []string{p.homeKey(session)}, []string{k, weakSuffix}).Error()
 	wait := time.Since(t0)
 	if err != nil {
 		s.fail("forget", err)
@@ -724,7 +872,7 @@ func (p *Pool) flush(ctx context.Context, c rueidis.Client) error {
 		}
 	}
 	p.storeFlights(arr)
-	return nil
+	return p.publishEvents(cctx, c)
 }
 
 // storeFlights replaces the other routers' in-flight counts by arr (pairs of
@@ -827,6 +975,9 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 		}
 	}
 	p.remote.Store(&rl)
+	if err := p.publishEvents(cctx, c); err != nil {
+		return err
+	}
 	var others []string
 	for j := 0; j+2 < len(arr); j += 3 {
 		if id, err := arr[j].ToString(); err == nil {
@@ -885,7 +1036,10 @@ func (p *Pool) beatAdmission(ctx context.Context, c rueidis.Client, others []str
 			}
 		}
 	}
-	arr, err := admScript.Exec(ctx, c, []string{p.admKey}, args).ToArray()
+	arr, err := admScript.Exec(ctx, c, []string{p.admKey, p.prefixKey, p.gapKey}, args).ToArray()
+	if err == nil && len(arr) < 2 {
+		err = fmt.Errorf("admission script returned %d values", len(arr))
+	}
 	if err != nil {
 		p.remoteAdm.Store(nil)
 		return err
@@ -896,7 +1050,8 @@ func (p *Pool) beatAdmission(ctx context.Context, c rueidis.Client, others []str
 		return nil
 	}
 	ra := router.RemoteAdmission{Convs: map[uint64]router.RemoteConv{}}
-	for _, m := range arr {
+	p.learned(&ra, arr[len(arr)-2], arr[len(arr)-1])
+	for _, m := range arr[:len(arr)-2] {
 		kv, _ := m.ToArray()
 		for f := 0; f+1 < len(kv); f += 2 {
 			k, _ := kv[f].ToString()
@@ -906,6 +1061,30 @@ func (p *Pool) beatAdmission(ctx context.Context, c rueidis.Client, others []str
 	}
 	p.remoteAdm.Store(&remoteAdm{ra: ra, read: time.Now()})
 	return nil
+}
+
+// learned sets ra's S and gap percentile from the shared lists (LRANGE
+// replies of convScript's lists): S the median sample, the gaps' p90 on the
+// router's clock, as router/admission.go computes its own.
+func (p *Pool) learned(ra *router.RemoteAdmission, prefix, gaps rueidis.RedisMessage) {
+	ints := func(m rueidis.RedisMessage) []int64 {
+		vs, _ := m.AsStrSlice()
+		out := make([]int64, 0, len(vs))
+		for _, v := range vs {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				out = append(out, n)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if s := ints(prefix); len(s) > 0 {
+		ra.SharedPrefix, ra.PrefixSamples = s[len(s)/2], len(s)
+	}
+	if g := ints(gaps); len(g) > 0 {
+		ra.GapP90 = time.Duration(float64(g[len(g)*9/10]) * float64(time.Millisecond) * p.s.opt.ClockSpeed)
+		ra.GapSamples = len(g)
+	}
 }
 
 // addRemoteAdm adds one field of another router's admission hash to ra: "q"

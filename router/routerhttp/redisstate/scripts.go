@@ -23,46 +23,165 @@ end
 `
 
 // claimScript writes a session's home, first write wins, and counts one request
-// of this router in flight on it, in one atomic step.
+// of this router in flight on it, in one atomic step; with a reservation it
+// also checks and reserves room for a new conversation in the same step.
 //
-//	KEYS[1] home key, KEYS[2] this router's in-flight hash, KEYS[3] registry
+//	KEYS[1] home key, KEYS[2] this router's in-flight hash, KEYS[3] registry,
+//	KEYS[4] reservation hash
 //	ARGV[1] the home the caller read ("" none), ARGV[2] session TTL ms,
 //	ARGV[3] key TTL ms, ARGV[4] "1": pick the least loaded candidate,
-//	ARGV[5] in-flight hash prefix, ARGV[6..] candidate replica keys
+//	ARGV[5] in-flight hash prefix, ARGV[6] the reservation as JSON ("" none:
+//	Pool.Claim), ARGV[7] suffix of the value written (" weak" or ""),
+//	ARGV[8..] candidate replica keys
 //
 // When the home key holds a value other than ARGV[1], another router wrote
-// first: that home is kept and returned with adopted 1. Otherwise the home is
-// ARGV[6], or with ARGV[4] "1" the candidate with the fewest requests in flight
-// summed over every router registered and alive (earlier candidates win ties),
-// SET with the session TTL, and returned with adopted 0. Returns {replica key,
-// adopted}. Redis runs a script alone, so 8 concurrent first requests of one
-// conversation through any number of routers get one home, and concurrent
-// placements each see the ones before them.
+// first: that home is kept and returned with adopted 1 (nothing is reserved:
+// the conversation is not new). Otherwise, with a reservation, the candidates
+// are those whose union of counted conversations has room for it (admission
+// rule below); none left and not forced: nothing is written and full 1 is
+// returned. The home is the first candidate, or with ARGV[4] "1" the one with
+// the fewest requests in flight summed over every router registered and alive
+// (earlier candidates win ties), SET with the session TTL, the reservation
+// written, and returned with adopted 0. Returns {replica key, adopted, full}.
+// Redis runs a script alone, so 8 concurrent first requests of one
+// conversation through any number of routers get one home, concurrent
+// placements each see the ones before them, and two routers' admissions each
+// see the other's reservation.
+//
+// The union (router/admission.go's rule): the reservation's own conversations
+// (the caller's gate, exact), every other live router's published gate (P
+// a:M:<router>, "c:<id>" -> "<replica key> <tokens>") and every unexpired
+// reservation (field id -> "<replica key> <tokens> <expiry ms>"; expired ones
+// are deleted), each conversation once at its largest size, the new one left
+// out; a reservation's replica wins, being the store's latest placement (a
+// gate counts a conversation whose claim has not returned yet on the policy's
+// pick, which the claim may have changed). A candidate with n counted conversations of summed max(tokens, m) has
+// room when S + sum - n S + (E - S) <= fit (E alone when n is 0).
 var claimScript = rueidis.NewLuaScript(luaLib + `
 local cur = redis.call('GET', KEYS[1])
 local pick, adopted = nil, 0
 if cur and cur ~= ARGV[1] then
-  pick, adopted = cur, 1
-else
-  pick = ARGV[6]
-  if ARGV[4] == '1' and #ARGV > 6 then
-    local now = nowMs()
-    local ids = redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')
-    local best = nil
-    for j = 6, #ARGV do
-      local load = 0
-      for _, id in ipairs(ids) do
-        local v = redis.call('HGET', ARGV[5] .. id, ARGV[j])
-        if v then load = load + tonumber(v) end
-      end
-      if best == nil or load < best then best, pick = load, ARGV[j] end
+  return {cur, 1, 0}
+end
+local cands, fits = {}, {}
+for j = 8, #ARGV do table.insert(cands, ARGV[j]) end
+local res = nil
+if ARGV[6] ~= '' then res = cjson.decode(ARGV[6]) end
+local now = nowMs()
+if res then
+  local convs = {}
+  local function add(id, key, tok, placed)
+    if id == res.id then return end
+    local c = convs[id]
+    if c == nil then
+      convs[id] = {key, tok}
+    else
+      if placed then c[1] = key end
+      c[2] = math.max(c[2], tok)
     end
   end
-  redis.call('SET', KEYS[1], pick, 'PX', ARGV[2])
+  for _, c in ipairs(res.own) do add(c[1], c[2], c[3]) end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
+    if id ~= res.self then
+      local kv = redis.call('HGETALL', res.ap .. id)
+      for f = 1, #kv - 1, 2 do
+        local cid = string.match(kv[f], '^c:(.+)$')
+        local key, tok = string.match(kv[f + 1], '^(.*) (%d+)$')
+        if cid and key then add(cid, key, tonumber(tok)) end
+      end
+    end
+  end
+  local kv = redis.call('HGETALL', KEYS[4])
+  for f = 1, #kv - 1, 2 do
+    local key, tok, exp = string.match(kv[f + 1], '^(.*) (%d+) (%d+)$')
+    if key and tonumber(exp) > now then
+      add(kv[f], key, tonumber(tok), true)
+    else
+      redis.call('HDEL', KEYS[4], kv[f])
+    end
+  end
+  local n, sum = {}, {}
+  for _, c in pairs(convs) do
+    n[c[1]] = (n[c[1]] or 0) + 1
+    sum[c[1]] = (sum[c[1]] or 0) + math.max(c[2], res.m)
+  end
+  local room = {}
+  for k, key in ipairs(cands) do
+    local tot = res.e
+    if (n[key] or 0) > 0 then
+      tot = res.s + sum[key] - n[key] * res.s + math.max(res.e - res.s, 0)
+    end
+    if res.force == 1 or tot <= res.fit[k] then table.insert(room, key) end
+  end
+  if #room == 0 then return {'', 0, 1} end
+  cands = room
+end
+pick = cands[1]
+if ARGV[4] == '1' and #cands > 1 then
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')
+  local best = nil
+  for _, key in ipairs(cands) do
+    local load = 0
+    for _, id in ipairs(ids) do
+      local v = redis.call('HGET', ARGV[5] .. id, key)
+      if v then load = load + tonumber(v) end
+    end
+    if best == nil or load < best then best, pick = load, key end
+  end
+end
+redis.call('SET', KEYS[1], pick .. ARGV[7], 'PX', ARGV[2])
+if res then
+  redis.call('HSET', KEYS[4], res.id, pick .. ' ' .. res.tok .. ' ' .. (now + tonumber(ARGV[3])))
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
 end
 redis.call('HINCRBY', KEYS[2], pick, 1)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return {pick, adopted}
+return {pick, adopted, 0}
+`)
+
+// convScript publishes one router's conversation events for one model: the
+// samples of S and the starts and ends of requests, from which it measures
+// each conversation's gaps whatever router served its turns.
+//
+//	KEYS[1] S samples (list), KEYS[2] gaps (list)
+//	ARGV[1] conversation key prefix, ARGV[2] conversation key TTL ms,
+//	ARGV[3] list TTL ms, ARGV[4] S samples kept, ARGV[5] gaps kept, then
+//	pairs: "p" cached tokens (a true first turn), "b<side 0|1>" id (a
+//	request sent), "e" id (a request ended)
+//
+// P c:M:<id> is a hash: "n" requests of the conversation in flight over every
+// router, "end" the Unix ms its last one ended. A request sent while n is 0,
+// not a side request, after an end pushes now - end (ms) onto the gaps. Each
+// list keeps its newest entries; every key has a TTL. Returns nothing.
+var convScript = rueidis.NewLuaScript(luaLib + `
+local now = nowMs()
+local ttl = ARGV[2]
+for j = 6, #ARGV - 1, 2 do
+  local kind, v = ARGV[j], ARGV[j + 1]
+  if kind == 'p' then
+    redis.call('LPUSH', KEYS[1], v)
+    redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  else
+    local k = ARGV[1] .. v
+    local n = tonumber(redis.call('HGET', k, 'n') or '0')
+    if string.sub(kind, 1, 1) == 'b' then
+      local last = redis.call('HGET', k, 'end')
+      if n <= 0 and last and kind == 'b0' then
+        redis.call('LPUSH', KEYS[2], now - tonumber(last))
+        redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
+        redis.call('PEXPIRE', KEYS[2], ARGV[3])
+      end
+      redis.call('HSET', k, 'n', math.max(n, 0) + 1)
+    elseif n <= 1 then
+      redis.call('HSET', k, 'n', 0, 'end', now)
+    else
+      redis.call('HSET', k, 'n', n - 1)
+    end
+    redis.call('PEXPIRE', k, ttl)
+  end
+end
+return 0
 `)
 
 // beatScript is one router's heartbeat for one model.
@@ -114,15 +233,16 @@ return out
 `)
 
 // admScript publishes one router's admission gate for one model and reads the
-// others'.
+// others', and the estimates all routers learn together.
 //
-//	KEYS[1] this router's admission hash; ARGV[1] key TTL ms, ARGV[2] admission
-//	hash prefix, ARGV[3] k, then k router ids (the others alive, from
-//	beatScript), then field/value pairs ("q" and "c:<id>": Pool.addRemoteAdm)
+//	KEYS[1] this router's admission hash, KEYS[2] S samples, KEYS[3] gaps
+//	(convScript); ARGV[1] key TTL ms, ARGV[2] admission hash prefix, ARGV[3]
+//	k, then k router ids (the others alive, from beatScript), then
+//	field/value pairs ("q" and "c:<id>": Pool.addRemoteAdm)
 //
 // The hash is replaced (deleted when no pairs: the gate is off) with the key
 // TTL. Returns, per other router, its admission hash (HGETALL, flat; empty when
-// it publishes none).
+// it publishes none), then the S samples and the gaps (LRANGE).
 var admScript = rueidis.NewLuaScript(`
 local k = tonumber(ARGV[3])
 redis.call('DEL', KEYS[1])
@@ -136,17 +256,21 @@ local out = {}
 for j = 4, 3 + k do
   table.insert(out, redis.call('HGETALL', ARGV[2] .. ARGV[j]))
 end
+table.insert(out, redis.call('LRANGE', KEYS[2], 0, -1))
+table.insert(out, redis.call('LRANGE', KEYS[3], 0, -1))
 return out
 `)
 
 // forgetScript deletes a home if it still holds the given replica.
 //
-//	KEYS[1] home key; ARGV[1] the replica key the caller placed it on
+//	KEYS[1] home key; ARGV[1] the replica key the caller placed it on,
+//	ARGV[2] the weak suffix (the key may carry it)
 //
 // Returns 1 when it deleted the home, 0 when the key held something else or
 // nothing.
 var forgetScript = rueidis.NewLuaScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] or cur == ARGV[1] .. ARGV[2] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
