@@ -480,7 +480,7 @@ type sharedView struct {
 	// response is the store's home of the request's previous_response_id
 	// (Facts.ResponseID), nil when not asked or unknown there.
 	response *SharedHome
-	reclaim bool
+	reclaim  bool
 }
 
 // plan decides whether the decision d for a session (hash h) must be written to
