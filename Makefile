@@ -63,10 +63,11 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-# -parallel 4: internal/bench's tests (t.Parallel) mostly wait on wall time (HTTP
-# worlds on loopback), so more of them at once than the 2 cores' default.
+# -parallel 4 and -p 4 (the default of both is the core count): internal/bench's
+# tests (t.Parallel) and e2e's mostly wait on wall time (HTTP worlds on loopback),
+# so CPU-bound packages (sim's trace check) run beside them, not after them.
 unit:
-	$(GO) test -count=1 -parallel 4 -timeout 10m ./...
+	$(GO) test -count=1 -p 4 -parallel 4 -timeout 10m ./...
 
 smoke: build
 	rm -rf results/ci-smoke

@@ -37,14 +37,14 @@ var ErrScenarioMismatch = errors.New("scenarios differ")
 // wall-clock scrape timing), so a difference would not say what changed.
 var ErrWorldMismatch = errors.New("worlds differ")
 
-// Threshold is a regression gate on one metric, parsed from
+// Gate is a regression gate (a --fail-on threshold) on one metric, parsed from
 // "[variant/]metric:<sign><limit>[%]", e.g. "output_tokens_per_min:-5%" (fail when
 // output tokens/min drop by more than 5 % of run A's value) or "ttfb_p95_s:+20%"
 // (fail when p95 TTFB rises by more than 20 %), "on/prefix_hits_pct:-3" (fail when
 // the hit rate of variant "on" drops by more than 3 points). The sign is required:
 // it says which direction is a regression. Without a variant the gate applies to
 // every variant; it applies to every stage present in both runs.
-type Threshold struct {
+type Gate struct {
 	Variant   string  // "" = all variants
 	Metric    string  // one of Metrics
 	Direction int     // -1: a drop is a regression; +1: a rise is
@@ -52,10 +52,10 @@ type Threshold struct {
 	Relative  bool
 }
 
-// ParseThreshold parses a threshold (see Threshold). It fails for an unknown metric,
+// ParseGate parses a --fail-on gate (see Gate). It fails for an unknown metric,
 // a missing sign or a malformed number.
-func ParseThreshold(s string) (Threshold, error) {
-	var t Threshold
+func ParseGate(s string) (Gate, error) {
+	var t Gate
 	spec, limit, ok := strings.Cut(strings.TrimSpace(s), ":")
 	if !ok {
 		return t, fmt.Errorf("parsing threshold %q: want [variant/]metric:+N%% or -N%%", s)
@@ -88,8 +88,8 @@ func ParseThreshold(s string) (Threshold, error) {
 	return t, nil
 }
 
-// String renders t in the syntax ParseThreshold reads.
-func (t Threshold) String() string {
+// String renders t in the syntax ParseGate reads.
+func (t Gate) String() string {
 	var b strings.Builder
 	if t.Variant != "" {
 		b.WriteString(t.Variant + "/")
@@ -112,7 +112,7 @@ func (t Threshold) String() string {
 // pass on missing data. A change past the limit that the stage's own noise
 // covers (d.Noise == WithinNoise) is not, unless strict: the same code run twice
 // moves that much. A change with no noise estimate is judged on the limit alone.
-func (t Threshold) check(d Delta, strict bool) (bool, string) {
+func (t Gate) check(d Delta, strict bool) (bool, string) {
 	change, unit := d.Diff, ""
 	if t.Relative {
 		change, unit = d.RelPct, "%"
@@ -131,7 +131,7 @@ func (t Threshold) check(d Delta, strict bool) (bool, string) {
 
 // CompareOptions tunes Compare.
 type CompareOptions struct {
-	FailOn []Threshold // gates; any violation makes Compare return ErrThresholdExceeded
+	FailOn []Gate // gates; any violation makes Compare return ErrThresholdExceeded
 	// StrictGates makes a gate fire on a change past its limit even when the
 	// change is within the stage's noise (95 % interval from sub-windows; see
 	// Delta). By default such a change passes.
@@ -157,11 +157,11 @@ type StageComparison struct {
 
 // Violation is one crossed threshold.
 type Violation struct {
-	Threshold Threshold
-	Variant   string
-	Sessions  int
-	Delta     Delta
-	Reason    string
+	Gate     Gate
+	Variant  string
+	Sessions int
+	Delta    Delta
+	Reason   string
 }
 
 // Comparison is the result of Compare: run A as base, run B as candidate.
@@ -274,7 +274,7 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 					}
 					c.GateChecks++
 					if bad, why := t.check(d, opts.StrictGates); bad {
-						c.Violations = append(c.Violations, Violation{Threshold: t, Variant: v.Name, Sessions: sa.Sessions, Delta: d, Reason: why})
+						c.Violations = append(c.Violations, Violation{Gate: t, Variant: v.Name, Sessions: sa.Sessions, Delta: d, Reason: why})
 					} else if bad, _ := t.check(d, true); bad {
 						c.GatesWithinNoise++
 					}
@@ -304,7 +304,7 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	}
 	for _, t := range opts.FailOn {
 		if t.Variant != "" && !slices.ContainsFunc(c.Stages, func(s StageComparison) bool { return s.Variant == t.Variant }) {
-			c.Violations = append(c.Violations, Violation{Threshold: t, Reason: fmt.Sprintf("variant %q not in both runs: gate cannot be checked", t.Variant)})
+			c.Violations = append(c.Violations, Violation{Gate: t, Reason: fmt.Sprintf("variant %q not in both runs: gate cannot be checked", t.Variant)})
 		}
 	}
 
@@ -513,7 +513,7 @@ func (c *Comparison) print(w io.Writer) error {
 		if v.Variant != "" {
 			where = fmt.Sprintf(" (variant %s, %d sessions)", v.Variant, v.Sessions)
 		}
-		if err := pf("FAIL %s%s: %s\n", v.Threshold, where, v.Reason); err != nil {
+		if err := pf("FAIL %s%s: %s\n", v.Gate, where, v.Reason); err != nil {
 			return err
 		}
 	}

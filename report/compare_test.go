@@ -12,16 +12,16 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 )
 
-func TestParseThreshold(t *testing.T) {
+func TestParseGate(t *testing.T) {
 	for _, tc := range []struct {
 		in      string
-		want    Threshold
+		want    Gate
 		wantErr bool
 	}{
-		{in: "output_tokens_per_min:-5%", want: Threshold{Metric: MetricOutputTokensPerMin, Direction: -1, Limit: 5, Relative: true}},
-		{in: "ttfb_p95_s:+20%", want: Threshold{Metric: MetricTTFBP95S, Direction: 1, Limit: 20, Relative: true}},
-		{in: "on/prefix_hits_pct:-3", want: Threshold{Variant: "on", Metric: MetricPrefixHitsPct, Direction: -1, Limit: 3}},
-		{in: "ttfb_p50_s:+0.25", want: Threshold{Metric: MetricTTFBP50S, Direction: 1, Limit: 0.25}},
+		{in: "output_tokens_per_min:-5%", want: Gate{Metric: MetricOutputTokensPerMin, Direction: -1, Limit: 5, Relative: true}},
+		{in: "ttfb_p95_s:+20%", want: Gate{Metric: MetricTTFBP95S, Direction: 1, Limit: 20, Relative: true}},
+		{in: "on/prefix_hits_pct:-3", want: Gate{Variant: "on", Metric: MetricPrefixHitsPct, Direction: -1, Limit: 3}},
+		{in: "ttfb_p50_s:+0.25", want: Gate{Metric: MetricTTFBP50S, Direction: 1, Limit: 0.25}},
 		{in: "ttfb_p50_s:20%", wantErr: true},   // no sign: direction unknown
 		{in: "bogus:+1%", wantErr: true},        // unknown metric
 		{in: "ttfb_p50_s", wantErr: true},       // no limit
@@ -29,7 +29,7 @@ func TestParseThreshold(t *testing.T) {
 		{in: "ttfb_p50_s:+-5%", wantErr: true},  // negative magnitude
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := ParseThreshold(tc.in)
+			got, err := ParseGate(tc.in)
 			if tc.wantErr {
 				if err == nil {
 					t.Errorf("no error, got %+v", got)
@@ -67,8 +67,8 @@ func TestCompare(t *testing.T) {
 	m, r, s = scaledRun(0.9) // 10 % fewer output tokens
 	writeRunDir(t, dirB, m, r, s)
 
-	gate := func(s string) Threshold {
-		th, err := ParseThreshold(s)
+	gate := func(s string) Gate {
+		th, err := ParseGate(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestCompare(t *testing.T) {
 	}
 
 	t.Run("a gate naming a variant in neither run is a usage error", func(t *testing.T) {
-		_, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{FailOn: []Threshold{gate("On/output_tokens_per_min:-5%")}})
+		_, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{FailOn: []Gate{gate("On/output_tokens_per_min:-5%")}})
 		if err == nil || errors.Is(err, ErrThresholdExceeded) || !strings.Contains(err.Error(), `variant "On" is in neither run (variants: off, on)`) {
 			t.Fatalf("Compare: %v; want a usage error naming the variants", err)
 		}
@@ -219,8 +219,8 @@ func TestCompareScenarioMismatch(t *testing.T) {
 // A gate fires on a change past its limit only when the change is beyond the
 // stage's noise or the noise is unknown; with strict gates, noise is ignored. A
 // change that cannot be computed always fires.
-func TestThresholdCheckRespectsNoise(t *testing.T) {
-	gate, err := ParseThreshold("output_tokens_per_min:-5%")
+func TestGateCheckRespectsNoise(t *testing.T) {
+	gate, err := ParseGate("output_tokens_per_min:-5%")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,11 @@
 // It owns: reading a results directory (Load), stage summaries (Summarize, Summary),
 // off -> on deltas with a noise verdict (NewDelta, Delta), the output files
 // (Generate, ResultsCSV, TurnsByIndexCSV, ResultsJSON, SummaryMarkdown, WritePlots),
+// the one axis format of every figure, run and study alike (PlainTicks, LogTicks,
+// TickLabel in axes.go; internal/study draws with them),
 // the breakdown of each stage by turn index (Summary.ByTurn, TurnStats), the terminal
 // table (WriteTable) and run-to-run comparison with regression gates (Compare,
-// ParseThreshold). It does not own the record types (loadgen.Result, Manifest,
+// ParseGate). It does not own the record types (loadgen.Result, Manifest,
 // SeriesSample), the vLLM metric names or counter-reset rule (internal/vllmmetrics),
 // nor the CLI (cmd/warden maps Compare's ErrThresholdExceeded to a non-zero exit).
 //

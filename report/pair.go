@@ -149,7 +149,7 @@ func (c *Comparison) comparePair(runA, runB *Run, sumsA, sumsB []Summary, w io.W
 				}
 				c.GateChecks++
 				if bad, why := t.check(d, opts.StrictGates); bad {
-					c.Violations = append(c.Violations, Violation{Threshold: t, Variant: on, Sessions: row.sessions, Delta: d, Reason: why})
+					c.Violations = append(c.Violations, Violation{Gate: t, Variant: on, Sessions: row.sessions, Delta: d, Reason: why})
 				} else if bad, _ := t.check(d, true); bad {
 					c.GatesWithinNoise++
 				}

@@ -153,8 +153,32 @@ func addLines(p *plot.Plot, lines []lineSpec) error {
 	return nil
 }
 
-// stagePoints returns (sessions, value) for a variant's stages, skipping NaN.
-func stagePoints(sums []Summary, variant string, value func(*Summary) float64, floor float64) plotter.XYs {
+// stageAxis is the x axis of the per-stage figures: the stage's sessions, or,
+// for a trace replay (stages are report windows), the window's start in minutes
+// since the variant's start.
+type stageAxis struct {
+	label  string
+	x      func(s *Summary) float64
+	ticker plot.Ticker
+}
+
+func stageAxisOf(m *loadgen.Manifest, sums []Summary) stageAxis {
+	if m.Scenario != nil && m.Scenario.Trace != nil {
+		start := map[string]time.Duration{}
+		for _, v := range m.Variants {
+			if len(v.Stages) > 0 {
+				start[v.Name] = v.Stages[0].Start + v.Stages[0].Warmup
+			}
+		}
+		return stageAxis{label: "replay time (min, report window start)", ticker: PlainTicks{},
+			x: func(s *Summary) float64 { return (s.WindowStart - start[s.Variant]).Minutes() }}
+	}
+	return stageAxis{label: "concurrent sessions", ticker: sessionTicks(sums),
+		x: func(s *Summary) float64 { return float64(s.Sessions) }}
+}
+
+// stagePoints returns (x, value) for a variant's stages, skipping NaN.
+func stagePoints(sums []Summary, variant string, x func(*Summary) float64, value func(*Summary) float64, floor float64) plotter.XYs {
 	var pts plotter.XYs
 	for i := range sums {
 		s := &sums[i]
@@ -168,7 +192,7 @@ func stagePoints(sums []Summary, variant string, value func(*Summary) float64, f
 		if !math.IsNaN(floor) && v < floor {
 			v = floor
 		}
-		pts = append(pts, plotter.XY{X: float64(s.Sessions), Y: v})
+		pts = append(pts, plotter.XY{X: x(s), Y: v})
 	}
 	return pts
 }
@@ -248,12 +272,13 @@ func setLogY(p *plot.Plot, lines []lineSpec) {
 // data (or to yMax when yMax > 0, e.g. 100 for a percentage).
 func stageFigure(m *loadgen.Manifest, sums []Summary, title, yLabel string, yMax float64, value func(*Summary) float64) (*plot.Plot, error) {
 	colours := variantColours(m)
-	p := newPlot(title, "concurrent sessions", yLabel)
-	p.X.Tick.Marker = sessionTicks(sums)
+	ax := stageAxisOf(m, sums)
+	p := newPlot(title, ax.label, yLabel)
+	p.X.Tick.Marker = ax.ticker
 	var lines []lineSpec
 	for _, v := range m.Variants {
 		lines = append(lines, lineSpec{label: variantLabel(v), colour: colours[v.Name],
-			pts: stagePoints(sums, v.Name, value, math.NaN())})
+			pts: stagePoints(sums, v.Name, ax.x, value, math.NaN())})
 	}
 	if err := addLines(p, lines); err != nil {
 		return nil, err
@@ -285,15 +310,16 @@ func variantLabel(v loadgen.Variant) string {
 // ttfbFigure draws TTFB p50 (solid) and p95 (dashed) per variant on a log axis.
 func ttfbFigure(m *loadgen.Manifest, sums []Summary) (*plot.Plot, error) {
 	colours := variantColours(m)
-	p := newPlot("Time to first token (client side)", "concurrent sessions", "TTFB (s, log scale)")
-	p.X.Tick.Marker = sessionTicks(sums)
+	ax := stageAxisOf(m, sums)
+	p := newPlot("Time to first token (client side)", ax.label, "TTFB (s, log scale)")
+	p.X.Tick.Marker = ax.ticker
 	var lines []lineSpec
 	for _, v := range m.Variants {
 		lines = append(lines,
 			lineSpec{label: variantLabel(v) + " p50", colour: colours[v.Name], glyph: draw.CircleGlyph{},
-				pts: stagePoints(sums, v.Name, func(s *Summary) float64 { return s.TTFBP50S }, minLogTTFB)},
+				pts: stagePoints(sums, v.Name, ax.x, func(s *Summary) float64 { return s.TTFBP50S }, minLogTTFB)},
 			lineSpec{label: variantLabel(v) + " p95", colour: colours[v.Name], dashed: true, glyph: draw.TriangleGlyph{},
-				pts: stagePoints(sums, v.Name, func(s *Summary) float64 { return s.TTFBP95S }, minLogTTFB)},
+				pts: stagePoints(sums, v.Name, ax.x, func(s *Summary) float64 { return s.TTFBP95S }, minLogTTFB)},
 		)
 	}
 	if err := addLines(p, lines); err != nil {

@@ -183,7 +183,7 @@ type BalancerConfig struct {
 	// lock (instrumentation); it must be fast and must not call the Balancer.
 	OnDecision func(DecisionEvent)
 
-	MaxNumSeqs int // vLLM --max-num-seqs per replica, for the auto threshold; default DefaultMaxNumSeqs
+	MaxNumSeqs int // vLLM --max-num-seqs per replica, for the auto threshold; default VLLMDefaultMaxNumSeqs
 	// SlotBased: the replicas run MaxNumSeqs fixed slots (llama.cpp -np); the
 	// auto threshold is then SlotOverflowThreshold(MaxNumSeqs).
 	SlotBased bool
@@ -354,7 +354,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	}
 	maxSeqs := cfg.MaxNumSeqs
 	if maxSeqs == 0 {
-		maxSeqs = DefaultMaxNumSeqs
+		maxSeqs = VLLMDefaultMaxNumSeqs
 	}
 	margin := cfg.OverflowMargin
 	if margin <= 0 {

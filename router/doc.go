@@ -21,7 +21,7 @@
 //     balancer, including its ~100 ms stale snapshots and rotating scan start, so
 //     "off" is what vLLM does. docs/routing.md measures them.
 //   - Thresholds (threshold.go): the Balancer-level overflow rules every policy
-//     shares (DefaultMaxNumSeqs, AutoOverflowThreshold, SlotOverflowThreshold,
+//     shares (VLLMDefaultMaxNumSeqs, AutoOverflowThreshold, SlotOverflowThreshold,
 //     ParseThreshold); the prompt-size estimate from body bytes (estimate.go).
 //   - SessionTable (sessions.go): key hash -> home replica, idle TTL, LRU bound,
 //     counts of homed, active and live sessions per replica and the live sessions'

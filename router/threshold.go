@@ -8,14 +8,14 @@ import (
 
 // Overflow defaults.
 const (
-	// DefaultMaxNumSeqs is the --max-num-seqs the router assumes a real server
+	// VLLMDefaultMaxNumSeqs is the --max-num-seqs the router assumes a real server
 	// runs when not told: vLLM's default for `vllm serve` on GPUs under 70 GiB
 	// (vllm/engine/arg_utils.py; brief vllm.md "Serve defaults"). `warden route`
 	// and `warden bench --replicas` default to it. It differs on purpose from
-	// sim.DefaultMaxNumSeqs (32), the reference server the simulator models:
+	// sim.ReferenceMaxNumSeqs (32), the reference server the simulator models:
 	// with the embedded simulator the router is told the engines' value.
 	// Configure max_num_seqs per model to match the server.
-	DefaultMaxNumSeqs = 256
+	VLLMDefaultMaxNumSeqs = 256
 	// DefaultOverflowDivisor gives the auto overflow threshold: a request leaves its
 	// home when the home has more than max_num_seqs / 4 requests in flight
 	// (brief workload.md, "The router's rule"; 8 at max_num_seqs 32).
@@ -30,7 +30,7 @@ const (
 // replica: maxNumSeqs / DefaultOverflowDivisor, at least 1.
 func AutoOverflowThreshold(maxNumSeqs int) int {
 	if maxNumSeqs <= 0 {
-		maxNumSeqs = DefaultMaxNumSeqs
+		maxNumSeqs = VLLMDefaultMaxNumSeqs
 	}
 	return max(1, maxNumSeqs/DefaultOverflowDivisor)
 }

@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// Engine defaults. DefaultMaxNumSeqs is the reference server's setting, which the
-// simulator models (vLLM's own default, 256, is router.DefaultMaxNumSeqs: what
+// Engine defaults. ReferenceMaxNumSeqs is the reference server's setting, which the
+// simulator models (vLLM's own default, 256, is router.VLLMDefaultMaxNumSeqs: what
 // the router assumes of a real server it is not told about); DefaultMaxNumBatchedTokens is vLLM's default for GPUs under 70 GiB
 // (vllm/engine/arg_utils.py); DefaultBlockSize is vLLM's CUDA default.
 const (
-	DefaultMaxNumSeqs          = 32
+	ReferenceMaxNumSeqs        = 32
 	DefaultMaxNumBatchedTokens = 2048
 	DefaultBlockSize           = 16
 	DefaultMaxModelLen         = 32768
@@ -199,7 +199,7 @@ type Engine struct {
 // only preempt itself forever), or when a setting is negative.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.MaxNumSeqs == 0 {
-		cfg.MaxNumSeqs = DefaultMaxNumSeqs
+		cfg.MaxNumSeqs = ReferenceMaxNumSeqs
 	}
 	if cfg.MaxNumBatchedTokens == 0 {
 		cfg.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens

@@ -193,7 +193,7 @@ turn resets the count) stops at once, exits 1 and records why in manifest.json
 	f.IntVar(&o.SimReplicas, "sim-replicas", bench.DefaultSimReplicas, "simulated replicas")
 	f.StringVar(&o.Profile, "profile", bench.DefaultProfile, "simulator profile: "+strings.Join(sim.ProfileNames(), ", "))
 	f.Float64Var(&o.Speed, "speed", bench.DefaultSpeed, "simulator speed: simulated seconds per wall second (HTTP mode)")
-	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs of each engine (simulator) or of the --replicas servers, for the router's auto overflow threshold (default %d, the reference server, for the simulator; %d, vLLM's default, with --replicas)", sim.DefaultMaxNumSeqs, router.DefaultMaxNumSeqs))
+	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs of each engine (simulator) or of the --replicas servers, for the router's auto overflow threshold (default %d, the reference server, for the simulator; %d, vLLM's default, with --replicas)", sim.ReferenceMaxNumSeqs, router.VLLMDefaultMaxNumSeqs))
 	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
 	f.StringVar(&o.Policy, "policy", router.DefaultAffinityPolicy, "router policy while affinity is on: "+strings.Join(router.PolicyNames(), ", ")+" (docs/routing.md)")
 	f.StringVar(&o.Keyless, "keyless", router.DefaultKeyless, "router placement of requests without a session key while affinity is on: "+strings.Join(router.KeylessNames(), ", ")+" (docs/routing.md \"Keyless placement\")")

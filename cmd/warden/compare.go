@@ -61,7 +61,7 @@ Examples:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := report.CompareOptions{Force: force || mismatch, StrictGates: strict}
 			for _, s := range failOn {
-				t, err := report.ParseThreshold(s)
+				t, err := report.ParseGate(s)
 				if err != nil {
 					return err
 				}

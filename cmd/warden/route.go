@@ -35,6 +35,7 @@ type routeOpts struct {
 	seedFrom  string
 	state     string
 	admission string
+	record    string // --record FILE: write the traffic as a trace
 }
 
 func newRouteCmd() *cobra.Command {
@@ -89,6 +90,25 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 				return err
 			}
 			slog.Info("tie-break seed", "seed", cfg.Seed, "from", o.seedFrom)
+			if o.record != "" {
+				// O_EXCL: a recording never overwrites an earlier one.
+				f, err := os.OpenFile(o.record, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+				if err != nil {
+					return fmt.Errorf("--record: %w", err)
+				}
+				rec, err := routerhttp.NewRecorder(f)
+				if err != nil {
+					f.Close()
+					return err
+				}
+				rt.SetRecorder(rec)
+				slog.Info("recording traffic as a trace (Mooncake format + session ids; no text, no keys)", "file", o.record)
+				err = serveRouter(cmd.Context(), rt, cfg)
+				rt.Proxy().SetRecorder(nil)
+				cerr := rec.Close()
+				slog.Info("recording closed", "file", o.record, "requests", rec.Written, "not_recorded", rec.Dropped)
+				return errors.Join(err, cerr)
+			}
 			return serveRouter(cmd.Context(), rt, cfg)
 		},
 	}
@@ -104,12 +124,13 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.StringVar(&o.adminAddr, "admin-listen", routerhttp.DefaultAdminListen, "admin API listen address (keep it on loopback)")
 	f.StringVar(&o.adminTok, "admin-token", "", "bearer token required by the admin API (recommended)")
 	f.StringVar(&o.thresholdArg, "overflow-threshold", "auto", "in-flight requests above which a request leaves its replica (auto or 0: max_num_seqs/4; with --config: every model, over the file)")
-	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.DefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
+	f.IntVar(&o.maxNumSeqs, "max-num-seqs", router.VLLMDefaultMaxNumSeqs, "the replicas' --max-num-seqs, for the auto threshold max_num_seqs/4 (vLLM's default is 256; the reference server in README.md runs 32; with --config: every model, over the file)")
 	f.DurationVar(&o.bodyRead, "body-read-timeout", routerhttp.DefaultBodyReadTimeout, "longest a client may take to send a request body (408 past it; negative: none)")
 	f.Int64Var(&o.bodyMem, "body-memory-bytes", routerhttp.DefaultBodyMemoryBytes, "memory all request bodies being read may hold together (503 with Retry-After past it)")
 	f.IntVar(&o.ejectAfter, "eject-consecutive-failures", router.DefaultEjectConsecutiveFailures, "eject a replica after this many consecutive failed requests (5xx, broken connections) though its /health passes; negative: never (docs/router.md section 9)")
 	f.Uint64Var(&o.seed, "seed", 0, "tie-break seed (model i uses seed+i); default: the config file's seed, else drawn from the clock at start (logged)")
 	f.StringVar(&o.state, "state", "", "shared state for several routers: redis://[user:password@]host:port/db or rediss://; session homes, in-flight counts and live working sets are shared by every router naming it (docs/router.md); over the file's state:")
+	f.StringVar(&o.record, "record", "", "write the requests served as a replayable trace to this new file (Mooncake JSONL + session ids; no text, no keys; warden bench --trace replays it; docs/traces.md)")
 	f.StringVar(&o.admission, "admission", router.AdmissionOff, "admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\"); with --config: every model's mode, over the file, keeping its other admission settings")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
@@ -159,7 +180,8 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 		if f.Changed("admission") {
 			m.Admission.Mode = o.admission
 		}
-		if given("max-num-seqs") {
+		if f.Changed("max-num-seqs") {
+			// Unset it stays 0 (the default), so a llama.cpp model learns its slots.
 			m.MaxNumSeqs = o.maxNumSeqs
 		}
 		if given("overflow-threshold") {

@@ -87,3 +87,22 @@ func TestBenchTraceVirtualSessionMode(t *testing.T) {
 		}
 	}
 }
+
+// The shipped trace scenario loads (its trace path is relative to the file)
+// and runs in virtual time on a window of it.
+func TestTraceScenarioFile(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	if _, err := run(t, "bench", "--virtual", "--scenario", "../../scenarios/mooncake-conversation.yaml", "--to", "2m",
+		"--trace-window", "1m", "--variants", "on", "--out", out); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Trace replay", "## Goodput", "mode session"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("summary.md lacks %q", want)
+		}
+	}
+}

@@ -89,7 +89,7 @@ type Options struct {
 	SimReplicas int
 	Profile     string
 	Speed       float64
-	// MaxNumSeqs per engine, simulated or real; 0 means DefaultMaxNumSeqs.
+	// MaxNumSeqs per engine, simulated or real; 0 means MaxNumSeqsFor.
 	MaxNumSeqs int
 	// OverflowThreshold of the router; 0 = auto (max_num_seqs/4).
 	OverflowThreshold int
@@ -111,15 +111,15 @@ type Options struct {
 	Report   io.Writer // where the results table is printed; nil = none
 }
 
-// DefaultMaxNumSeqs is the benchmark's max_num_seqs when none is given: the
-// simulator's engines run sim.DefaultMaxNumSeqs (32, the reference server) and
+// MaxNumSeqsFor is the benchmark's max_num_seqs when none is given: the
+// simulator's engines run sim.ReferenceMaxNumSeqs (32, the reference server) and
 // the router is told so; real servers (Options.Replicas) are assumed to run
-// router.DefaultMaxNumSeqs (256, vLLM's default), as `warden route` assumes.
-func DefaultMaxNumSeqs(realServers bool) int {
+// router.VLLMDefaultMaxNumSeqs (256, vLLM's default), as `warden route` assumes.
+func MaxNumSeqsFor(realServers bool) int {
 	if realServers {
-		return router.DefaultMaxNumSeqs
+		return router.VLLMDefaultMaxNumSeqs
 	}
-	return sim.DefaultMaxNumSeqs
+	return sim.ReferenceMaxNumSeqs
 }
 
 // Run executes the benchmark and writes the results directory, then the report.
@@ -146,7 +146,7 @@ func Run(ctx context.Context, o Options) (string, error) {
 	}
 	o.maxNumSeqsGiven = o.MaxNumSeqs > 0
 	if o.MaxNumSeqs <= 0 {
-		o.MaxNumSeqs = DefaultMaxNumSeqs(len(o.Replicas) > 0)
+		o.MaxNumSeqs = MaxNumSeqsFor(len(o.Replicas) > 0)
 	}
 	if o.Speed <= 0 {
 		o.Speed = DefaultSpeed

@@ -21,6 +21,7 @@ import (
 // and reset session homes on one router, whose served counts (and learned
 // estimates, tie-break RNG) carried over.
 func TestEmbeddedRouterFreshPerVariant(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	sc := &loadgen.Scenario{Name: "fresh", Seed: 1, Stages: []int{1}, StageDuration: 10 * time.Second,
 		FirstTurnTokens: 200, SystemPromptTokens: 100, TurnTokens: 50, Turns: 2, MaxOutputTokens: 8}

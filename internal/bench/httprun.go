@@ -300,7 +300,9 @@ func (h *httpRun) embeddedRouter() error {
 				rcfg.Models[i].Replicas[j].Engine = string(h.kinds[j])
 			}
 		}
-		rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs
+		if o.maxNumSeqsGiven || o.MaxNumSeqs != MaxNumSeqsFor(true) {
+			rcfg.Models[i].MaxNumSeqs = o.MaxNumSeqs // else 0, not set: the router's same 256
+		}
 		rcfg.Models[i].OverflowThreshold = routerhttp.Threshold(o.OverflowThreshold)
 		rcfg.Models[i].Policy = o.Policy
 		rcfg.Models[i].Keyless = o.Keyless

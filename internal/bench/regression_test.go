@@ -33,7 +33,7 @@ func gateOptions(t *testing.T) report.CompareOptions {
 	t.Helper()
 	var o report.CompareOptions
 	for _, g := range gates {
-		th, err := report.ParseThreshold(g)
+		th, err := report.ParseGate(g)
 		if err != nil {
 			t.Fatal(err)
 		}

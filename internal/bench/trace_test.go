@@ -52,6 +52,7 @@ func runTraceBench(t *testing.T, name string, window time.Duration, o Options) (
 // through its /tokenize is exact: every prompt is input_length tokens and every
 // output output_length (ignore_eos + min_tokens).
 func TestTraceReplayHTTPSimulator(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("short: runs the HTTP world")
 	}
@@ -70,6 +71,7 @@ func TestTraceReplayHTTPSimulator(t *testing.T) {
 // /apply-template and /tokenize, n_predict forces the output length, and the
 // prompts land within 1 % of input_length.
 func TestTraceReplayHTTPLlamaCpp(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("short: runs the HTTP world")
 	}

@@ -22,6 +22,7 @@ import (
 // Balancer and the engines across variants (on/16 TTFB p50 3.02 s after off,
 // 1.71 s alone, in the reference).
 func TestVirtualVariantOrderDoesNotMatter(t *testing.T) {
+	t.Parallel()
 	sc := loadgen.DefaultScenario()
 	sc.Stages, sc.StageDuration = []int{4, 16}, 2*time.Minute
 	dirs := map[string]string{}

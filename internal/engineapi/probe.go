@@ -174,6 +174,21 @@ func snippet(b []byte) string {
 // URL and say what was wrong: transport error, "status N", an undecodable body
 // (ParseModels), or an empty list.
 func FirstModel(ctx context.Context, hc *http.Client, base string, header http.Header) (string, error) {
+	m, err := ListModels(ctx, hc, base, header)
+	if err != nil {
+		return "", err
+	}
+	if len(m.IDs) == 0 || m.IDs[0] == "" {
+		return "", fmt.Errorf("GET %s lists no model", strings.TrimRight(base, "/")+wire.PathModels)
+	}
+	return m.IDs[0], nil
+}
+
+// ListModels asks GET {base}/v1/models and returns the list (ParseModels), as
+// FirstModel does (header, hc nil, the 30 s bound; hc's own timeout may be
+// shorter). Errors: transport error, "status N" or an undecodable body, each
+// naming the URL.
+func ListModels(ctx context.Context, hc *http.Client, base string, header http.Header) (Models, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
@@ -182,17 +197,14 @@ func FirstModel(ctx context.Context, hc *http.Client, base string, header http.H
 	defer cancel()
 	code, b, _, err := get(ctx, hc, url, header)
 	if err != nil {
-		return "", err
+		return Models{}, err
 	}
 	if code != http.StatusOK {
-		return "", fmt.Errorf("GET %s: status %d", url, code)
+		return Models{}, fmt.Errorf("GET %s: status %d", url, code)
 	}
 	m, err := ParseModels(b)
 	if err != nil {
-		return "", fmt.Errorf("GET %s: %w", url, err)
+		return Models{}, fmt.Errorf("GET %s: %w", url, err)
 	}
-	if len(m.IDs) == 0 || m.IDs[0] == "" {
-		return "", fmt.Errorf("GET %s lists no model", url)
-	}
-	return m.IDs[0], nil
+	return m, nil
 }

@@ -104,7 +104,7 @@ func (f *Fleet) finish() error {
 }
 
 // FleetFromProfile is replicas engines of the named built-in profile, with
-// maxNumSeqs per engine (0: sim.DefaultMaxNumSeqs, the reference server's).
+// maxNumSeqs per engine (0: sim.ReferenceMaxNumSeqs, the reference server's).
 // Errors: unknown profile, replicas < 1.
 func FleetFromProfile(profile string, replicas, maxNumSeqs int) (Fleet, error) {
 	p, err := sim.LookupProfile(profile)
@@ -120,8 +120,8 @@ func FleetFromProfile(profile string, replicas, maxNumSeqs int) (Fleet, error) {
 	if maxNumSeqs > 0 {
 		f.Figures = append(f.Figures, Figure{FigMaxNumSeqs, strconv.Itoa(maxNumSeqs), "--max-num-seqs"})
 	} else {
-		f.MaxNumSeqs = sim.DefaultMaxNumSeqs
-		f.Figures = append(f.Figures, Figure{FigMaxNumSeqs, strconv.Itoa(sim.DefaultMaxNumSeqs), "sim.DefaultMaxNumSeqs (the reference server's)"})
+		f.MaxNumSeqs = sim.ReferenceMaxNumSeqs
+		f.Figures = append(f.Figures, Figure{FigMaxNumSeqs, strconv.Itoa(sim.ReferenceMaxNumSeqs), "sim.ReferenceMaxNumSeqs (the reference server's)"})
 	}
 	return f, f.finish()
 }
@@ -134,7 +134,7 @@ var ErrMissingFigures = errors.New("server lacks figures the planner needs")
 // vllm:cache_config_info on GET /metrics, max_model_len from GET /v1/models
 // data[].max_model_len. vLLM does not export max_num_seqs, so it comes from
 // maxNumSeqs (the serve command's --max-num-seqs) or, when 0, vLLM's default
-// router.DefaultMaxNumSeqs (256), said so in Figures. Step costs come from the
+// router.VLLMDefaultMaxNumSeqs (256), said so in Figures. Step costs come from the
 // simulator profile (a server does not expose them). Errors: a server that
 // cannot be read, one without the figures (wrapping ErrMissingFigures and
 // naming each figure and what the server said instead), ranks that disagree.
@@ -212,8 +212,8 @@ func FleetFromServers(ctx context.Context, hc *http.Client, urls []string, heade
 		f.MaxNumSeqs = maxNumSeqs
 		f.Figures = append(f.Figures, Figure{FigMaxNumSeqs, strconv.Itoa(maxNumSeqs), "--max-num-seqs (vLLM does not export it)"})
 	} else {
-		f.MaxNumSeqs = router.DefaultMaxNumSeqs
-		f.Figures = append(f.Figures, Figure{FigMaxNumSeqs, strconv.Itoa(router.DefaultMaxNumSeqs), "vLLM's default (not exported on /metrics; give --max-num-seqs if the server was started with another)"})
+		f.MaxNumSeqs = router.VLLMDefaultMaxNumSeqs
+		f.Figures = append(f.Figures, Figure{FigMaxNumSeqs, strconv.Itoa(router.VLLMDefaultMaxNumSeqs), "vLLM's default (not exported on /metrics; give --max-num-seqs if the server was started with another)"})
 	}
 	return f, f.finish()
 }

@@ -40,8 +40,8 @@ func TestFleetFromServersSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Replicas != 2 || f.NumGPUBlocks != 3000 || f.BlockSize != 16 || f.MaxModelLen != 20000 || f.MaxNumSeqs != router.DefaultMaxNumSeqs {
-		t.Fatalf("fleet %+v: want 2 replicas of 3000 blocks x 16, max_model_len 20000, max_num_seqs %d", f, router.DefaultMaxNumSeqs)
+	if f.Replicas != 2 || f.NumGPUBlocks != 3000 || f.BlockSize != 16 || f.MaxModelLen != 20000 || f.MaxNumSeqs != router.VLLMDefaultMaxNumSeqs {
+		t.Fatalf("fleet %+v: want 2 replicas of 3000 blocks x 16, max_model_len 20000, max_num_seqs %d", f, router.VLLMDefaultMaxNumSeqs)
 	}
 	for name, src := range map[string]string{
 		FigNumGPUBlocks: "vllm:cache_config_info", FigBlockSize: "vllm:cache_config_info",

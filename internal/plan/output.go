@@ -134,9 +134,13 @@ func WriteTable(w io.Writer, r *Result) error {
 	if err := t.Render(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "KV-fit rule of thumb: %.0f tokens of peak context per session (%s) against %d KV tokens per replica (%d over the fleet)\n"+
+	fleet := fmt.Sprintf("%d over the fleet", r.Fit.FleetKVTokens)
+	if r.inverse() {
+		fleet = fmt.Sprintf("%d sessions need %.0f", c.InverseSessions, float64(c.InverseSessions)*r.Fit.PeakContextTokens)
+	}
+	_, err := fmt.Fprintf(w, "KV-fit rule of thumb: %.0f tokens of peak context per session (%s) against %d KV tokens per replica (%s)\n"+
 		"* a term within the seeds' noise of its threshold at the knee (95 %% interval, report.ThresholdDelta)\n",
-		r.Fit.PeakContextTokens, r.Fit.PeakSource, r.Fit.KVTokensReplica, r.Fit.FleetKVTokens)
+		r.Fit.PeakContextTokens, r.Fit.PeakSource, r.Fit.KVTokensReplica, fleet)
 	return err
 }
 
@@ -240,81 +244,9 @@ func (r *Result) figure() ([]byte, error) {
 	}
 	var row []*plot.Plot
 	for ti, t := range terms {
-		p := plot.New()
-		unit := " (s)"
-		if t.AtLeast {
-			unit = fmt.Sprintf(" (TTFB <= %s)", r.Config.SLO.GoodputTTFB)
-		}
-		p.Title.Text = fmt.Sprintf("%s vs %s, SLO %s", t.Name, xWord, thresholdText(t))
-		p.X.Label.Text = xLabel
-		p.Y.Label.Text = t.Name + unit
-		p.Add(plotter.NewGrid())
-		p.X.Tick.Marker = report.PlainTicks{}
-		p.Y.Tick.Marker = report.PlainTicks{}
-		p.Legend.Top = !t.AtLeast
-		p.Legend.Left = t.AtLeast
-		xmin, xmax := math.Inf(1), math.Inf(-1)
-		for pi, pr := range r.Policies {
-			col := report.Palette(pi)
-			var xys plotter.XYs
-			var errs plotter.YErrors
-			for _, pt := range sortedPoints(pr.Points, r.inverse()) {
-				v := pt.Terms[ti].Delta
-				if math.IsNaN(v.Value) {
-					continue
-				}
-				x := float64(pt.Sessions)
-				if r.inverse() {
-					x = float64(pt.Replicas)
-				}
-				xmin, xmax = min(xmin, x), max(xmax, x)
-				xys = append(xys, plotter.XY{X: x, Y: v.Value})
-				h := v.CIHalf
-				if math.IsNaN(h) {
-					h = 0
-				}
-				errs = append(errs, struct{ Low, High float64 }{h, h})
-			}
-			if len(xys) == 0 {
-				continue
-			}
-			ln, sc, err := plotter.NewLinePoints(xys)
-			if err != nil {
-				return nil, err
-			}
-			ln.Color, ln.Width = col, vg.Points(1.5)
-			sc.Color, sc.Shape, sc.Radius = col, draw.CircleGlyph{}, vg.Points(2.5)
-			eb, err := plotter.NewYErrorBars(struct {
-				plotter.XYs
-				plotter.YErrors
-			}{xys, errs})
-			if err != nil {
-				return nil, err
-			}
-			eb.Color = col
-			p.Add(ln, sc, eb)
-			p.Legend.Add(pr.Policy, ln, sc)
-			if k := pr.Knee; k != nil && !math.IsNaN(k.Terms[ti].Delta.Value) {
-				x := float64(k.Sessions)
-				if r.inverse() {
-					x = float64(k.Replicas)
-				}
-				knee, err := plotter.NewScatter(plotter.XYs{{X: x, Y: k.Terms[ti].Delta.Value}})
-				if err != nil {
-					return nil, err
-				}
-				knee.Color, knee.Shape, knee.Radius = col, draw.RingGlyph{}, vg.Points(7)
-				p.Add(knee)
-			}
-		}
-		if !math.IsInf(xmin, 0) {
-			thr, err := plotter.NewLine(plotter.XYs{{X: xmin, Y: t.Threshold}, {X: xmax, Y: t.Threshold}})
-			if err != nil {
-				return nil, err
-			}
-			thr.Color, thr.Dashes, thr.Width = color.Gray{Y: 80}, []vg.Length{vg.Points(5), vg.Points(3)}, vg.Points(1)
-			p.Add(thr)
-			p.Legend.Add("SLO "+thresholdText(t)+" (ring: knee)", thr)
+		p, err := r.panel(ti, t, xLabel, xWord)
+		if err != nil {
+			return nil, err
 		}
 		row = append(row, p)
 	}
@@ -338,4 +270,85 @@ func thresholdText(t term) string {
 		return ">= " + strconv.FormatFloat(t.Threshold, 'g', -1, 64)
 	}
 	return "<= " + strconv.FormatFloat(t.Threshold, 'g', -1, 64) + " s"
+}
+
+// panel is the figure's panel of SLO term ti.
+func (r *Result) panel(ti int, t term, xLabel, xWord string) (*plot.Plot, error) {
+	p := plot.New()
+	unit := " (s)"
+	if t.AtLeast {
+		unit = fmt.Sprintf(" (TTFB <= %s)", r.Config.SLO.GoodputTTFB)
+	}
+	p.Title.Text = fmt.Sprintf("%s vs %s, SLO %s", t.Name, xWord, thresholdText(t))
+	p.X.Label.Text = xLabel
+	p.Y.Label.Text = t.Name + unit
+	p.Add(plotter.NewGrid())
+	p.X.Tick.Marker = report.PlainTicks{}
+	p.Y.Tick.Marker = report.PlainTicks{}
+	p.Legend.Top = !t.AtLeast
+	p.Legend.Left = t.AtLeast
+	xmin, xmax := math.Inf(1), math.Inf(-1)
+	for pi, pr := range r.Policies {
+		col := report.Palette(pi)
+		var xys plotter.XYs
+		var errs plotter.YErrors
+		for _, pt := range sortedPoints(pr.Points, r.inverse()) {
+			v := pt.Terms[ti].Delta
+			if math.IsNaN(v.Value) {
+				continue
+			}
+			x := float64(pt.Sessions)
+			if r.inverse() {
+				x = float64(pt.Replicas)
+			}
+			xmin, xmax = min(xmin, x), max(xmax, x)
+			xys = append(xys, plotter.XY{X: x, Y: v.Value})
+			h := v.CIHalf
+			if math.IsNaN(h) {
+				h = 0
+			}
+			errs = append(errs, struct{ Low, High float64 }{h, h})
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		ln, sc, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, err
+		}
+		ln.Color, ln.Width = col, vg.Points(1.5)
+		sc.Color, sc.Shape, sc.Radius = col, draw.CircleGlyph{}, vg.Points(2.5)
+		eb, err := plotter.NewYErrorBars(struct {
+			plotter.XYs
+			plotter.YErrors
+		}{xys, errs})
+		if err != nil {
+			return nil, err
+		}
+		eb.Color = col
+		p.Add(ln, sc, eb)
+		p.Legend.Add(pr.Policy, ln, sc)
+		if k := pr.Knee; k != nil && !math.IsNaN(k.Terms[ti].Delta.Value) {
+			x := float64(k.Sessions)
+			if r.inverse() {
+				x = float64(k.Replicas)
+			}
+			knee, err := plotter.NewScatter(plotter.XYs{{X: x, Y: k.Terms[ti].Delta.Value}})
+			if err != nil {
+				return nil, err
+			}
+			knee.Color, knee.Shape, knee.Radius = col, draw.RingGlyph{}, vg.Points(7)
+			p.Add(knee)
+		}
+	}
+	if !math.IsInf(xmin, 0) {
+		thr, err := plotter.NewLine(plotter.XYs{{X: xmin, Y: t.Threshold}, {X: xmax, Y: t.Threshold}})
+		if err != nil {
+			return nil, err
+		}
+		thr.Color, thr.Dashes, thr.Width = color.Gray{Y: 80}, []vg.Length{vg.Points(5), vg.Points(3)}, vg.Points(1)
+		p.Add(thr)
+		p.Legend.Add("SLO "+thresholdText(t)+" (ring: knee)", thr)
+	}
+	return p, nil
 }

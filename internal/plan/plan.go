@@ -95,9 +95,14 @@ type KVFit struct {
 // ErrNoPoint is wrapped when no policy meets the SLO at any point tried.
 var ErrNoPoint = errors.New("no point meets the SLO")
 
+// ErrBudget is wrapped when the wall-time budget ran out before any policy had a
+// point meeting the SLO (the search did not finish: not a verdict on the fleet).
+var ErrBudget = errors.New("budget exhausted")
+
 // Run answers the question. Errors: bad configuration, a failed simulation,
-// ctx cancelled, or (wrapping ErrNoPoint, with the Result) no policy meeting
-// the SLO anywhere it looked.
+// ctx cancelled, or, with the Result: no policy meeting the SLO anywhere it
+// looked (wrapping ErrNoPoint), the budget spent before any point met it
+// (wrapping ErrBudget).
 func Run(ctx context.Context, c Config) (*Result, error) {
 	c, err := c.withDefaults()
 	if err != nil {
@@ -122,10 +127,15 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if res.Fit, err = kvFit(c, res); err != nil {
 		return nil, err
 	}
+	budget := false
 	for _, pr := range res.Policies {
 		if pr.Knee != nil {
 			return res, nil
 		}
+		budget = budget || pr.Budget
+	}
+	if budget {
+		return res, fmt.Errorf("%w: the --budget of %s ran out after %d points before any point met the SLO (%s); the closest: %s", ErrBudget, c.Budget, res.points(), c.SLO, closest(res))
 	}
 	what := fmt.Sprintf("at 1 to %d sessions on %d replicas", c.MaxSessions, c.Fleet.Replicas)
 	if c.InverseSessions > 0 {
@@ -155,6 +165,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := c.Scenario.Validate(); err != nil {
 		return c, fmt.Errorf("plan: %w", err)
+	}
+	if c.Scenario.Trace != nil {
+		return c, fmt.Errorf("plan: scenario %q replays a trace (trace.file %q): the planner searches session counts of a synthetic workload and cannot yet scale a trace's rate", c.Scenario.Name, c.Scenario.Trace.File)
 	}
 	if c.Fleet.Replicas < 1 {
 		return c, fmt.Errorf("plan: fleet of %d replicas", c.Fleet.Replicas)

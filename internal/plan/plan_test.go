@@ -106,9 +106,17 @@ func TestSearchBudget(t *testing.T) {
 	c := smokeConfig(t)
 	c.Budget = time.Nanosecond
 	c.Policies = []Policy{mustPolicy(t, "working-set")}
-	r, _ := Run(context.Background(), c)
+	r, err := Run(context.Background(), c)
 	if r == nil || !r.Policies[0].Budget || r.Policies[0].Resolved || len(r.Policies[0].Points) > 1 {
 		t.Fatalf("result %+v; want the budget flag, unresolved, at most one point", r)
+	}
+	// One point, met: an answer marked (budget). None met: ErrBudget, not ErrNoPoint.
+	if r.Policies[0].Knee == nil && (!errors.Is(err, ErrBudget) || errors.Is(err, ErrNoPoint)) {
+		t.Errorf("no knee within the budget: %v; want ErrBudget", err)
+	}
+	c.SLO, _ = ParseSLO("ttfb_p95=1ms")
+	if _, err := Run(context.Background(), c); !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "--budget") {
+		t.Errorf("budget spent on a failing point: %v; want ErrBudget naming --budget", err)
 	}
 }
 
@@ -216,5 +224,14 @@ func TestVerifySmoke(t *testing.T) {
 	var b bytes.Buffer
 	if err := WriteVerification(&b, vs, 10); err != nil || !strings.Contains(b.String(), "http") || !strings.Contains(b.String(), "virtual seeds mean") {
 		t.Errorf("verification table: %v\n%s", err, b.String())
+	}
+}
+
+// A trace scenario is refused with the reason (the search varies sessions).
+func TestTraceScenarioRefused(t *testing.T) {
+	c := smokeConfig(t)
+	c.Scenario.Trace = &loadgen.TraceSpec{File: "conversation_trace.jsonl"}
+	if _, err := Run(context.Background(), c); err == nil || !strings.Contains(err.Error(), "cannot yet scale") {
+		t.Errorf("err %v; want the trace named", err)
 	}
 }

@@ -62,7 +62,7 @@ type Setup struct {
 	Scenario   *loadgen.Scenario // variants are replaced per arm
 	Replicas   int
 	Profile    sim.Profile
-	MaxNumSeqs int // per engine; 0 = sim.DefaultMaxNumSeqs
+	MaxNumSeqs int // per engine; 0 = sim.ReferenceMaxNumSeqs
 	// NumGPUBlocks overrides the profile's KV capacity (0: from the profile).
 	NumGPUBlocks int
 }
@@ -149,7 +149,7 @@ func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*Ru
 	}
 	maxSeqs := s.MaxNumSeqs
 	if maxSeqs == 0 {
-		maxSeqs = sim.DefaultMaxNumSeqs
+		maxSeqs = sim.ReferenceMaxNumSeqs
 	}
 	ecfg := sim.EngineConfig{Profile: s.Profile, MaxNumSeqs: maxSeqs, NumGPUBlocks: s.NumGPUBlocks, CountPrefixStatsPerAttempt: a.CountPerAttempt}
 	if a.UnlimitedCache {

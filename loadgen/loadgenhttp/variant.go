@@ -328,7 +328,7 @@ func (vr *variantRun) progressLine(stage int, what string) {
 	if rn.progress == io.Discard || stage >= len(windows) {
 		return
 	}
-	w := windows[stage]
+	w := vr.loop.Windows()[stage] // live: a trace window counts its conversations as they start
 	now := rn.clock.Now()
 	el := max(now-w.Start, 0)
 	if what == "done" {

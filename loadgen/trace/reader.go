@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/lmwarden/warden/internal/tracefmt"
 )
 
 // DefaultBlockSize is the tokens per hash id of the Mooncake traces (README of
 // FAST25-release/traces: "each hash id stands for a block of 512 tokens").
-const DefaultBlockSize = 512
+const DefaultBlockSize = tracefmt.DefaultBlockSize
 
 // Request is one line of a trace.
 type Request struct {
@@ -36,15 +38,6 @@ type Request struct {
 // vLLM's block pool).
 func (r *Request) FullBlocks(blockSize int) int {
 	return min(len(r.HashIDs), r.InputLength/blockSize)
-}
-
-// line is the JSON shape of one line; pointers tell a missing field from a zero.
-type line struct {
-	Timestamp    *int64  `json:"timestamp"`
-	InputLength  *int    `json:"input_length"`
-	OutputLength *int    `json:"output_length"`
-	HashIDs      []int64 `json:"hash_ids"`
-	SessionID    string  `json:"session_id,omitempty"`
 }
 
 // ErrEmpty is wrapped by the Reader's error for a trace without a request.
@@ -133,7 +126,7 @@ func (r *Reader) nameOr() string {
 }
 
 func (r *Reader) parse(b []byte) (Request, error) {
-	var l line
+	var l tracefmt.Line
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
@@ -194,10 +187,9 @@ func Each(r *Reader, fn func(Request) error) error {
 }
 
 // Writer writes requests in the trace format, one line each (timestamps in whole
-// milliseconds, rounded down).
+// milliseconds, rounded down; tracefmt.Marshal).
 type Writer struct {
-	w   io.Writer
-	buf []byte
+	w io.Writer
 }
 
 // NewWriter returns a Writer onto w.
@@ -205,13 +197,10 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
 // Write writes one request line.
 func (w *Writer) Write(r Request) error {
-	ts := int64(r.Timestamp / time.Millisecond)
-	in, out := r.InputLength, r.OutputLength
-	b, err := json.Marshal(line{Timestamp: &ts, InputLength: &in, OutputLength: &out, HashIDs: r.HashIDs, SessionID: r.SessionID})
+	b, err := tracefmt.Marshal(r.Timestamp, r.InputLength, r.OutputLength, r.HashIDs, r.SessionID)
 	if err != nil {
 		return err
 	}
-	w.buf = append(append(w.buf[:0], b...), '\n')
-	_, err = w.w.Write(w.buf)
+	_, err = w.w.Write(b)
 	return err
 }

@@ -31,6 +31,8 @@ import (
 //	POST /admin/models/{model}/replicas       body {"name":n,"url":u,"dp_ranks":k}: add
 //	                                          an upstream while serving (Router.AddReplica);
 //	                                          201 {"model":m,"added":[names]}
+//	GET  /admin/record                        {"enabled":bool,"written":n,"dropped":n} (warden route --record)
+//	PUT  /admin/record                        body {"enabled":bool}: pause or resume the recording
 //
 // With a "*" pool a model name is accepted when it is configured or a client
 // asked the "*" pool for it; any other is 404 naming the known models.
@@ -43,6 +45,8 @@ func (rt *Router) AdminHandler() http.Handler {
 	})
 	mux.Handle("GET "+CardPath, rt.CardHandler())
 	mux.HandleFunc("/admin/models/{rest...}", rt.serveAdminModel)
+	mux.HandleFunc("GET /admin/record", rt.serveAdminRecord)
+	mux.HandleFunc("PUT /admin/record", rt.serveAdminRecord)
 	return rt.requireToken(mux)
 }
 

@@ -175,3 +175,21 @@ func TestAdminWildcardPoolRefusesUnknownModelName(t *testing.T) {
 		t.Fatalf("the served model's own name: %d %s", code, body)
 	}
 }
+
+// A "*" pool's replicas name their models on GET /v1/models: those names are
+// accepted before any client asked for them (a policy set before traffic).
+func TestAdminWildcardPoolAcceptsTheReplicasModels(t *testing.T) {
+	a := newStub(t, "a")
+	a.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"object":"list","data":[{"id":"served-x","object":"model","owned_by":"vllm"}]}`)
+	})
+	f := newFront(t, true, func(cfg *Config) { cfg.AdminToken = "tok" }, a)
+	admin := httptest.NewServer(f.rt.AdminHandler())
+	defer admin.Close()
+	if code, body := adminDo(t, admin, "PUT", "/admin/models/served-x/policy", "tok", `{"policy":"sticky"}`); code != 200 || f.rt.Pools()[0].Balancer.Policy() != "sticky" {
+		t.Fatalf("a model the replica lists: %d %s", code, body)
+	}
+	if code, body := adminDo(t, admin, "PUT", "/admin/models/served-y/policy", "tok", `{"policy":"sticky"}`); code != 404 || !strings.Contains(body, "did you mean served-x?") {
+		t.Fatalf("a misspelt one: %d %s", code, body)
+	}
+}

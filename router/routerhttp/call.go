@@ -31,6 +31,7 @@ type call struct {
 	// inFlight: the call holds an in-flight count on its replica, ended by
 	// release (Balancer.ReleaseSession).
 	inFlight bool
+	stream   bool // the body asks for a streamed response (RequestInfo.Stream)
 	dec      router.Decision
 	adm      router.AdmitInfo // what the admission gate decided (hold.go)
 	ka       *keepAlive       // the response was committed while held (hold.go)
@@ -100,7 +101,8 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 	if m := pool.lastModel.Load(); info.Model != "" && (m == nil || *m != info.Model) {
 		pool.noteModel(info.Model)
 	}
-	c := &call{pool: pool, api: api, facts: router.Facts{SessionKey: info.SessionKey, ResponseID: info.ResponseID, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens}, body: body, inURL: *r.URL, routed: true, learn: api == apiResponses && !info.NoStore}
+	c := &call{pool: pool, api: api, body: body, inURL: *r.URL, routed: true, stream: info.Stream, learn: api == apiResponses && !info.NoStore,
+		facts: router.Facts{SessionKey: info.SessionKey, ResponseID: info.ResponseID, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens, Continuing: info.Continuing}}
 	if info.SessionKey == "" && pool.Balancer.KeylessPrefix() {
 		// Keyless placement by prefix: the body's leading bytes stand for the
 		// prompt's (model, then messages / input, as clients send them).

@@ -165,7 +165,9 @@ type ModelConfig struct {
 	// OverflowThreshold: "auto" (default, max_num_seqs / 4) or a positive number
 	// of in-flight requests.
 	OverflowThreshold Threshold `yaml:"overflow_threshold"`
-	// MaxNumSeqs: the servers' --max-num-seqs; default DefaultMaxNumSeqs.
+	// MaxNumSeqs: the servers' --max-num-seqs; 0 (not set, kept 0 by
+	// WithDefaults) means router.VLLMDefaultMaxNumSeqs, or for a llama.cpp
+	// model the slots its replicas report (GET /props total_slots).
 	MaxNumSeqs int `yaml:"max_num_seqs"`
 	// Policy used while affinity is on: "working-set" (default), "sticky",
 	// "session-hash" or "shortest-queue" (PolicyNames; docs/routing.md).
@@ -358,9 +360,6 @@ func (c Config) WithDefaults() Config {
 		if m.Affinity == nil {
 			on := true
 			m.Affinity = &on
-		}
-		if m.MaxNumSeqs == 0 {
-			m.MaxNumSeqs = router.DefaultMaxNumSeqs
 		}
 		m.Replicas = append([]ReplicaConfig(nil), m.Replicas...)
 		for j := range m.Replicas {

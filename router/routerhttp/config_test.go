@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/lmwarden/warden/router"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -50,7 +48,7 @@ models:
 	if !*m0.Affinity || m0.OverflowThreshold != 0 || m0.Replicas[0].DPRanks != 4 || m0.Replicas[0].Name != "box1" {
 		t.Fatalf("%+v", m0)
 	}
-	if *m1.Affinity || m1.OverflowThreshold != 6 || m1.MaxNumSeqs != router.DefaultMaxNumSeqs || m1.Replicas[0].Name != "r0" {
+	if *m1.Affinity || m1.OverflowThreshold != 6 || m1.MaxNumSeqs != 0 || m1.Replicas[0].Name != "r0" {
 		t.Fatalf("%+v", m1)
 	}
 	rt, err := New(cfg)

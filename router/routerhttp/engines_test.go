@@ -17,6 +17,7 @@ import (
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/enginestub"
 	"github.com/lmwarden/warden/internal/wire"
+	"github.com/lmwarden/warden/router"
 )
 
 // switchable is a llama.cpp stand-in whose --metrics can be turned off and on
@@ -300,5 +301,18 @@ func TestRouterRereadsLlamaCppPropsAfterRestart(t *testing.T) {
 	})
 	if n, _ := b.OverflowThreshold(); n != 1 {
 		t.Errorf("threshold %d after the restart with 2 slots, want 1 = slots - 1", n)
+	}
+}
+
+// Issue 25: LearnSlots was "max_num_seqs == 256", so a model configured with an
+// explicit max_num_seqs: 256 had it replaced by the slots /props reports. Now
+// only a model that leaves it unset learns it.
+func TestExplicitMaxNumSeqsIsNotLearned(t *testing.T) {
+	s := httptest.NewServer(newEngineStub(t, enginestub.Config{Kind: engines.KindLlamaCpp, Metrics: true, Slots: 4}))
+	t.Cleanup(s.Close)
+	rt := startEngineRouter(t, []string{"r0=" + s.URL}, []engines.Kind{engines.KindLlamaCpp}, 256, io.Discard)
+	waitStatus(t, rt, "r0", "reported its slots", func(r ReplicaReport) bool { return r.Slots == 4 })
+	if n, _ := rt.Pools()[0].Balancer.OverflowThreshold(); n != router.SlotOverflowThreshold(256) {
+		t.Errorf("threshold %d with max_num_seqs: 256 configured, want %d (the configured value, not the 4 slots learned)", n, router.SlotOverflowThreshold(256))
 	}
 }

@@ -1,7 +1,6 @@
 package routerhttp
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,14 +82,6 @@ func setTrailers(h http.Header, set func(http.Header)) {
 	}
 }
 
-// maxSilentHold and keepAliveInterval are router.MaxSilentHold and
-// router.KeepAliveInterval, variables only so a test can shorten them (set
-// before the Proxy serves).
-var (
-	maxSilentHold     = router.MaxSilentHold
-	keepAliveInterval = router.KeepAliveInterval
-)
-
 // OverloadRetryAfter is the Retry-After the proxy sends with a request refused
 // at an admission limit (router.AdmitLimitRefuse), in seconds: about the time a
 // conversation takes to end and free room on the reference workload at 24-32
@@ -104,10 +95,6 @@ const OverloadRetryAfter = 30 * time.Second
 // while held.
 func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c *call) (router.Decision, error) {
 	b := pool.Balancer
-	if c.facts.SessionKey != "" && b.AdmissionConfig().Mode == router.AdmissionFit {
-		c.facts.Continuing = CarriesAssistantMessage(c.body)
-	}
-	stream, checked := false, false
 	for {
 		t0 := time.Now()
 		d, info, wait, err := b.AdmitWait(c.facts)
@@ -120,21 +107,18 @@ func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c 
 			return d, err
 		}
 		c.facts.Ticket = info.Ticket
-		if !checked {
-			stream, checked = streams(c.body), true
-		}
 		// Per ask: a PUT of the admission config applies to the waiters too.
 		after := b.AdmissionConfig().WithDefaults().KeepAliveAfter
 		switch {
 		case c.ka != nil:
-		case !stream || after < 0:
+		case !c.stream || after < 0:
 			// No byte is sent while held, so no hold may outlast a client's
 			// no-byte timeout.
-			c.facts.HoldLimit = maxSilentHold
+			c.facts.HoldLimit = p.maxSilentHold
 		default:
 			c.facts.HoldLimit = 0
 			if info.Held >= after {
-				c.ka = commitKeepAlive(w, c)
+				c.ka = commitKeepAlive(w, c, p.keepAliveInterval)
 			}
 		}
 		if c.ka != nil {
@@ -152,26 +136,14 @@ func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c 
 	}
 }
 
-// streams reports whether a request body asks for a streamed response
-// ("stream": true, OpenAI and Anthropic alike). A quick byte scan rules most
-// non-streaming bodies out before the body is decoded.
-func streams(body []byte) bool {
-	if !bytes.Contains(body, []byte(`"stream"`)) {
-		return false
-	}
-	var v struct {
-		Stream bool `json:"stream"`
-	}
-	return json.Unmarshal(body, &v) == nil && v.Stream
-}
-
 // keepAlive is a held request whose response was committed (commitKeepAlive).
 type keepAlive struct {
-	w      http.ResponseWriter
-	api    apiKind
-	pinged bool
-	last   time.Duration // when the latest keep-alive event was sent (Proxy.now)
-	broken error         // a keep-alive that could not be written: the client is gone
+	w        http.ResponseWriter
+	api      apiKind
+	interval time.Duration // between keep-alive events (Proxy.keepAliveInterval)
+	pinged   bool
+	last     time.Duration // when the latest keep-alive event was sent (Proxy.now)
+	broken   error         // a keep-alive that could not be written: the client is gone
 }
 
 // Keep-alive events: Anthropic's ping event and an SSE comment for OpenAI (see
@@ -181,8 +153,9 @@ var (
 	sseKeepAlive  = []byte(": keep-alive\n\n")
 )
 
-// commitKeepAlive writes the status and headers of c's kept-alive response.
-func commitKeepAlive(w http.ResponseWriter, c *call) *keepAlive {
+// commitKeepAlive writes the status and headers of c's kept-alive response,
+// whose keep-alive events then follow every interval.
+func commitKeepAlive(w http.ResponseWriter, c *call, interval time.Duration) *keepAlive {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -190,13 +163,13 @@ func commitKeepAlive(w http.ResponseWriter, c *call) *keepAlive {
 	h.Set(wire.HeaderAdmission, wire.AdmissionWaiting)
 	h.Set("Trailer", strings.Join(keepAliveTrailers, ", "))
 	w.WriteHeader(http.StatusOK)
-	return &keepAlive{w: w, api: c.api}
+	return &keepAlive{w: w, api: c.api, interval: interval}
 }
 
 // ping sends a keep-alive event when none was sent yet or the last one is
-// router.KeepAliveInterval old at now.
+// k.interval old at now.
 func (k *keepAlive) ping(now time.Duration) error {
-	if k.pinged && now-k.last < keepAliveInterval {
+	if k.pinged && now-k.last < k.interval {
 		return nil
 	}
 	k.pinged, k.last = true, now
@@ -400,38 +373,4 @@ func writeOverloaded(w http.ResponseWriter, api apiKind, msg string) int {
 	status := overloadedStatus(api)
 	writeError(w, api, status, msg)
 	return status
-}
-
-// CarriesAssistantMessage reports whether a chat body (OpenAI chat completions
-// or Anthropic messages: both send "messages": [{"role": ...}]; the Responses
-// API's "input" items carry a role too) already carries
-// an assistant message: a conversation past its first turn, which admission
-// never holds even when the router has forgotten its session. A quick byte scan
-// rules most first turns out before the body is decoded.
-func CarriesAssistantMessage(body []byte) bool {
-	if !bytes.Contains(body, []byte(`"assistant"`)) {
-		return false
-	}
-	type roled struct {
-		Role string `json:"role"`
-	}
-	var v struct {
-		Messages []roled         `json:"messages"`
-		Input    json.RawMessage `json:"input"` // Responses API: a string or items
-	}
-	if json.Unmarshal(body, &v) != nil {
-		return false
-	}
-	if in := bytes.TrimSpace(v.Input); len(in) > 0 && in[0] == '[' {
-		var items []roled
-		if json.Unmarshal(in, &items) == nil {
-			v.Messages = append(v.Messages, items...)
-		}
-	}
-	for _, m := range v.Messages {
-		if m.Role == "assistant" {
-			return true
-		}
-	}
-	return false
 }

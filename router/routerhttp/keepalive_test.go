@@ -137,12 +137,11 @@ var keepAliveAPIs = []struct {
 func TestProxyKeepsHeldStreamAlive(t *testing.T) {
 	// Shortened: the manual clock may not jump past router.TicketTTL (5 s)
 	// between two asks, or the ticket expires as a vanished waiter's.
-	old := keepAliveInterval
-	keepAliveInterval = 2 * time.Second
-	t.Cleanup(func() { keepAliveInterval = old })
+	const keepAliveInterval = 2 * time.Second
 	for _, api := range keepAliveAPIs {
 		t.Run(api.name, func(t *testing.T) {
 			f, _ := admitFront(t, router.AdmissionConfig{MaxHold: -1, KeepAliveAfter: keepAliveAfter})
+			f.rt.proxy.keepAliveInterval = keepAliveInterval
 			h := holdStream(t, f, api.path, bigBody("b"), func() { f.clock.Advance(time.Second) })
 			r := h.resp
 			if r.StatusCode != 200 || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("Cache-Control") != "no-cache" ||
@@ -307,10 +306,8 @@ func TestProxyKeptAliveStreamRetriesBeforeFirstByte(t *testing.T) {
 // MaxSilentHold (shortened here) while a streaming one held as long is still
 // held, kept alive.
 func TestProxyCapsSilentHoldOfNonStreamingRequest(t *testing.T) {
-	old := maxSilentHold
-	maxSilentHold = 2 * time.Second
-	t.Cleanup(func() { maxSilentHold = old })
 	f, _ := admitFront(t, router.AdmissionConfig{MaxHold: -1, KeepAliveAfter: keepAliveAfter})
+	f.rt.proxy.maxSilentHold = 2 * time.Second
 	fill(t, f, "/v1/chat/completions")
 	plain := strings.Replace(bigBody("p"), `"stream":true`, `"stream":false`, 1)
 	waitPlain := startStream(t, f, "/v1/chat/completions", "p", plain)

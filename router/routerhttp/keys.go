@@ -58,6 +58,14 @@ type RequestInfo struct {
 	Model      string    // the body's "model" field; "" when absent
 	SessionKey string    // "" when none was found
 	Source     KeySource // where SessionKey came from
+	// Stream: the body asks for a streamed response ("stream": true); what
+	// keep-alive needs (hold.go).
+	Stream bool
+	// Continuing: the body's "messages" (Responses API: "input" items) already
+	// carry an assistant message, a conversation past its first turn, which
+	// admission never holds even when the router has forgotten its session
+	// (hold.go).
+	Continuing bool
 	// ResponseID is the body's previous_response_id (Responses API), "" when
 	// absent: the response the request continues.
 	ResponseID string
@@ -86,6 +94,10 @@ type requestBody struct {
 	PromptCacheKey     json.RawMessage
 	PreviousResponseID json.RawMessage
 	Store              json.RawMessage
+	// Stream: "stream": true (OpenAI and Anthropic alike). Assistant: an
+	// element of "messages" (or of the Responses API's "input") has "role":
+	// "assistant" (a conversation past its first turn).
+	Stream, Assistant bool
 }
 
 // readRequestBody checks that body is one valid JSON object (scanJSON, which
@@ -115,6 +127,14 @@ func readRequestBody(body []byte) (requestBody, error) {
 			rb.PreviousResponseID = value
 		case "store":
 			rb.Store = value
+		case "stream":
+			rb.Stream = string(value) == "true"
+		}
+	}, func(top, name, value []byte) {
+		// Chat completions and Messages send "messages": [{"role": ...}]; the
+		// Responses API's "input" items carry a role too.
+		if (string(top) == "messages" || string(top) == "input") && string(name) == "role" && string(value) == `"assistant"` {
+			rb.Assistant = true
 		}
 	})
 	if !ok {
@@ -149,18 +169,24 @@ const maxJSONDepth = 10000
 // ~90% of ExtractKey on a Claude Code body), while most of a request body is
 // string content, which validJSON skips 8 bytes at a time. FuzzValidJSON checks it
 // against json.Valid.
-func validJSON(b []byte) bool { return scanJSON(b, nil) }
+func validJSON(b []byte) bool { return scanJSON(b, nil, nil) }
 
 // scanJSON is validJSON that also calls visit, when not nil, with the name
 // (unescaped) and raw value of each member of a top-level object, in order, as it
-// passes them. On invalid input it returns false, possibly after some visits.
-func scanJSON(b []byte, visit func(name, value []byte)) bool {
+// passes them; and visitItem, when not nil, with the name of the top-level
+// member, the name (unescaped) and the raw value of each member of an object
+// that is an element of that member's array ("messages": [{"role": ...}]). On
+// invalid input it returns false, possibly after some visits.
+func scanJSON(b []byte, visit func(name, value []byte), visitItem func(top, name, value []byte)) bool {
 	var (
-		depth    [64]byte
-		stack    = depth[:0] // open containers, '{' or '['
-		name     []byte      // top-level member being read (visit only)
-		valStart int         // where its value starts
+		depth     [64]byte
+		stack     = depth[:0] // open containers, '{' or '['
+		name      []byte      // top-level member being read (visit, visitItem)
+		valStart  int         // where its value starts
+		item      []byte      // member of an array element being read (visitItem)
+		itemStart int         // where its value starts
 	)
+	inItem := func() bool { return len(stack) == 3 && stack[1] == '[' && stack[2] == '{' }
 	i := skipSpace(b, 0)
 	// member reads an object member's name and colon at b[i], leaving i at its
 	// value; for a top-level member it notes the name and where the value starts.
@@ -169,8 +195,10 @@ func scanJSON(b []byte, visit func(name, value []byte)) bool {
 		if i = validMemberName(b, i); i < 0 {
 			return false
 		}
-		if visit != nil && len(stack) == 1 {
+		if (visit != nil || visitItem != nil) && len(stack) == 1 {
 			name, valStart = memberName(b, ns), i
+		} else if visitItem != nil && inItem() {
+			item, itemStart = memberName(b, ns), i
 		}
 		return true
 	}
@@ -215,6 +243,8 @@ func scanJSON(b []byte, visit func(name, value []byte)) bool {
 		for {
 			if visit != nil && len(stack) == 1 && stack[0] == '{' {
 				visit(name, b[valStart:i])
+			} else if visitItem != nil && inItem() && stack[0] == '{' {
+				visitItem(name, item, b[itemStart:i])
 			}
 			i = skipSpace(b, i)
 			if len(stack) == 0 {
@@ -523,6 +553,7 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 		info.Model = jsonString(rb.Model)
 		info.ResponseID = cleanKey(jsonString(rb.PreviousResponseID))
 		info.NoStore = string(bytes.TrimSpace(rb.Store)) == "false"
+		info.Stream, info.Continuing = rb.Stream, rb.Assistant
 	}
 	mdKey, mdSrc := metadataSession(rb.Metadata)
 	switch {

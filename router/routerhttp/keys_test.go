@@ -222,3 +222,32 @@ func TestBadBodyErrorSaysWhere(t *testing.T) {
 		}
 	}
 }
+
+// Issue 25: the body is read once; RequestInfo says whether it streams and
+// whether its messages carry an assistant message (hold.go re-parsed it with
+// json.Unmarshal for both).
+func TestExtractKeyReadsStreamAndContinuing(t *testing.T) {
+	for _, tc := range []struct {
+		name, body         string
+		stream, continuing bool
+	}{
+		{"first turn", `{"model":"m","stream":true,"messages":[{"role":"system","content":"x"},{"role":"user","content":"hi"}]}`, true, false},
+		{"later turn", `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"ok"},{"role":"user","content":"more"}]}`, false, true},
+		{"stream false", `{"stream":false,"messages":[]}`, false, false},
+		{"stream as a string", `{"stream":"true"}`, false, false},
+		{"assistant only in text", `{"messages":[{"role":"user","content":"{\"role\": \"assistant\"} \"assistant\""}]}`, false, false},
+		{"assistant in a nested object", `{"messages":[{"role":"user","content":[{"type":"text","meta":{"role":"assistant"}}]}]}`, false, false},
+		{"assistant outside messages", `{"role":"assistant","system":[{"role":"assistant"}],"messages":[{"role":"user"}]}`, false, false},
+		{"escaped name", `{"messages":[{"r\u006fle":"assistant"}]}`, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ExtractKey(http.Header{}, []byte(tc.body), KeyConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Stream != tc.stream || got.Continuing != tc.continuing {
+				t.Errorf("stream %v continuing %v, want %v %v", got.Stream, got.Continuing, tc.stream, tc.continuing)
+			}
+		})
+	}
+}

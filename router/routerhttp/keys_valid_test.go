@@ -112,7 +112,7 @@ func checkScanJSON(t *testing.T, b []byte) {
 	t.Helper()
 	want := json.Valid(b)
 	var got bool
-	gotMembers := members(func(visit func(name, value []byte)) { got = scanJSON(b, visit) })
+	gotMembers := members(func(visit func(name, value []byte)) { got = scanJSON(b, visit, nil) })
 	if got != want {
 		t.Fatalf("scanJSON(%.200q) = %v, json.Valid = %v", b, got, want)
 	}

@@ -32,7 +32,7 @@ type Pool struct {
 	lastModel atomic.Pointer[string]
 
 	askedMu sync.Mutex
-	asked   map[string]struct{} // models clients asked a "*" pool for (at most maxAskedModels)
+	asked   map[string]struct{} // models clients asked a "*" pool for or its replicas list (at most maxAskedModels)
 }
 
 // maxAskedModels bounds the names a "*" pool remembers, so clients sending
@@ -42,6 +42,11 @@ const maxAskedModels = 64
 // noteModel records model as asked for this pool (called when lastModel changes).
 func (p *Pool) noteModel(model string) {
 	p.lastModel.Store(&model)
+	p.addKnown(model)
+}
+
+// addKnown records model as one the admin API may name for this pool.
+func (p *Pool) addKnown(model string) {
 	p.askedMu.Lock()
 	defer p.askedMu.Unlock()
 	if p.asked == nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lmwarden/warden/internal/simclock"
@@ -88,9 +89,20 @@ type Proxy struct {
 	onRoute     func(pool *Pool, key string, bodyBytes int, d router.Decision)
 	clock       simclock.Clock
 
+	// maxSilentHold and keepAliveInterval are router.MaxSilentHold and
+	// router.KeepAliveInterval (hold.go); a test of the package may shorten
+	// them before the Proxy serves.
+	maxSilentHold, keepAliveInterval time.Duration
+
 	liveMu sync.Mutex
 	live   map[liveKey]map[*call]struct{} // requests in flight per replica (AbortSilent)
+
+	recorder atomic.Pointer[Recorder] // nil: not recording (SetRecorder)
 }
+
+// SetRecorder starts writing the requests served to rec (nil stops); the
+// previous recorder, if any, is returned for the caller to Close.
+func (p *Proxy) SetRecorder(rec *Recorder) *Recorder { return p.recorder.Swap(rec) }
 
 // liveKey names one replica of one pool.
 type liveKey struct {
@@ -113,6 +125,9 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		log:         cfg.Logger,
 		onRoute:     cfg.OnRoute,
 		clock:       cfg.Clock,
+
+		maxSilentHold:     router.MaxSilentHold,
+		keepAliveInterval: router.KeepAliveInterval,
 	}
 	if p.limit <= 0 {
 		p.limit = DefaultBodyLimit
@@ -277,9 +292,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
+	rec := p.recorder.Load()
+	var recording *Recording
+	if rec != nil {
+		recording = rec.Begin(p.now(), body, info.SessionKey)
+	}
 	defer func() {
 		v := recover()
 		p.settle(r, c, sw, start, v != nil)
+		if recording != nil {
+			rec.End(recording, c.status == http.StatusOK && c.streamBroken == nil && v == nil && r.Context().Err() == nil, c.usage.prompt, c.usage.output)
+		}
 		if v != nil {
 			panic(v) // http.ErrAbortHandler from ReverseProxy: the server drops the connection
 		}

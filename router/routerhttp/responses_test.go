@@ -2,6 +2,7 @@ package routerhttp
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -127,13 +128,12 @@ func TestResponsesStoreFalseLearnsNothing(t *testing.T) {
 // has no ping event), the replica's stream once admitted; refused at the limit,
 // the API's own error event with rate_limit_exceeded, counted as the 429.
 func TestProxyKeepsHeldResponsesStreamAlive(t *testing.T) {
-	old := keepAliveInterval
-	keepAliveInterval = 2 * time.Second
-	t.Cleanup(func() { keepAliveInterval = old })
+	const keepAliveInterval = 2 * time.Second
 	body := `{"model":"m","stream":true,"input":[{"role":"user","content":"` + strings.Repeat("b", 2400) + `"}]}`
 	path := wire.PathResponses
 
 	f, _ := admitFront(t, router.AdmissionConfig{MaxHold: -1, KeepAliveAfter: keepAliveAfter})
+	f.rt.proxy.keepAliveInterval = keepAliveInterval
 	h := holdStream(t, f, path, body, func() { f.clock.Advance(time.Second) })
 	if h.resp.StatusCode != 200 || h.resp.Header.Get(wire.HeaderAdmission) != wire.AdmissionWaiting {
 		t.Fatalf("committed response: %d %v", h.resp.StatusCode, h.resp.Header)
@@ -149,6 +149,7 @@ func TestProxyKeepsHeldResponsesStreamAlive(t *testing.T) {
 	}
 
 	f, _ = admitFront(t, router.AdmissionConfig{MaxHold: 2 * time.Second, OnLimit: router.AdmitLimitRefuse, KeepAliveAfter: keepAliveAfter})
+	f.rt.proxy.keepAliveInterval = keepAliveInterval
 	h = holdStream(t, f, path, body, func() { f.clock.Advance(time.Second) })
 	if ev := h.event(t); ev != ": keep-alive" {
 		t.Fatalf("first event %q", ev)
@@ -167,7 +168,7 @@ func TestProxyKeepsHeldResponsesStreamAlive(t *testing.T) {
 
 // A Responses body carries the conversation in "input" items: one with an
 // assistant item continues a conversation (admission never holds it).
-func TestCarriesAssistantMessage(t *testing.T) {
+func TestContinuingFromResponsesInput(t *testing.T) {
 	tests := []struct {
 		body string
 		want bool
@@ -180,8 +181,12 @@ func TestCarriesAssistantMessage(t *testing.T) {
 		{`{"input":"\"assistant\""}`, false},
 	}
 	for _, tc := range tests {
-		if got := CarriesAssistantMessage([]byte(tc.body)); got != tc.want {
-			t.Errorf("CarriesAssistantMessage(%s) = %v, want %v", tc.body, got, tc.want)
+		info, err := ExtractKey(http.Header{}, []byte(tc.body), KeyConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Continuing != tc.want {
+			t.Errorf("ExtractKey(%s).Continuing = %v, want %v", tc.body, info.Continuing, tc.want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/yamlpos"
@@ -31,6 +32,8 @@ const probeTimeout = 5 * time.Second
 type Router struct {
 	cfg     Config
 	proxy   *Proxy
+	recMu   sync.Mutex
+	rec     *Recorder // warden route --record; nil without
 	metrics *Metrics
 
 	// targets are the configured upstream URLs, then any added by AddReplica.
@@ -158,8 +161,8 @@ func New(cfg Config) (*Router, error) {
 			Affinity:   *m.Affinity,
 			MaxNumSeqs: m.MaxNumSeqs,
 			SlotBased:  slotBased,
-			// max_num_seqs left at its default: learn it from /props (slots).
-			LearnSlots:        m.MaxNumSeqs == router.DefaultMaxNumSeqs,
+			// max_num_seqs not set: learn it from /props (slots).
+			LearnSlots:        m.MaxNumSeqs == 0,
 			OverflowThreshold: int(m.OverflowThreshold),
 			Policy:            m.Policy,
 			Keyless:           m.Keyless,
@@ -301,7 +304,7 @@ func (rt *Router) targetList() []*target {
 // one pool matching any model, served by the replicas given as ParseReplicaSpec
 // strings, with affinity on (Sticky) or off (ShortestQueue). clock may be nil (wall
 // time); pass the simulator's scaled clock so snapshot and staleness intervals are
-// in simulated time. maxNumSeqs 0 means DefaultMaxNumSeqs (the auto threshold is a
+// in simulated time. maxNumSeqs 0 means VLLMDefaultMaxNumSeqs (the auto threshold is a
 // quarter of it).
 func NewFromURLs(specs []string, affinity bool, maxNumSeqs int, clock simclock.Clock) (*Router, error) {
 	cfg, err := ConfigForURLs(specs, affinity)
@@ -346,14 +349,50 @@ func (rt *Router) poolsFor(model string) ([]*Pool, error) {
 	// the admin API finds it under the name of a model clients asked it for too; any
 	// other name is a 404, not a change to every model served by "*".
 	known := rt.knownModels()
-	if p := rt.proxy.pools[WildcardModel]; p != nil && slices.Contains(known, model) {
+	p := rt.proxy.pools[WildcardModel]
+	if p != nil && !slices.Contains(known, model) {
+		rt.learnServedModels(p)
+		known = rt.knownModels()
+	}
+	if p != nil && slices.Contains(known, model) {
 		return []*Pool{p}, nil
 	}
 	return nil, fmt.Errorf("%w: %q (%s)", errUnknownModel, model, yamlpos.Suggest(model, append(known, WildcardModel)))
 }
 
+// servedModelsTimeout bounds each GET /v1/models of learnServedModels.
+const servedModelsTimeout = 2 * time.Second
+
+// learnServedModels asks each replica URL of pool p (a "*" pool) for GET
+// /v1/models and records the ids as names the admin API accepts for p (a
+// replica that does not answer in servedModelsTimeout adds none).
+func (rt *Router) learnServedModels(p *Pool) {
+	hc := &http.Client{Transport: rt.client.Transport, Timeout: servedModelsTimeout}
+	if k := rt.cfg.APIKey; k != "" {
+		hc.Transport = BearerTransport(rt.client.Transport, k)
+	}
+	seen := map[string]bool{}
+	for _, up := range p.UpstreamList() {
+		base := up.URL.String()
+		if seen[base] {
+			continue
+		}
+		seen[base] = true
+		m, err := engineapi.ListModels(context.Background(), hc, base, nil)
+		if err != nil {
+			continue
+		}
+		for _, id := range m.IDs {
+			if id != "" {
+				p.addKnown(id)
+			}
+		}
+	}
+}
+
 // knownModels is what the admin API accepts as a model name besides "*": the
-// configured models and the models clients asked a "*" pool for, sorted.
+// configured models, and for a "*" pool the models clients asked it for and
+// those its replicas list on GET /v1/models (learnServedModels), sorted.
 func (rt *Router) knownModels() []string {
 	var out []string
 	for _, p := range rt.proxy.Pools() {

@@ -39,6 +39,7 @@ type usageScanner struct {
 	prompt     int
 	cached     int
 	haveCached bool
+	output     int    // completion / output tokens, for the trace recorder
 	responseID string // a Responses API response's id, "" when none was seen
 	// onID, when set, is called when responseID is first seen or changes, from
 	// inside feed/feedJSON: before the bytes that carry it reach the client.
@@ -146,8 +147,11 @@ type usageFields struct {
 	InputDetails *struct {
 		CachedTokens *int `json:"cached_tokens"`
 	} `json:"input_tokens_details"`
-	CacheRead   *int `json:"cache_read_input_tokens"`
-	CacheCreate *int `json:"cache_creation_input_tokens"`
+	// Output: OpenAI completion_tokens, Anthropic and Responses output_tokens.
+	CompletionTokens *int `json:"completion_tokens"`
+	OutputTokens     *int `json:"output_tokens"`
+	CacheRead        *int `json:"cache_read_input_tokens"`
+	CacheCreate      *int `json:"cache_creation_input_tokens"`
 }
 
 type usageProbe struct {
@@ -186,6 +190,12 @@ func (u *usageScanner) line(l []byte) {
 }
 
 func (u *usageScanner) use(f *usageFields) {
+	if f != nil && f.CompletionTokens != nil {
+		u.output = *f.CompletionTokens
+	}
+	if f != nil && f.OutputTokens != nil {
+		u.output = *f.OutputTokens
+	}
 	switch {
 	case f == nil:
 	case f.PromptTokens != nil:

@@ -1,0 +1,39 @@
+package report
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/loadgen"
+)
+
+func TestTraceFiguresAndSection(t *testing.T) {
+	png, err := TraceCurveFigure("t", []TraceCurvePoint{{1e5, 4.3}, {1e6, 5.6}, {0, 9}, {1e7, math.NaN()}}, 37.3)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("figure: %v", err)
+	}
+	m := &loadgen.Manifest{Scenario: &loadgen.Scenario{Trace: &loadgen.TraceSpec{File: "x.jsonl", Window: 5 * time.Minute}},
+		Variants: []loadgen.Variant{{Name: "on", Stages: []loadgen.StageWindow{{Start: time.Hour}, {Start: time.Hour + 5*time.Minute}}}},
+		Traces: []loadgen.TraceReplay{{Variant: "on", Requests: 3, Sent: 3, Conversations: 2, TurnsPerConversation: map[int]int{1: 1, 2: 1},
+			CeilingPct: 30, Windows: []loadgen.TraceWindow{{Requests: 2, CeilingPct: 20}, {Requests: 1, CeilingPct: 50}}}}}
+	sums := []Summary{{Variant: "on", Sessions: 7, WindowStart: time.Hour, PrefixHitsPct: 10},
+		{Variant: "on", Stage: 1, Sessions: 3, WindowStart: time.Hour + 5*time.Minute, PrefixHitsPct: 12}}
+	ax := stageAxisOf(m, sums)
+	if ax.x(&sums[0]) != 0 || ax.x(&sums[1]) != 5 || !strings.Contains(ax.label, "replay time") {
+		t.Errorf("trace axis %q: x %v, %v; want 0 and 5 minutes", ax.label, ax.x(&sums[0]), ax.x(&sums[1]))
+	}
+	var b strings.Builder
+	traceSection(&b, m, sums)
+	for _, want := range []string{"## Trace replay", "| on | 3 | 3 | 0 | 2 | 1: 1, 2: 1 | 30.0 | n/a (fleet KV unknown) |", "| on | 1h5m0s-0s | 1 | 0 | 12.0 |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("section lacks %q:\n%s", want, b.String())
+		}
+	}
+	m.Scenario.Trace = nil
+	if ax := stageAxisOf(m, sums); ax.x(&sums[0]) != 7 {
+		t.Errorf("synthetic axis x %v, want the sessions", ax.x(&sums[0]))
+	}
+}
