@@ -213,8 +213,11 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	}
 	pair := isAffinityPair(&runA.Manifest, &runB.Manifest)
 	var skip []string
-	if pair {
-		skip = []string{"variants"} // what the two runs of a pair differ in
+	reordered := !pair && sameVariantsReordered(runA.Manifest.Scenario, runB.Manifest.Scenario)
+	if pair || reordered {
+		// What the two runs of a pair differ in; or the same variants in
+		// another order, which each variant starting fresh makes like for like.
+		skip = []string{"variants"}
 	}
 	if diff := worldDiff(&runA.Manifest, &runB.Manifest); diff != "" && !opts.Force {
 		return nil, fmt.Errorf("comparing runs %s and %s: %w: %s", a, b, ErrWorldMismatch, diff)
@@ -240,6 +243,10 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	}
 
 	c := &Comparison{A: a, B: b}
+	if reordered {
+		c.Notes = append(c.Notes, fmt.Sprintf("the runs ran the same variants in another order (%s vs %s): like for like when every variant started on a fresh router and caches (docs/DESIGN-NOTES.md, \"Variants start fresh\"; runs made before that shared them)",
+			strings.Join(runA.Manifest.Scenario.Variants, ","), strings.Join(runB.Manifest.Scenario.Variants, ",")))
+	}
 	if pair {
 		return c, c.comparePair(runA, runB, sumsA, sumsB, w, opts)
 	}
@@ -330,6 +337,18 @@ func (c *Comparison) finish(w io.Writer, opts CompareOptions) error {
 		return fmt.Errorf("comparing runs %s and %s: %w: %d violation(s)", c.A, c.B, ErrThresholdExceeded, len(c.Violations))
 	}
 	return nil
+}
+
+// sameVariantsReordered reports whether a and b list the same variants in a
+// different order.
+func sameVariantsReordered(a, b *loadgen.Scenario) bool {
+	if a == nil || b == nil || slices.Equal(a.Variants, b.Variants) {
+		return false
+	}
+	x, y := slices.Clone(a.Variants), slices.Clone(b.Variants)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
 }
 
 // World is the world a run's manifest mode names: "virtual" for mode

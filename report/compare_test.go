@@ -354,3 +354,26 @@ func TestComparePair(t *testing.T) {
 		})
 	}
 }
+
+// The same variants in another order compare (each variant starts fresh),
+// with a note; other variants are still a scenario mismatch.
+func TestCompareVariantsReordered(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	m, r, s := syntheticRun()
+	writeRunDir(t, dirA, m, r, s)
+	m.Scenario.Variants = []string{"on", "off"}
+	m.Variants[0], m.Variants[1] = m.Variants[1], m.Variants[0]
+	writeRunDir(t, dirB, m, r, s)
+	c, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{})
+	if err != nil {
+		t.Fatalf("variants reordered: %v", err)
+	}
+	if !slices.ContainsFunc(c.Notes, func(n string) bool { return strings.Contains(n, "same variants in another order (off,on vs on,off)") }) {
+		t.Errorf("no note on the order: %q", c.Notes)
+	}
+	m.Scenario.Variants = []string{"on"}
+	writeRunDir(t, dirB, m, r, s)
+	if _, err := Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{}); !errors.Is(err, ErrScenarioMismatch) {
+		t.Errorf("other variants: %v, want ErrScenarioMismatch", err)
+	}
+}

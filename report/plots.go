@@ -415,25 +415,23 @@ func fileSafe(s string) string {
 	}, s)
 }
 
-// variantResults returns the results of one variant.
-func variantResults(all []loadgen.Result, variant string) []loadgen.Result {
-	var out []loadgen.Result
-	for _, r := range all {
-		if r.Variant == variant {
-			out = append(out, r)
+// ofVariant returns the items of all whose variant (of) is variant.
+func ofVariant[T any](all []T, variant string, of func(*T) string) []T {
+	var out []T
+	for i := range all {
+		if of(&all[i]) == variant {
+			out = append(out, all[i])
 		}
 	}
 	return out
 }
 
+func variantResults(all []loadgen.Result, variant string) []loadgen.Result {
+	return ofVariant(all, variant, func(r *loadgen.Result) string { return r.Variant })
+}
+
 func variantSeries(all []loadgen.SeriesSample, variant string) []loadgen.SeriesSample {
-	var out []loadgen.SeriesSample
-	for _, s := range all {
-		if s.Variant == variant {
-			out = append(out, s)
-		}
-	}
-	return out
+	return ofVariant(all, variant, func(s *loadgen.SeriesSample) string { return s.Variant })
 }
 
 // ttfbCDFFigure draws one panel per stage with the empirical TTFB CDF of each

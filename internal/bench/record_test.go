@@ -113,7 +113,13 @@ func TestRecordReplay(t *testing.T) {
 	if strings.Contains(string(b), turnsKey(results)) {
 		t.Error("the recording contains a session key")
 	}
-	if n != sent || recIn != in || recOut != outTok || len(sessions) != len(turns) || rec.Written != n {
+	// A turn still in flight when the variant ends has no bench record but may
+	// finish at the router, so the recording can hold up to one more request
+	// per concurrent session than the bench's OK turns, never fewer.
+	within := func(a, b int) bool { return math.Abs(float64(a-b)) <= 0.01*float64(b) }
+	extra := n - sent
+	if extra < 0 || extra > sc.Stages[0] || !within(recIn, in) || !within(recOut, outTok) ||
+		len(sessions) < len(turns) || len(sessions) > len(turns)+sc.Stages[0] || rec.Written != n {
 		t.Fatalf("recorded %d requests (%d in, %d out, %d sessions; written %d, dropped %d); the bench's OK turns: %d (%d in, %d out, %d sessions)",
 			n, recIn, recOut, len(sessions), rec.Written, rec.Dropped, sent, in, outTok, len(turns))
 	}
@@ -138,9 +144,8 @@ func TestRecordReplay(t *testing.T) {
 			repOut += r.OutputTokens
 		}
 	}
-	within := func(a, b int) bool { return math.Abs(float64(a-b)) <= 0.01*float64(b) }
-	if rep.Requests != n || ok != n || !within(repIn, in) || !within(repOut, outTok) {
-		t.Errorf("replay: %d requests, %d OK, %d in, %d out; recorded %d, %d in, %d out", rep.Requests, ok, repIn, repOut, n, in, outTok)
+	if rep.Requests != n || ok != n || !within(repIn, recIn) || !within(repOut, recOut) {
+		t.Errorf("replay: %d requests, %d OK, %d in, %d out; recorded %d, %d in, %d out", rep.Requests, ok, repIn, repOut, n, recIn, recOut)
 	}
 	want := map[int]int{}
 	for _, k := range turns {

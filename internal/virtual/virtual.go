@@ -138,7 +138,8 @@ type run struct {
 const HoldRetry = 500 * time.Millisecond
 
 // Run runs every variant of the scenario in virtual time and returns the manifest.
-// Results and series go to cfg.Out (closed by Run with the manifest). On ctx
+// Each variant starts on a fresh router and fresh engines (startVariant), so
+// their order does not change any variant's figures. Results and series go to cfg.Out (closed by Run with the manifest). On ctx
 // cancellation it stops at the current instant, marks the manifest Interrupted and
 // returns an error wrapping ctx.Err(); the stages completed so far are complete and
 // valid.

@@ -72,7 +72,7 @@ type RunConfig struct {
 	Progress      io.Writer                  // progress lines; nil = none
 	ProgressEvery time.Duration              // wall; default DefaultProgressEvery
 	OnResult      func(r loadgen.Result)     // called for every finished turn (from one goroutine)
-	OnSample      func(loadgen.SeriesSample) // called for every series sample (from the scraper goroutine)
+	OnSample      func(loadgen.SeriesSample) // called for every series sample (from the scrape goroutines, one call at a time)
 
 	MaxConsecutiveFailures int // default DefaultMaxConsecutiveFailures; < 0 = never abort
 
@@ -183,6 +183,8 @@ type runner struct {
 	notesMu sync.Mutex
 	notes   []string
 	warned  map[string]bool
+
+	sampleMu sync.Mutex // OnSample is called from one scrape loop at a time
 }
 
 // maxConsecutiveFailures is the failure streak that ends the run (< 0: none).
@@ -442,8 +444,10 @@ func resetCall(ctx context.Context, hc *http.Client, method, url, hint string) e
 	return nil
 }
 
-func (rn *runner) scrapeOnce(ctx context.Context, variant string) {
-	samples, err := rn.scraper.Scrape(ctx, variant)
+// scrapeOnce scrapes with sc (rn.scraper or one server's part of it) and
+// records the samples.
+func (rn *runner) scrapeOnce(ctx context.Context, sc *Scraper, variant string) {
+	samples, err := sc.Scrape(ctx, variant)
 	for _, s := range samples {
 		if rn.out != nil {
 			if err := rn.out.WriteSample(s); err != nil {
@@ -451,7 +455,9 @@ func (rn *runner) scrapeOnce(ctx context.Context, variant string) {
 			}
 		}
 		if rn.cfg.OnSample != nil {
+			rn.sampleMu.Lock()
 			rn.cfg.OnSample(s)
+			rn.sampleMu.Unlock()
 		}
 	}
 	if err != nil && ctx.Err() == nil {
@@ -463,19 +469,31 @@ func (rn *runner) scrapeOnce(ctx context.Context, variant string) {
 
 // scrapeLoop scrapes at the variant's poll instants after start
 // (loadgen.PollSchedule: one jittered within each interval, as the virtual world
-// polls) until ctx is done.
+// polls) until ctx is done, each server in a loop of its own: a server slow to
+// answer /metrics (llama-server during a long prefill) misses the instants that
+// passed while it answered, and delays no other server's samples.
 func (rn *runner) scrapeLoop(ctx context.Context, variant string, start time.Duration) {
 	iv := rn.cfg.ScrapeInterval
 	if iv <= 0 {
 		iv = loadgen.DefaultScrapeInterval
 	}
-	polls := loadgen.NewPollSchedule(rn.sc.Seed, variant, start, iv)
-	for {
-		if err := rn.clock.SleepUntil(ctx, polls.Next()); err != nil {
-			return
-		}
-		rn.scrapeOnce(ctx, variant)
+	var wg sync.WaitGroup
+	for _, sc := range rn.scraper.PerServer() {
+		wg.Go(func() {
+			polls := loadgen.NewPollSchedule(rn.sc.Seed, variant, start, iv)
+			for {
+				next := polls.Next()
+				for next < rn.clock.Now() {
+					next = polls.Next() // passed while the last scrape ran
+				}
+				if err := rn.clock.SleepUntil(ctx, next); err != nil {
+					return
+				}
+				rn.scrapeOnce(ctx, sc, variant)
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // splitJoined returns the errors of an errors.Join, or err itself.

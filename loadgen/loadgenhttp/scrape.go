@@ -153,6 +153,28 @@ func (s *Scraper) Scrape(ctx context.Context, variant string) ([]loadgen.SeriesS
 	return out, errors.Join(errs...)
 }
 
+// PerServer splits s by server: one Scraper per distinct URL, with the
+// replicas read from it (a DP server's ranks share one), in first-seen order,
+// each with s's client, clock and timeout; replicas with MetricsOff are left
+// out.
+func (s *Scraper) PerServer() []*Scraper {
+	var out []*Scraper
+	byURL := map[string]*Scraper{}
+	for _, rm := range s.Replicas {
+		if rm.MetricsOff != "" {
+			continue
+		}
+		sc := byURL[rm.URL]
+		if sc == nil {
+			sc = &Scraper{HTTP: s.HTTP, Clock: s.Clock, Timeout: s.Timeout}
+			byURL[rm.URL] = sc
+			out = append(out, sc)
+		}
+		sc.Replicas = append(sc.Replicas, rm)
+	}
+	return out
+}
+
 // pickEngine returns the engine with the label, or for "" the only engine or the sum
 // of all of them.
 func pickEngine(snap *vllmmetrics.Snapshot, label string) (*vllmmetrics.Engine, error) {

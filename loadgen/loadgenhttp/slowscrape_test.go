@@ -2,8 +2,10 @@ package loadgenhttp
 
 import (
 	"context"
+	"io"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,5 +85,42 @@ func TestEngineColumnsFromWhatTheServerExports(t *testing.T) {
 		if c.Column == "kv_usage" && c.Source != engines.LlamaCppLegacyKVUsageRatio {
 			t.Errorf("without a scrape: kv_usage %+v, want the capability's source", c)
 		}
+	}
+}
+
+// Each server is polled in a loop of its own: over 1.5 s at 100 ms polls, a
+// server answering /metrics 400 ms late yields about 3 samples and a prompt
+// one about 15, not the slow one's 3 each (one loop waiting for both).
+func TestScrapeLoopPerServer(t *testing.T) {
+	var reps []ReplicaMetrics
+	for i, d := range []time.Duration{400 * time.Millisecond, 0} {
+		h, err := enginestub.New(enginestub.Config{Kind: engines.KindLlamaCpp, Metrics: true, MetricsDelay: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		reps = append(reps, ReplicaMetrics{Name: []string{"slow", "quick"}[i], URL: srv.URL + wire.PathMetrics, Kind: engines.KindLlamaCpp})
+	}
+	clock := simclock.NewScaled(1)
+	var mu sync.Mutex
+	count := map[string]int{}
+	rn := &runner{
+		cfg: RunConfig{ScrapeInterval: 100 * time.Millisecond, OnSample: func(s loadgen.SeriesSample) {
+			mu.Lock()
+			count[s.Replica]++
+			mu.Unlock()
+		}},
+		sc: &loadgen.Scenario{Seed: 1}, clock: clock, progress: io.Discard,
+		scraper: &Scraper{Replicas: reps, Clock: clock},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	rn.scrapeLoop(ctx, "on", clock.Now())
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("samples: slow %d, quick %d", count["slow"], count["quick"])
+	if count["slow"] == 0 || count["quick"] < 3*count["slow"] {
+		t.Errorf("samples: slow %d, quick %d; want the quick server polled at its own pace (at least 3x the slow one)", count["slow"], count["quick"])
 	}
 }

@@ -55,7 +55,7 @@ func (rn *runner) startScraping(ctx context.Context, variant string) (start time
 	scrapeCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if rn.scraper != nil {
-		rn.scrapeOnce(scrapeCtx, variant)
+		rn.scrapeOnce(scrapeCtx, rn.scraper, variant)
 	}
 	start = rn.clock.Now()
 	if rn.scraper != nil {
