@@ -263,7 +263,7 @@ func (t *traceFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&t.window, "trace-window", 0, "trace replay: report window (one results stage; default 5m)")
 	f.IntVar(&t.blockSize, "block-size", 0, "trace replay: prompt tokens per hash id (default 512)")
 	f.BoolVar(&t.keys, "trace-keys", false, "trace replay, timestamp mode: send a session key per reconstructed conversation (session mode always does)")
-	f.StringVar(&t.sessionHeader, "session-header", "", "session key style: claude-code, x-session-id, or none (keyless; trace replays only)")
+	f.StringVar(&t.sessionHeader, "session-header", "", "session key style: "+strings.Join(loadgen.SessionHeaders, ", ")+" (none: no session key; the router places the turns keyless)")
 }
 
 // apply writes the flags given into sc.Trace (created by --trace).

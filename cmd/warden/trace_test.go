@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/warden/loadgen"
 )
 
 const mooncakeTrace = "../../loadgen/trace/testdata/conversation_trace.jsonl"
@@ -104,5 +106,18 @@ func TestTraceScenarioFile(t *testing.T) {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("summary.md lacks %q", want)
 		}
+	}
+}
+
+// bench --help lists every session key style the scenario accepts; it used to
+// leave out codex.
+func TestBenchHelpListsSessionHeaders(t *testing.T) {
+	out, err := run(t, "bench", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "session key style: " + strings.Join(loadgen.SessionHeaders, ", ")
+	if !strings.Contains(out, want) || !strings.Contains(want, loadgen.SessionHeaderCodex) {
+		t.Errorf("bench --help lacks %q:\n%s", want, out)
 	}
 }
