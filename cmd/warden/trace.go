@@ -276,6 +276,8 @@ func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
 		}
 		spec.File, spec.Path = t.file, t.file
 		sc.Trace = &spec
+		// The trace replaces the scenario's sessions: name the run after it.
+		sc.Name = "trace-" + strings.TrimSuffix(filepath.Base(t.file), filepath.Ext(t.file))
 	}
 	if ch("session-header") {
 		sc.SessionHeader = t.sessionHeader
