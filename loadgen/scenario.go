@@ -463,7 +463,7 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		}
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
-			return nil, fmt.Errorf("%sdecoding YAML: %w", prefix, err)
+			return nil, fmt.Errorf("%sdecoding YAML: %s", prefix, yamlpos.SyntaxLine(err.Error()))
 		}
 		for _, e := range te.Errors {
 			loc := yamlpos.Locate(tidyYAMLError(e), sc.lines)

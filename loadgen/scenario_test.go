@@ -316,3 +316,13 @@ func TestParseScenarioDuplicateKeyGivesOneMessage(t *testing.T) {
 		}
 	}
 }
+
+// An unclosed flow sequence is reported on its own line: yaml.v3 says one line
+// earlier for parser errors (yamlpos.SyntaxLine).
+func TestParseScenarioSyntaxErrorLine(t *testing.T) {
+	data := "name: t\nturns: 3\nstages: [2, 4\nstage_duration: 20s\n"
+	_, err := ParseScenario([]byte(data), "bad.yaml")
+	if err == nil || !strings.Contains(err.Error(), "line 3: did not find expected ',' or ']'") {
+		t.Fatalf("err %v, want line 3 (the stages line)", err)
+	}
+}
