@@ -313,8 +313,12 @@ func (sc *Scenario) problems() []problem {
 		}
 	}
 	if c.Trace != nil {
+		// TraceSpec.Validate names its fields ("trace.sample ..."): one problem
+		// per message, not "trace: " again in front.
 		if err := c.Trace.Validate(); err != nil {
-			bad("trace", "%v", err)
+			for _, msg := range strings.Split(err.Error(), "\n") {
+				out = append(out, problem{line: sc.line("trace"), field: "trace", text: msg})
+			}
 		}
 	}
 	checkDuration("think_time", c.ThinkTime, c.ThinkSpread)

@@ -326,3 +326,11 @@ func TestParseScenarioSyntaxErrorLine(t *testing.T) {
 		t.Fatalf("err %v, want line 3 (the stages line)", err)
 	}
 }
+
+// A bad trace option is named once as trace.<field>, not "trace: trace: ...".
+func TestParseScenarioTraceFieldNamedOnce(t *testing.T) {
+	_, err := ParseScenario([]byte("name: t\ntrace:\n  file: x.jsonl\n  sample: 1.5\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "t.yaml:2: trace.sample 1.5 is not a fraction in (0, 1]") || strings.Contains(err.Error(), "trace: trace") {
+		t.Fatalf("err %v, want trace.sample named once at line 2", err)
+	}
+}
