@@ -149,3 +149,15 @@ func TestBenchHelpListsSessionHeaders(t *testing.T) {
 		t.Errorf("bench --help lacks %q:\n%s", want, out)
 	}
 }
+
+// trace lru's --out is a file prefix; its help says so (a user took it for a
+// directory, as bench's --out is).
+func TestTraceLRUHelpSaysOutIsPrefix(t *testing.T) {
+	out, err := run(t, "trace", "lru", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "output file prefix, not a directory") {
+		t.Errorf("trace lru --help does not say --out is a prefix:\n%s", out)
+	}
+}
