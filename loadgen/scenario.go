@@ -64,6 +64,10 @@ const (
 	SessionHeaderNone = "none"
 )
 
+// SessionHeaders lists every style Scenario.SessionHeader accepts, in the order
+// help and error texts name them.
+var SessionHeaders = []string{SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone}
+
 // Upper bounds Validate puts on a scenario, so that a typo (an extra zero) fails
 // at once instead of exhausting the machine's memory. MaxSessions keeps the memory
 // budget it was set with (5x the 2,000 sessions measured at 825 MB in virtual mode,
@@ -257,10 +261,8 @@ func (sc *Scenario) problems() []problem {
 	default:
 		bad("api", "unknown API %q (want %q, %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses)
 	}
-	switch c.SessionHeader {
-	case SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone:
-	default:
-		bad("session_header", "unknown style %q (want %q, %q, %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone)
+	if !slices.Contains(SessionHeaders, c.SessionHeader) {
+		bad("session_header", "unknown style %q (want one of %s)", c.SessionHeader, strings.Join(SessionHeaders, ", "))
 	}
 	checkTokens := func(field string, n int, r TokenRange) {
 		if n < 1 {
@@ -314,8 +316,12 @@ func (sc *Scenario) problems() []problem {
 		}
 	}
 	if c.Trace != nil {
+		// TraceSpec.Validate names its fields ("trace.sample ..."): one problem
+		// per message, not "trace: " again in front.
 		if err := c.Trace.Validate(); err != nil {
-			bad("trace", "%v", err)
+			for _, msg := range strings.Split(err.Error(), "\n") {
+				out = append(out, problem{line: sc.line("trace"), field: "trace", text: msg})
+			}
 		}
 	}
 	checkDuration("think_time", c.ThinkTime, c.ThinkSpread)
@@ -464,7 +470,7 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		}
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
-			return nil, fmt.Errorf("%sdecoding YAML: %w", prefix, err)
+			return nil, fmt.Errorf("%sdecoding YAML: %s", prefix, yamlpos.SyntaxLine(err.Error()))
 		}
 		for _, e := range te.Errors {
 			loc := yamlpos.Locate(tidyYAMLError(e), sc.lines)

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -30,12 +33,15 @@ func newStudyCmd() *cobra.Command {
 		redrawDir    string
 		list         bool
 		noFigures    bool
+		force        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "study",
 		Short: "Compare routing policies in virtual time over several seeds (docs/routing.md)",
 		Long: `Runs every setup x arm x seed in virtual time (the benchmark's engines, sessions
-and router policies, no HTTP) and writes, into --out (default results/study):
+and router policies, no HTTP) and writes, into --out (default results/study; a
+directory that already holds a study.csv is refused unless --force, so a quick
+run does not replace a committed study):
 
   study.csv      every metric per setup, arm and stage: mean, sd, min, max over seeds
                  (x --stage-durations; the "seeds" column counts samples)
@@ -59,8 +65,8 @@ reference-jitter (only the real tokenizer's +-2 % spread of sizes; not in the
 default set), fleet (scenarios/fleet-7x5090.yaml on 7 x rtx5090-27b),
 fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 
-  warden study                                  # 4 setups, 5 arms, seeds 1,2,3
-  warden study --setups reference --arms sticky,working-set --seeds 1
+  warden study --force                          # 4 setups, 5 arms, seeds 1,2,3: rewrites results/study
+  warden study --setups reference --arms sticky,working-set --seeds 1 --out results/my-study
   warden study --trace results/20260101-120000  # draw the trace of a bench run
   warden study --redraw results/study/admission # redraw a study's figures from study.csv`,
 		Args: cobra.NoArgs,
@@ -77,6 +83,9 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 				return study.Redraw(redrawDir)
 			}
 			if err := checkStages(stages); err != nil {
+				return err
+			}
+			if err := checkStudyOut(out, force); err != nil {
 				return err
 			}
 			o := study.Options{OutDir: out, TraceSeed: traceSeed, TraceArms: traceArms, Signals: signals, NoFigures: noFigures, Parallel: parallel, Progress: cmd.ErrOrStderr()}
@@ -155,7 +164,24 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 	f.StringVar(&redrawDir, "redraw", "", "only draw the fig-*.png and frontier-*.png of an existing study directory again from its study.csv (runs nothing)")
 	f.BoolVar(&list, "list", false, "list setups and arms")
 	f.BoolVar(&noFigures, "no-figures", false, "skip the per-metric figures (studies with many arms)")
+	f.BoolVar(&force, "force", false, "write into an --out that already holds a study (replaces its files)")
 	return cmd
+}
+
+// checkStudyOut refuses an --out directory that already holds a study.csv
+// unless force: the default results/study is committed, and a one-setup run
+// would replace its tables and figures.
+func checkStudyOut(out string, force bool) error {
+	if out == "" || force {
+		return nil
+	}
+	p := filepath.Join(out, "study.csv")
+	if _, err := os.Stat(p); err == nil {
+		return fmt.Errorf("--out %s already holds a study (%s): give another --out, or --force to replace it", out, p)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("--out: %w", err)
+	}
+	return nil
 }
 
 // drawTraces draws the per-replica trace of every variant of a results directory
