@@ -115,7 +115,7 @@ func TestScaleSmall(t *testing.T) {
 // WARDEN_SCALE_CAP a lower cap for the capped runs (e.g. 10000, the old limit), and
 // WARDEN_SCALE_HEAP_EVERY the live-heap sampling (reportScale). Run it with
 //
-//	go test ./internal/virtual -run '^$' -bench 'Scale/' -benchtime 1x
+//	go test ./internal/virtual -run '^$' -bench '^BenchmarkScale$/' -benchtime 1x
 //
 // s/op is wall seconds for the simulated duration; turns/op the turns completed.
 func BenchmarkScale(b *testing.B) {
