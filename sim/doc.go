@@ -84,6 +84,7 @@
 // # Cost
 //
 // Step allocates nothing in steady state (the event slice and batch are reused; the
-// Events slice is valid until the next Step). Submit copies the prompt and hashes its
-// full blocks, O(prompt tokens). See the benchmarks in engine_bench_test.go.
+// Events slice is valid until the next Step). Submit copies the prompt (unless
+// Request.Keep) and hashes its full blocks (those not in Request.Hashes), O(prompt
+// tokens). See the benchmarks in engine_bench_test.go.
 package sim

@@ -312,8 +312,8 @@ func (e *Engine) Config() EngineConfig { return e.cfg }
 // Submit queues a request at simulated instant now (FCFS). It returns
 // ErrPromptTooLong without queueing when len(Prompt)+MaxTokens > MaxModelLen, and
 // ErrInvalidRequest for an empty prompt, MaxTokens < 1 or a live duplicate id.
-// The prompt is copied. If the engine is not Busy, the caller must call Step(now)
-// to start work.
+// The prompt is copied unless r.Keep. If the engine is not Busy, the caller must
+// call Step(now) to start work.
 func (e *Engine) Submit(r *Request, now time.Duration) error {
 	_ = now // admission order is submission order; the instant is not needed
 	if len(r.Prompt) == 0 {
