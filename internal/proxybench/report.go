@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ type agg struct {
 	streams, failed int
 	cpu, sys        float64
 	perRound        [][3]float64 // added TTFB p50/p90/p99 ms per round
-	perRoundCPU     []float64    // CPU s per 1,000 streams per round
+	perRoundCPU     []float64    // CPU s per 1,000 streams per round (kept for inspection)
 	added, hopAdded [3]float64   // pooled target minus pooled direct, ms
 	lo, hi          [3]float64   // per-round added range, ms
 	cpuPer1000      float64
@@ -194,7 +195,7 @@ func writeSummary(w io.Writer, o Options, meta runMeta, names []string, byKey ma
 		"a phase is C slots started evenly over one stream length, each 1 unmeasured + %d measured streams.\n",
 		o.Rounds, o.PerSlot)
 	fmt.Fprintf(w, "- Added TTFB: pooled quantile of the target minus pooled quantile of direct at the same level; "+
-		"range: min..max over rounds of (target minus direct in the same round). Hop: TTFB minus the stub's own "+
+		"range: min..max over rounds of (target minus direct in the same round), round median: its median. Hop: TTFB minus the stub's own "+
 		"wait before its first event. CPU: utime+stime of the proxy's processes over its phases.\n")
 	for _, t := range meta.targets {
 		fmt.Fprintf(w, "- %s: %s", t.name, t.version)
@@ -215,11 +216,13 @@ func writeSummary(w io.Writer, o Options, meta runMeta, names []string, byKey ma
 		t := tablewriter.NewTable(w, tablewriter.WithRenderer(renderer.NewMarkdown()),
 			tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAlignment(tw.AlignRight))
 		t.Header("proxy", "added p50 ms", "p50 range", "added p90 ms", "p90 range", "added p99 ms", "p99 range",
+			"round median p50 / p99 ms",
 			"hop added p50 / p99 ms", "CPU s / 1000 streams", "CPU range", "of it system", "samples", "failed")
 		for _, name := range names[1:] {
 			a := byKey[key(level, name)]
 			if err := t.Append([]string{name,
 				f2(a.added[0]), rng(a.lo[0], a.hi[0]), f2(a.added[1]), rng(a.lo[1], a.hi[1]), f2(a.added[2]), rng(a.lo[2], a.hi[2]),
+				f2(roundMedian(a.perRound, 0)) + " / " + f2(roundMedian(a.perRound, 2)),
 				f2(a.hopQ[0]-d.hopQ[0]) + " / " + f2(a.hopQ[2]-d.hopQ[2]),
 				strconv.FormatFloat(a.cpuPer1000, 'f', 3, 64), strconv.FormatFloat(a.cpuLo, 'f', 3, 64) + ".." + strconv.FormatFloat(a.cpuHi, 'f', 3, 64),
 				strconv.FormatFloat(a.sys/float64(a.streams)*1000, 'f', 3, 64),
@@ -233,6 +236,21 @@ func writeSummary(w io.Writer, o Options, meta runMeta, names []string, byKey ma
 		verdict(w, level, names, byKey, key)
 	}
 	return nil
+}
+
+// roundMedian is the median over rounds of the added quantile i (less swayed
+// than the pooled figure by one round the machine's other load hit).
+func roundMedian(per [][3]float64, i int) float64 {
+	v := make([]float64, len(per))
+	for k, r := range per {
+		v[k] = r[i]
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 // verdict compares warden with the better peer per quantile: warden's pooled

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -46,8 +48,9 @@ func BenchmarkProxyStream(b *testing.B) {
 }
 
 // BenchmarkProxyFirstEvent: one streamed request at a time whose response is a
-// single SSE event, straight to a loopback stub (direct) and through the router
-// (routed), so routed minus direct ns/op is the router's cost per request on the
+// single SSE event, straight to a loopback stub (direct), through a bare
+// httputil.ReverseProxy (bare) and through the router (routed), so routed minus
+// direct ns/op is the router's cost per request on the
 // TTFB path (read the body, extract the key, Acquire, forward, relay the headers
 // and the first event) without an event stream to relay. Bodies: a 90-byte chat
 // request with X-Session-ID, and a recorded 52 KB Claude Code /v1/messages body
@@ -63,6 +66,20 @@ func BenchmarkProxyFirstEvent(b *testing.B) {
 	defer up.Close()
 	srv := quietRouterServer(b, up.URL)
 	defer srv.Close()
+	// bare: net/http's own reverse proxy with the router's transport, flushing
+	// and copy buffers but none of its logic: the floor of a proxy built on
+	// net/http, so routed minus bare is what the router's own work costs.
+	upURL, err := url.Parse(up.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(upURL) },
+		Transport:     NewTransport(0, 0),
+		FlushInterval: -1,
+		BufferPool:    copyBuffers,
+	})
+	defer bare.Close()
 	cc := loadFixture(b, "claude-code-2.1.328-turn2.json")
 	bodies := []struct {
 		name, path, header, key string
@@ -72,7 +89,7 @@ func BenchmarkProxyFirstEvent(b *testing.B) {
 		{"claude-code", "/v1/messages?beta=true", wire.HeaderClaudeSession, cc.Headers[wire.HeaderClaudeSession], cc.Body},
 	}
 	for _, bd := range bodies {
-		for _, side := range []struct{ name, url string }{{"direct", up.URL}, {"routed", srv.URL}} {
+		for _, side := range []struct{ name, url string }{{"direct", up.URL}, {"bare", bare.URL}, {"routed", srv.URL}} {
 			b.Run(bd.name+"/"+side.name, func(b *testing.B) {
 				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 				defer client.CloseIdleConnections()

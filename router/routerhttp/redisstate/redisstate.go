@@ -378,7 +378,6 @@ func (s *Store) Run(ctx context.Context) {
 	t := time.NewTicker(s.opt.Heartbeat)
 	defer t.Stop()
 	s.beat(ctx)
-	var flushed time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -390,26 +389,10 @@ func (s *Store) Run(ctx context.Context) {
 		case <-t.C:
 			s.beat(ctx)
 		case <-s.kick:
-			if wait := time.Until(flushed.Add(flushGap)); wait > 0 {
-				select { // the changes of the next flushGap go out together
-				case <-ctx.Done():
-					continue
-				case <-time.After(wait):
-				}
-			}
 			s.flush(ctx)
-			flushed = time.Now()
 		}
 	}
 }
-
-// flushGap is the least time between two publications of in-flight changes
-// (Run): under a steady stream of requests a flush would otherwise follow
-// every round trip of the last, and that background work, in the router's own
-// process and in Redis, set the tail of the decisions it ran beside
-// (BenchmarkStickyDecision sticky-redis, docs/router.md section 13). A change
-// still goes out at most 1 ms late, against the 100 ms heartbeat it replaced.
-const flushGap = time.Millisecond
 
 // beat runs one heartbeat over every pool: the rewrite after an outage when no
 // claim is in flight, deltas otherwise.
@@ -573,8 +556,8 @@ func (p *Pool) Home(session string) (router.SharedHome, time.Duration, bool) {
 	}
 	t0 := time.Now()
 	k := p.homeKey(session)
-	ctx, cancel := context.WithTimeout(context.Background(), p.s.opt.Timeout)
-	defer cancel()
+	ctx := newLazyTimeout(p.s.opt.Timeout) // no timer unless the read leaves the cache
+	defer ctx.cancel()
 	// The local copy lives as long as the key (rueidis keeps min(this, the
 	// server's PTTL)), so CachePTTL below is the key's remaining TTL.
 	res := c.DoCache(ctx, c.B().Get().Key(k).Cache(), p.s.opt.SessionTTL)
