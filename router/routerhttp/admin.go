@@ -127,6 +127,20 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 
 // putAffinity answers PUT /admin/models/{model}/affinity {"enabled": bool}.
 func (rt *Router) putAffinity(w http.ResponseWriter, r *http.Request, model string, pools []*Pool, all bool) {
+	enabled, ok := decodeEnabled(w, r)
+	if !ok {
+		return
+	}
+	if err := rt.SetAffinity(model, enabled); err != nil {
+		adminError(w, http.StatusNotFound, err)
+		return
+	}
+	rt.writeAffinity(w, pools, all)
+}
+
+// decodeEnabled reads an admin PUT body {"enabled": true|false}; when it is
+// bad or the field is missing it answers 400 and returns ok false.
+func decodeEnabled(w http.ResponseWriter, r *http.Request) (enabled, ok bool) {
 	var body struct {
 		Enabled *bool `json:"enabled"`
 	}
@@ -135,13 +149,9 @@ func (rt *Router) putAffinity(w http.ResponseWriter, r *http.Request, model stri
 			err = errors.New(`"enabled" is missing`)
 		}
 		adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"enabled": true|false}: %w`, err))
-		return
+		return false, false
 	}
-	if err := rt.SetAffinity(model, *body.Enabled); err != nil {
-		adminError(w, http.StatusNotFound, err)
-		return
-	}
-	rt.writeAffinity(w, pools, all)
+	return *body.Enabled, true
 }
 
 // putThreshold answers PUT /admin/models/{model}/threshold {"threshold": N|"auto"}.
