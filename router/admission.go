@@ -775,6 +775,27 @@ func (a *admission) routed(now time.Duration, h, sid uint64, d Decision, ctx int
 	}
 }
 
+// pend stops counting the conversation with hash h while the shared store
+// decides where it goes (a placement or move with a reservation): counted on
+// the policy's pick meanwhile, it showed on a replica the store did not choose
+// (/status of two routers: 4 conversations where 3 fit, for the claim's round
+// trip). The store's reservation counts it for every router until confirm.
+func (a *admission) pend(h uint64) {
+	if c := a.convs[h]; c != nil {
+		a.uncount(c)
+	}
+}
+
+// confirm counts the conversation with hash h on replica i, where the store
+// placed it (after pend).
+func (a *admission) confirm(h uint64, i int) {
+	if c := a.convs[h]; c != nil {
+		a.uncount(c)
+		c.replica = i
+		a.count(c)
+	}
+}
+
 // rehome counts the conversation with hash h on replica i (the shared store
 // chose another replica than the policy, or kept its home).
 func (a *admission) rehome(h uint64, i int) {

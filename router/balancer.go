@@ -606,6 +606,9 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 					if plan.res != nil && d.Reason == ReasonMoved {
 						plan.from = home
 					}
+					if plan.res != nil {
+						b.adm.pend(h)
+					}
 				}
 			}
 		}

@@ -424,6 +424,9 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 	case !ok || rep < 0 || rep >= len(b.reps):
 		b.shared.Acquired(d.Replica)
 		b.startedShared(f, plan, false)
+		if plan.res != nil {
+			b.adm.confirm(plan.hash, d.Replica)
+		}
 		if d.Reason != ReasonSticky {
 			b.sessions.setOffline(plan.hash, true)
 		}
@@ -437,6 +440,9 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 		if adopted {
 			reason = ReasonSticky
 		}
+	}
+	if plan.res != nil {
+		b.adm.confirm(plan.hash, rep)
 	}
 	if rep == d.Replica && reason == d.Reason {
 		return d, info, wait, nil

@@ -3,6 +3,8 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"time"
 )
 
@@ -48,6 +50,20 @@ type EngineConfig struct {
 	// are not counted", v1/core/sched/scheduler.py) and keeps preempted re-admissions
 	// out of the exported counters. Default false (current behaviour).
 	CountPrefixStatsPerAttempt bool
+	// Seed seeds the engine's step-time stream (Profile.StepTimeSigma): one
+	// seed per engine, normally EngineSeed(run seed, replica index), so a run
+	// is deterministic for its seed. Unused when StepTimeSigma is 0.
+	Seed uint64
+}
+
+// EngineSeed is the step-time seed of replica (0-based, in the order the
+// router lists replicas) in a run seeded with runSeed: a SplitMix64 mix of
+// the two, so neighbouring replicas and seeds get unrelated streams.
+func EngineSeed(runSeed uint64, replica int) uint64 {
+	z := runSeed ^ (uint64(replica)+1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // Request is one generation request submitted to an engine.
@@ -191,6 +207,8 @@ type Engine struct {
 	slideGroups, window int
 	stats               Stats
 	liveCtx             int64
+	// jitter draws the steps' lognormal factors (nil when StepTimeSigma is 0).
+	jitter *rand.Rand
 }
 
 // NewEngine builds an engine. It fails when the profile leaves no KV cache (fewer than
@@ -215,6 +233,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 			return nil, errors.New("building engine: no profile and no num_gpu_blocks")
 		}
 		cfg.NumGPUBlocks = cfg.Profile.NumGPUBlocks(cfg.BlockSize)
+	}
+	if p := cfg.Profile.StepTimeSigma; p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
+		return nil, fmt.Errorf("building engine: profile %q: step_time_sigma %v must be a finite number >= 0", cfg.Profile.Name, p)
 	}
 	if cfg.NumGPUBlocks < 2 {
 		return nil, fmt.Errorf("building engine: profile %q leaves no KV cache (%d blocks)", cfg.Profile.Name, cfg.NumGPUBlocks)
@@ -254,6 +275,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	}
 	if slideGroups > 0 {
 		e.slideGroups, e.window = slideGroups, cfg.Profile.SlidingWindow
+	}
+	if cfg.Profile.StepTimeSigma > 0 {
+		e.jitter = rand.New(rand.NewPCG(cfg.Seed, 0x5e9a7d1c3b2f4e61))
 	}
 	e.running = make([]*request, 0, cfg.MaxNumSeqs)
 	e.batch = make([]*request, 0, cfg.MaxNumSeqs)
@@ -399,11 +423,22 @@ func (e *Engine) Step(now time.Duration) StepResult {
 		return StepResult{Events: e.events}
 	}
 	e.busy = true
-	e.nextAt = now + e.cfg.Profile.stepTime(cost)
+	e.nextAt = now + e.stepDuration(cost)
 	if e.nextAt <= now { // a profile without timing still advances
 		e.nextAt = now + 1
 	}
 	return StepResult{Events: e.events, Busy: true, NextAt: e.nextAt}
+}
+
+// stepDuration is the modelled step time (Profile.stepTime) times the step's
+// lognormal factor exp(StepTimeSigma x Z), Z standard normal from the engine's
+// seeded stream; exactly the modelled time when StepTimeSigma is 0.
+func (e *Engine) stepDuration(c stepCost) time.Duration {
+	d := e.cfg.Profile.stepTime(c)
+	if e.jitter == nil {
+		return d
+	}
+	return time.Duration(float64(d) * math.Exp(e.cfg.Profile.StepTimeSigma*e.jitter.NormFloat64()))
 }
 
 // complete ends the running batch: every request whose scheduled tokens reached the

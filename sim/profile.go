@@ -12,21 +12,32 @@ import (
 type Profile struct {
 	Name string
 	// Model and GPU figures from public sources (see the profile's doc comment).
-	ModelName        string
-	Params           float64 // parameters multiplied per token (2 FLOPs each per token)
-	Layers           int
-	QHeads, KVHeads  int
-	HeadDim          int
-	BytesPerParam    float64 // 2 for bf16; Params x BytesPerParam = weight bytes read per step
-	GPUMemoryBytes   float64
-	PeakFLOPS        float64 // dense bf16 tensor FLOP/s
-	MemBandwidth     float64 // bytes/s
-	MFU              float64 // fraction of PeakFLOPS reached by prefill
-	BandwidthEff     float64 // fraction of MemBandwidth reached by decode
-	StepOverhead     time.Duration
-	GPUMemoryUtil    float64 // vLLM gpu_memory_utilization
-	ActivationBytes  float64 // reserve for activations, CUDA graphs, etc.
-	DefaultModelName string  // served model name used by `warden sim` by default
+	ModelName       string
+	Params          float64 // parameters multiplied per token (2 FLOPs each per token)
+	Layers          int
+	QHeads, KVHeads int
+	HeadDim         int
+	BytesPerParam   float64 // 2 for bf16; Params x BytesPerParam = weight bytes read per step
+	GPUMemoryBytes  float64
+	PeakFLOPS       float64 // dense bf16 tensor FLOP/s
+	MemBandwidth    float64 // bytes/s
+	MFU             float64 // fraction of PeakFLOPS reached by prefill
+	BandwidthEff    float64 // fraction of MemBandwidth reached by decode
+	StepOverhead    time.Duration
+	GPUMemoryUtil   float64 // vLLM gpu_memory_utilization
+	ActivationBytes float64 // lumped reserve for activations, CUDA graphs, etc. (profiles without the terms below)
+	// vLLM's start-up memory terms (determine_available_memory; see
+	// AvailableKVBytes), in bytes. LoadedWeightBytes 0 means WeightBytes().
+	LoadedWeightBytes   float64 // weights as loaded (model_memory_usage)
+	PeakActivationBytes float64 // profile run's torch peak increase at max_num_batched_tokens
+	CUDAGraphBytes      float64 // CUDA graph memory estimate (subtracted since vLLM 0.21)
+	NonTorchBytes       float64 // profile run's non-torch increase
+	// StepTimeSigma is the log-space standard deviation of a step's duration:
+	// each step takes the modelled time times exp(StepTimeSigma x Z), Z drawn
+	// from the engine's seeded stream (EngineConfig.Seed). 0: every step takes
+	// exactly the modelled time.
+	StepTimeSigma    float64
+	DefaultModelName string // served model name used by `warden sim` by default
 	// Sliding-window attention: SlidingLayers of the Layers attend only the last
 	// SlidingWindow positions (0, 0: every layer is full attention). KV capacity and
 	// step time follow vLLM's hybrid KV cache manager (see KVGroups).
@@ -80,6 +91,54 @@ var VLLMFrontendCosts = FrontendCosts{
 
 const gib = 1 << 30
 
+// Sourced figures for the step-time spread and vLLM's start-up memory
+// accounting (docs/simulator.md section 10, "Constants and sources"). They were
+// committed before any comparison with the reference table.
+const (
+	// VLLMStepTimeSigma is the log-space standard deviation of one engine
+	// step's duration around the modelled one (a lognormal with median 1):
+	// ln(p99/median) / 2.326 of the inter-token latency of a vLLM serving
+	// benchmark at max concurrency 1 (steady decode of one sequence, so every
+	// ITL is one decode step plus its output handling): median 4.62 ms, p99
+	// 5.84 ms (vllm-project/vllm PR #51349, `vllm bench serve`, 2026), so
+	// ln(1.264) / 2.326 = 0.10. SGLang at concurrency 1 reads median 8.47,
+	// p95 8.66 ms (sgl-project/sglang PR #8552): 0.013, a quieter bound. The
+	// lognormal shape is an assumption: the sources give percentiles only.
+	VLLMStepTimeSigma = 0.10
+
+	// Qwen3_4BLoadedWeightBytes is vLLM's "Model loading took 7.56 GiB" for
+	// Qwen3-4B in bf16 (vLLM 0.25.0 on an RTX 5080 16 GB; 7.56 GiB on vLLM
+	// 0.20.1 XPU; 7.5552 GiB on a V0 release of May 2025, fp16): the weights term of
+	// determine_available_memory (model_memory_usage), a little above
+	// Params x 2 B = 7.49 GiB. Qwen3-4B-Instruct-2507 has the same config.
+	Qwen3_4BLoadedWeightBytes = 7.56 * gib
+
+	// Qwen3_4BPeakActivationBytes is the profile run's torch peak increase at
+	// max_num_batched_tokens 2048: a published vLLM V0 start-up log of
+	// Qwen3-4B (fp16, RTX 2060 12 GB, max_model_len 10,000, max_num_seqs 1, so
+	// a 10,000-token profile batch) reads "PyTorch activation peak memory
+	// takes 0.74GiB"; scaled linearly to 2,048 tokens, 0.15 GiB (an estimate:
+	// the MLP intermediates that dominate scale with the batch's tokens).
+	Qwen3_4BPeakActivationBytes = 0.15 * gib
+
+	// Qwen3_4BNonTorchBytes is the profile run's non-torch increase: the same
+	// V0 log reads "non_torch_memory takes 0.04GiB" (one GPU, no NCCL
+	// communicator in the forward pass).
+	Qwen3_4BNonTorchBytes = 0.04 * gib
+
+	// Qwen3_4BCUDAGraphBytes is vLLM's CUDA-graph memory estimate, subtracted
+	// before sizing the KV cache since vLLM 0.21 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+	// default 1, gpu_worker.py determine_available_memory): a published
+	// vLLM 0.19.1 start-up log of a 7.52 GiB bf16 model reads "Estimated CUDA
+	// graph memory: 0.61 GiB total" (the pool then captured 0.69 GiB).
+	Qwen3_4BCUDAGraphBytes = 0.61 * gib
+
+	// Reported16GBCardBytes is the total memory CUDA reports for a 16 GB
+	// NVIDIA card (vLLM's "15.92 GiB" total, RTX 5080, vLLM 0.25.0): less than
+	// the nominal 16 GiB. No published A4000 figure was found; an estimate.
+	Reported16GBCardBytes = 15.92 * gib
+)
+
 // ProfileA4000Qwen3_4B is one RTX A4000 serving Qwen/Qwen3-4B-Instruct-2507 in bf16,
 // one DP rank of the reference server (brief: 4 x A4000, data_parallel_size 4,
 // served as "qwen3-4b-dp4").
@@ -109,14 +168,17 @@ const gib = 1 << 30
 //   - StepOverhead 3 ms: vLLM V1's per-step CPU work (scheduling, input
 //     preparation, sampling, output handling) with CUDA graphs for decode is a few
 //     milliseconds for a small model.
-//   - ActivationBytes 1.5 GiB: vLLM's profiling run of a 2048-token batch peaks at
-//     roughly 1 GiB of activations for a model this size (MLP intermediate
-//     2048x9728x2 bytes = 40 MB per buffer, several live at once, plus sampler logits
-//     of up to 256x151936 fp32 = 156 MB), plus a few hundred MB of CUDA graph pools
-//     and non-torch allocations.
 //
-// Derived (steptime.go): available KV = 17.18e9 x 0.9 - 8.04e9 - 1.61e9 = 5.81e9 B;
-// / (147,456 x 16 B per block) = 2463 blocks = 39,408 tokens. Single-sequence decode
+// Memory, from vLLM's start-up accounting (constants above, docs/simulator.md
+// section 10): total 15.92 GiB as CUDA reports a 16 GB card, weights as loaded
+// 7.56 GiB, peak activation 0.15 GiB, CUDA graphs 0.61 GiB, non-torch 0.04 GiB.
+// Step times vary by VLLMStepTimeSigma. (Before 2026-12-01 the profile used the
+// nominal 16 GiB, Params x 2 B and one 1.5 GiB reserve, 2,463 blocks, and no
+// variability: ProfileA4000Qwen3_4BLockstep.)
+//
+// Derived (steptime.go): available KV = 15.92 x 0.9 - 7.56 - 0.15 - 0.61 - 0.04
+// = 5.97 GiB = 6.41e9 B; / (147,456 x 16 B per block) = 2716 blocks = 43,456
+// tokens. Single-sequence decode
 // at short context: 3 ms + 8.04e9 / (448e9 x 0.8) = 3 + 22.4 = 25.4 ms (~39 tokens/s).
 // Prefill: 2 x 4.02e9 / (76.7e12 x 0.45) = 0.23 ms per token before attention.
 var ProfileA4000Qwen3_4B = Profile{
@@ -128,17 +190,37 @@ var ProfileA4000Qwen3_4B = Profile{
 	KVHeads:          8,
 	HeadDim:          128,
 	BytesPerParam:    2,
-	GPUMemoryBytes:   16 * gib,
+	GPUMemoryBytes:   Reported16GBCardBytes,
 	PeakFLOPS:        76.7e12,
 	MemBandwidth:     448e9,
 	MFU:              0.45,
 	BandwidthEff:     0.8,
 	StepOverhead:     3 * time.Millisecond,
 	GPUMemoryUtil:    0.9,
-	ActivationBytes:  1.5 * gib,
 	DefaultModelName: "qwen3-4b-dp4",
 	Frontend:         VLLMFrontendCosts,
+
+	LoadedWeightBytes:   Qwen3_4BLoadedWeightBytes,
+	PeakActivationBytes: Qwen3_4BPeakActivationBytes,
+	CUDAGraphBytes:      Qwen3_4BCUDAGraphBytes,
+	NonTorchBytes:       Qwen3_4BNonTorchBytes,
+	StepTimeSigma:       VLLMStepTimeSigma,
 }
+
+// ProfileA4000Qwen3_4BLockstep is ProfileA4000Qwen3_4B as it was before
+// 2026-12-01: the nominal 16 GiB, weights Params x 2 B, one lumped 1.5 GiB
+// reserve for activations, CUDA graphs and non-torch memory (2,463 blocks =
+// 39,408 tokens), and deterministic step times. It reproduces older studies
+// (`--profile a4000-qwen3-4b-lockstep`).
+var ProfileA4000Qwen3_4BLockstep = func() Profile {
+	p := ProfileA4000Qwen3_4B
+	p.Name = "a4000-qwen3-4b-lockstep"
+	p.GPUMemoryBytes = 16 * gib
+	p.ActivationBytes = 1.5 * gib
+	p.LoadedWeightBytes, p.PeakActivationBytes, p.CUDAGraphBytes, p.NonTorchBytes = 0, 0, 0, 0
+	p.StepTimeSigma = 0
+	return p
+}()
 
 // ProfileRTX5090Gemma3_27B is one RTX 5090 serving google/gemma-3-27b-it with 4-bit
 // weights (w4a16: int4 weights with one bf16 scale per group of 128, as in the
@@ -240,10 +322,10 @@ var ProfileRTX5090Gemma3_27BFP8KV = func() Profile {
 	return p
 }()
 
-var builtinProfiles = []Profile{ProfileA4000Qwen3_4B, ProfileRTX5090Gemma3_27B, ProfileRTX5090Gemma3_27BFP8KV}
+var builtinProfiles = []Profile{ProfileA4000Qwen3_4B, ProfileA4000Qwen3_4BLockstep, ProfileRTX5090Gemma3_27B, ProfileRTX5090Gemma3_27BFP8KV}
 
-// LookupProfile returns a built-in profile by name ("a4000-qwen3-4b", "rtx5090-27b",
-// "rtx5090-27b-fp8kv").
+// LookupProfile returns a built-in profile by name ("a4000-qwen3-4b",
+// "a4000-qwen3-4b-lockstep", "rtx5090-27b", "rtx5090-27b-fp8kv").
 // Errors: unknown name.
 func LookupProfile(name string) (Profile, error) {
 	for _, p := range builtinProfiles {

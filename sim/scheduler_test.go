@@ -51,7 +51,7 @@ func TestChunkedPrefill(t *testing.T) {
 				if step != 4 { // the 4th Step call completes the 3rd batch
 					t.Fatalf("first token after %d batches, want 3 (chunks %v)", step-1, chunks)
 				}
-				if want := ProfileA4000Qwen3_4B.PrefillTime(5000, 2048); now != want {
+				if want := ProfileA4000Qwen3_4BLockstep.PrefillTime(5000, 2048); now != want {
 					t.Errorf("first token at %v, want PrefillTime %v", now, want)
 				}
 				if !slices.Equal(chunks, []int{2048, 2048, 904}) {

@@ -87,10 +87,23 @@ func (p Profile) BlockBytes(blockSize int) float64 {
 }
 
 // AvailableKVBytes is the memory vLLM's profiling leaves for the KV cache
-// (vllm/v1/worker/gpu_worker.py determine_available_memory):
-// GPUMemoryBytes x GPUMemoryUtil - WeightBytes - ActivationBytes.
+// (vllm/v1/worker/gpu_worker.py determine_available_memory: requested memory
+// minus weights, torch peak increase, non-torch increase and, since vLLM 0.21,
+// the CUDA graph estimate), in bytes:
+//
+//	GPUMemoryBytes x GPUMemoryUtil - weights - ActivationBytes
+//	  - PeakActivationBytes - CUDAGraphBytes - NonTorchBytes
+//
+// where weights is LoadedWeightBytes, or WeightBytes() when it is 0. A profile
+// gives either the lumped ActivationBytes or the three terms (docs/simulator.md
+// sections 3 and 10).
 func (p Profile) AvailableKVBytes() float64 {
-	return p.GPUMemoryBytes*p.GPUMemoryUtil - p.WeightBytes() - p.ActivationBytes
+	w := p.LoadedWeightBytes
+	if w <= 0 {
+		w = p.WeightBytes()
+	}
+	return p.GPUMemoryBytes*p.GPUMemoryUtil - w - p.ActivationBytes -
+		p.PeakActivationBytes - p.CUDAGraphBytes - p.NonTorchBytes
 }
 
 // NumGPUBlocks is the KV cache capacity in block ids of blockSize tokens, as vLLM's

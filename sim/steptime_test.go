@@ -51,7 +51,11 @@ func TestProfilesPhysicallySane(t *testing.T) {
 			blocks := p.NumGPUBlocks(DefaultBlockSize)
 			blockBytes := p.BlockBytes(DefaultBlockSize)
 			budget := p.GPUMemoryBytes * p.GPUMemoryUtil
-			used := p.WeightBytes() + p.ActivationBytes + float64(blocks)*blockBytes
+			w := p.LoadedWeightBytes
+			if w == 0 {
+				w = p.WeightBytes()
+			}
+			used := w + p.ActivationBytes + p.PeakActivationBytes + p.CUDAGraphBytes + p.NonTorchBytes + float64(blocks)*blockBytes
 			// The KV cache fills what is left, to within one block.
 			if blocks < 2 || used > budget || used+blockBytes <= budget {
 				t.Errorf("num_gpu_blocks %d: weights+activations+KV %.3g B vs budget %.3g B", blocks, used, budget)

@@ -133,6 +133,7 @@ func (h *httpRun) target() error {
 		cl, err := simhttp.Start(h.runCtx, simhttp.Config{
 			Replicas: o.SimReplicas, Profile: o.Profile, Speed: o.Speed, Clock: h.clock,
 			DevMode: true, MaxNumSeqs: o.MaxNumSeqs, APIServers: o.Scenario.APIServers,
+			Seed: o.Scenario.Seed,
 		})
 		if err != nil {
 			return fmt.Errorf("bench: starting simulated cluster: %w", err)

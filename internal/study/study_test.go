@@ -201,7 +201,11 @@ func TestStudyRunWritesFiles(t *testing.T) {
 // fewest live conversations; a lagging count does not.
 func TestSignalsScoreExactCountBest(t *testing.T) {
 	a, _ := LookupArm(ArmWorkingSet)
-	r, err := RunOne(context.Background(), smallSetup(), a, 2, RunOptions{Trace: true, Placements: true})
+	// Deterministic steps: with the a4000 profile's step-time spread the exact
+	// count agreed on 98.7% of placements (2026-12-01), not "always".
+	su := smallSetup()
+	su.Profile = sim.ProfileA4000Qwen3_4BLockstep
+	r, err := RunOne(context.Background(), su, a, 2, RunOptions{Trace: true, Placements: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +219,7 @@ func TestSignalsScoreExactCountBest(t *testing.T) {
 		}
 	}
 	if sc[0].Agree < 0.99 {
-		t.Fatalf("exact in-flight agreed on %.0f%% of placements (think time 0.5 s: in flight is live)", 100*sc[0].Agree)
+		t.Fatalf("exact in-flight agreed on %.2f%% of placements (think time 0.5 s: in flight is live)", 100*sc[0].Agree)
 	}
 }
 

@@ -313,7 +313,9 @@ func (r *run) loopEvents(ctx context.Context) error {
 func (r *run) freshEngines() error {
 	r.engines = r.engines[:0]
 	for i := range r.names {
-		e, err := sim.NewEngine(r.ecfg)
+		ecfg := r.ecfg
+		ecfg.Seed = sim.EngineSeed(r.sc.Seed, i)
+		e, err := sim.NewEngine(ecfg)
 		if err != nil {
 			return fmt.Errorf("virtual run: building engine %d: %w", i, err)
 		}

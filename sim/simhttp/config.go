@@ -75,6 +75,10 @@ type Config struct {
 	Host string
 	// BasePort: server i listens on BasePort+i; 0 = a random free port per server.
 	BasePort int
+	// Seed is the run's seed: engine k (server index x DP size + rank, the
+	// router's replica order) seeds its step-time stream with
+	// sim.EngineSeed(Seed, k), as the virtual world does. Default 0.
+	Seed uint64
 	// DevMode enables the development endpoints (POST /reset_prefix_cache), as vLLM's
 	// VLLM_SERVER_DEV_MODE=1 does. The zero Config has it off; DefaultConfig turns it on.
 	DevMode bool

@@ -72,6 +72,7 @@ func NewServer(cfg Config, index int) (*Server, error) {
 		s.fe = newFrontend(ecfg.Profile.Frontend, cfg.APIServers)
 	}
 	for rank := range cfg.DataParallelSize {
+		ecfg.Seed = sim.EngineSeed(cfg.Seed, index*cfg.DataParallelSize+rank)
 		e, err := newEngine(index, rank, ecfg, s.clock)
 		if err != nil {
 			return nil, fmt.Errorf("building engine %d of server %d: %w", rank, index, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/wire"
+	"github.com/lmwarden/warden/sim"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -279,7 +280,8 @@ func BenchmarkChatStream(b *testing.B) {
 // for, however late the goroutine wakes, so a lone cold prompt's server-side TTFT is
 // exactly the profile's chunked prefill time (three chunks here).
 func TestSimulatedTimeIsExact(t *testing.T) {
-	srv, ts := newTestServer(t, nil)
+	// Deterministic steps, so the TTFT is the model's exactly.
+	srv, ts := newTestServer(t, func(c *Config) { c.Profile = "a4000-qwen3-4b-lockstep" })
 	eng := srv.Engines()[0]
 	m := decodeBody(t, post(t, context.Background(), ts.URL+"/v1/completions",
 		map[string]any{"prompt": words("t", 5000), "max_tokens": 1}), 200)
@@ -292,6 +294,24 @@ func TestSimulatedTimeIsExact(t *testing.T) {
 	want := cfg.Profile.PrefillTime(p, cfg.MaxNumBatchedTokens).Seconds()
 	if h.count != 1 || math.Abs(h.sum-want) > 1e-9 {
 		t.Errorf("TTFT %v s over %d requests, want %v s", h.sum, h.count, want)
+	}
+}
+
+// TestEngineSeedsFollowReplicaOrder: engine k of a cluster seeds its step-time
+// stream with sim.EngineSeed(Seed, k), k = server x DP size + rank, as the
+// virtual world seeds replica k.
+func TestEngineSeedsFollowReplicaOrder(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Replicas, cfg.DataParallelSize, cfg.Seed, cfg.Speed = 1, 3, 42, testSpeed
+	srv, err := NewServer(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for rank, e := range srv.Engines() {
+		if got, want := e.Config().Seed, sim.EngineSeed(42, 3+rank); got != want {
+			t.Errorf("server 1 rank %d: seed %#x, want EngineSeed(42, %d) = %#x", rank, got, 3+rank, want)
+		}
 	}
 }
 
