@@ -577,9 +577,6 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 		if !byPrefix {
 			d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
 		}
-		if err == nil && f.SessionKey == "" && b.prefix != nil && !f.NoPrefill {
-			b.prefix.Record(d.Replica, f.Prefix, b.view[d.Replica].KVCapacityTokens)
-		}
 		if err == nil && gated {
 			b.adm.routed(now, h, SessionID(f.SessionKey), d, ctx, side, g)
 			info = g.info()

@@ -26,6 +26,13 @@
 //   - SessionTable (sessions.go): key hash -> home replica, idle TTL, LRU bound,
 //     counts of homed, active and live sessions per replica and the live sessions'
 //     context tokens; O(1) amortized, no allocation on a hit.
+//   - Keyless placement (prefix.go): PrefixIndex, the approximate map of prompt
+//     prefixes (chained piece hashes, PrefixHashes) to the replicas sent them,
+//     LRU-bounded by each replica's KV capacity; BalancerConfig.Keyless prefix
+//     (the default) places a request without a session key on its longest match.
+//   - Responses API continuations (responsehome.go): the replica that produced a
+//     response id (LearnResponse) serves a request naming it in
+//     previous_response_id (Facts.ResponseID), whatever its load.
 //   - SharedState (shared.go): the interface to state shared with other routers
 //     (homes claimed first write wins, every router's in-flight count and live
 //     working set); BalancerConfig.Shared, nil in the virtual world. The Redis
@@ -54,5 +61,6 @@
 // The proxy, config, session-key extraction, admin API, metrics, status card,
 // health checks and scraping are router/routerhttp. The simulator (sim), the load
 // generator (loadgen) and reports (report) are separate; this package imports none
-// of them. Prefix-aware (KV-event) routing is not done.
+// of them. Routing from the engines' own KV events (vLLM --kv-events-config) is not done:
+// the prefix index models the caches from the outside.
 package router

@@ -210,6 +210,26 @@ func (x *PrefixIndex) Record(i int, prefix []uint64, capacityTokens int64) {
 // (BalancerConfig.Keyless), so the caller should compute Facts.Prefix.
 func (b *Balancer) KeylessPrefix() bool { return b.prefix != nil }
 
+// RecordPrefix tells the prefix index that replica i accepted a keyless request
+// with these prefix hashes (Facts.Prefix): the HTTP proxy calls it when the
+// upstream answers 200, the virtual world when the engine takes the request. Not
+// at the decision: a request the server refuses (vLLM's 400 for a prompt plus
+// output over max_model_len, 7 % of the Mooncake conversation trace's requests,
+// up to 126k tokens) caches nothing, and recording it would flush the replica's
+// index (measured: docs/routing.md "Keyless placement"). Ignored without a
+// prefix index or for an unknown replica.
+func (b *Balancer) RecordPrefix(i int, prefix []uint64) {
+	if len(prefix) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.prefix == nil || i < 0 || i >= len(b.reps) {
+		return
+	}
+	b.prefix.Record(i, prefix, b.reps[i].kvCapacity)
+}
+
 // Len returns how many pieces replica i holds in the index.
 func (x *PrefixIndex) Len(i int) int {
 	if i < 0 || i >= len(x.reps) {

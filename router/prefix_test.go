@@ -112,7 +112,8 @@ func TestPrefixIndexBound(t *testing.T) {
 }
 
 // TestBalancerKeylessPrefix: with keyless prefix placement, requests without a key
-// that extend one another's prompts go to one replica; keyed requests never take
+// that extend one another's prompts go to the replica that accepted the earlier
+// ones (RecordPrefix); keyed requests never take
 // the prefix path; an over-threshold replica gives way to the shortest queue.
 func TestBalancerKeylessPrefix(t *testing.T) {
 	b, _ := newTestBalancer(t, 4, true, func(c *BalancerConfig) { c.Keyless = KeylessPrefix; c.OverflowThreshold = 2 })
@@ -124,6 +125,13 @@ func TestBalancerKeylessPrefix(t *testing.T) {
 	if first.Reason != ReasonNoKey {
 		t.Errorf("first keyless request: reason %v, want no-key (nothing indexed yet)", first.Reason)
 	}
+	// Not accepted yet (no RecordPrefix): the decision alone indexes nothing.
+	if d, _ := b.Acquire(Facts{Prefix: PrefixHashes(nil, conv, 16, 0)}); d.Reason != ReasonNoKey {
+		t.Errorf("before the replica accepted the first: %+v, want no-key", d)
+	} else {
+		b.Release(d.Replica)
+	}
+	b.RecordPrefix(first.Replica, PrefixHashes(nil, conv, 16, 0))
 	for turn := 1; turn <= 2; turn++ {
 		conv = append(conv, tokens(32, uint32(1000*turn))...)
 		d, err := b.Acquire(Facts{Prefix: PrefixHashes(nil, conv, 16, 0)})
@@ -133,6 +141,7 @@ func TestBalancerKeylessPrefix(t *testing.T) {
 		if d.Replica != first.Replica || d.Reason != ReasonPrefix {
 			t.Errorf("turn %d: %+v, want replica %d by prefix", turn, d, first.Replica)
 		}
+		b.RecordPrefix(d.Replica, PrefixHashes(nil, conv, 16, 0))
 	}
 	// first.Replica now has 3 in flight > threshold 2: the next goes elsewhere.
 	d, err := b.Acquire(Facts{Prefix: PrefixHashes(nil, conv, 16, 0)})

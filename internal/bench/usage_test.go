@@ -11,21 +11,21 @@ import (
 	"github.com/lmwarden/warden/report"
 )
 
-// TestUsageAgreesWithCountersOverBothAPIs runs a short HTTP benchmark against the
+// TestUsageAgreesWithCountersOverEveryAPI runs a short HTTP benchmark against the
 // simulated cluster once per API and checks that the hit rate from per-request
 // usage (cached / prompt tokens as the harness reads them) agrees with the
-// engines' own prefix-cache counters, and that both APIs report the same prompt
-// sizes. A usage whose fields are read with the wrong semantics shows here: the
+// engines' own prefix-cache counters, and that the APIs (chat, Anthropic
+// messages, Responses) report the same prompt sizes. A usage whose fields are read with the wrong semantics shows here: the
 // Anthropic stream once carried the whole prompt in input_tokens beside
 // cache_read_input_tokens, the harness added the two, and usage read 41 % where
 // the counters read 68 %.
-func TestUsageAgreesWithCountersOverBothAPIs(t *testing.T) {
+func TestUsageAgreesWithCountersOverEveryAPI(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("short: runs the HTTP world for a few seconds")
 	}
 	prompt, cached := map[string]float64{}, map[string]float64{}
-	for _, api := range []string{loadgen.APIOpenAIChat, loadgen.APIAnthropicMessages} {
+	for _, api := range []string{loadgen.APIOpenAIChat, loadgen.APIAnthropicMessages, loadgen.APIOpenAIResponses} {
 		sc := loadgen.DefaultScenario()
 		sc.Name, sc.API = "usage-"+api, api
 		// 60 simulated seconds at speed 5 (12 s of wall time): enough turns
@@ -55,11 +55,17 @@ func TestUsageAgreesWithCountersOverBothAPIs(t *testing.T) {
 		prompt[api] = s.PromptTokensMean
 		cached[api] = s.UsageCachedPct
 	}
-	// Both APIs run the same workload: their usage must read alike.
+	// The APIs run the same workload: their usage must read alike.
 	if a, o := cached[loadgen.APIAnthropicMessages], cached[loadgen.APIOpenAIChat]; math.Abs(a-o) > 6 {
 		t.Errorf("usage cached: anthropic %.1f %% vs openai %.1f %%", a, o)
 	}
+	if r, o := cached[loadgen.APIOpenAIResponses], cached[loadgen.APIOpenAIChat]; math.Abs(r-o) > 6 {
+		t.Errorf("usage cached: responses %.1f %% vs openai %.1f %%", r, o)
+	}
 	if a, o := prompt[loadgen.APIAnthropicMessages], prompt[loadgen.APIOpenAIChat]; math.Abs(a-o) > 0.1*o {
 		t.Errorf("prompt tokens mean: anthropic %.0f vs openai %.0f", a, o)
+	}
+	if r, o := prompt[loadgen.APIOpenAIResponses], prompt[loadgen.APIOpenAIChat]; math.Abs(r-o) > 0.1*o {
+		t.Errorf("prompt tokens mean: responses %.0f vs openai %.0f", r, o)
 	}
 }

@@ -63,6 +63,9 @@ type flight struct {
 	proc     int           // API-server process (sim.Frontend.Admit); 0 without an API-server model
 	req      *sim.Request  // waiting for its engine (evEngine); nil once submitted
 	released bool          // the router has released it (evRelease)
+	// prefix: a keyless request's prefix hashes, told to the router's prefix
+	// index once its engine takes it (Balancer.RecordPrefix); nil otherwise.
+	prefix []uint64
 }
 
 // held is when a turn the router held (router.ErrHold), or one on its way to the
@@ -562,6 +565,9 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	}
 	req := &sim.Request{ID: id, Prompt: prompt, MaxTokens: maxTokens}
 	f := &flight{tr: tr, res: res, replica: d.Replica, out: make([]uint32, 0, req.MaxTokens), req: req}
+	if facts.Prefix != nil {
+		f.prefix = append([]uint64(nil), facts.Prefix...)
+	}
 	f.oneWay = r.w.OneWay(tr.Session.ID, tr.Turn)
 	f.res.Headers = t + f.oneWay
 	f.res.PromptTokens = len(req.Prompt)
@@ -591,6 +597,9 @@ func (r *run) toEngine(id string, f *flight, t time.Duration) {
 		f.res.Done, f.res.Status, f.res.Err = t, 400, err.Error()
 		r.finish(&f.res, t, f.tr.Session)
 		return
+	}
+	if f.prefix != nil {
+		r.bal.RecordPrefix(f.replica, f.prefix)
 	}
 	if !r.busy[f.replica] {
 		r.busy[f.replica] = true

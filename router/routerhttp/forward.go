@@ -63,6 +63,9 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	}
 	c.setHeaders(resp.Header)
 	c.status, c.upStatus = resp.StatusCode, resp.StatusCode
+	if resp.StatusCode == http.StatusOK && len(c.facts.Prefix) > 0 {
+		c.pool.Balancer.RecordPrefix(c.dec.Replica, c.facts.Prefix)
+	}
 	enc := resp.Header.Get("Content-Encoding")
 	identity := enc == "" || enc == "identity"
 	resp.Body = &watchedBody{

@@ -30,6 +30,7 @@ type responsesRequest struct {
 	PreviousResponseID *string         `json:"previous_response_id"`
 	Tools              []responsesTool `json:"tools"`
 	PromptCacheKey     *string         `json:"prompt_cache_key"`
+	Background         bool            `json:"background"`
 }
 
 // responsesTool is a Responses tool definition; only "function" tools carry a
@@ -188,6 +189,13 @@ func errResponseNotFound(id string) *apiError {
 		message: fmt.Sprintf("Response with id '%s' not found.", id)}
 }
 
+// errBackgroundNeedsStore is vLLM's answer to background: true with the store off
+// (serving_responses.py create_responses).
+func errBackgroundNeedsStore() *apiError {
+	return &apiError{status: http.StatusBadRequest, errType: "invalid_request_error",
+		message: "This vLLM engine does not support `store=True` and therefore does not support the background mode. To enable these features, set the environment variable `VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server."}
+}
+
 // Response shapes (protocol.py ResponsesResponse, ResponseUsage; openai-python
 // types.responses for the items). Field order follows vLLM's serialisation.
 
@@ -273,7 +281,16 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, e)
 		return
 	}
-	store := (req.Store == nil || *req.Store) && s.cfg.ResponsesStore
+	wantStore := req.Store == nil || *req.Store
+	if req.Background {
+		if wantStore && !s.cfg.ResponsesStore {
+			writeOpenAIError(w, errBackgroundNeedsStore())
+		} else {
+			writeOpenAIError(w, badRequest("background", "the simulator does not serve background responses"))
+		}
+		return
+	}
+	store := wantStore && s.cfg.ResponsesStore
 	var prev *storedResponse
 	if req.PreviousResponseID != nil {
 		p, found := s.responses.get(*req.PreviousResponseID)

@@ -180,3 +180,15 @@ func TestResponsesStoreAndPreviousResponseID(t *testing.T) {
 		t.Errorf("missing input: body keys %v", keys)
 	}
 }
+
+// background: true is vLLM's 400 with the store off (the simulator serves no
+// background mode at all, so also with it on).
+func TestResponsesBackground(t *testing.T) {
+	srv, off := newTestServer(t, nil)
+	e := decodeBody(t, post(t, context.Background(), off.URL+"/v1/responses", map[string]any{"model": srv.Model(), "input": "x", "background": true}), http.StatusBadRequest)
+	if msg, _ := e["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "VLLM_ENABLE_RESPONSES_API_STORE=1") {
+		t.Errorf("background with the store off: %v", e)
+	}
+	_, on := newTestServer(t, func(c *Config) { c.ResponsesStore = true })
+	decodeBody(t, post(t, context.Background(), on.URL+"/v1/responses", map[string]any{"model": srv.Model(), "input": "x", "background": true}), http.StatusBadRequest)
+}
