@@ -64,6 +64,10 @@ const (
 	SessionHeaderNone = "none"
 )
 
+// SessionHeaders lists every style Scenario.SessionHeader accepts, in the order
+// help and error texts name them.
+var SessionHeaders = []string{SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone}
+
 // Upper bounds Validate puts on a scenario, so that a typo (an extra zero) fails
 // at once instead of exhausting the machine's memory. MaxSessions is 5x the
 // largest load measured (2,000 sessions: 825 MB in virtual mode, fresh-user trial
@@ -251,10 +255,8 @@ func (sc *Scenario) problems() []problem {
 	default:
 		ps.bad("api", "unknown API %q (want %q, %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses)
 	}
-	switch c.SessionHeader {
-	case SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone:
-	default:
-		ps.bad("session_header", "unknown style %q (want %q, %q, %q or %q)", c.SessionHeader, SessionHeaderClaudeCode, SessionHeaderXSessionID, SessionHeaderCodex, SessionHeaderNone)
+	if !slices.Contains(SessionHeaders, c.SessionHeader) {
+		ps.bad("session_header", "unknown style %q (want one of %s)", c.SessionHeader, strings.Join(SessionHeaders, ", "))
 	}
 	ps.tokens("system_prompt_tokens", c.SystemPromptTokens, c.SystemPromptSpread)
 	ps.tokens("first_turn_tokens", c.FirstTurnTokens, c.FirstTurnSpread)
@@ -273,8 +275,12 @@ func (sc *Scenario) problems() []problem {
 		}
 	}
 	if c.Trace != nil {
+		// TraceSpec.Validate names its fields ("trace.sample ..."): one problem
+		// per message, not "trace: " again in front.
 		if err := c.Trace.Validate(); err != nil {
-			ps.bad("trace", "%v", err)
+			for _, msg := range strings.Split(err.Error(), "\n") {
+				ps.out = append(ps.out, problem{line: sc.line("trace"), field: "trace", text: msg})
+			}
 		}
 	}
 	ps.duration("think_time", c.ThinkTime, c.ThinkSpread)
@@ -478,7 +484,7 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		}
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
-			return nil, fmt.Errorf("%sdecoding YAML: %w", prefix, err)
+			return nil, fmt.Errorf("%sdecoding YAML: %s", prefix, yamlpos.SyntaxLine(err.Error()))
 		}
 		for _, e := range te.Errors {
 			loc := yamlpos.Locate(tidyYAMLError(e), sc.lines)

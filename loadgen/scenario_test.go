@@ -316,3 +316,21 @@ func TestParseScenarioDuplicateKeyGivesOneMessage(t *testing.T) {
 		}
 	}
 }
+
+// An unclosed flow sequence is reported on its own line: yaml.v3 says one line
+// earlier for parser errors (yamlpos.SyntaxLine).
+func TestParseScenarioSyntaxErrorLine(t *testing.T) {
+	data := "name: t\nturns: 3\nstages: [2, 4\nstage_duration: 20s\n"
+	_, err := ParseScenario([]byte(data), "bad.yaml")
+	if err == nil || !strings.Contains(err.Error(), "line 3: did not find expected ',' or ']'") {
+		t.Fatalf("err %v, want line 3 (the stages line)", err)
+	}
+}
+
+// A bad trace option is named once as trace.<field>, not "trace: trace: ...".
+func TestParseScenarioTraceFieldNamedOnce(t *testing.T) {
+	_, err := ParseScenario([]byte("name: t\ntrace:\n  file: x.jsonl\n  sample: 1.5\n"), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "t.yaml:2: trace.sample 1.5 is not a fraction in (0, 1]") || strings.Contains(err.Error(), "trace: trace") {
+		t.Fatalf("err %v, want trace.sample named once at line 2", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -63,7 +64,10 @@ func (t *TraceSpec) Validate() error {
 		errs = append(errs, fmt.Errorf("trace.window %v is negative", t.Window))
 	}
 	if err := t.sliceOptions(0).Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("trace: %w", err))
+		// Each message starts with its option's name: "sample 1.5 is ...".
+		for _, msg := range strings.Split(err.Error(), "\n") {
+			errs = append(errs, errors.New("trace."+msg))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -389,7 +389,7 @@ func worldDiff(a, b *loadgen.Manifest) string {
 
 // scenarioDiff names the scenario fields that differ, with both values, "" when
 // equal (two nil scenarios are equal). Fields are named as in the manifest's JSON
-// and printed as Go formats them (durations as "3m0s"). An empty model on one side
+// and printed by readable (durations as "3m0s", a nil trace as "none"). An empty model on one side
 // matches any model: it means "the server's model", which an HTTP run records
 // once resolved and a virtual run leaves empty. Seeds are not compared, nor the
 // fields named (JSON names) in skip.
@@ -425,10 +425,48 @@ func scenarioDiff(a, b *loadgen.Scenario, skip ...string) string {
 		if slices.Contains(skip, name) {
 			continue
 		}
-		diff = append(diff, fmt.Sprintf("%s (%v vs %v)", name, x, y))
+		diff = append(diff, fmt.Sprintf("%s (%s vs %s)", name, readable(va.Field(i)), readable(vb.Field(i))))
 	}
 	slices.Sort(diff)
 	return strings.Join(diff, ", ")
+}
+
+// readable formats a scenario field for scenarioDiff: a nil pointer or slice
+// is "none", a pointer its value, a struct without a String method its
+// non-zero exported fields as "json-name value" joined by commas ("defaults"
+// when all are zero), anything else as fmt's %v.
+func readable(v reflect.Value) string {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Slice:
+		if v.IsNil() {
+			return "none"
+		}
+	}
+	if s, ok := v.Interface().(fmt.Stringer); ok {
+		return s.String()
+	}
+	if v.Kind() == reflect.Pointer {
+		return readable(v.Elem())
+	}
+	if v.Kind() != reflect.Struct {
+		return fmt.Sprint(v.Interface())
+	}
+	var parts []string
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || tag == "-" || v.Field(i).IsZero() {
+			continue
+		}
+		if tag == "" {
+			tag = f.Name
+		}
+		parts = append(parts, tag+" "+readable(v.Field(i)))
+	}
+	if len(parts) == 0 {
+		return "defaults"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // settingsDiff names, with both values, the router settings that act with

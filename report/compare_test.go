@@ -187,6 +187,15 @@ func TestCompareScenarioMismatch(t *testing.T) {
 		t.Errorf("with Force: %v", err)
 	}
 
+	// A trace on one side reads as its fields, not as Go's pointer syntax.
+	m, r, s = syntheticRun()
+	m.Scenario.Trace = &loadgen.TraceSpec{File: "conv.jsonl", Mode: loadgen.TraceSession, Sample: 0.1}
+	writeRunDir(t, dirB, m, r, s)
+	_, err = Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{})
+	if want := "trace (none vs file conv.jsonl, mode session, sample 0.1)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want it to contain %q", err, want)
+	}
+
 	// Two seeds of one scenario compare (gauging noise), with a note.
 	m, r, s = syntheticRun()
 	m.Scenario.Seed = 8

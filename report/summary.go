@@ -280,6 +280,11 @@ func Summarize(run *Run) ([]Summary, error) {
 				},
 			}
 			summarizeTurns(&s, results, placed, firstSent)
+			if sc := run.Manifest.Scenario; sc != nil && sc.Trace != nil {
+				// A replayed trace marks no conversation's last turn: no
+				// completed-session count to give (not 0).
+				s.SessionsPerH = math.NaN()
+			}
 			summarizeGoodput(&s, results, run.Manifest.Scenario)
 			summarizeSeries(&s, replicas)
 			summarizeComputed(&s, results, replicas)

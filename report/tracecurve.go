@@ -50,6 +50,18 @@ func TraceCurveFigure(title string, pts []TraceCurvePoint, ceilingPct float64) (
 // for NaN or an infinity.
 func Thousands(v float64) string { return fmtThousands(v) }
 
+// traceWindow names the recorded window replayed: "whole trace" without
+// --from/--to (TraceSpec.To 0 is the end).
+func traceWindow(from, to time.Duration) string {
+	switch {
+	case from == 0 && to == 0:
+		return "whole trace"
+	case to == 0:
+		return fmt.Sprintf("recorded %v to the end", from)
+	}
+	return fmt.Sprintf("recorded %v..%v", from, to)
+}
+
 // traceSection writes summary.md's "Trace replay" section (nothing for a run
 // without one): per variant, the reconstruction and what the block ids allow.
 func traceSection(b *strings.Builder, m *loadgen.Manifest, sums []Summary) {
@@ -59,8 +71,8 @@ func traceSection(b *strings.Builder, m *loadgen.Manifest, sums []Summary) {
 	b.WriteString("\n## Trace replay\n\n")
 	if sc := m.Scenario; sc != nil && sc.Trace != nil {
 		t := sc.Trace.WithDefaults()
-		fmt.Fprintf(b, "Trace `%s`, mode %s, window %v..%v recorded, speedup %g, sample %g of conversations, report windows of %v. ",
-			t.File, t.Mode, t.From, t.To, t.Speedup, t.Sample, t.Window)
+		fmt.Fprintf(b, "Trace `%s`, mode %s, %s, speedup %g, sample %g of conversations, report windows of %v; sessions/h is n/a (a trace marks no conversation's last turn). ",
+			t.File, t.Mode, traceWindow(t.From, t.To), t.Speedup, t.Sample, t.Window)
 	}
 	b.WriteString("Reuse ceiling: prompt tokens an unbounded prefix cache shared by all replicas would serve; " +
 		"shared LRU: one LRU cache of the fleet's total KV capacity; both from the block ids alone, over the requests kept, " +

@@ -406,6 +406,14 @@ func mdScenarioLines(b *strings.Builder, m *loadgen.Manifest) {
 	if sc == nil {
 		return
 	}
+	if t := sc.Trace; t != nil {
+		// The trace replaces the scenario's sessions: its stages and sizes are unused.
+		fmt.Fprintf(b, "- trace: `%s`, seed %d; mode %s, %s\n", t.File, m.Seed, t.WithDefaults().Mode, traceWindow(t.From, t.To))
+		if sc.API != "" || sc.SessionHeader != "" {
+			fmt.Fprintf(b, "- API: %s; session id: %s\n", sc.API, sc.SessionHeader)
+		}
+		return
+	}
 	think := sc.ThinkTime.String()
 	if r := sc.ThinkSpread; !r.IsFixed() {
 		think = fmt.Sprintf("%s to %s (uniform)", r.Min, r.Max)
@@ -564,6 +572,9 @@ func WriteTable(w io.Writer, m *loadgen.Manifest, sums []Summary) error {
 	scenario := ""
 	if m.Scenario != nil {
 		scenario = " scenario " + m.Scenario.Name + ","
+		if t := m.Scenario.Trace; t != nil {
+			scenario = " trace " + t.File + ","
+		}
 	}
 	if _, err := fmt.Fprintf(w, "run %s:%s %s\n", m.RunID, scenario, strings.Join(pair, " -> ")); err != nil {
 		return fmt.Errorf("printing table: %w", err)

@@ -31,6 +31,14 @@ const (
 	// that shares only a common system prompt with earlier ones does not pile
 	// every new conversation onto the first replica that saw that prompt.
 	PrefixMinMatch = 0.5
+	// PrefixSharedBy is how many other prompts must have continued a match's
+	// last piece differently for the match to count as shared (PrefixIndex.Pick):
+	// 2, so a continuation turn still follows its conversation even when the
+	// earlier turn's body went on past the point where this one departs (a JSON
+	// tail after the messages), while the third new conversation behind one
+	// system prompt goes by load. Chosen from the user's case (docs/routing.md
+	// "Keyless placement"), not fitted to a measurement.
+	PrefixSharedBy = 2
 )
 
 // KeylessNames lists the keyless placements.
@@ -119,7 +127,27 @@ type PrefixIndex struct {
 
 type prefixLRU struct {
 	at  map[uint64]*list.Element
-	lru list.List // front = most recently sent; values are uint64 hashes
+	lru list.List // front = most recently sent; values are *prefixPiece
+}
+
+// prefixPiece is one piece's hash and the distinct pieces seen after it, up to
+// PrefixSharedBy+1 (enough to tell PrefixSharedBy others from a request's own).
+type prefixPiece struct {
+	h    uint64
+	next [PrefixSharedBy + 1]uint64
+	n    int
+}
+
+func (p *prefixPiece) addNext(h uint64) {
+	for _, s := range p.next[:p.n] {
+		if s == h {
+			return
+		}
+	}
+	if p.n < len(p.next) {
+		p.next[p.n] = h
+		p.n++
+	}
 }
 
 // NewPrefixIndex returns an empty index for n replicas whose pieces stand for
@@ -156,7 +184,11 @@ func (x *PrefixIndex) Match(i int, prefix []uint64) int {
 // Pick returns the healthy replica of reps with the longest match for prefix
 // among those whose InFlight is at most threshold (ties: fewer in flight, then
 // the lower index), and the match in pieces; -1 and the match when no such
-// replica holds at least PrefixMinMatch of the prefix's pieces (and at least one).
+// replica holds at least PrefixMinMatch of the prefix's pieces (and at least
+// one), or when the match ends in a piece the index saw continued by
+// PrefixSharedBy other prompts (shared): such a match covers only what many
+// conversations share, a common system prompt, and following it would pile
+// every new conversation onto the replica that saw it first.
 func (x *PrefixIndex) Pick(reps []ReplicaState, prefix []uint64, threshold int) (int, int) {
 	x.resize(len(reps))
 	best, bestN := -1, 0
@@ -170,10 +202,45 @@ func (x *PrefixIndex) Pick(reps []ReplicaState, prefix []uint64, threshold int) 
 			best, bestN = i, n
 		}
 	}
-	if bestN == 0 || float64(bestN) < PrefixMinMatch*float64(len(prefix)) {
+	if bestN == 0 || float64(bestN) < PrefixMinMatch*float64(len(prefix)) || x.shared(prefix, bestN) {
 		return -1, bestN
 	}
 	return best, bestN
+}
+
+// shared reports whether the piece prefix[n-1] was continued, on any replica, by
+// at least PrefixSharedBy pieces other than prefix[n] (the request's own path).
+func (x *PrefixIndex) shared(prefix []uint64, n int) bool {
+	h := prefix[n-1]
+	own, hasOwn := uint64(0), n < len(prefix)
+	if hasOwn {
+		own = prefix[n]
+	}
+	var others [PrefixSharedBy]uint64
+	k := 0
+	for i := range x.reps {
+		e, ok := x.reps[i].at[h]
+		if !ok {
+			continue
+		}
+		p := e.Value.(*prefixPiece)
+	next:
+		for _, s := range p.next[:p.n] {
+			if hasOwn && s == own {
+				continue
+			}
+			for _, o := range others[:k] {
+				if o == s {
+					continue next
+				}
+			}
+			others[k] = s
+			if k++; k == PrefixSharedBy {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Record notes that prefix was sent to replica i, whose KV cache holds
@@ -189,11 +256,16 @@ func (x *PrefixIndex) Record(i int, prefix []uint64, capacityTokens int64) {
 	r := &x.reps[i]
 	for k := len(prefix) - 1; k >= 0; k-- {
 		h := prefix[k]
-		if e, ok := r.at[h]; ok {
+		e, ok := r.at[h]
+		if ok {
 			r.lru.MoveToFront(e)
-			continue
+		} else {
+			e = r.lru.PushFront(&prefixPiece{h: h})
+			r.at[h] = e
 		}
-		r.at[h] = r.lru.PushFront(h)
+		if k+1 < len(prefix) {
+			e.Value.(*prefixPiece).addNext(prefix[k+1])
+		}
 	}
 	if capacityTokens <= 0 {
 		return
@@ -201,7 +273,7 @@ func (x *PrefixIndex) Record(i int, prefix []uint64, capacityTokens int64) {
 	limit := int(capacityTokens / int64(x.PieceTokens))
 	for r.lru.Len() > limit {
 		e := r.lru.Back()
-		delete(r.at, e.Value.(uint64))
+		delete(r.at, e.Value.(*prefixPiece).h)
 		r.lru.Remove(e)
 	}
 }

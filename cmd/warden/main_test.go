@@ -203,6 +203,31 @@ func TestStagesFlagRefusesEmptyStages(t *testing.T) {
 	}
 }
 
+// An --out that holds a study is refused before any run unless --force: the
+// README's one-setup example used to replace the committed results/study.
+func TestStudyRefusesExistingStudyOut(t *testing.T) {
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "study.csv")
+	if err := os.WriteFile(csv, []byte("kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run(t, "study", "--setups", "reference", "--arms", "working-set", "--seeds", "1", "--out", dir,
+		"--stages", "4", "--stage-duration", "1s", "--no-figures", "--trace-seed", "0")
+	if err == nil || !strings.Contains(err.Error(), "--force") || !strings.Contains(err.Error(), csv) {
+		t.Fatalf("err = %v, want a refusal naming %s and --force", err, csv)
+	}
+	if b, _ := os.ReadFile(csv); string(b) != "kept\n" {
+		t.Fatalf("study.csv was rewritten: %q", b)
+	}
+	if _, err := run(t, "study", "--setups", "reference", "--arms", "working-set", "--seeds", "1", "--out", dir,
+		"--stages", "4", "--stage-duration", "1s", "--no-figures", "--trace-seed", "0", "--force"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(csv); string(b) == "kept\n" {
+		t.Error("--force did not write the study")
+	}
+}
+
 // A stage too short for any turn to finish is run, but said so on stderr.
 func TestStudyWarnsAboutStagesWithoutTurns(t *testing.T) {
 	out, err := run(t, "study", "--setups", "reference", "--arms", "working-set", "--seeds", "1", "--out", "",

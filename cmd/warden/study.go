@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -41,6 +44,7 @@ func newStudyCmd() *cobra.Command {
 	f.StringVar(&sf.redrawDir, "redraw", "", "only draw the fig-*.png and frontier-*.png of an existing study directory again from its study.csv (runs nothing)")
 	f.BoolVar(&sf.list, "list", false, "list setups and arms")
 	f.BoolVar(&sf.noFigures, "no-figures", false, "skip the per-metric figures (studies with many arms)")
+	f.BoolVar(&sf.force, "force", false, "write into an --out that already holds a study (replaces its files)")
 	return cmd
 }
 
@@ -61,11 +65,14 @@ type studyFlags struct {
 	redrawDir    string
 	list         bool
 	noFigures    bool
+	force        bool
 }
 
 // studyLong is the study command's help text.
 const studyLong = `Runs every setup x arm x seed in virtual time (the benchmark's engines, sessions
-and router policies, no HTTP) and writes, into --out (default results/study):
+and router policies, no HTTP) and writes, into --out (default results/study; a
+directory that already holds a study.csv is refused unless --force, so a quick
+run does not replace a committed study):
 
   study.csv      every metric per setup, arm and stage: mean, sd, min, max over seeds
                  (x --stage-durations; the "seeds" column counts samples)
@@ -89,8 +96,8 @@ reference-jitter (only the real tokenizer's +-2 % spread of sizes; not in the
 default set), fleet (scenarios/fleet-7x5090.yaml on 7 x rtx5090-27b),
 fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 
-  warden study                                  # 4 setups, 5 arms, seeds 1,2,3
-  warden study --setups reference --arms sticky,working-set --seeds 1
+  warden study --force                          # 4 setups, 5 arms, seeds 1,2,3: rewrites results/study
+  warden study --setups reference --arms sticky,working-set --seeds 1 --out results/my-study
   warden study --trace results/20260101-120000  # draw the trace of a bench run
   warden study --redraw results/study/admission # redraw a study's figures from study.csv`
 
@@ -109,6 +116,9 @@ func runStudy(cmd *cobra.Command, sf *studyFlags) error {
 		return study.Redraw(sf.redrawDir)
 	}
 	if err := checkStages(sf.stages); err != nil {
+		return err
+	}
+	if err := checkStudyOut(sf.out, sf.force); err != nil {
 		return err
 	}
 	o := study.Options{OutDir: sf.out, TraceSeed: sf.traceSeed, TraceArms: sf.traceArms, Signals: sf.signals, NoFigures: sf.noFigures, Parallel: sf.parallel, Progress: cmd.ErrOrStderr()}
@@ -166,6 +176,22 @@ func runStudy(cmd *cobra.Command, sf *studyFlags) error {
 	}
 	if sf.out != "" {
 		fmt.Fprintf(cmd.ErrOrStderr(), "study: %s\n", sf.out)
+	}
+	return nil
+}
+
+// checkStudyOut refuses an --out directory that already holds a study.csv
+// unless force: the default results/study is committed, and a one-setup run
+// would replace its tables and figures.
+func checkStudyOut(out string, force bool) error {
+	if out == "" || force {
+		return nil
+	}
+	p := filepath.Join(out, "study.csv")
+	if _, err := os.Stat(p); err == nil {
+		return fmt.Errorf("--out %s already holds a study (%s): give another --out, or --force to replace it", out, p)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("--out: %w", err)
 	}
 	return nil
 }

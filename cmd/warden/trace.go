@@ -129,7 +129,9 @@ func newTraceLRUCmd() *cobra.Command {
 		Long: `Feeds the trace in order to an LRU cache of block ids per capacity and prints the
 share of prompt tokens served from cache (whole leading blocks, vLLM's rule), with
 the unbounded cache's ceiling. Writes OUT.csv (capacity_tokens,hit_pct; the
-ceiling as capacity "unbounded") and OUT.png.
+ceiling as capacity "unbounded") and OUT.png. Unlike bench, study and plan, --out
+is a file prefix, not a directory: --out results/trace-lru writes
+results/trace-lru.csv and results/trace-lru.png.
 
 Example:
   warden trace lru conversation_trace.jsonl --capacity 0.1M,1M,3M,10M --out results/trace-lru`,
@@ -176,7 +178,7 @@ Example:
 	}
 	cmd.Flags().IntVar(&blockSize, "block-size", trace.DefaultBlockSize, "prompt tokens per hash id")
 	cmd.Flags().StringSliceVar(&caps, "capacity", []string{"0.1M", "1M", "3M", "10M"}, "cache capacities in tokens (k, M, G suffixes)")
-	cmd.Flags().StringVar(&out, "out", "trace-lru", "output path without extension: writes OUT.csv and OUT.png")
+	cmd.Flags().StringVar(&out, "out", "trace-lru", "output file prefix, not a directory: writes OUT.csv and OUT.png")
 	return cmd
 }
 
@@ -263,7 +265,7 @@ func (t *traceFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&t.window, "trace-window", 0, "trace replay: report window (one results stage; default 5m)")
 	f.IntVar(&t.blockSize, "block-size", 0, "trace replay: prompt tokens per hash id (default 512)")
 	f.BoolVar(&t.keys, "trace-keys", false, "trace replay, timestamp mode: send a session key per reconstructed conversation (session mode always does)")
-	f.StringVar(&t.sessionHeader, "session-header", "", "session key style: claude-code, x-session-id, or none (keyless; trace replays only)")
+	f.StringVar(&t.sessionHeader, "session-header", "", "session key style: "+strings.Join(loadgen.SessionHeaders, ", ")+" (none: no session key; the router places the turns keyless)")
 }
 
 // apply writes the flags given into sc.Trace (created by --trace).
@@ -276,6 +278,8 @@ func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
 		}
 		spec.File, spec.Path = t.file, t.file
 		sc.Trace = &spec
+		// The trace replaces the scenario's sessions: name the run after it.
+		sc.Name = "trace-" + strings.TrimSuffix(filepath.Base(t.file), filepath.Ext(t.file))
 	}
 	if ch("session-header") {
 		sc.SessionHeader = t.sessionHeader

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/warden/loadgen"
 )
 
 const mooncakeTrace = "../../loadgen/trace/testdata/conversation_trace.jsonl"
@@ -88,6 +90,34 @@ func TestBenchTraceVirtualSessionMode(t *testing.T) {
 	}
 }
 
+// A --trace run is labelled by the trace, not the default scenario; without
+// --from/--to the window reads "whole trace"; sessions/h is n/a, not 0 (a
+// trace marks no last turn).
+func TestBenchTraceLabels(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	stdout, err := run(t, "bench", "--virtual", "--trace", mooncakeTrace, "--trace-mode", "session", "--sample", "0.02",
+		"--variants", "on", "--out", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout, "trace "+mooncakeTrace+", on") || strings.Contains(stdout, "claude-code-reference") {
+		t.Errorf("header does not name the trace:\n%s", stdout)
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "summary.md"))
+	for _, want := range []string{"- trace: `" + mooncakeTrace + "`", "mode session, whole trace", "| n/a |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("summary.md lacks %q", want)
+		}
+	}
+	if strings.Contains(string(md), "0s..0s") || strings.Contains(string(md), "claude-code-reference") {
+		t.Errorf("summary.md has the default scenario's labels:\n%s", md)
+	}
+	man, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if !strings.Contains(string(man), `"name": "trace-conversation_trace"`) {
+		t.Errorf("manifest does not name the trace")
+	}
+}
+
 // The shipped trace scenario loads (its trace path is relative to the file)
 // and runs in virtual time on a window of it.
 func TestTraceScenarioFile(t *testing.T) {
@@ -104,5 +134,30 @@ func TestTraceScenarioFile(t *testing.T) {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("summary.md lacks %q", want)
 		}
+	}
+}
+
+// bench --help lists every session key style the scenario accepts; it used to
+// leave out codex.
+func TestBenchHelpListsSessionHeaders(t *testing.T) {
+	out, err := run(t, "bench", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "session key style: " + strings.Join(loadgen.SessionHeaders, ", ")
+	if !strings.Contains(out, want) || !strings.Contains(want, loadgen.SessionHeaderCodex) {
+		t.Errorf("bench --help lacks %q:\n%s", want, out)
+	}
+}
+
+// trace lru's --out is a file prefix; its help says so (a user took it for a
+// directory, as bench's --out is).
+func TestTraceLRUHelpSaysOutIsPrefix(t *testing.T) {
+	out, err := run(t, "trace", "lru", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "output file prefix, not a directory") {
+		t.Errorf("trace lru --help does not say --out is a prefix:\n%s", out)
 	}
 }

@@ -69,7 +69,14 @@ func (r *Result) planRows() (header []string, rows [][]string) {
 			row = append(row, strconv.Itoa(r.Config.InverseSessions))
 		}
 		k := pr.Knee
+		// A search the budget stopped has no verdict where it did not reach.
+		unreached := "not reached (budget)"
+		if len(pr.Points) == 0 {
+			unreached = "not searched (budget)"
+		}
 		switch {
+		case k == nil && pr.Budget:
+			row = append(row, unreached, "", "", "", "", "")
 		case k == nil && r.inverse():
 			row = append(row, fmt.Sprintf("> %d", r.Config.MaxReplicas), "", "", "", "", "")
 		case k == nil:
@@ -94,6 +101,8 @@ func (r *Result) planRows() (header []string, rows [][]string) {
 				n = f.Replicas
 			}
 			row = append(row, strconv.Itoa(n), f.Failed())
+		} else if pr.Budget {
+			row = append(row, unreached, "")
 		} else if r.inverse() {
 			row = append(row, "none", "")
 		} else {

@@ -7,6 +7,9 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lmwarden/warden/loadgen"
@@ -137,11 +140,35 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if budget {
 		return res, fmt.Errorf("%w: the --budget of %s ran out after %d points before any point met the SLO (%s); the closest: %s", ErrBudget, c.Budget, res.points(), c.SLO, closest(res))
 	}
-	what := fmt.Sprintf("at 1 to %d sessions on %d replicas", c.MaxSessions, c.Fleet.Replicas)
+	what := fmt.Sprintf("on %d replicas at %s", c.Fleet.Replicas, tried(res, func(p *Point) int { return p.Sessions }, "session count"))
 	if c.InverseSessions > 0 {
-		what = fmt.Sprintf("with %d sessions on up to %d replicas", c.InverseSessions, c.MaxReplicas)
+		what = fmt.Sprintf("with %d sessions at %s", c.InverseSessions, tried(res, func(p *Point) int { return p.Replicas }, "replica count"))
 	}
-	return res, fmt.Errorf("%w (%s) %s for any policy; the closest: %s", ErrNoPoint, c.SLO, what, closest(res))
+	return res, fmt.Errorf("%w (%s) for any policy %s (every point tried); the closest: %s", ErrNoPoint, c.SLO, what, closest(res))
+}
+
+// tried lists the distinct values of/what over every policy's points, sorted:
+// "session counts 1, 2 and 4", or "session count 1".
+func tried(res *Result, of func(*Point) int, what string) string {
+	var ns []int
+	for _, pr := range res.Policies {
+		for _, p := range pr.Points {
+			ns = append(ns, of(p))
+		}
+	}
+	slices.Sort(ns)
+	ns = slices.Compact(ns)
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	switch len(s) {
+	case 0:
+		return what + "s: none"
+	case 1:
+		return what + " " + s[0]
+	}
+	return what + "s " + strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 // closest describes the best failing point of each policy.

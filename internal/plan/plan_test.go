@@ -99,6 +99,29 @@ func TestSearchNoPoint(t *testing.T) {
 	if !errors.Is(err, ErrNoPoint) || r == nil || !strings.Contains(err.Error(), "ttfb_p95") || !strings.Contains(err.Error(), "at 1 sessions") {
 		t.Fatalf("err %v; want ErrNoPoint naming the point at 1 session and ttfb_p95", err)
 	}
+	// It says which counts were tried (Start 2, then 1; not "1 to 16"), and
+	// the 1 ms limit reads as such, not rounded to "0.00 s".
+	if len(r.Policies[0].Points) != 2 || !strings.Contains(err.Error(), "at session counts 1 and 2 (every point tried)") ||
+		!strings.Contains(err.Error(), "> 1 ms") || strings.Contains(err.Error(), "1 to") {
+		t.Errorf("err %v; want it to name session counts 1 and 2 as tried and the limit 1 ms", err)
+	}
+}
+
+// A policy the budget left unsearched reads "not searched (budget)" in the
+// table and plan.csv, not "none" (which means no count met the SLO).
+func TestBudgetUnsearchedPolicy(t *testing.T) {
+	c := smokeConfig(t)
+	c.Budget = time.Nanosecond
+	c.Policies = []Policy{mustPolicy(t, "working-set"), mustPolicy(t, "shortest-queue")}
+	r, _ := Run(context.Background(), c)
+	if r == nil || len(r.Policies[1].Points) != 0 {
+		t.Fatalf("result %+v; want the second policy without points", r)
+	}
+	_, rows := r.planRows()
+	row := strings.Join(rows[1], "|")
+	if !strings.Contains(row, "not searched (budget)") || strings.Contains(row, "none") {
+		t.Errorf("row %q: want not searched (budget), no none", row)
+	}
 }
 
 // The budget stops the search at the first point past it; the answer says so.

@@ -202,7 +202,16 @@ func (t TermResult) describe() string {
 	if t.Met {
 		op = "<="
 	}
-	return fmt.Sprintf("%s %.2f s %s %.2f s", t.Term, d.Value, op, d.Base)
+	return fmt.Sprintf("%s %s %s %s", t.Term, seconds(d.Value), op, seconds(d.Base))
+}
+
+// seconds prints a time in seconds: two decimals from 1 s up, else three
+// significant digits in ms, so that a 1 ms threshold does not read "0.00 s".
+func seconds(v float64) string {
+	if math.Abs(v) >= 1 || v == 0 {
+		return fmt.Sprintf("%.2f s", v)
+	}
+	return fmt.Sprintf("%.3g ms", v*1e3)
 }
 
 // Marginal lists the terms whose mean is within the seeds' noise of the

@@ -29,9 +29,21 @@ type keylessRun struct {
 }
 
 func runKeyless(t *testing.T, keyless string, replicas, sessions int, seed uint64) keylessRun {
+	return runKeylessShape(t, keyless, replicas, sessions, seed, 0, 0)
+}
+
+// runKeylessShape is runKeyless with the system prompt and first user message of
+// the given sizes in tokens (0: the reference's 3,500 and 6,000).
+func runKeylessShape(t *testing.T, keyless string, replicas, sessions int, seed uint64, systemTokens, firstTokens int) keylessRun {
 	t.Helper()
 	sc := loadgen.DefaultScenario()
 	sc.Name, sc.Seed = "keyless-reference", seed
+	if systemTokens > 0 {
+		sc.SystemPromptTokens = systemTokens
+	}
+	if firstTokens > 0 {
+		sc.FirstTurnTokens = firstTokens
+	}
 	sc.SessionHeader = loadgen.SessionHeaderNone
 	sc.Stages, sc.Variants = []int{sessions}, []string{"on"}
 	sc = sc.WithDefaults()
@@ -94,9 +106,19 @@ func TestKeylessMeasurement(t *testing.T) {
 	if !*keylessMeasure {
 		t.Skip("run with -args -keyless")
 	}
+	// The reference, then the shared-prompt shape a user reported (a ~5 KB,
+	// 1,250-token system prompt and a short, 50-token first message: the prompt is
+	// over half of a first request).
+	for _, shape := range [][2]int{{0, 0}, {1250, 50}} {
+		t.Log(keylessTable(t, shape[0], shape[1]))
+	}
+}
+
+func keylessTable(t *testing.T, systemTokens, firstTokens int) string {
 	seeds := []uint64{1, 2, 3}
 	var sb strings.Builder
-	sb.WriteString("\n| replicas | sessions | keyless | prefix hits % | shared-cache bound % | hits / bound | TTFB p50 (s) | TTFB p95 (s) | out tok/min |\n")
+	fmt.Fprintf(&sb, "\nsystem prompt %d tokens, first message %d tokens (0: the reference's)\n", systemTokens, firstTokens)
+	sb.WriteString("| replicas | sessions | keyless | prefix hits % | shared-cache bound % | hits / bound | TTFB p50 (s) | TTFB p95 (s) | out tok/min |\n")
 	sb.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, replicas := range []int{4, 8} {
 		for _, perReplica := range []int{2, 4} {
@@ -104,7 +126,7 @@ func TestKeylessMeasurement(t *testing.T) {
 			for _, k := range []string{router.KeylessShortestQueue, router.KeylessPrefix} {
 				var hits, bound, ratio, p50, p95, tok []float64
 				for _, seed := range seeds {
-					r := runKeyless(t, k, replicas, sessions, seed)
+					r := runKeylessShape(t, k, replicas, sessions, seed, systemTokens, firstTokens)
 					if r.sum.TurnsOK == 0 {
 						t.Fatalf("%d replicas, %d sessions, %s, seed %d: no turns", replicas, sessions, k, seed)
 					}
@@ -121,7 +143,7 @@ func TestKeylessMeasurement(t *testing.T) {
 			}
 		}
 	}
-	t.Log(sb.String())
+	return sb.String()
 }
 
 // meanRange formats the mean of xs and half its range ("12.3 ± 0.4").

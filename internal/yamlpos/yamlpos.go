@@ -255,3 +255,37 @@ func WithoutDuplicateKeys(data []byte) (doc *yaml.Node, dropped bool) {
 	walk(&root)
 	return &root, dropped
 }
+
+// parserProblems are the problems yaml.v3's parser (parserc.go, v3.0.1) reports;
+// its scanner's are other strings.
+var parserProblems = []string{
+	"did not find expected ',' or ']'", "did not find expected ',' or '}'",
+	"did not find expected '-' indicator", "did not find expected <document start>",
+	"did not find expected <stream-start>", "did not find expected key",
+	"did not find expected node content", "found undefined tag handle",
+	"found duplicate %TAG directive", "found duplicate %YAML directive",
+	"found incompatible YAML document",
+}
+
+// SyntaxLine corrects the line of a yaml.v3 syntax error message ("yaml: line
+// N: ..."). yaml.v3 (decode.go, parser.fail) prints its marks' 0-based line,
+// adding 1 only for scanner errors: a parser error such as an unclosed "[2, 4"
+// on line 14 reads "line 13". SyntaxLine adds the 1 to those; any other
+// message is returned unchanged.
+func SyntaxLine(msg string) string {
+	rest, ok := strings.CutPrefix(msg, "yaml: line ")
+	if !ok {
+		return msg
+	}
+	n, tail, ok := strings.Cut(rest, ": ")
+	line, err := strconv.Atoi(n)
+	if !ok || err != nil || line <= 0 {
+		return msg
+	}
+	for _, p := range parserProblems {
+		if strings.HasPrefix(tail, p) {
+			return "yaml: line " + strconv.Itoa(line+1) + ": " + tail
+		}
+	}
+	return msg
+}

@@ -1,6 +1,10 @@
 package yamlpos
 
-import "testing"
+import (
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
 
 func TestKeyLines(t *testing.T) {
 	doc := "name: x\nthink_time: {mean: 5s, jitter: 1s}\nmodels:\n  - name: m\n    replicas:\n      - url: http://a\n        dp_ranks: two\n      - {url: http://b}\nstages: [1, 2]\n"
@@ -90,4 +94,26 @@ func TestKnownKeys(t *testing.T) {
 		}
 	}
 	_ = doc{}.hidden // used, for linters
+}
+
+// yaml.v3's parser errors carry the 0-based line; SyntaxLine makes it the
+// line the problem is on. Scanner errors (already 1-based) are left alone.
+func TestSyntaxLine(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		want string
+	}{
+		{"a: 1\nb: 2\nstages: [2, 4\nc: 3\n", "yaml: line 3: did not find expected ',' or ']'"},
+		{"a: 1\nm: {x: 1\nc: 3\n", "yaml: line 2: did not find expected ',' or '}'"},
+		{"a: 1\nb: 2\nc: @x\n", "yaml: line 3: found character that cannot start any token"},
+	} {
+		var v any
+		err := yaml.Unmarshal([]byte(c.doc), &v)
+		if err == nil {
+			t.Fatalf("%q decoded", c.doc)
+		}
+		if got := SyntaxLine(err.Error()); got != c.want {
+			t.Errorf("%q: SyntaxLine(%q) = %q, want %q", c.doc, err, got, c.want)
+		}
+	}
 }

@@ -243,7 +243,7 @@ func parseConfig(data []byte, source string) (Config, error) {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
 			// A syntax error: "yaml: line 2: did not find expected key".
-			return Config{}, &syntaxError{at: fileLine(strings.TrimPrefix(err.Error(), "yaml: "), source), err: err}
+			return Config{}, &syntaxError{at: fileLine(strings.TrimPrefix(yamlpos.SyntaxLine(err.Error()), "yaml: "), source), err: err}
 		}
 		// yaml.v3 names Go types ("field x not found in type router.Config");
 		// a user wrote YAML keys (yamlpos.Tidy), and for an unknown key wants

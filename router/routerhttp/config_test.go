@@ -254,9 +254,10 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 		want       []string // each a whole line of the error
 		not        string   // must not appear ("": no check)
 	}{
-		// A syntax error names the file (it said only "yaml: line 2: ...").
+		// A syntax error names the file (it said only "yaml: line 2: ...") and
+		// the line the block sequence starts on (yaml.v3 says 1: yamlpos.SyntaxLine).
 		{"syntax.yaml", "models:\n  - name: m\n   bad: x\n",
-			[]string{"router config: syntax.yaml:1: did not find expected '-' indicator"}, "yaml: line"},
+			[]string{"router config: syntax.yaml:2: did not find expected '-' indicator"}, "yaml: line"},
 		// A bad admission field at its own line (10), not the admission: line
 		// (8), and "admission:" once.
 		{"fill.yaml", "listen: \":18080\"\nadmin_listen: \"127.0.0.1:18081\"\nmodels:\n  - name: m\n" + replicas + "    policy: working-set\n    admission:\n      mode: fit\n      fill_target: -0.5\n",
