@@ -296,19 +296,26 @@ func (c *Comparison) compareStage(variant string, sa, sb *Summary, opts CompareO
 	for _, name := range Metrics {
 		d, _ := NewDelta(name, sa, sb) // names from Metrics are known
 		sc.Deltas = append(sc.Deltas, d)
-		for _, t := range opts.FailOn {
-			if t.Metric != name || (t.Variant != "" && t.Variant != variant) {
-				continue
-			}
-			c.GateChecks++
-			if bad, why := t.check(d, opts.StrictGates); bad {
-				c.Violations = append(c.Violations, Violation{Gate: t, Variant: variant, Sessions: sa.Sessions, Delta: d, Reason: why})
-			} else if bad, _ := t.check(d, true); bad {
-				c.GatesWithinNoise++
-			}
-		}
+		c.checkGates(opts, name, d, sa.Sessions, variant)
 	}
 	return sc
+}
+
+// checkGates checks opts.FailOn's gates on metric name against d, the delta of
+// a stage of sessions sessions, into c: a gate applies when it names no variant
+// or one of variants; a violation is recorded under variants[0].
+func (c *Comparison) checkGates(opts CompareOptions, name string, d Delta, sessions int, variants ...string) {
+	for _, t := range opts.FailOn {
+		if t.Metric != name || (t.Variant != "" && !slices.Contains(variants, t.Variant)) {
+			continue
+		}
+		c.GateChecks++
+		if bad, why := t.check(d, opts.StrictGates); bad {
+			c.Violations = append(c.Violations, Violation{Gate: t, Variant: variants[0], Sessions: sessions, Delta: d, Reason: why})
+		} else if bad, _ := t.check(d, true); bad {
+			c.GatesWithinNoise++
+		}
+	}
 }
 
 // checkGateVariants returns an error for a gate naming a variant in neither run
