@@ -122,25 +122,27 @@ func (l *Loop) InFlight() int { return len(l.open) }
 // yet reported by Sent (a driver that calls Sent only when the turn ends, as the
 // HTTP runner does, has them on the wire). Side requests are not turns.
 func (l *Loop) InFlightAt(now time.Duration) int {
-	n := len(l.open)
-	for _, at := range l.due {
-		if at <= now {
-			n++
-		}
-	}
-	return n
+	due, _ := countDue(l.due, now)
+	return len(l.open) + due
 }
 
 // Waiting returns the sessions whose next turn is intended after now: waiting
 // out a think time or a failure backoff, not in flight.
 func (l *Loop) Waiting(now time.Duration) int {
-	n := 0
-	for _, at := range l.due {
-		if at > now {
-			n++
+	_, later := countDue(l.due, now)
+	return later
+}
+
+// countDue counts the intended instants of due at or before now and after it.
+func countDue[K comparable](due map[K]time.Duration, now time.Duration) (atOrBefore, after int) {
+	for _, at := range due {
+		if at <= now {
+			atOrBefore++
+		} else {
+			after++
 		}
 	}
-	return n
+	return atOrBefore, after
 }
 
 // measured returns window i's measured part [Start+Warmup, End).

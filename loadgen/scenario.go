@@ -252,67 +252,29 @@ func (sc *Scenario) Validate() error {
 // problems returns what Validate reports, each with its field and line.
 func (sc *Scenario) problems() []problem {
 	c := sc.WithDefaults()
-	var out []problem
-	bad := func(field, format string, args ...any) {
-		out = append(out, problem{line: sc.line(field), field: field, text: field + ": " + fmt.Sprintf(format, args...)})
-	}
+	ps := &problemSet{sc: sc}
 	switch c.API {
 	case APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses:
 	default:
-		bad("api", "unknown API %q (want %q, %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses)
+		ps.bad("api", "unknown API %q (want %q, %q or %q)", c.API, APIOpenAIChat, APIAnthropicMessages, APIOpenAIResponses)
 	}
 	if !slices.Contains(SessionHeaders, c.SessionHeader) {
-		bad("session_header", "unknown style %q (want one of %s)", c.SessionHeader, strings.Join(SessionHeaders, ", "))
+		ps.bad("session_header", "unknown style %q (want one of %s)", c.SessionHeader, strings.Join(SessionHeaders, ", "))
 	}
-	checkTokens := func(field string, n int, r TokenRange) {
-		if n < 1 {
-			bad(field, "must be at least 1 token, got %d", n)
-			return
-		}
-		if r.IsFixed() {
-			return
-		}
-		if r.Min < 1 {
-			bad(field, "smallest draw must be at least 1 token, got %d", r.Min)
-		}
-		if r.Min > r.Max {
-			bad(field, "min %d is greater than max %d", r.Min, r.Max)
-			return
-		}
-		if n < r.Min || n > r.Max {
-			bad(field, "nominal %d lies outside [%d, %d]", n, r.Min, r.Max)
-		}
-	}
-	checkTokens("system_prompt_tokens", c.SystemPromptTokens, c.SystemPromptSpread)
-	checkTokens("first_turn_tokens", c.FirstTurnTokens, c.FirstTurnSpread)
-	checkTokens("turn_tokens", c.TurnTokens, c.TurnSpread)
+	ps.tokens("system_prompt_tokens", c.SystemPromptTokens, c.SystemPromptSpread)
+	ps.tokens("first_turn_tokens", c.FirstTurnTokens, c.FirstTurnSpread)
+	ps.tokens("turn_tokens", c.TurnTokens, c.TurnSpread)
 	if c.Turns < 1 {
-		bad("turns", "must be at least 1, got %d", c.Turns)
+		ps.bad("turns", "must be at least 1, got %d", c.Turns)
 	} else if c.Turns > MaxTurns {
-		bad("turns", "%d is more than %d (a conversation's context grows with every turn; a real one hits the model's max_model_len long before)", c.Turns, MaxTurns)
+		ps.bad("turns", "%d is more than %d (a conversation's context grows with every turn; a real one hits the model's max_model_len long before)", c.Turns, MaxTurns)
 	}
 	if c.MaxOutputTokens < 1 {
-		bad("max_output_tokens", "must be at least 1, got %d", c.MaxOutputTokens)
-	}
-	checkDuration := func(field string, nominal time.Duration, r DurationRange) {
-		if r.IsFixed() {
-			if nominal < 0 {
-				bad(field, "must not be negative, got %s", nominal)
-			}
-			return
-		}
-		switch {
-		case r.Min < 0:
-			bad(field, "smallest draw (min, or mean - jitter) must not be negative, got %s", r.Min)
-		case r.Min > r.Max:
-			bad(field, "min %s is greater than max %s", r.Min, r.Max)
-		case nominal < r.Min || nominal > r.Max:
-			bad(field, "nominal %s lies outside [%s, %s]", nominal, r.Min, r.Max)
-		}
+		ps.bad("max_output_tokens", "must be at least 1, got %d", c.MaxOutputTokens)
 	}
 	if c.SLO != nil {
 		if c.SLO.TTFB < 0 || c.SLO.TPOT < 0 || (c.SLO.TTFB == 0 && c.SLO.TPOT == 0) {
-			bad("slo", "give ttfb and/or tpot as positive durations (e.g. ttfb: 2s, tpot: 50ms), got ttfb %v, tpot %v", c.SLO.TTFB, c.SLO.TPOT)
+			ps.bad("slo", "give ttfb and/or tpot as positive durations (e.g. ttfb: 2s, tpot: 50ms), got ttfb %v, tpot %v", c.SLO.TTFB, c.SLO.TPOT)
 		}
 	}
 	if c.Trace != nil {
@@ -320,70 +282,125 @@ func (sc *Scenario) problems() []problem {
 		// per message, not "trace: " again in front.
 		if err := c.Trace.Validate(); err != nil {
 			for _, msg := range strings.Split(err.Error(), "\n") {
-				out = append(out, problem{line: sc.line("trace"), field: "trace", text: msg})
+				ps.out = append(ps.out, problem{line: sc.line("trace"), field: "trace", text: msg})
 			}
 		}
 	}
-	checkDuration("think_time", c.ThinkTime, c.ThinkSpread)
-	checkDuration("rtt", c.RTT, c.RTTSpread)
+	ps.duration("think_time", c.ThinkTime, c.ThinkSpread)
+	ps.duration("rtt", c.RTT, c.RTTSpread)
 	if c.APIServers < 0 {
-		bad("api_servers", "must not be negative, got %d", c.APIServers)
+		ps.bad("api_servers", "must not be negative, got %d", c.APIServers)
 	}
 	if c.FailureBackoff < 0 {
-		bad("failure_backoff", "must not be negative, got %s", c.FailureBackoff)
+		ps.bad("failure_backoff", "must not be negative, got %s", c.FailureBackoff)
 	}
 	for i, n := range c.Stages {
 		if n < 1 {
-			bad(fmt.Sprintf("stages[%d]", i), "must be at least 1 session, got %d", n)
+			ps.bad(fmt.Sprintf("stages[%d]", i), "must be at least 1 session, got %d", n)
 		} else if n > MaxSessions {
-			bad(fmt.Sprintf("stages[%d]", i), "%d sessions is more than %d: the harness keeps every session's history (about 0.2 MB each in virtual mode, results/bench/virtual-scale.md), so this would need about %.0f GB",
+			ps.bad(fmt.Sprintf("stages[%d]", i), "%d sessions is more than %d: the harness keeps every session's history (about 0.2 MB each in virtual mode, results/bench/virtual-scale.md), so this would need about %.0f GB",
 				n, MaxSessions, float64(n)*0.2/1024)
 		}
 	}
 	if c.StageDuration <= 0 {
-		bad("stage_duration", "must be positive, got %s", c.StageDuration)
+		ps.bad("stage_duration", "must be positive, got %s", c.StageDuration)
 	}
 	if c.Warmup < 0 {
-		bad("warmup", "must not be negative, got %s", c.Warmup)
+		ps.bad("warmup", "must not be negative, got %s", c.Warmup)
 	} else if c.StageDuration > 0 && c.Warmup >= c.StageDuration {
-		bad("warmup", "%s leaves nothing of a %s stage to measure", c.Warmup, c.StageDuration)
+		ps.bad("warmup", "%s leaves nothing of a %s stage to measure", c.Warmup, c.StageDuration)
 	}
 	seen := map[string]bool{}
 	for i, v := range c.Variants {
 		field := fmt.Sprintf("variants[%d]", i)
 		if _, err := AffinityOf(v); err != nil {
-			bad(field, "%v", err)
+			ps.bad(field, "%v", err)
 		}
 		if seen[v] {
-			bad(field, "duplicate variant %q", v)
+			ps.bad(field, "duplicate variant %q", v)
 		}
 		seen[v] = true
 	}
 	if c.RequestTimeout <= 0 {
-		bad("request_timeout", "must be positive, got %s", c.RequestTimeout)
+		ps.bad("request_timeout", "must be positive, got %s", c.RequestTimeout)
 	}
+	ps.sideRequests(c)
+	return ps.out
+}
+
+// problemSet collects Validate's problems of sc in order.
+type problemSet struct {
+	sc  *Scenario
+	out []problem
+}
+
+// bad adds the problem "field: text" at field's line.
+func (ps *problemSet) bad(field, format string, args ...any) {
+	ps.out = append(ps.out, problem{line: ps.sc.line(field), field: field, text: field + ": " + fmt.Sprintf(format, args...)})
+}
+
+// tokens checks a token count field with its nominal n and draw range r.
+func (ps *problemSet) tokens(field string, n int, r TokenRange) {
+	if n < 1 {
+		ps.bad(field, "must be at least 1 token, got %d", n)
+		return
+	}
+	if r.IsFixed() {
+		return
+	}
+	if r.Min < 1 {
+		ps.bad(field, "smallest draw must be at least 1 token, got %d", r.Min)
+	}
+	if r.Min > r.Max {
+		ps.bad(field, "min %d is greater than max %d", r.Min, r.Max)
+		return
+	}
+	if n < r.Min || n > r.Max {
+		ps.bad(field, "nominal %d lies outside [%d, %d]", n, r.Min, r.Max)
+	}
+}
+
+// duration checks a duration field with its nominal value and draw range r.
+func (ps *problemSet) duration(field string, nominal time.Duration, r DurationRange) {
+	if r.IsFixed() {
+		if nominal < 0 {
+			ps.bad(field, "must not be negative, got %s", nominal)
+		}
+		return
+	}
+	switch {
+	case r.Min < 0:
+		ps.bad(field, "smallest draw (min, or mean - jitter) must not be negative, got %s", r.Min)
+	case r.Min > r.Max:
+		ps.bad(field, "min %s is greater than max %s", r.Min, r.Max)
+	case nominal < r.Min || nominal > r.Max:
+		ps.bad(field, "nominal %s lies outside [%s, %s]", nominal, r.Min, r.Max)
+	}
+}
+
+// sideRequests checks c's side_requests block, if any (c with defaults).
+func (ps *problemSet) sideRequests(c *Scenario) {
 	if s := c.SideRequests; s != nil {
 		if len(s.Turns) == 0 {
-			bad("side_requests.turns", "list the turns (0-based) that send a side request, e.g. [0]")
+			ps.bad("side_requests.turns", "list the turns (0-based) that send a side request, e.g. [0]")
 		}
 		seenTurn := map[int]bool{}
 		for i, t := range s.Turns {
 			if t < 0 || t >= c.Turns {
-				bad(fmt.Sprintf("side_requests.turns[%d]", i), "turn %d is not one of the session's turns 0..%d", t, c.Turns-1)
+				ps.bad(fmt.Sprintf("side_requests.turns[%d]", i), "turn %d is not one of the session's turns 0..%d", t, c.Turns-1)
 			}
 			if seenTurn[t] {
-				bad(fmt.Sprintf("side_requests.turns[%d]", i), "turn %d listed twice", t)
+				ps.bad(fmt.Sprintf("side_requests.turns[%d]", i), "turn %d listed twice", t)
 			}
 			seenTurn[t] = true
 		}
 		if s.PromptTokens < 1 {
-			bad("side_requests.prompt_tokens", "must be at least 1 token, got %d", s.PromptTokens)
+			ps.bad("side_requests.prompt_tokens", "must be at least 1 token, got %d", s.PromptTokens)
 		}
 		if s.MaxOutputTokens < 1 {
-			bad("side_requests.max_output_tokens", "must be at least 1, got %d", s.MaxOutputTokens)
+			ps.bad("side_requests.max_output_tokens", "must be at least 1, got %d", s.MaxOutputTokens)
 		}
 	}
-	return out
 }
 
 // line returns the line of a field ("stages[1]", "side_requests.turns") of a

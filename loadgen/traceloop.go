@@ -559,24 +559,14 @@ func (l *TraceLoop) Active() int { return len(l.open) + len(l.due) }
 // InFlightAt returns the requests sent and not finished, or due at or before
 // now (see Loop.InFlightAt).
 func (l *TraceLoop) InFlightAt(now time.Duration) int {
-	n := len(l.open)
-	for _, at := range l.due {
-		if at <= now {
-			n++
-		}
-	}
-	return n
+	due, _ := countDue(l.due, now)
+	return len(l.open) + due
 }
 
 // Waiting returns the requests handed out and due after now, plus the later
 // turns waiting for an earlier turn to end.
 func (l *TraceLoop) Waiting(now time.Duration) int {
-	n := 0
-	for _, at := range l.due {
-		if at > now {
-			n++
-		}
-	}
+	_, n := countDue(l.due, now)
 	for _, kids := range l.waiting {
 		n += len(kids)
 	}

@@ -271,23 +271,7 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 				c.Notes = append(c.Notes, fmt.Sprintf("variant %q stage %d (%d sessions) only in %s", v.Name, sa.Stage, sa.Sessions, a))
 				continue
 			}
-			sc := StageComparison{Variant: v.Name, Stage: sa.Stage, Sessions: sa.Sessions}
-			for _, name := range Metrics {
-				d, _ := NewDelta(name, sa, &sumsB[k]) // names from Metrics are known
-				sc.Deltas = append(sc.Deltas, d)
-				for _, t := range opts.FailOn {
-					if t.Metric != name || (t.Variant != "" && t.Variant != v.Name) {
-						continue
-					}
-					c.GateChecks++
-					if bad, why := t.check(d, opts.StrictGates); bad {
-						c.Violations = append(c.Violations, Violation{Gate: t, Variant: v.Name, Sessions: sa.Sessions, Delta: d, Reason: why})
-					} else if bad, _ := t.check(d, true); bad {
-						c.GatesWithinNoise++
-					}
-				}
-			}
-			c.Stages = append(c.Stages, sc)
+			c.Stages = append(c.Stages, c.compareStage(v.Name, sa, &sumsB[k], opts))
 		}
 	}
 	for _, v := range runB.Manifest.Variants {
@@ -295,8 +279,50 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 			c.Notes = append(c.Notes, fmt.Sprintf("variant %q only in %s", v.Name, b))
 		}
 	}
+	if err := c.checkGateVariants(&runA.Manifest, &runB.Manifest, opts); err != nil {
+		return nil, err
+	}
+
+	if err := c.print(w); err != nil {
+		return c, err
+	}
+	return c, c.finish(w, opts)
+}
+
+// compareStage compares one stage of variant in the two runs (sa from A, sb
+// from B) and checks opts.FailOn's gates on it into c.
+func (c *Comparison) compareStage(variant string, sa, sb *Summary, opts CompareOptions) StageComparison {
+	sc := StageComparison{Variant: variant, Stage: sa.Stage, Sessions: sa.Sessions}
+	for _, name := range Metrics {
+		d, _ := NewDelta(name, sa, sb) // names from Metrics are known
+		sc.Deltas = append(sc.Deltas, d)
+		c.checkGates(opts, name, d, sa.Sessions, variant)
+	}
+	return sc
+}
+
+// checkGates checks opts.FailOn's gates on metric name against d, the delta of
+// a stage of sessions sessions, into c: a gate applies when it names no variant
+// or one of variants; a violation is recorded under variants[0].
+func (c *Comparison) checkGates(opts CompareOptions, name string, d Delta, sessions int, variants ...string) {
+	for _, t := range opts.FailOn {
+		if t.Metric != name || (t.Variant != "" && !slices.Contains(variants, t.Variant)) {
+			continue
+		}
+		c.GateChecks++
+		if bad, why := t.check(d, opts.StrictGates); bad {
+			c.Violations = append(c.Violations, Violation{Gate: t, Variant: variants[0], Sessions: sessions, Delta: d, Reason: why})
+		} else if bad, _ := t.check(d, true); bad {
+			c.GatesWithinNoise++
+		}
+	}
+}
+
+// checkGateVariants returns an error for a gate naming a variant in neither run
+// (ma, mb), and records a violation for one naming a variant not in both.
+func (c *Comparison) checkGateVariants(ma, mb *loadgen.Manifest, opts CompareOptions) error {
 	var names []string
-	for _, m := range []*loadgen.Manifest{&runA.Manifest, &runB.Manifest} {
+	for _, m := range []*loadgen.Manifest{ma, mb} {
 		for _, v := range m.Variants {
 			if !slices.Contains(names, v.Name) {
 				names = append(names, v.Name)
@@ -306,7 +332,7 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 	for _, t := range opts.FailOn {
 		if t.Variant != "" && !slices.Contains(names, t.Variant) {
 			// A typo, not a regression: a usage error, before anything is printed.
-			return nil, fmt.Errorf("comparing runs: gate %s: variant %q is in neither run (variants: %s)", t, t.Variant, strings.Join(names, ", "))
+			return fmt.Errorf("comparing runs: gate %s: variant %q is in neither run (variants: %s)", t, t.Variant, strings.Join(names, ", "))
 		}
 	}
 	for _, t := range opts.FailOn {
@@ -314,11 +340,7 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 			c.Violations = append(c.Violations, Violation{Gate: t, Reason: fmt.Sprintf("variant %q not in both runs: gate cannot be checked", t.Variant)})
 		}
 	}
-
-	if err := c.print(w); err != nil {
-		return c, err
-	}
-	return c, c.finish(w, opts)
+	return nil
 }
 
 // finish prints the gates' verdict and returns an error wrapping

@@ -143,17 +143,7 @@ func (c *Comparison) comparePair(runA, runB *Run, sumsA, sumsB []Summary, w io.W
 		for _, name := range Metrics {
 			d, _ := NewDelta(name, row.cells[0], row.cells[1]) // names from Metrics are known
 			sc.Deltas = append(sc.Deltas, d)
-			for _, t := range opts.FailOn {
-				if t.Metric != name || (t.Variant != "" && t.Variant != on && t.Variant != off) {
-					continue
-				}
-				c.GateChecks++
-				if bad, why := t.check(d, opts.StrictGates); bad {
-					c.Violations = append(c.Violations, Violation{Gate: t, Variant: on, Sessions: row.sessions, Delta: d, Reason: why})
-				} else if bad, _ := t.check(d, true); bad {
-					c.GatesWithinNoise++
-				}
-			}
+			c.checkGates(opts, name, d, row.sessions, on, off)
 		}
 		c.Stages = append(c.Stages, sc)
 	}

@@ -312,12 +312,18 @@ func contains(start, end, t time.Duration) bool { return t >= start && t < end }
 
 // summarizeTurns fills the per-turn columns of s from the variant's results.
 func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]string, firstSent map[int64]time.Duration) {
-	nan := math.NaN()
 	w := s.WindowSeconds()
 	if w <= 0 {
 		s.note("empty measured window (warm-up covers the stage)")
 	}
+	inWindow := summarizeSide(s, results, placed)
+	summarizeWindowTurns(s, inWindow, placed, firstSent, w)
+	summarizeNoise(s, inWindow, w)
+}
 
+// summarizeSide counts the side requests done in s's window into s and returns
+// the turns (not side requests) done in it.
+func summarizeSide(s *Summary, results []*loadgen.Result, placed map[int64]string) []*loadgen.Result {
 	var inWindow []*loadgen.Result
 	var sideHome, sideAway int
 	for _, r := range results {
@@ -343,7 +349,13 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 		}
 	}
 	s.SideOnHomePct = pct(float64(sideHome), float64(sideHome+sideAway))
+	return inWindow
+}
 
+// summarizeWindowTurns fills the turn, TTFB, hold, lag, conversation and
+// placement columns of s from the turns of its window (w seconds long).
+func summarizeWindowTurns(s *Summary, inWindow []*loadgen.Result, placed map[int64]string, firstSent map[int64]time.Duration, w float64) {
+	nan := math.NaN()
 	var outTokens, promptSum, nominalSum int64
 	var cachedSum, cachedPromptSum int64
 	hist, lag, held := newTTFBHistogram(), newTTFBHistogram(), newTTFBHistogram()
@@ -416,8 +428,12 @@ func summarizeTurns(s *Summary, results []*loadgen.Result, placed map[int64]stri
 		s.PromptTokensMean = float64(promptSum) / float64(s.TurnsOK)
 		s.NominalPromptTokensMean = float64(nominalSum) / float64(s.TurnsOK)
 	}
+}
 
-	// Noise: per-sub-window values.
+// summarizeNoise fills the standard errors of s from per-sub-window values of
+// the turns of its window (w seconds long).
+func summarizeNoise(s *Summary, inWindow []*loadgen.Result, w float64) {
+	nan := math.NaN()
 	s.OutputTokensPerMinStdErr, s.TTFBP50StdErrS, s.TTFBP95StdErrS = nan, nan, nan
 	if w <= 0 {
 		return

@@ -137,6 +137,7 @@ const (
 	prefixSamples = 32        // ring of first turns' cached tokens
 	idleSamples   = 128       // ring of end -> next request gaps
 	minIdleGaps   = 16        // gaps needed before the idle window adapts
+	idleRecompute = 16        // recompute the idle window every this many gaps
 )
 
 // ErrOverloaded: the admission queue is over a limit (MaxHold, MaxQueue) and the
@@ -337,16 +338,12 @@ type admission struct {
 	tickets map[uint64]*ticket
 	nextID  uint64
 
-	ended    []endedSample
-	endedPos int
-	endedN   int // conversations seen to end in all
+	ended  ring[endedSample]
+	endedN int // conversations seen to end in all
 
-	prefix    []int
-	prefixPos int
+	prefix ring[int]
 
-	gaps    []time.Duration
-	gapPos  int
-	gapSeen int
+	gaps    gapWindow // end -> next request gaps -> idleWin
 	idleWin time.Duration
 
 	// shared: the Balancer shares state with other routers (BalancerConfig.Shared);
@@ -360,7 +357,11 @@ type admission struct {
 }
 
 func newAdmission(cfg AdmissionConfig) *admission {
-	a := &admission{convs: map[uint64]*admConv{}, tickets: map[uint64]*ticket{}}
+	a := &admission{convs: map[uint64]*admConv{}, tickets: map[uint64]*ticket{},
+		ended:  newRing[endedSample](endedSamples),
+		prefix: newRing[int](prefixSamples),
+		gaps:   newGapWindow(idleSamples, minIdleGaps, idleRecompute, IdleFactor, MinIdleWindow, 0),
+	}
 	a.cfg = cfg.WithDefaults()
 	return a
 }
@@ -397,10 +398,10 @@ func (a *admission) sharedPrefix() int64 {
 		}
 		return a.remote.SharedPrefix
 	}
-	if len(a.prefix) < MinSharedPrefixSamples {
+	if a.prefix.len() < MinSharedPrefixSamples {
 		return 0
 	}
-	s := slices.Clone(a.prefix)
+	s := slices.Clone(a.prefix.values())
 	slices.Sort(s)
 	return int64(s[len(s)/2])
 }
@@ -410,7 +411,7 @@ func (a *admission) sharedPrefix() int64 {
 // learned from ended conversations.
 func (a *admission) expected(now time.Duration, prompt int64) (e, m int64, learned bool) {
 	var s []int64
-	for _, e := range a.ended {
+	for _, e := range a.ended.values() {
 		if now-e.at <= endedHorizon {
 			s = append(s, e.peak)
 		}
@@ -546,12 +547,7 @@ func (a *admission) expire(now, liveWin time.Duration) {
 		if c == nil || c.inflight > 0 || c.counted || c.lastEnd != m.at {
 			continue
 		}
-		if len(a.ended) < endedSamples {
-			a.ended = append(a.ended, endedSample{peak: c.peak, at: now})
-		} else {
-			a.ended[a.endedPos] = endedSample{peak: c.peak, at: now}
-		}
-		a.endedPos = (a.endedPos + 1) % endedSamples
+		a.ended.add(endedSample{peak: c.peak, at: now})
 		a.endedN++
 		delete(a.convs, m.h)
 	}
@@ -838,12 +834,7 @@ func (a *admission) observeCache(h uint64, prompt, cached int) bool {
 	if c.requests != 1 || prompt <= 0 || (a.shared && !c.trueFirst) {
 		return false
 	}
-	if len(a.prefix) < prefixSamples {
-		a.prefix = append(a.prefix, cached)
-	} else {
-		a.prefix[a.prefixPos] = cached
-	}
-	a.prefixPos = (a.prefixPos + 1) % prefixSamples
+	a.prefix.add(cached)
 	return true
 }
 
@@ -874,17 +865,11 @@ func (a *admission) unadmit(now time.Duration, h uint64, g gateResult) gateResul
 }
 
 func (a *admission) recordGap(g time.Duration) {
-	if len(a.gaps) < idleSamples {
-		a.gaps = append(a.gaps, g)
-	} else {
-		a.gaps[a.gapPos] = g
+	if !a.gaps.add(g) {
+		return
 	}
-	a.gapPos = (a.gapPos + 1) % idleSamples
-	a.gapSeen++
-	if len(a.gaps) >= minIdleGaps && a.gapSeen%16 == 0 {
-		s := slices.Clone(a.gaps)
-		slices.Sort(s)
-		a.idleWin = max(IdleFactor*s[len(s)*9/10], MinIdleWindow)
+	if d, ok := a.gaps.window(); ok {
+		a.idleWin = d
 	}
 }
 
@@ -1043,8 +1028,8 @@ func (b *Balancer) Admission() AdmissionStatus {
 		st.RemoteConversations, st.RemoteQueue, st.RemoteOldestHeldS = len(remote.Convs), remote.Waiting, remote.OldestHeld.Seconds()
 	}
 	cnt := a.sums(m, learned, remote, len(b.reps))
-	st.EndedSamples, st.EndedTotal = len(a.ended), a.endedN
-	st.SharedPrefixTokens, st.SharedPrefixSamples = a.sharedPrefix(), len(a.prefix)
+	st.EndedSamples, st.EndedTotal = a.ended.len(), a.endedN
+	st.SharedPrefixTokens, st.SharedPrefixSamples = a.sharedPrefix(), a.prefix.len()
 	if a.remote != nil {
 		st.SharedPrefixSamples = a.remote.PrefixSamples
 	}

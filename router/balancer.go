@@ -582,32 +582,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			info = g.info()
 		}
 		if err == nil && f.SessionKey != "" {
-			switch {
-			case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.reps[home].out.ejected && !b.view[home].Healthy:
-				// The home is healthy but was avoided for this request only.
-				d.Reason = ReasonOverflow
-			case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
-				b.sessions.set(now, h, d.Replica)
-				b.countPlacement(d.Replica)
-			}
-			if d.Reason == ReasonOverflow {
-				b.sessions.setOverflow(h, d.Replica)
-			}
-			b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
-			if sv != nil {
-				if plan = b.plan(sv, h, d); plan != nil {
-					plan.gate, plan.side, plan.from = g, side, -1
-					if gated {
-						plan.res = b.reservation(g, d, h, SessionID(f.SessionKey), plan.cands)
-					}
-					if plan.res != nil && d.Reason == ReasonMoved {
-						plan.from = home
-					}
-					if plan.res != nil {
-						b.adm.pend(h)
-					}
-				}
-			}
+			d, plan = b.recordSessionDecision(now, f, sv, h, home, d, side, gated, g)
 		}
 	} else {
 		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1, PromptTokens: f.PromptTokens}, b.view)
@@ -632,6 +607,43 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 		}
 	}
 	return d, info, plan, nil
+}
+
+// recordSessionDecision records decision d for the session (hash h, home
+// before the decision, side request or not) in the session table under mu: a
+// new home, an overflow target, the context estimate; with sv it returns the
+// claim the store must see (acquireLocked's plan). gated and g are the
+// admission gate's say. A rehome off a healthy home avoided for this request
+// only becomes an overflow.
+func (b *Balancer) recordSessionDecision(now time.Duration, f Facts, sv *sharedView, h uint64, home int, d Decision, side, gated bool, g gateResult) (Decision, *claimPlan) {
+	switch {
+	case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.reps[home].out.ejected && !b.view[home].Healthy:
+		// The home is healthy but was avoided for this request only.
+		d.Reason = ReasonOverflow
+	case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
+		b.sessions.set(now, h, d.Replica)
+		b.countPlacement(d.Replica)
+	}
+	if d.Reason == ReasonOverflow {
+		b.sessions.setOverflow(h, d.Replica)
+	}
+	b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
+	var plan *claimPlan
+	if sv != nil {
+		if plan = b.plan(sv, h, d); plan != nil {
+			plan.gate, plan.side, plan.from = g, side, -1
+			if gated {
+				plan.res = b.reservation(g, d, h, SessionID(f.SessionKey), plan.cands)
+			}
+			if plan.res != nil && d.Reason == ReasonMoved {
+				plan.from = home
+			}
+			if plan.res != nil {
+				b.adm.pend(h)
+			}
+		}
+	}
+	return d, plan
 }
 
 // Release ends one in-flight request on replica i. A Release without a matching

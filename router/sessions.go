@@ -2,7 +2,6 @@ package router
 
 import (
 	"hash/maphash"
-	"slices"
 	"time"
 )
 
@@ -85,9 +84,7 @@ type SessionTable struct {
 	liveWin    time.Duration // window in force
 	live       []int
 	liveTokens []int64
-	gaps       []time.Duration // ring of recent inter-request gaps
-	gapNext    int
-	gapSeen    int
+	gaps       gapWindow // recent inter-request gaps -> adaptive live window
 }
 
 type sessEntry struct {
@@ -146,6 +143,7 @@ func NewSessionTable(now func() time.Duration, ttl time.Duration, max int, windo
 		index: make(map[uint64]int32),
 		free:  -1, head: -1, tail: -1, activeTail: -1, liveTail: -1, pHead: -1, pTail: -1,
 		liveWin: DefaultLiveWindow,
+		gaps:    newGapWindow(liveGapSamples, minLiveGaps, liveRecompute, LiveGapFactor, MinLiveWindow, DefaultActiveWindow),
 	}
 }
 
@@ -166,32 +164,19 @@ func (t *SessionTable) LiveWindow() time.Duration { return t.liveWin }
 // Live returns the number of sessions homed on replica i whose last request is
 // within the live window.
 func (t *SessionTable) Live(i int) int {
-	if i < 0 || i >= len(t.live) {
-		return 0
-	}
-	return t.live[i]
+	return at(t.live, i)
 }
 
 // LiveTokens returns the sum of the context estimates (SetTokens) of the live
 // sessions homed on replica i, in tokens.
 func (t *SessionTable) LiveTokens(i int) int64 {
-	if i < 0 || i >= len(t.liveTokens) {
-		return 0
-	}
-	return t.liveTokens[i]
+	return at(t.liveTokens, i)
 }
 
 // recordGap adds one inter-request gap of a session to the ring and, every
 // liveRecompute gaps, re-derives the adaptive live window.
 func (t *SessionTable) recordGap(g time.Duration) {
-	if len(t.gaps) < liveGapSamples {
-		t.gaps = append(t.gaps, g)
-	} else {
-		t.gaps[t.gapNext] = g
-	}
-	t.gapNext = (t.gapNext + 1) % liveGapSamples
-	t.gapSeen++
-	if t.gapSeen%liveRecompute == 0 {
+	if t.gaps.add(g) {
 		t.adaptLiveWindow()
 	}
 }
@@ -200,14 +185,11 @@ func (t *SessionTable) adaptLiveWindow() {
 	if t.liveFixed > 0 {
 		return
 	}
-	if len(t.gaps) < minLiveGaps {
+	if d, ok := t.gaps.window(); ok {
+		t.liveWin = d
+	} else {
 		t.liveWin = DefaultLiveWindow
-		return
 	}
-	s := slices.Clone(t.gaps)
-	slices.Sort(s)
-	p90 := s[(len(s)*9)/10]
-	t.liveWin = min(max(LiveGapFactor*p90, MinLiveWindow), DefaultActiveWindow)
 }
 
 func (t *SessionTable) hash(key string) uint64 { return maphash.String(t.seed, key) }
@@ -233,19 +215,13 @@ func (t *SessionTable) Len() int { return len(t.index) }
 
 // Homed returns the number of sessions homed on replica i.
 func (t *SessionTable) Homed(i int) int {
-	if i < 0 || i >= len(t.homed) {
-		return 0
-	}
-	return t.homed[i]
+	return at(t.homed, i)
 }
 
 // Active returns the number of sessions homed on replica i whose last request is
 // within the active window.
 func (t *SessionTable) Active(i int) int {
-	if i < 0 || i >= len(t.active) {
-		return 0
-	}
-	return t.active[i]
+	return at(t.active, i)
 }
 
 // Reset forgets every session.
@@ -259,7 +235,7 @@ func (t *SessionTable) Reset() {
 	t.liveTail = -1
 	clear(t.live)
 	clear(t.liveTokens)
-	t.gaps, t.gapNext, t.gapSeen = t.gaps[:0], 0, 0
+	t.gaps.reset()
 	t.adaptLiveWindow()
 }
 
@@ -650,4 +626,13 @@ func (t *SessionTable) unprobate(idx int32) {
 		t.pTail = e.pPrev
 	}
 	e.pPrev, e.pNext = -1, -1
+}
+
+// at returns s[i], or the zero value when i is out of range (an unknown replica).
+func at[T any](s []T, i int) T {
+	if i < 0 || i >= len(s) {
+		var zero T
+		return zero
+	}
+	return s[i]
 }

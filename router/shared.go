@@ -349,48 +349,9 @@ func (b *Balancer) startedShared(f Facts, plan *claimPlan, first bool) {
 // placement goes to the least loaded replica over all routers' in-flight
 // counts. wait is the wall time the store calls took.
 func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time.Duration, err error) {
-	sh, ok := SharedHome{Replica: -1}, false
-	if f.SessionKey != "" && b.Affinity() {
-		sh, wait, ok = b.shared.Home(f.SessionKey)
-		b.mu.Lock()
-		hot := b.homeOverThreshold(f.SessionKey, sh)
-		b.mu.Unlock()
-		if hot {
-			w, _ := b.shared.Refresh()
-			wait += w
-		}
-	}
-	var resp *SharedHome
-	if f.ResponseID != "" {
-		b.mu.Lock()
-		known := b.responseHome(f.ResponseID, nil) >= 0
-		b.mu.Unlock()
-		if !known {
-			rh, w, rok := b.shared.Home(responseKeyPrefix + f.ResponseID)
-			wait += w
-			if rok && rh.Token != "" {
-				resp = &rh
-			}
-		}
-	}
+	rd, wait := b.readShared(f)
 	b.mu.Lock()
-	var view *sharedView
-	if ok {
-		view = &sharedView{home: sh}
-		if h := b.sessions.hash(f.SessionKey); sh.Weak && !b.sessions.offline(h) {
-			// A home placed during an outage, where this router holds one
-			// from before it: ours wins (its prefix is in the cache).
-			if mine := b.sessions.home(h); mine >= 0 && mine != sh.Replica && mine < len(b.reps) {
-				view.home, view.reclaim = SharedHome{Replica: mine, Token: sh.Token}, true
-			}
-		}
-	}
-	if resp != nil {
-		if view == nil {
-			view = &sharedView{home: SharedHome{Replica: -1}}
-		}
-		view.response = resp
-	}
+	view := b.sharedViewOf(f, rd)
 	d, info, plan, err := b.acquireLocked(f, view)
 	if err == nil && f.SessionKey != "" && b.affinity && (view == nil || plan == nil) {
 		switch d.Reason {
@@ -457,6 +418,72 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 		b.adm.rehome(plan.hash, rep)
 	}
 	return Decision{Replica: rep, Reason: reason}, info, wait, nil
+}
+
+// sharedRead is what acquireShared read from the store before deciding: the
+// session's shared home (ok: the store answered) and the response's home.
+type sharedRead struct {
+	home SharedHome
+	ok   bool
+	resp *SharedHome
+}
+
+// readShared reads, outside the lock, the session's shared home (and the
+// other routers' in-flight counts afresh when that home looks over the
+// overflow threshold) and the home of the response f continues when this
+// router does not know it; wait is the wall time the store calls took.
+func (b *Balancer) readShared(f Facts) (sharedRead, time.Duration) {
+	var wait time.Duration
+	sh, ok := SharedHome{Replica: -1}, false
+	if f.SessionKey != "" && b.Affinity() {
+		sh, wait, ok = b.shared.Home(f.SessionKey)
+		b.mu.Lock()
+		hot := b.homeOverThreshold(f.SessionKey, sh)
+		b.mu.Unlock()
+		if hot {
+			w, _ := b.shared.Refresh()
+			wait += w
+		}
+	}
+	var resp *SharedHome
+	if f.ResponseID != "" {
+		b.mu.Lock()
+		known := b.responseHome(f.ResponseID, nil) >= 0
+		b.mu.Unlock()
+		if !known {
+			rh, w, rok := b.shared.Home(responseKeyPrefix + f.ResponseID)
+			wait += w
+			if rok && rh.Token != "" {
+				resp = &rh
+			}
+		}
+	}
+	return sharedRead{home: sh, ok: ok, resp: resp}, wait
+}
+
+// sharedViewOf is what acquireLocked gets of rd (caller holds mu): nil when the
+// store said nothing usable; a weak shared home yields to the one this router
+// holds from before an outage.
+func (b *Balancer) sharedViewOf(f Facts, rd sharedRead) *sharedView {
+	sh, ok, resp := rd.home, rd.ok, rd.resp
+	var view *sharedView
+	if ok {
+		view = &sharedView{home: sh}
+		if h := b.sessions.hash(f.SessionKey); sh.Weak && !b.sessions.offline(h) {
+			// A home placed during an outage, where this router holds one
+			// from before it: ours wins (its prefix is in the cache).
+			if mine := b.sessions.home(h); mine >= 0 && mine != sh.Replica && mine < len(b.reps) {
+				view.home, view.reclaim = SharedHome{Replica: mine, Token: sh.Token}, true
+			}
+		}
+	}
+	if resp != nil {
+		if view == nil {
+			view = &sharedView{home: SharedHome{Replica: -1}}
+		}
+		view.response = resp
+	}
+	return view
 }
 
 // homeOverThreshold reports whether the session's home (the shared one sh,

@@ -22,20 +22,68 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	var (
-		o            bench.Options
-		scenarioPath string
-		seed         uint64
-		stageDur     string
-		stages       []int
-		variants     []string
-		tr           traceFlags
-		sloTTFB      time.Duration
-		sloTPOT      time.Duration
+		o  bench.Options
+		bf benchFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run the closed-loop Claude Code-style benchmark, affinity off vs on",
-		Long: `Runs synthetic Claude Code sessions in a closed loop (a shared ~3.5k-token system
+		Long:  benchLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd, &o, &bf)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&bf.scenarioPath, "scenario", "", "scenario YAML file (default: the built-in reference workload, scenarios/claude-code-reference.yaml)")
+	f.Uint64Var(&bf.seed, "seed", 0, "override the scenario's seed")
+	f.IntSliceVar(&bf.stages, "stages", nil, "override the stages (concurrent sessions), e.g. 4,8,16")
+	f.StringSliceVar(&bf.variants, "variants", nil, "override the variants (router affinity per pass), e.g. off or on; two runs (--variants off, then --variants on) compare with warden compare")
+	f.StringVar(&o.Engine, "engine", "auto", "with --replicas: the servers' engine, auto (detect each: /v1/models owner, /metrics names, /props, /server_info, /version), vllm, sglang or llamacpp")
+	f.StringVar(&bf.stageDur, "stage-duration", "", "override the stage duration (simulated), e.g. 3m")
+	f.BoolVar(&o.Virtual, "virtual", false, "run in deterministic virtual time (no HTTP)")
+	f.StringSliceVar(&o.Replicas, "replicas", nil, "real vLLM servers: comma-separated base URLs (or name=URL)")
+	f.IntVar(&o.DPRanks, "dp-ranks", 0, "with one --replicas URL: number of data-parallel ranks behind it")
+	f.StringVar(&o.APIKey, "api-key", "", "with --replicas: the key of servers started with vllm serve --api-key, sent as \"Authorization: Bearer KEY\" on /v1 requests (default $VLLM_API_KEY)")
+	f.BoolVar(&o.SkipPinningCheck, "skip-pinning-check", false, "with --dp-ranks: do not check (2 one-token requests per rank) that the server honours X-Data-Parallel-Rank; without this flag a server that ignores it stops the run")
+	f.StringVar(&o.RouterURL, "router", "", "an already running warden router's API root; URL1,URL2,... spreads the turns over several routers sharing state (round robin per turn, as behind an L4 balancer)")
+	f.StringVar(&o.AdminURL, "admin-url", "", "with --router: its admin API root (e.g. http://127.0.0.1:8081); with several routers one per router, same order")
+	f.StringVar(&o.AdminToken, "admin-token", "", "with --router: its admin bearer token")
+	f.IntVar(&o.SimReplicas, "sim-replicas", bench.DefaultSimReplicas, "simulated replicas")
+	f.StringVar(&o.Profile, "profile", bench.DefaultProfile, "simulator profile: "+strings.Join(sim.ProfileNames(), ", "))
+	f.Float64Var(&o.Speed, "speed", bench.DefaultSpeed, "simulator speed: simulated seconds per wall second (HTTP mode)")
+	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs of each engine (simulator) or of the --replicas servers, for the router's auto overflow threshold (default %d, the reference server, for the simulator; %d, vLLM's default, with --replicas)", sim.ReferenceMaxNumSeqs, router.VLLMDefaultMaxNumSeqs))
+	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
+	f.StringVar(&o.Policy, "policy", router.DefaultAffinityPolicy, "router policy while affinity is on: "+strings.Join(router.PolicyNames(), ", ")+" (docs/routing.md)")
+	f.StringVar(&o.Keyless, "keyless", router.DefaultKeyless, "router placement of requests without a session key while affinity is on: "+strings.Join(router.KeylessNames(), ", ")+" (docs/routing.md \"Keyless placement\")")
+	f.StringVar(&o.Admission.Mode, "admission", router.AdmissionOff, "router admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\")")
+	f.Float64Var(&o.Admission.FillTarget, "admission-fill", router.DefaultFillTarget, "with --admission fit: share of each replica's KV cache the working sets may fill")
+	f.DurationVar(&o.Admission.MaxHold, "admission-max-hold", router.DefaultMaxHold, "with --admission fit: longest wait of a new conversation (negative: no limit)")
+	f.IntVar(&o.Admission.MaxQueue, "admission-max-queue", router.DefaultMaxQueue, "with --admission fit: most waiting conversations (negative: no limit)")
+	f.StringVar(&o.Admission.OnLimit, "admission-on-limit", router.AdmitLimitAdmit, "with --admission fit: past max hold or max queue, admit or refuse (OpenAI 429, Anthropic 529)")
+	f.DurationVar(&o.Admission.KeepAliveAfter, "admission-keepalive-after", router.DefaultKeepAliveAfter, "with --admission fit: a held streaming turn gets its 200 and the API's keep-alive events after this long held (negative: never, and holds are capped at 4m)")
+	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
+	bf.tr.register(f)
+	f.DurationVar(&bf.sloTTFB, "slo-ttfb", 0, "goodput SLO: a turn's TTFB at most this (the scenario's slo.ttfb; the report's goodput columns)")
+	f.DurationVar(&bf.sloTPOT, "slo-tpot", 0, "goodput SLO: a turn's time per output token at most this (slo.tpot)")
+	f.StringVar(&o.RunID, "run-id", "", "run id recorded in the manifest (default: the UTC start time, 20060102-150405)")
+	return cmd
+}
+
+// benchFlags holds the bench flags that override the scenario.
+type benchFlags struct {
+	scenarioPath string
+	seed         uint64
+	stageDur     string
+	stages       []int
+	variants     []string
+	tr           traceFlags
+	sloTTFB      time.Duration
+	sloTPOT      time.Duration
+}
+
+// benchLong is the bench command's help text.
+var benchLong = `Runs synthetic Claude Code sessions in a closed loop (a shared ~3.5k-token system
 prompt, a unique ~6k-token first message, then five ~400-token turns, up to 256
 output tokens per turn, the whole history re-sent every turn; a finished session
 is replaced at once) at 4, 8, 16, 24 and 32 concurrent sessions for 3 simulated
@@ -92,123 +140,89 @@ accounting that does not add up (the checks of 'warden report --check'), exits
 Over HTTP, a run in which ` + strconv.Itoa(loadgenhttp.DefaultMaxConsecutiveFailures) + ` turns in a row fail (a wrong model, a dead server;
 loadgenhttp.DefaultMaxConsecutiveFailures, not configurable here; a successful
 turn resets the count) stops at once, exits 1 and records why in manifest.json
-("stopped": reason and rule) and summary.md. The virtual world has no such rule.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if os.Getenv("GOGC") == "" {
-				// Fewer GC cycles, a steadier client clock: with 1,000 sessions
-				// BenchmarkCapacity measured the harness's first-token overhead p99
-				// 2.0-3.8 ms at the default 100 and 0.7-1.4 ms at 400 (the heap may
-				// grow to about 5x the live data; set GOGC to override).
-				debug.SetGCPercent(400)
-			}
-			if err := checkStages(stages); err != nil {
-				return err
-			}
-			sc := loadgen.DefaultScenario()
-			if scenarioPath != "" {
-				var err error
-				if sc, err = loadgen.LoadScenario(scenarioPath); err != nil {
-					return err
-				}
-			}
-			if cmd.Flags().Changed("seed") {
-				sc.Seed = seed
-			}
-			if len(stages) > 0 {
-				sc.Stages = stages
-			}
-			if len(variants) > 0 {
-				sc.Variants = variants
-			}
-			if stageDur != "" {
-				d, err := parseDuration(stageDur)
-				if err != nil {
-					return fmt.Errorf("--stage-duration: %w", err)
-				}
-				sc.StageDuration = d
-			}
-			if err := tr.apply(cmd, sc); err != nil {
-				return err
-			}
-			if cmd.Flags().Changed("slo-ttfb") || cmd.Flags().Changed("slo-tpot") {
-				slo := loadgen.SLO{}
-				if sc.SLO != nil {
-					slo = *sc.SLO
-				}
-				if cmd.Flags().Changed("slo-ttfb") {
-					slo.TTFB = sloTTFB
-				}
-				if cmd.Flags().Changed("slo-tpot") {
-					slo.TPOT = sloTPOT
-				}
-				sc.SLO = &slo
-			}
-			if err := sc.Validate(); err != nil {
-				return err
-			}
-			if err := checkBenchFlags(cmd, &o); err != nil {
-				return err
-			}
-			if sc.Trace != nil {
-				// Read the whole trace before anything is written: a bad line
-				// stops the run with nothing half-written.
-				if _, err := loadgen.CheckTrace(sc); err != nil {
-					return err
-				}
-			}
-			o.Scenario = sc
-			o.Progress = cmd.ErrOrStderr()
-			o.Report = cmd.OutOrStdout()
-			dir, err := bench.Run(cmd.Context(), o)
-			if _, statErr := os.Stat(filepath.Join(dir, "manifest.json")); dir != "" && statErr == nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "results: %s\n", dir)
-			}
-			if err == nil && cmd.Context().Err() == nil {
-				// The run finished: hold it to what `report --check` asks, so a
-				// benchmark in which a stage had no successful turn (every request
-				// failed or timed out) does not pass as a result.
-				if cerr := checkRun(dir); cerr != nil {
-					return &exitError{code: ExitAccounting, err: fmt.Errorf("the run finished but its results are not usable (see %s): %w", dir, cerr)}
-				}
-			}
-			return err
-		},
+("stopped": reason and rule) and summary.md. The virtual world has no such rule.`
+
+// runBench is bench's RunE: the scenario with the flags applied, validated,
+// then bench.Run and the accounting check of a finished run.
+func runBench(cmd *cobra.Command, o *bench.Options, bf *benchFlags) error {
+	if os.Getenv("GOGC") == "" {
+		// Fewer GC cycles, a steadier client clock: with 1,000 sessions
+		// BenchmarkCapacity measured the harness's first-token overhead p99
+		// 2.0-3.8 ms at the default 100 and 0.7-1.4 ms at 400 (the heap may
+		// grow to about 5x the live data; set GOGC to override).
+		debug.SetGCPercent(400)
 	}
-	f := cmd.Flags()
-	f.StringVar(&scenarioPath, "scenario", "", "scenario YAML file (default: the built-in reference workload, scenarios/claude-code-reference.yaml)")
-	f.Uint64Var(&seed, "seed", 0, "override the scenario's seed")
-	f.IntSliceVar(&stages, "stages", nil, "override the stages (concurrent sessions), e.g. 4,8,16")
-	f.StringSliceVar(&variants, "variants", nil, "override the variants (router affinity per pass), e.g. off or on; two runs (--variants off, then --variants on) compare with warden compare")
-	f.StringVar(&o.Engine, "engine", "auto", "with --replicas: the servers' engine, auto (detect each: /v1/models owner, /metrics names, /props, /server_info, /version), vllm, sglang or llamacpp")
-	f.StringVar(&stageDur, "stage-duration", "", "override the stage duration (simulated), e.g. 3m")
-	f.BoolVar(&o.Virtual, "virtual", false, "run in deterministic virtual time (no HTTP)")
-	f.StringSliceVar(&o.Replicas, "replicas", nil, "real vLLM servers: comma-separated base URLs (or name=URL)")
-	f.IntVar(&o.DPRanks, "dp-ranks", 0, "with one --replicas URL: number of data-parallel ranks behind it")
-	f.StringVar(&o.APIKey, "api-key", "", "with --replicas: the key of servers started with vllm serve --api-key, sent as \"Authorization: Bearer KEY\" on /v1 requests (default $VLLM_API_KEY)")
-	f.BoolVar(&o.SkipPinningCheck, "skip-pinning-check", false, "with --dp-ranks: do not check (2 one-token requests per rank) that the server honours X-Data-Parallel-Rank; without this flag a server that ignores it stops the run")
-	f.StringVar(&o.RouterURL, "router", "", "an already running warden router's API root; URL1,URL2,... spreads the turns over several routers sharing state (round robin per turn, as behind an L4 balancer)")
-	f.StringVar(&o.AdminURL, "admin-url", "", "with --router: its admin API root (e.g. http://127.0.0.1:8081); with several routers one per router, same order")
-	f.StringVar(&o.AdminToken, "admin-token", "", "with --router: its admin bearer token")
-	f.IntVar(&o.SimReplicas, "sim-replicas", bench.DefaultSimReplicas, "simulated replicas")
-	f.StringVar(&o.Profile, "profile", bench.DefaultProfile, "simulator profile: "+strings.Join(sim.ProfileNames(), ", "))
-	f.Float64Var(&o.Speed, "speed", bench.DefaultSpeed, "simulator speed: simulated seconds per wall second (HTTP mode)")
-	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs of each engine (simulator) or of the --replicas servers, for the router's auto overflow threshold (default %d, the reference server, for the simulator; %d, vLLM's default, with --replicas)", sim.ReferenceMaxNumSeqs, router.VLLMDefaultMaxNumSeqs))
-	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
-	f.StringVar(&o.Policy, "policy", router.DefaultAffinityPolicy, "router policy while affinity is on: "+strings.Join(router.PolicyNames(), ", ")+" (docs/routing.md)")
-	f.StringVar(&o.Keyless, "keyless", router.DefaultKeyless, "router placement of requests without a session key while affinity is on: "+strings.Join(router.KeylessNames(), ", ")+" (docs/routing.md \"Keyless placement\")")
-	f.StringVar(&o.Admission.Mode, "admission", router.AdmissionOff, "router admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\")")
-	f.Float64Var(&o.Admission.FillTarget, "admission-fill", router.DefaultFillTarget, "with --admission fit: share of each replica's KV cache the working sets may fill")
-	f.DurationVar(&o.Admission.MaxHold, "admission-max-hold", router.DefaultMaxHold, "with --admission fit: longest wait of a new conversation (negative: no limit)")
-	f.IntVar(&o.Admission.MaxQueue, "admission-max-queue", router.DefaultMaxQueue, "with --admission fit: most waiting conversations (negative: no limit)")
-	f.StringVar(&o.Admission.OnLimit, "admission-on-limit", router.AdmitLimitAdmit, "with --admission fit: past max hold or max queue, admit or refuse (OpenAI 429, Anthropic 529)")
-	f.DurationVar(&o.Admission.KeepAliveAfter, "admission-keepalive-after", router.DefaultKeepAliveAfter, "with --admission fit: a held streaming turn gets its 200 and the API's keep-alive events after this long held (negative: never, and holds are capped at 4m)")
-	f.StringVar(&o.OutDir, "out", "", "results directory (default results/<run-id>)")
-	tr.register(f)
-	f.DurationVar(&sloTTFB, "slo-ttfb", 0, "goodput SLO: a turn's TTFB at most this (the scenario's slo.ttfb; the report's goodput columns)")
-	f.DurationVar(&sloTPOT, "slo-tpot", 0, "goodput SLO: a turn's time per output token at most this (slo.tpot)")
-	f.StringVar(&o.RunID, "run-id", "", "run id recorded in the manifest (default: the UTC start time, 20060102-150405)")
-	return cmd
+	if err := checkStages(bf.stages); err != nil {
+		return err
+	}
+	sc := loadgen.DefaultScenario()
+	if bf.scenarioPath != "" {
+		var err error
+		if sc, err = loadgen.LoadScenario(bf.scenarioPath); err != nil {
+			return err
+		}
+	}
+	if cmd.Flags().Changed("seed") {
+		sc.Seed = bf.seed
+	}
+	if len(bf.stages) > 0 {
+		sc.Stages = bf.stages
+	}
+	if len(bf.variants) > 0 {
+		sc.Variants = bf.variants
+	}
+	if bf.stageDur != "" {
+		d, err := parseDuration(bf.stageDur)
+		if err != nil {
+			return fmt.Errorf("--stage-duration: %w", err)
+		}
+		sc.StageDuration = d
+	}
+	if err := bf.tr.apply(cmd, sc); err != nil {
+		return err
+	}
+	if cmd.Flags().Changed("slo-ttfb") || cmd.Flags().Changed("slo-tpot") {
+		slo := loadgen.SLO{}
+		if sc.SLO != nil {
+			slo = *sc.SLO
+		}
+		if cmd.Flags().Changed("slo-ttfb") {
+			slo.TTFB = bf.sloTTFB
+		}
+		if cmd.Flags().Changed("slo-tpot") {
+			slo.TPOT = bf.sloTPOT
+		}
+		sc.SLO = &slo
+	}
+	if err := sc.Validate(); err != nil {
+		return err
+	}
+	if err := checkBenchFlags(cmd, o); err != nil {
+		return err
+	}
+	if sc.Trace != nil {
+		// Read the whole trace before anything is written: a bad line
+		// stops the run with nothing half-written.
+		if _, err := loadgen.CheckTrace(sc); err != nil {
+			return err
+		}
+	}
+	o.Scenario = sc
+	o.Progress = cmd.ErrOrStderr()
+	o.Report = cmd.OutOrStdout()
+	dir, err := bench.Run(cmd.Context(), *o)
+	if _, statErr := os.Stat(filepath.Join(dir, "manifest.json")); dir != "" && statErr == nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "results: %s\n", dir)
+	}
+	if err == nil && cmd.Context().Err() == nil {
+		// The run finished: hold it to what `report --check` asks, so a
+		// benchmark in which a stage had no successful turn (every request
+		// failed or timed out) does not pass as a result.
+		if cerr := checkRun(dir); cerr != nil {
+			return &exitError{code: ExitAccounting, err: fmt.Errorf("the run finished but its results are not usable (see %s): %w", dir, cerr)}
+		}
+	}
+	return err
 }
 
 // checkBenchFlags rejects out-of-range values instead of silently replacing them

@@ -17,28 +17,59 @@ import (
 )
 
 func newStudyCmd() *cobra.Command {
-	var (
-		setups, arms []string
-		seeds        []uint
-		stages       []int
-		stageDur     string
-		stageDurs    []string
-		out          string
-		scenarios    string
-		traceSeed    uint64
-		traceArms    []string
-		signals      bool
-		parallel     int
-		traceDir     string
-		redrawDir    string
-		list         bool
-		noFigures    bool
-		force        bool
-	)
+	var sf studyFlags
 	cmd := &cobra.Command{
 		Use:   "study",
 		Short: "Compare routing policies in virtual time over several seeds (docs/routing.md)",
-		Long: `Runs every setup x arm x seed in virtual time (the benchmark's engines, sessions
+		Long:  studyLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runStudy(cmd, &sf)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&sf.setups, "setups", []string{study.SetupReference, study.SetupGap, study.SetupFleet, study.SetupFleetFP8}, "setups: "+strings.Join(study.SetupNames(), ", "))
+	f.StringSliceVar(&sf.arms, "arms", study.StandardArms(), "arms (see --list)")
+	f.UintSliceVar(&sf.seeds, "seeds", []uint{1, 2, 3}, "scenario seeds")
+	f.IntSliceVar(&sf.stages, "stages", nil, "override every setup's stages, e.g. 16,32")
+	f.StringVar(&sf.stageDur, "stage-duration", "", "override every setup's stage duration (simulated), e.g. 3m")
+	f.StringSliceVar(&sf.stageDurs, "stage-durations", nil, "run every seed once per stage duration, e.g. 150s,170s,190s,210s: samples = seeds x durations, so the spread includes where a stage's window cuts the sessions' turns (docs/routing.md)")
+	f.StringVar(&sf.out, "out", "results/study", "output directory (\"\" writes nothing)")
+	f.StringVar(&sf.scenarios, "scenarios", "scenarios", "directory of the scenario files")
+	f.Uint64Var(&sf.traceSeed, "trace-seed", 1, "draw per-replica traces of this seed's runs (0: none)")
+	f.StringSliceVar(&sf.traceArms, "trace-arms", []string{study.ArmSessionHash, study.ArmSticky, study.ArmWorkingSet}, "arms whose traces are drawn (and whose placements are scored)")
+	f.BoolVar(&sf.signals, "signals", true, "score every placement input on the traced runs (signals.md)")
+	f.IntVar(&sf.parallel, "parallel", 0, "runs at once (0: GOMAXPROCS)")
+	f.StringVar(&sf.traceDir, "trace", "", "only draw trace-<variant>.png for every variant of an existing results directory")
+	f.StringVar(&sf.redrawDir, "redraw", "", "only draw the fig-*.png and frontier-*.png of an existing study directory again from its study.csv (runs nothing)")
+	f.BoolVar(&sf.list, "list", false, "list setups and arms")
+	f.BoolVar(&sf.noFigures, "no-figures", false, "skip the per-metric figures (studies with many arms)")
+	f.BoolVar(&sf.force, "force", false, "write into an --out that already holds a study (replaces its files)")
+	return cmd
+}
+
+// studyFlags holds the study command's flags.
+type studyFlags struct {
+	setups, arms []string
+	seeds        []uint
+	stages       []int
+	stageDur     string
+	stageDurs    []string
+	out          string
+	scenarios    string
+	traceSeed    uint64
+	traceArms    []string
+	signals      bool
+	parallel     int
+	traceDir     string
+	redrawDir    string
+	list         bool
+	noFigures    bool
+	force        bool
+}
+
+// studyLong is the study command's help text.
+const studyLong = `Runs every setup x arm x seed in virtual time (the benchmark's engines, sessions
 and router policies, no HTTP) and writes, into --out (default results/study; a
 directory that already holds a study.csv is refused unless --force, so a quick
 run does not replace a committed study):
@@ -68,104 +99,85 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
   warden study --force                          # 4 setups, 5 arms, seeds 1,2,3: rewrites results/study
   warden study --setups reference --arms sticky,working-set --seeds 1 --out results/my-study
   warden study --trace results/20260101-120000  # draw the trace of a bench run
-  warden study --redraw results/study/admission # redraw a study's figures from study.csv`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if list {
-				fmt.Fprintf(cmd.OutOrStdout(), "setups: %s\narms: %s\n(what each arm does: docs/routing.md, the arm tables of \"How it is measured\" and \"What did not work\"; code in internal/study/arms.go)\n",
-					strings.Join(study.SetupNames(), ", "), strings.Join(study.ArmNames(), ", "))
-				return nil
-			}
-			if traceDir != "" {
-				return drawTraces(traceDir)
-			}
-			if redrawDir != "" {
-				return study.Redraw(redrawDir)
-			}
-			if err := checkStages(stages); err != nil {
-				return err
-			}
-			if err := checkStudyOut(out, force); err != nil {
-				return err
-			}
-			o := study.Options{OutDir: out, TraceSeed: traceSeed, TraceArms: traceArms, Signals: signals, NoFigures: noFigures, Parallel: parallel, Progress: cmd.ErrOrStderr()}
-			for _, s := range setups {
-				su, err := study.LookupSetup(s, scenarios)
-				if err != nil {
-					return err
-				}
-				if len(stages) > 0 {
-					su.Scenario.Stages = stages
-				}
-				if stageDur != "" {
-					d, err := parseDuration(stageDur)
-					if err != nil {
-						return fmt.Errorf("--stage-duration: %w", err)
-					}
-					su.Scenario.StageDuration = d
-				}
-				o.Setups = append(o.Setups, su)
-			}
-			if stageDur != "" && len(stageDurs) > 0 {
-				return errors.New("--stage-duration and --stage-durations: give one of them")
-			}
-			for _, s := range stageDurs {
-				d, err := parseDuration(s)
-				if err != nil {
-					return fmt.Errorf("--stage-durations: %w", err)
-				}
-				if slices.Contains(o.StageDurations, d) {
-					// A repeated length is the same run again: it would narrow the spread.
-					return fmt.Errorf("--stage-durations: %v given twice", d)
-				}
-				o.StageDurations = append(o.StageDurations, d)
-			}
-			for _, a := range arms {
-				arm, err := study.LookupArm(a)
-				if err != nil {
-					return err
-				}
-				o.Arms = append(o.Arms, arm)
-			}
-			for _, s := range seeds {
-				if s == 0 {
-					return errors.New("--seeds: 0 is not a seed (0 means the scenario default)")
-				}
-				o.Seeds = append(o.Seeds, uint64(s))
-			}
-			runs, err := study.Run(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			warnEmptyStages(cmd.ErrOrStderr(), runs)
-			if err := study.WriteTable(cmd.OutOrStdout(), runs); err != nil {
-				return err
-			}
-			if out != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "study: %s\n", out)
-			}
-			return nil
-		},
+  warden study --redraw results/study/admission # redraw a study's figures from study.csv`
+
+// runStudy is study's RunE: --list, --trace and --redraw, or the setups, arms,
+// seeds and stage durations looked up and study.Run.
+func runStudy(cmd *cobra.Command, sf *studyFlags) error {
+	if sf.list {
+		fmt.Fprintf(cmd.OutOrStdout(), "setups: %s\narms: %s\n(what each arm does: docs/routing.md, the arm tables of \"How it is measured\" and \"What did not work\"; code in internal/study/arms.go)\n",
+			strings.Join(study.SetupNames(), ", "), strings.Join(study.ArmNames(), ", "))
+		return nil
 	}
-	f := cmd.Flags()
-	f.StringSliceVar(&setups, "setups", []string{study.SetupReference, study.SetupGap, study.SetupFleet, study.SetupFleetFP8}, "setups: "+strings.Join(study.SetupNames(), ", "))
-	f.StringSliceVar(&arms, "arms", study.StandardArms(), "arms (see --list)")
-	f.UintSliceVar(&seeds, "seeds", []uint{1, 2, 3}, "scenario seeds")
-	f.IntSliceVar(&stages, "stages", nil, "override every setup's stages, e.g. 16,32")
-	f.StringVar(&stageDur, "stage-duration", "", "override every setup's stage duration (simulated), e.g. 3m")
-	f.StringSliceVar(&stageDurs, "stage-durations", nil, "run every seed once per stage duration, e.g. 150s,170s,190s,210s: samples = seeds x durations, so the spread includes where a stage's window cuts the sessions' turns (docs/routing.md)")
-	f.StringVar(&out, "out", "results/study", "output directory (\"\" writes nothing)")
-	f.StringVar(&scenarios, "scenarios", "scenarios", "directory of the scenario files")
-	f.Uint64Var(&traceSeed, "trace-seed", 1, "draw per-replica traces of this seed's runs (0: none)")
-	f.StringSliceVar(&traceArms, "trace-arms", []string{study.ArmSessionHash, study.ArmSticky, study.ArmWorkingSet}, "arms whose traces are drawn (and whose placements are scored)")
-	f.BoolVar(&signals, "signals", true, "score every placement input on the traced runs (signals.md)")
-	f.IntVar(&parallel, "parallel", 0, "runs at once (0: GOMAXPROCS)")
-	f.StringVar(&traceDir, "trace", "", "only draw trace-<variant>.png for every variant of an existing results directory")
-	f.StringVar(&redrawDir, "redraw", "", "only draw the fig-*.png and frontier-*.png of an existing study directory again from its study.csv (runs nothing)")
-	f.BoolVar(&list, "list", false, "list setups and arms")
-	f.BoolVar(&noFigures, "no-figures", false, "skip the per-metric figures (studies with many arms)")
-	f.BoolVar(&force, "force", false, "write into an --out that already holds a study (replaces its files)")
-	return cmd
+	if sf.traceDir != "" {
+		return drawTraces(sf.traceDir)
+	}
+	if sf.redrawDir != "" {
+		return study.Redraw(sf.redrawDir)
+	}
+	if err := checkStages(sf.stages); err != nil {
+		return err
+	}
+	if err := checkStudyOut(sf.out, sf.force); err != nil {
+		return err
+	}
+	o := study.Options{OutDir: sf.out, TraceSeed: sf.traceSeed, TraceArms: sf.traceArms, Signals: sf.signals, NoFigures: sf.noFigures, Parallel: sf.parallel, Progress: cmd.ErrOrStderr()}
+	for _, s := range sf.setups {
+		su, err := study.LookupSetup(s, sf.scenarios)
+		if err != nil {
+			return err
+		}
+		if len(sf.stages) > 0 {
+			su.Scenario.Stages = sf.stages
+		}
+		if sf.stageDur != "" {
+			d, err := parseDuration(sf.stageDur)
+			if err != nil {
+				return fmt.Errorf("--stage-duration: %w", err)
+			}
+			su.Scenario.StageDuration = d
+		}
+		o.Setups = append(o.Setups, su)
+	}
+	if sf.stageDur != "" && len(sf.stageDurs) > 0 {
+		return errors.New("--stage-duration and --stage-durations: give one of them")
+	}
+	for _, s := range sf.stageDurs {
+		d, err := parseDuration(s)
+		if err != nil {
+			return fmt.Errorf("--stage-durations: %w", err)
+		}
+		if slices.Contains(o.StageDurations, d) {
+			// A repeated length is the same run again: it would narrow the spread.
+			return fmt.Errorf("--stage-durations: %v given twice", d)
+		}
+		o.StageDurations = append(o.StageDurations, d)
+	}
+	for _, a := range sf.arms {
+		arm, err := study.LookupArm(a)
+		if err != nil {
+			return err
+		}
+		o.Arms = append(o.Arms, arm)
+	}
+	for _, s := range sf.seeds {
+		if s == 0 {
+			return errors.New("--seeds: 0 is not a seed (0 means the scenario default)")
+		}
+		o.Seeds = append(o.Seeds, uint64(s))
+	}
+	runs, err := study.Run(cmd.Context(), o)
+	if err != nil {
+		return err
+	}
+	warnEmptyStages(cmd.ErrOrStderr(), runs)
+	if err := study.WriteTable(cmd.OutOrStdout(), runs); err != nil {
+		return err
+	}
+	if sf.out != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "study: %s\n", sf.out)
+	}
+	return nil
 }
 
 // checkStudyOut refuses an --out directory that already holds a study.csv

@@ -1,6 +1,7 @@
 // Package layout holds checks of the module's layout and docs (no code of its own):
 // the package table of docs/DESIGN-NOTES.md against go list (layout_test.go) and
-// every relative link of README.md and docs/*.md (links_test.go).
+// every relative link of README.md and docs/*.md (links_test.go), and that no
+// non-test function is over 100 lines (funclen_test.go).
 package layout
 
 import (

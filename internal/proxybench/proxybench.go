@@ -222,41 +222,10 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	var results []phaseResult
-	maxLevel := 0
-	for _, l := range o.Levels {
-		maxLevel = max(maxLevel, l)
-	}
-	clients := map[string]*http.Client{}
-	for _, t := range targets {
-		clients[t.name] = &http.Client{Transport: &http.Transport{
-			MaxIdleConns: 0, MaxIdleConnsPerHost: maxLevel + 16, DisableCompression: true,
-			IdleConnTimeout: 90 * time.Second,
-		}}
-	}
 	b := &bench{o: o, st: st}
-	// One warm-up phase per target at the lowest level: connections made,
-	// warden's sessions placed; not recorded.
-	for _, t := range targets {
-		if _, err := b.phase(ctx, t, clients[t.name], o.Levels[0], -1); err != nil {
-			return err
-		}
-	}
-	for r := range o.Rounds {
-		for li := range o.Levels {
-			level := o.Levels[(li+r)%len(o.Levels)]
-			for ti := range targets {
-				t := targets[(ti+r)%len(targets)]
-				res, err := b.phase(ctx, t, clients[t.name], level, r)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(o.Log, "proxybench: round %d, %d streams, %-7s: ttfb p50 %.2f ms p99 %.2f ms, %d streams, %d failed, cpu %.2f s, load %s\n",
-					r+1, level, t.name, ms(res.ttfb.ValueAtQuantile(50)), ms(res.ttfb.ValueAtQuantile(99)),
-					res.streams, res.failed, res.cpu, res.end)
-				results = append(results, res)
-			}
-		}
+	results, err := b.rounds(ctx, targets, newClients(targets, o.Levels))
+	if err != nil {
+		return err
 	}
 	for _, t := range targets[1:] {
 		t.stop()
@@ -282,6 +251,53 @@ func Run(ctx context.Context, o Options) error {
 type bench struct {
 	o  Options
 	st *stub
+}
+
+// newClients returns one HTTP client per target, each keeping enough idle
+// connections for the highest of levels.
+func newClients(targets []*target, levels []int) map[string]*http.Client {
+	maxLevel := 0
+	for _, l := range levels {
+		maxLevel = max(maxLevel, l)
+	}
+	clients := map[string]*http.Client{}
+	for _, t := range targets {
+		clients[t.name] = &http.Client{Transport: &http.Transport{
+			MaxIdleConns: 0, MaxIdleConnsPerHost: maxLevel + 16, DisableCompression: true,
+			IdleConnTimeout: 90 * time.Second,
+		}}
+	}
+	return clients
+}
+
+// rounds runs one unrecorded warm-up phase per target at the lowest level, then
+// Rounds rounds of every level over every target (orders rotating by round).
+func (b *bench) rounds(ctx context.Context, targets []*target, clients map[string]*http.Client) ([]phaseResult, error) {
+	var results []phaseResult
+	// One warm-up phase per target at the lowest level: connections made,
+	// warden's sessions placed; not recorded.
+	for _, t := range targets {
+		if _, err := b.phase(ctx, t, clients[t.name], b.o.Levels[0], -1); err != nil {
+			return nil, err
+		}
+	}
+	for r := range b.o.Rounds {
+		for li := range b.o.Levels {
+			level := b.o.Levels[(li+r)%len(b.o.Levels)]
+			for ti := range targets {
+				t := targets[(ti+r)%len(targets)]
+				res, err := b.phase(ctx, t, clients[t.name], level, r)
+				if err != nil {
+					return nil, err
+				}
+				fmt.Fprintf(b.o.Log, "proxybench: round %d, %d streams, %-7s: ttfb p50 %.2f ms p99 %.2f ms, %d streams, %d failed, cpu %.2f s, load %s\n",
+					r+1, level, t.name, ms(res.ttfb.ValueAtQuantile(50)), ms(res.ttfb.ValueAtQuantile(99)),
+					res.streams, res.failed, res.cpu, res.end)
+				results = append(results, res)
+			}
+		}
+	}
+	return results, nil
 }
 
 // phase runs level slots against t: slot i starts at i/level of one stream's

@@ -136,53 +136,43 @@ func decode(r io.Reader) (map[string]*dto.MetricFamily, error) {
 	return fams, nil
 }
 
-// parseVLLM folds the vllm: families into per-engine samples (Parse's result).
-func parseVLLM(fams map[string]*dto.MetricFamily) *vllmmetrics.Snapshot {
-	byEngine := map[string]*vllmmetrics.Engine{}
-	var cacheDefault struct {
+// vllmField is where one vllm: family lands in an Engine: its canonical name
+// (legacy names map to the current one), whether it is a gauge (max over
+// samples of one engine) or a counter (sum), and the Engine field.
+type vllmField struct {
+	canonical string
+	gauge     bool
+	set       func(e *vllmmetrics.Engine) *float64
+}
+
+// vllmFields maps each vllm: family Parse reads to its Engine field.
+var vllmFields = map[string]vllmField{
+	vllmmetrics.NumRequestsRunning:  {vllmmetrics.NumRequestsRunning, true, func(e *vllmmetrics.Engine) *float64 { return &e.Running }},
+	vllmmetrics.NumRequestsWaiting:  {vllmmetrics.NumRequestsWaiting, true, func(e *vllmmetrics.Engine) *float64 { return &e.Waiting }},
+	vllmmetrics.KVCacheUsagePerc:    {vllmmetrics.KVCacheUsagePerc, true, func(e *vllmmetrics.Engine) *float64 { return &e.KVUsage }},
+	vllmmetrics.LegacyKVCacheUsage:  {vllmmetrics.KVCacheUsagePerc, true, func(e *vllmmetrics.Engine) *float64 { return &e.KVUsage }},
+	vllmmetrics.PrefixCacheQueries:  {vllmmetrics.PrefixCacheQueries, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixQueries }},
+	vllmmetrics.LegacyPrefixQueries: {vllmmetrics.PrefixCacheQueries, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixQueries }},
+	vllmmetrics.PrefixCacheHits:     {vllmmetrics.PrefixCacheHits, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixHits }},
+	vllmmetrics.LegacyPrefixHits:    {vllmmetrics.PrefixCacheHits, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixHits }},
+	vllmmetrics.PromptTokens:        {vllmmetrics.PromptTokens, false, func(e *vllmmetrics.Engine) *float64 { return &e.PromptTokens }},
+	vllmmetrics.GenerationTokens:    {vllmmetrics.GenerationTokens, false, func(e *vllmmetrics.Engine) *float64 { return &e.GenerationTokens }},
+	vllmmetrics.NumPreemptions:      {vllmmetrics.NumPreemptions, false, func(e *vllmmetrics.Engine) *float64 { return &e.Preemptions }},
+	vllmmetrics.RequestSuccess:      {vllmmetrics.RequestSuccess, false, func(e *vllmmetrics.Engine) *float64 { return &e.RequestsFinished }},
+}
+
+// vllmFold collects the per-engine samples of one /metrics body.
+type vllmFold struct {
+	byEngine     map[string]*vllmmetrics.Engine
+	cacheDefault struct {
 		bs, nb int
 		ok     bool
 	}
-	get := func(m *dto.Metric) *vllmmetrics.Engine {
-		var modelName, engine string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "model_name":
-				modelName = l.GetValue()
-			case "engine":
-				engine = l.GetValue()
-			}
-		}
-		e := byEngine[engine]
-		if e == nil {
-			e = &vllmmetrics.Engine{Model: modelName, Engine: engine, Present: map[string]bool{}, PrefixUnit: "tokens"}
-			byEngine[engine] = e
-		}
-		if e.Model == "" {
-			// cache_config_info carries no model_name and may be read first.
-			e.Model = modelName
-		}
-		return e
-	}
-	type field struct {
-		canonical string
-		gauge     bool
-		set       func(e *vllmmetrics.Engine) *float64
-	}
-	fields := map[string]field{
-		vllmmetrics.NumRequestsRunning:  {vllmmetrics.NumRequestsRunning, true, func(e *vllmmetrics.Engine) *float64 { return &e.Running }},
-		vllmmetrics.NumRequestsWaiting:  {vllmmetrics.NumRequestsWaiting, true, func(e *vllmmetrics.Engine) *float64 { return &e.Waiting }},
-		vllmmetrics.KVCacheUsagePerc:    {vllmmetrics.KVCacheUsagePerc, true, func(e *vllmmetrics.Engine) *float64 { return &e.KVUsage }},
-		vllmmetrics.LegacyKVCacheUsage:  {vllmmetrics.KVCacheUsagePerc, true, func(e *vllmmetrics.Engine) *float64 { return &e.KVUsage }},
-		vllmmetrics.PrefixCacheQueries:  {vllmmetrics.PrefixCacheQueries, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixQueries }},
-		vllmmetrics.LegacyPrefixQueries: {vllmmetrics.PrefixCacheQueries, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixQueries }},
-		vllmmetrics.PrefixCacheHits:     {vllmmetrics.PrefixCacheHits, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixHits }},
-		vllmmetrics.LegacyPrefixHits:    {vllmmetrics.PrefixCacheHits, false, func(e *vllmmetrics.Engine) *float64 { return &e.PrefixHits }},
-		vllmmetrics.PromptTokens:        {vllmmetrics.PromptTokens, false, func(e *vllmmetrics.Engine) *float64 { return &e.PromptTokens }},
-		vllmmetrics.GenerationTokens:    {vllmmetrics.GenerationTokens, false, func(e *vllmmetrics.Engine) *float64 { return &e.GenerationTokens }},
-		vllmmetrics.NumPreemptions:      {vllmmetrics.NumPreemptions, false, func(e *vllmmetrics.Engine) *float64 { return &e.Preemptions }},
-		vllmmetrics.RequestSuccess:      {vllmmetrics.RequestSuccess, false, func(e *vllmmetrics.Engine) *float64 { return &e.RequestsFinished }},
-	}
+}
+
+// parseVLLM folds the vllm: families into per-engine samples (Parse's result).
+func parseVLLM(fams map[string]*dto.MetricFamily) *vllmmetrics.Snapshot {
+	fo := &vllmFold{byEngine: map[string]*vllmmetrics.Engine{}}
 	// The current names win over legacy ones when a server exports both.
 	names := make([]string, 0, len(fams))
 	for n := range fams {
@@ -197,79 +187,117 @@ func parseVLLM(fams map[string]*dto.MetricFamily) *vllmmetrics.Snapshot {
 	})
 	for _, name := range names {
 		fam := fams[name]
-		if f, ok := fields[name]; ok {
-			blocks := strings.Contains(fam.GetHelp(), "queried blocks") || strings.Contains(fam.GetHelp(), "cached blocks")
-			seen := map[*vllmmetrics.Engine]bool{}
-			for _, m := range fam.GetMetric() {
-				e := get(m)
-				v := value(m)
-				dst := f.set(e)
-				switch {
-				case !seen[e]:
-					*dst = v
-				case f.gauge:
-					*dst = math.Max(*dst, v)
-				default:
-					*dst += v
-				}
-				seen[e] = true
-				e.Present[f.canonical] = true
-				if blocks && (f.canonical == vllmmetrics.PrefixCacheQueries || f.canonical == vllmmetrics.PrefixCacheHits) {
-					e.PrefixUnit = "blocks"
-				}
-			}
+		if f, ok := vllmFields[name]; ok {
+			fo.field(f, fam)
 			continue
 		}
 		switch name {
 		case vllmmetrics.PromptTokensBySrc:
-			for _, m := range fam.GetMetric() {
-				e := get(m)
-				if e.PromptBySource == nil {
-					e.PromptBySource = map[string]float64{}
-				}
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "source" {
-						e.PromptBySource[l.GetValue()] += value(m)
-					}
-				}
-				e.Present[vllmmetrics.PromptTokensBySrc] = true
-			}
+			fo.promptBySource(fam)
 		case vllmmetrics.CacheConfigInfo:
-			for _, m := range fam.GetMetric() {
-				// cache_config_info carries no engine label in some versions: it
-				// then applies to every engine, filled in below.
-				var bs, nb int
-				hasEngine := false
-				for _, l := range m.GetLabel() {
-					switch l.GetName() {
-					case "block_size":
-						bs, _ = strconv.Atoi(l.GetValue())
-					case "num_gpu_blocks":
-						nb, _ = strconv.Atoi(l.GetValue())
-					case "engine":
-						hasEngine = true
-					}
-				}
-				if hasEngine {
-					e := get(m)
-					e.BlockSize, e.NumGPUBlocks = bs, nb
-					e.Present[vllmmetrics.CacheConfigInfo] = true
-				} else {
-					cacheDefault.bs, cacheDefault.nb, cacheDefault.ok = bs, nb, true
-				}
-			}
+			fo.cacheConfig(fam)
 		}
 	}
 	snap := &vllmmetrics.Snapshot{}
-	for _, e := range byEngine {
-		if cacheDefault.ok && e.BlockSize == 0 {
-			e.BlockSize, e.NumGPUBlocks = cacheDefault.bs, cacheDefault.nb
+	for _, e := range fo.byEngine {
+		if fo.cacheDefault.ok && e.BlockSize == 0 {
+			e.BlockSize, e.NumGPUBlocks = fo.cacheDefault.bs, fo.cacheDefault.nb
 			e.Present[vllmmetrics.CacheConfigInfo] = true
 		}
 		snap.Engines = append(snap.Engines, e)
 	}
 	sort.Slice(snap.Engines, func(i, j int) bool { return engineLess(snap.Engines[i].Engine, snap.Engines[j].Engine) })
 	return snap
+}
+
+// get returns the Engine of m's engine label, created on first sight.
+func (fo *vllmFold) get(m *dto.Metric) *vllmmetrics.Engine {
+	var modelName, engine string
+	for _, l := range m.GetLabel() {
+		switch l.GetName() {
+		case "model_name":
+			modelName = l.GetValue()
+		case "engine":
+			engine = l.GetValue()
+		}
+	}
+	e := fo.byEngine[engine]
+	if e == nil {
+		e = &vllmmetrics.Engine{Model: modelName, Engine: engine, Present: map[string]bool{}, PrefixUnit: "tokens"}
+		fo.byEngine[engine] = e
+	}
+	if e.Model == "" {
+		// cache_config_info carries no model_name and may be read first.
+		e.Model = modelName
+	}
+	return e
+}
+
+// field folds the samples of a family of vllmFields into f's Engine field.
+func (fo *vllmFold) field(f vllmField, fam *dto.MetricFamily) {
+	blocks := strings.Contains(fam.GetHelp(), "queried blocks") || strings.Contains(fam.GetHelp(), "cached blocks")
+	seen := map[*vllmmetrics.Engine]bool{}
+	for _, m := range fam.GetMetric() {
+		e := fo.get(m)
+		v := value(m)
+		dst := f.set(e)
+		switch {
+		case !seen[e]:
+			*dst = v
+		case f.gauge:
+			*dst = math.Max(*dst, v)
+		default:
+			*dst += v
+		}
+		seen[e] = true
+		e.Present[f.canonical] = true
+		if blocks && (f.canonical == vllmmetrics.PrefixCacheQueries || f.canonical == vllmmetrics.PrefixCacheHits) {
+			e.PrefixUnit = "blocks"
+		}
+	}
+}
+
+// promptBySource folds vllm:prompt_tokens_by_source into PromptBySource.
+func (fo *vllmFold) promptBySource(fam *dto.MetricFamily) {
+	for _, m := range fam.GetMetric() {
+		e := fo.get(m)
+		if e.PromptBySource == nil {
+			e.PromptBySource = map[string]float64{}
+		}
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "source" {
+				e.PromptBySource[l.GetValue()] += value(m)
+			}
+		}
+		e.Present[vllmmetrics.PromptTokensBySrc] = true
+	}
+}
+
+// cacheConfig folds vllm:cache_config_info's block_size and num_gpu_blocks.
+func (fo *vllmFold) cacheConfig(fam *dto.MetricFamily) {
+	for _, m := range fam.GetMetric() {
+		// cache_config_info carries no engine label in some versions: it
+		// then applies to every engine, filled in by parseVLLM.
+		var bs, nb int
+		hasEngine := false
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "block_size":
+				bs, _ = strconv.Atoi(l.GetValue())
+			case "num_gpu_blocks":
+				nb, _ = strconv.Atoi(l.GetValue())
+			case "engine":
+				hasEngine = true
+			}
+		}
+		if hasEngine {
+			e := fo.get(m)
+			e.BlockSize, e.NumGPUBlocks = bs, nb
+			e.Present[vllmmetrics.CacheConfigInfo] = true
+		} else {
+			fo.cacheDefault.bs, fo.cacheDefault.nb, fo.cacheDefault.ok = bs, nb, true
+		}
+	}
 }
 
 func value(m *dto.Metric) float64 {

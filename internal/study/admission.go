@@ -11,7 +11,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/lmwarden/warden/report"
 	"github.com/lmwarden/warden/router"
@@ -132,13 +131,10 @@ func frontierFigure(setup string, rows []Row, minSessions int) (*plot.Plot, erro
 			first, def = labels[i], a == ArmAdmitFit
 		}
 		col := report.Palette(si)
-		line, points, err := plotter.NewLinePoints(pts)
+		line, points, err := meanLine(pts, col)
 		if err != nil {
 			return nil, err
 		}
-		line.Color, points.Color = col, col
-		line.Width = vg.Points(1.5)
-		points.Shape = draw.CircleGlyph{}
 		l, err := plotter.NewLabels(plotter.XYLabels{XYs: pts, Labels: lab})
 		if err != nil {
 			return nil, err

@@ -96,13 +96,10 @@ func metricFigure(setup string, m Metric, rows []Row, arms []string) (*plot.Plot
 			continue
 		}
 		col := report.Palette(ai)
-		line, points, err := plotter.NewLinePoints(pts)
+		line, points, err := meanLine(pts, col)
 		if err != nil {
 			return nil, err
 		}
-		line.Color, points.Color = col, col
-		line.Width = vg.Points(1.5)
-		points.Shape = draw.CircleGlyph{}
 		bars, err := plotter.NewYErrorBars(struct {
 			plotter.XYer
 			plotter.YErrorer
@@ -288,4 +285,17 @@ func hitsOverTimeFigure(setup string, runs []*RunResult, arms []string, bin time
 	}
 	p.Add(plotter.NewGrid())
 	return p, nil
+}
+
+// meanLine draws pts as a 1.5 pt line with circle points, both in col: the
+// style of the study's mean lines (per-metric and frontier figures).
+func meanLine(pts plotter.XYs, col color.Color) (*plotter.Line, *plotter.Scatter, error) {
+	line, points, err := plotter.NewLinePoints(pts)
+	if err != nil {
+		return nil, nil, err
+	}
+	line.Color, points.Color = col, col
+	line.Width = vg.Points(1.5)
+	points.Shape = draw.CircleGlyph{}
+	return line, points, nil
 }

@@ -147,28 +147,11 @@ func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*Ru
 	if err != nil {
 		return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, err)
 	}
-	maxSeqs := s.MaxNumSeqs
-	if maxSeqs == 0 {
-		maxSeqs = sim.ReferenceMaxNumSeqs
-	}
-	ecfg := sim.EngineConfig{Profile: s.Profile, MaxNumSeqs: maxSeqs, NumGPUBlocks: s.NumGPUBlocks, CountPrefixStatsPerAttempt: a.CountPerAttempt}
-	if a.UnlimitedCache {
-		ecfg.NumGPUBlocks = UnlimitedBlocks
-	}
-	probe, err := sim.NewEngine(ecfg)
+	ecfg, blockSize, kvTokens, err := studyEngine(s, a)
 	if err != nil {
 		return nil, fmt.Errorf("running %s/%s seed %d: %w", s.Name, a.Name, seed, err)
 	}
-	pc := probe.Config()
-	kvTokens := int64(pc.NumGPUBlocks-1) * int64(pc.BlockSize)
-	if a.UnlimitedCache {
-		// The study's KV capacity for placement and fit: the real one.
-		ecfg2 := ecfg
-		ecfg2.NumGPUBlocks = s.NumGPUBlocks
-		if p2, err := sim.NewEngine(ecfg2); err == nil {
-			kvTokens = int64(p2.Config().NumGPUBlocks-1) * int64(p2.Config().BlockSize)
-		}
-	}
+	maxSeqs := ecfg.MaxNumSeqs
 	var recs []Placement
 	bcfg := router.BalancerConfig{
 		MaxNumSeqs:        maxSeqs,
@@ -226,7 +209,7 @@ func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*Ru
 	fleet := float64(kvTokens) * float64(s.Replicas)
 	for _, sum := range sums {
 		st := Stage{Summary: sum, FleetKVTokens: fleet, Decisions: map[string]int{}}
-		st.BoundHitsPct = Bound(run.Results, v, sum.WindowStart, sum.WindowEnd, sysTokens, pc.BlockSize)
+		st.BoundHitsPct = Bound(run.Results, v, sum.WindowStart, sum.WindowEnd, sysTokens, blockSize)
 		tr.stageMeans(&st, sum.WindowStart, sum.WindowEnd)
 		if fleet > 0 {
 			st.FitRatio = st.WorkingSetTokens / fleet
@@ -242,6 +225,35 @@ func RunOne(ctx context.Context, s Setup, a Arm, seed uint64, o RunOptions) (*Ru
 		rr.Trace = tr
 	}
 	return rr, nil
+}
+
+// studyEngine returns the engine config of setup s under arm a, its KV block
+// size (tokens) and the KV capacity (tokens per replica) placement and fit
+// use: the real one also when the arm's engines never evict.
+func studyEngine(s Setup, a Arm) (sim.EngineConfig, int, int64, error) {
+	maxSeqs := s.MaxNumSeqs
+	if maxSeqs == 0 {
+		maxSeqs = sim.ReferenceMaxNumSeqs
+	}
+	ecfg := sim.EngineConfig{Profile: s.Profile, MaxNumSeqs: maxSeqs, NumGPUBlocks: s.NumGPUBlocks, CountPrefixStatsPerAttempt: a.CountPerAttempt}
+	if a.UnlimitedCache {
+		ecfg.NumGPUBlocks = UnlimitedBlocks
+	}
+	probe, err := sim.NewEngine(ecfg)
+	if err != nil {
+		return ecfg, 0, 0, err
+	}
+	pc := probe.Config()
+	kvTokens := int64(pc.NumGPUBlocks-1) * int64(pc.BlockSize)
+	if a.UnlimitedCache {
+		// The study's KV capacity for placement and fit: the real one.
+		ecfg2 := ecfg
+		ecfg2.NumGPUBlocks = s.NumGPUBlocks
+		if p2, err := sim.NewEngine(ecfg2); err == nil {
+			kvTokens = int64(p2.Config().NumGPUBlocks-1) * int64(p2.Config().BlockSize)
+		}
+	}
+	return ecfg, pc.BlockSize, kvTokens, nil
 }
 
 type decKey struct {

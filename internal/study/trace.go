@@ -52,6 +52,24 @@ type TracePlacement struct {
 // BuildTrace builds the trace of variant from run, or nil when the variant has no
 // poll samples or no turns.
 func BuildTrace(run *report.Run, variant string) *Trace {
+	tr, idx, ticks := traceSeries(run, variant)
+	if tr == nil {
+		return nil
+	}
+	tr.addTurns(run, variant, idx, ticks)
+	return tr
+}
+
+// tickAt returns the index of the first of ticks (sorted) at or after t.
+func tickAt(ticks []time.Duration, t time.Duration) int {
+	k, _ := slices.BinarySearch(ticks, t)
+	return k
+}
+
+// traceSeries starts the trace of variant from run's poll samples: the
+// replicas (index by name), the sorted distinct sample times and the per-tick
+// engine series; nil when the variant has no samples.
+func traceSeries(run *report.Run, variant string) (*Trace, map[string]int, []time.Duration) {
 	tr := &Trace{Variant: variant}
 	idx := map[string]int{}
 	for _, r := range run.Manifest.Replicas {
@@ -72,7 +90,7 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 	slices.Sort(ticks)
 	ticks = slices.Compact(ticks)
 	if len(ticks) == 0 {
-		return nil
+		return nil, nil, nil
 	}
 	tr.Start = ticks[0]
 	n, m := len(tr.Replicas), len(ticks)
@@ -90,10 +108,6 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 	for k, t := range ticks {
 		tr.T[k] = (t - tr.Start).Seconds()
 	}
-	tickOf := func(t time.Duration) int { // first tick at or after t
-		k, _ := slices.BinarySearch(ticks, t)
-		return k
-	}
 	first := make([]float64, n)
 	firstQ, firstH := make([]float64, n), make([]float64, n)
 	seen := make([]bool, n)
@@ -101,7 +115,7 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 		if s.Variant != variant {
 			continue
 		}
-		i, k := idx[s.Replica], tickOf(s.T)
+		i, k := idx[s.Replica], tickAt(ticks, s.T)
 		tr.Running[i][k], tr.Waiting[i][k], tr.KV[i][k] = s.Running, s.Waiting, s.KVUsage
 		if !seen[i] {
 			first[i], firstQ[i], firstH[i], seen[i] = s.Preemptions, s.PrefixQueries, s.PrefixHits, true
@@ -109,7 +123,14 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 		tr.Preempts[i][k] = s.Preemptions - first[i]
 		tr.PrefixQueries[i][k], tr.PrefixHits[i][k] = s.PrefixQueries-firstQ[i], s.PrefixHits-firstH[i]
 	}
+	return tr, idx, ticks
+}
 
+// addTurns adds the turn-derived series (in flight, live conversations, working
+// set) and the placements of variant's turns in run to tr (ticks as traceSeries
+// returned them).
+func (tr *Trace) addTurns(run *report.Run, variant string, idx map[string]int, ticks []time.Duration) {
+	n, m := len(tr.Replicas), len(ticks)
 	// Sessions: their turns in order.
 	sess := map[int64][]*loadgen.Result{}
 	for j := range run.Results {
@@ -121,7 +142,7 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 	end := ticks[m-1] + time.Nanosecond
 	// Difference arrays over ticks: add v on [a, b).
 	add := func(arr []float64, a, b time.Duration, v float64) {
-		ka, kb := tickOf(a), tickOf(b)
+		ka, kb := tickAt(ticks, a), tickAt(ticks, b)
 		for k := ka; k < kb && k < m; k++ {
 			arr[k] += v
 		}
@@ -175,7 +196,6 @@ func BuildTrace(run *report.Run, variant string) *Trace {
 		}
 		tr.Placements = append(tr.Placements, p)
 	}
-	return tr
 }
 
 // stageMeans fills the trace means of st over ticks in [a, b).

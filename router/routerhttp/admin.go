@@ -99,63 +99,15 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 	case what == "affinity" && r.Method == http.MethodGet:
 		rt.writeAffinity(w, pools, all)
 	case what == "affinity" && r.Method == http.MethodPut:
-		var body struct {
-			Enabled *bool `json:"enabled"`
-		}
-		if err := decodeStrict(r.Body, &body); err != nil || body.Enabled == nil {
-			if err == nil {
-				err = errors.New(`"enabled" is missing`)
-			}
-			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"enabled": true|false}: %w`, err))
-			return
-		}
-		if err := rt.SetAffinity(model, *body.Enabled); err != nil {
-			adminError(w, http.StatusNotFound, err)
-			return
-		}
-		rt.writeAffinity(w, pools, all)
+		rt.putAffinity(w, r, model, pools, all)
 	case what == "threshold" && r.Method == http.MethodGet:
 		rt.writeThreshold(w, pools, all)
 	case what == "threshold" && r.Method == http.MethodPut:
-		var body struct {
-			Threshold json.RawMessage `json:"threshold"`
-		}
-		if err := decodeStrict(r.Body, &body); err != nil {
-			adminError(w, http.StatusBadRequest, err)
-			return
-		}
-		n, err := parseThreshold(body.Threshold)
-		if err != nil {
-			adminError(w, http.StatusBadRequest, err)
-			return
-		}
-		if err := rt.SetOverflowThreshold(model, n); err != nil {
-			adminError(w, http.StatusNotFound, err)
-			return
-		}
-		rt.writeThreshold(w, pools, all)
+		rt.putThreshold(w, r, model, pools, all)
 	case what == "policy" && r.Method == http.MethodGet:
 		rt.writePolicy(w, pools, all)
 	case what == "policy" && r.Method == http.MethodPut:
-		var body struct {
-			Policy *string `json:"policy"`
-		}
-		if err := decodeStrict(r.Body, &body); err != nil || body.Policy == nil {
-			if err == nil {
-				err = errors.New(`"policy" is missing`)
-			}
-			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"policy": %q}: %w`, strings.Join(router.PolicyNames(), "|"), err))
-			return
-		}
-		if !router.ValidPolicy(*body.Policy) {
-			adminError(w, http.StatusBadRequest, fmt.Errorf("policy %q is unknown (have %s)", *body.Policy, strings.Join(router.PolicyNames(), ", ")))
-			return
-		}
-		if err := rt.SetPolicy(model, *body.Policy); err != nil {
-			adminError(w, http.StatusNotFound, err)
-			return
-		}
-		rt.writePolicy(w, pools, all)
+		rt.putPolicy(w, r, model, pools, all)
 	case what == "reset-sessions" && r.Method == http.MethodPost:
 		if err := rt.ResetSessions(model); err != nil {
 			adminError(w, http.StatusNotFound, err)
@@ -163,27 +115,7 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"reset": model})
 	case what == "replicas" && r.Method == http.MethodPost:
-		var body struct {
-			Name    string `json:"name"`
-			URL     string `json:"url"`
-			DPRanks int    `json:"dp_ranks"`
-		}
-		if err := decodeStrict(r.Body, &body); err != nil {
-			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"name": "r4", "url": "http://host:8000", "dp_ranks": 0}: %w`, err))
-			return
-		}
-		if all || len(pools) != 1 {
-			if model != WildcardModel || len(pools) != 1 {
-				adminError(w, http.StatusBadRequest, errors.New("name one model: a replica is added to one pool"))
-				return
-			}
-		}
-		names, err := rt.AddReplica(pools[0].Model, ReplicaConfig{Name: body.Name, URL: body.URL, DPRanks: body.DPRanks})
-		if err != nil {
-			adminError(w, http.StatusBadRequest, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, map[string]any{"model": pools[0].Model, "added": names})
+		rt.postReplica(w, r, model, pools, all)
 	case what == "admission":
 		rt.serveAdmission(w, r, pools, all)
 	case what == "affinity" || what == "threshold" || what == "policy" || what == "reset-sessions" || what == "replicas":
@@ -191,6 +123,104 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 	default:
 		adminError(w, http.StatusNotFound, fmt.Errorf("%w: %s", errNotFound, r.URL.Path))
 	}
+}
+
+// putAffinity answers PUT /admin/models/{model}/affinity {"enabled": bool}.
+func (rt *Router) putAffinity(w http.ResponseWriter, r *http.Request, model string, pools []*Pool, all bool) {
+	enabled, ok := decodeEnabled(w, r)
+	if !ok {
+		return
+	}
+	if err := rt.SetAffinity(model, enabled); err != nil {
+		adminError(w, http.StatusNotFound, err)
+		return
+	}
+	rt.writeAffinity(w, pools, all)
+}
+
+// decodeEnabled reads an admin PUT body {"enabled": true|false}; when it is
+// bad or the field is missing it answers 400 and returns ok false.
+func decodeEnabled(w http.ResponseWriter, r *http.Request) (enabled, ok bool) {
+	var body struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := decodeStrict(r.Body, &body); err != nil || body.Enabled == nil {
+		if err == nil {
+			err = errors.New(`"enabled" is missing`)
+		}
+		adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"enabled": true|false}: %w`, err))
+		return false, false
+	}
+	return *body.Enabled, true
+}
+
+// putThreshold answers PUT /admin/models/{model}/threshold {"threshold": N|"auto"}.
+func (rt *Router) putThreshold(w http.ResponseWriter, r *http.Request, model string, pools []*Pool, all bool) {
+	var body struct {
+		Threshold json.RawMessage `json:"threshold"`
+	}
+	if err := decodeStrict(r.Body, &body); err != nil {
+		adminError(w, http.StatusBadRequest, err)
+		return
+	}
+	n, err := parseThreshold(body.Threshold)
+	if err != nil {
+		adminError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := rt.SetOverflowThreshold(model, n); err != nil {
+		adminError(w, http.StatusNotFound, err)
+		return
+	}
+	rt.writeThreshold(w, pools, all)
+}
+
+// putPolicy answers PUT /admin/models/{model}/policy {"policy": name}.
+func (rt *Router) putPolicy(w http.ResponseWriter, r *http.Request, model string, pools []*Pool, all bool) {
+	var body struct {
+		Policy *string `json:"policy"`
+	}
+	if err := decodeStrict(r.Body, &body); err != nil || body.Policy == nil {
+		if err == nil {
+			err = errors.New(`"policy" is missing`)
+		}
+		adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"policy": %q}: %w`, strings.Join(router.PolicyNames(), "|"), err))
+		return
+	}
+	if !router.ValidPolicy(*body.Policy) {
+		adminError(w, http.StatusBadRequest, fmt.Errorf("policy %q is unknown (have %s)", *body.Policy, strings.Join(router.PolicyNames(), ", ")))
+		return
+	}
+	if err := rt.SetPolicy(model, *body.Policy); err != nil {
+		adminError(w, http.StatusNotFound, err)
+		return
+	}
+	rt.writePolicy(w, pools, all)
+}
+
+// postReplica answers POST /admin/models/{model}/replicas {"name", "url", "dp_ranks"}: adds a replica to the model's pool.
+func (rt *Router) postReplica(w http.ResponseWriter, r *http.Request, model string, pools []*Pool, all bool) {
+	var body struct {
+		Name    string `json:"name"`
+		URL     string `json:"url"`
+		DPRanks int    `json:"dp_ranks"`
+	}
+	if err := decodeStrict(r.Body, &body); err != nil {
+		adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"name": "r4", "url": "http://host:8000", "dp_ranks": 0}: %w`, err))
+		return
+	}
+	if all || len(pools) != 1 {
+		if model != WildcardModel || len(pools) != 1 {
+			adminError(w, http.StatusBadRequest, errors.New("name one model: a replica is added to one pool"))
+			return
+		}
+	}
+	names, err := rt.AddReplica(pools[0].Model, ReplicaConfig{Name: body.Name, URL: body.URL, DPRanks: body.DPRanks})
+	if err != nil {
+		adminError(w, http.StatusBadRequest, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"model": pools[0].Model, "added": names})
 }
 
 // writePerModel answers a GET on a per-model setting: one view for a named model,

@@ -471,38 +471,44 @@ func (c Config) problems() []located {
 		if len(m.Replicas) == 0 {
 			bad(p+".replicas", "at least one replica is required")
 		}
-		// Replica names as the router will use them (WithDefaults' r<i>, a DP
-		// URL's <name>/rank<k>) must be unique: they label metrics and the card.
-		seenName := map[string]int{}
-		for j, r := range m.Replicas {
-			rp := fmt.Sprintf("%s.replicas[%d]", p, j)
-			if err := checkUpstreamURL(r.URL); err != nil {
-				bad(rp+".url", "%v", err)
-			}
-			if _, err := engines.ParseKind(r.Engine); err != nil {
-				bad(rp+".engine", "%v", err)
-			}
-			if r.DPRanks < 0 || r.DPRanks > MaxDPRanks {
-				bad(rp+".dp_ranks", "%d is out of range 0..%d", r.DPRanks, MaxDPRanks)
-			}
-			ranks := r.DPRanks
-			if ranks > MaxDPRanks {
-				ranks = 0
-			}
-			for _, n := range router.UpstreamNames(r.Name, j, ranks) {
-				if k, dup := seenName[n]; dup && k != j {
-					hint := ""
-					if _, ranked := router.RankBase(n); ranked {
-						hint = " (a DP URL's ranks are named <name>/rank<k>)"
-					}
-					bad(rp+".name", "%q already used by replicas[%d]%s", n, k, hint)
-					break
-				}
-				seenName[n] = j
-			}
-		}
+		replicaProblems(p, m.Replicas, bad)
 	}
 	return probs
+}
+
+// replicaProblems reports the problems of the replicas of the model at path p
+// through bad (Config.problems' reporter).
+func replicaProblems(p string, replicas []ReplicaConfig, bad func(path, format string, args ...any)) {
+	// Replica names as the router will use them (WithDefaults' r<i>, a DP
+	// URL's <name>/rank<k>) must be unique: they label metrics and the card.
+	seenName := map[string]int{}
+	for j, r := range replicas {
+		rp := fmt.Sprintf("%s.replicas[%d]", p, j)
+		if err := checkUpstreamURL(r.URL); err != nil {
+			bad(rp+".url", "%v", err)
+		}
+		if _, err := engines.ParseKind(r.Engine); err != nil {
+			bad(rp+".engine", "%v", err)
+		}
+		if r.DPRanks < 0 || r.DPRanks > MaxDPRanks {
+			bad(rp+".dp_ranks", "%d is out of range 0..%d", r.DPRanks, MaxDPRanks)
+		}
+		ranks := r.DPRanks
+		if ranks > MaxDPRanks {
+			ranks = 0
+		}
+		for _, n := range router.UpstreamNames(r.Name, j, ranks) {
+			if k, dup := seenName[n]; dup && k != j {
+				hint := ""
+				if _, ranked := router.RankBase(n); ranked {
+					hint = " (a DP URL's ranks are named <name>/rank<k>)"
+				}
+				bad(rp+".name", "%q already used by replicas[%d]%s", n, k, hint)
+				break
+			}
+			seenName[n] = j
+		}
+	}
 }
 
 // where returns "source:line: " (or "line N: ") for a Validate path, from the

@@ -112,21 +112,7 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 			extra = fmt.Sprintf(" (the server lists %d engines; the router sends nothing to engines %d-%d)", n, ranks, n-1)
 		}
 	}
-	finished := func() ([]float64, error) {
-		snap, err := scrape.Fetch(ctx, hc, base+wire.PathMetrics, "")
-		if err != nil {
-			return nil, err
-		}
-		out := make([]float64, ranks)
-		for k := range ranks {
-			e := snap.Engine(strconv.Itoa(k))
-			if e == nil || !e.Present[vllmmetrics.RequestSuccess] {
-				return nil, fmt.Errorf("/metrics has no %s{engine=%q}: per-rank counts are needed to see where a request ran", vllmmetrics.RequestSuccess, strconv.Itoa(k))
-			}
-			out[k] = e.RequestsFinished
-		}
-		return out, nil
-	}
+	finished := func() ([]float64, error) { return finishedPerRank(ctx, hc, base, ranks) }
 	for k := ranks - 1; k >= 0; k-- {
 		clean := false
 		for attempt := 0; attempt < pinAttempts && !clean; attempt++ {
@@ -139,30 +125,9 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 					return unverified("%s: probe pinned to rank %d: %v", base, k, err)
 				}
 			}
-			var delta []float64
-			var total float64
-			for deadline := time.Now().Add(pinCounterWait); ; {
-				after, err := finished()
-				if err != nil {
-					return unverified("%s: %v", base, err)
-				}
-				delta, total = make([]float64, ranks), 0
-				for j := range ranks {
-					delta[j] = vllmmetrics.CounterDelta(before[j], after[j])
-					total += delta[j]
-				}
-				// Wait for the pair to show on engine k (vLLM counts a request in its
-				// output loop, just after the response); only a pair still missing
-				// there at the deadline says the header was ignored, since other
-				// requests finishing can move the total first.
-				if delta[k] >= pinProbesPerRank || time.Now().After(deadline) {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					return unverified("%s: %v", base, ctx.Err())
-				case <-time.After(50 * time.Millisecond):
-				}
+			delta, total, err := pinDeltas(ctx, finished, before, k)
+			if err != nil {
+				return unverified("%s: %v", base, err)
 			}
 			if total < pinProbesPerRank {
 				return unverified("%s: %s rose by %g after %d answered probes within %s", base, vllmmetrics.RequestSuccess, total, pinProbesPerRank, pinCounterWait)
@@ -179,6 +144,54 @@ func CheckDPPinning(ctx context.Context, hc *http.Client, base, model string, ra
 		}
 	}
 	return PinCheck{Verdict: PinHonored, Detail: fmt.Sprintf("%s: %d probes pinned to each of %d ranks were each counted by that rank's engine%s", base, pinProbesPerRank, ranks, extra)}
+}
+
+// finishedPerRank returns vllm:request_success per engine 0..ranks-1 from
+// base's /metrics.
+func finishedPerRank(ctx context.Context, hc *http.Client, base string, ranks int) ([]float64, error) {
+	snap, err := scrape.Fetch(ctx, hc, base+wire.PathMetrics, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, ranks)
+	for k := range ranks {
+		e := snap.Engine(strconv.Itoa(k))
+		if e == nil || !e.Present[vllmmetrics.RequestSuccess] {
+			return nil, fmt.Errorf("/metrics has no %s{engine=%q}: per-rank counts are needed to see where a request ran", vllmmetrics.RequestSuccess, strconv.Itoa(k))
+		}
+		out[k] = e.RequestsFinished
+	}
+	return out, nil
+}
+
+// pinDeltas polls finished until engine k's count rose by pinProbesPerRank over
+// before or pinCounterWait passed, and returns the rise per engine and in all.
+func pinDeltas(ctx context.Context, finished func() ([]float64, error), before []float64, k int) (delta []float64, total float64, err error) {
+	ranks := len(before)
+	for deadline := time.Now().Add(pinCounterWait); ; {
+		after, err := finished()
+		if err != nil {
+			return nil, 0, err
+		}
+		delta, total = make([]float64, ranks), 0
+		for j := range ranks {
+			delta[j] = vllmmetrics.CounterDelta(before[j], after[j])
+			total += delta[j]
+		}
+		// Wait for the pair to show on engine k (vLLM counts a request in its
+		// output loop, just after the response); only a pair still missing
+		// there at the deadline says the header was ignored, since other
+		// requests finishing can move the total first.
+		if delta[k] >= pinProbesPerRank || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return delta, total, nil
 }
 
 // engineLabels lists a snapshot's engine labels, e.g. "0, 1, 2, 3".

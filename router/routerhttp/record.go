@@ -317,17 +317,11 @@ func (rt *Router) serveAdminRecord(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodPut {
-		var body struct {
-			Enabled *bool `json:"enabled"`
-		}
-		if err := decodeStrict(r.Body, &body); err != nil || body.Enabled == nil {
-			if err == nil {
-				err = errors.New(`"enabled" is missing`)
-			}
-			adminError(w, http.StatusBadRequest, fmt.Errorf(`want {"enabled": true|false}: %w`, err))
+		enabled, ok := decodeEnabled(w, r)
+		if !ok {
 			return
 		}
-		if *body.Enabled {
+		if enabled {
 			rt.proxy.SetRecorder(rec)
 		} else {
 			rt.proxy.SetRecorder(nil)

@@ -125,66 +125,10 @@ func New(cfg Config) (*Router, error) {
 	rt.state = st
 	var pools []*Pool
 	for mi, m := range cfg.Models {
-		pool := &Pool{Model: m.Name}
-		var names []string
-		var targets []*target
-		slotBased := len(m.Replicas) > 0
-		for _, rc := range m.Replicas {
-			if rc.Engine == "" {
-				rc.Engine = m.Engine
-			}
-			if k, _ := engines.ParseKind(rc.Engine); k != engines.KindLlamaCpp {
-				slotBased = false
-			}
-			t, ups, err := newTarget(pool, rc, len(names))
-			if err != nil {
-				return nil, fmt.Errorf("model %q: %w", m.Name, err)
-			}
-			for _, up := range ups {
-				names = append(names, up.Name)
-				pool.Upstreams = append(pool.Upstreams, up)
-			}
-			targets = append(targets, t)
-		}
-		var shared router.SharedState
-		if st != nil {
-			sp := statePool(st, pool)
-			rt.states[pool] = sp
-			shared = sp
-		}
-		stale := router.DefaultStaleAfter
-		if cfg.ScrapeInterval > 0 {
-			stale = 3 * cfg.ScrapeInterval
-		}
-		b, err := router.NewBalancer(router.BalancerConfig{
-			Replicas:   names,
-			Affinity:   *m.Affinity,
-			MaxNumSeqs: m.MaxNumSeqs,
-			SlotBased:  slotBased,
-			// max_num_seqs not set: learn it from /props (slots).
-			LearnSlots:        m.MaxNumSeqs == 0,
-			OverflowThreshold: int(m.OverflowThreshold),
-			Policy:            m.Policy,
-			Keyless:           m.Keyless,
-			PrefixPieceTokens: PrefixPieceBytes / router.BytesPerTokenEstimate,
-			SessionTTL:        cfg.SessionTTL,
-			MaxSessions:       cfg.MaxSessions,
-			SnapshotInterval:  cfg.SnapshotInterval,
-			StaleAfter:        stale,
-			Seed:              cfg.Seed + uint64(mi),
-			Now:               cfg.Clock.Now,
-			Outlier: router.OutlierConfig{
-				ConsecutiveFailures: cfg.EjectConsecutiveFailures, Window: cfg.EjectWindow,
-				BaseTime: cfg.EjectBaseTime, MaxTime: cfg.EjectMaxTime, MaxPercent: cfg.EjectMaxPercent,
-				SlowStart: cfg.EjectSlowStart,
-			},
-			Admission: router.AdmissionConfig(m.Admission),
-			Shared:    shared,
-		})
+		pool, targets, err := rt.newPool(mi, m)
 		if err != nil {
-			return nil, fmt.Errorf("model %q: %w", m.Name, err)
+			return nil, err
 		}
-		pool.Balancer = b
 		pools = append(pools, pool)
 		rt.routed[pool] = &routedBytes{}
 		rt.targets = append(rt.targets, targets...)
@@ -216,6 +160,72 @@ func New(cfg Config) (*Router, error) {
 	mux.Handle("/", p)
 	rt.handler = mux
 	return rt, nil
+}
+
+// newPool builds the pool of model m (the mi-th of the config): its upstreams,
+// their targets and its Balancer, sharing state through rt.state when set.
+func (rt *Router) newPool(mi int, m ModelConfig) (*Pool, []*target, error) {
+	pool := &Pool{Model: m.Name}
+	var names []string
+	var targets []*target
+	slotBased := len(m.Replicas) > 0
+	for _, rc := range m.Replicas {
+		if rc.Engine == "" {
+			rc.Engine = m.Engine
+		}
+		if k, _ := engines.ParseKind(rc.Engine); k != engines.KindLlamaCpp {
+			slotBased = false
+		}
+		t, ups, err := newTarget(pool, rc, len(names))
+		if err != nil {
+			return nil, nil, fmt.Errorf("model %q: %w", m.Name, err)
+		}
+		for _, up := range ups {
+			names = append(names, up.Name)
+			pool.Upstreams = append(pool.Upstreams, up)
+		}
+		targets = append(targets, t)
+	}
+	var shared router.SharedState
+	if rt.state != nil {
+		sp := statePool(rt.state, pool)
+		rt.states[pool] = sp
+		shared = sp
+	}
+	stale := router.DefaultStaleAfter
+	if rt.cfg.ScrapeInterval > 0 {
+		stale = 3 * rt.cfg.ScrapeInterval
+	}
+	b, err := router.NewBalancer(router.BalancerConfig{
+		Replicas:   names,
+		Affinity:   *m.Affinity,
+		MaxNumSeqs: m.MaxNumSeqs,
+		SlotBased:  slotBased,
+		// max_num_seqs not set: learn it from /props (slots).
+		LearnSlots:        m.MaxNumSeqs == 0,
+		OverflowThreshold: int(m.OverflowThreshold),
+		Policy:            m.Policy,
+		Keyless:           m.Keyless,
+		PrefixPieceTokens: PrefixPieceBytes / router.BytesPerTokenEstimate,
+		SessionTTL:        rt.cfg.SessionTTL,
+		MaxSessions:       rt.cfg.MaxSessions,
+		SnapshotInterval:  rt.cfg.SnapshotInterval,
+		StaleAfter:        stale,
+		Seed:              rt.cfg.Seed + uint64(mi),
+		Now:               rt.cfg.Clock.Now,
+		Outlier: router.OutlierConfig{
+			ConsecutiveFailures: rt.cfg.EjectConsecutiveFailures, Window: rt.cfg.EjectWindow,
+			BaseTime: rt.cfg.EjectBaseTime, MaxTime: rt.cfg.EjectMaxTime, MaxPercent: rt.cfg.EjectMaxPercent,
+			SlowStart: rt.cfg.EjectSlowStart,
+		},
+		Admission: router.AdmissionConfig(m.Admission),
+		Shared:    shared,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("model %q: %w", m.Name, err)
+	}
+	pool.Balancer = b
+	return pool, targets, nil
 }
 
 // newTarget builds the target of one configured upstream URL of pool, whose

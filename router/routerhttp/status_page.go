@@ -174,48 +174,10 @@ func (rt *Router) Card() Card {
 		var usageP, usageC uint64
 		ratesKnown := 0
 		for i, rep := range ms.Replicas {
-			cr := CardReplica{
-				Name: rep.Name, Healthy: rep.Healthy, ScrapeFresh: rep.ScrapeFresh, ScrapeAgeS: rep.ScrapeAgeS,
-				Requests: rep.ServedTotal,
-				Sticky:   rep.ServedBy[router.ReasonSticky.String()], Placed: rep.ServedBy[router.ReasonPlaced.String()],
-				// Arrived by overflow: served away from home once, or moved here for good.
-				Overflow:      rep.ServedBy[router.ReasonOverflow.String()] + rep.ServedBy[router.ReasonMoved.String()],
-				SessionsHomed: rep.Sessions, InFlight: rep.InFlight,
-				Running: rep.Running, Waiting: rep.Waiting, KVUsage: rep.KVUsage,
-				HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
-				UsageHitRate: usageRate(rep.UsageCachedTokens, rep.UsagePromptTokens),
-				Shared:       rep.SharedLive > rep.Live || rep.SharedLiveTokens > rep.LiveTokens,
-				Engine:       rep.Engine, Slots: rep.Slots, ScrapeError: rep.ScrapeError, Missing: strings.Join(rep.Missing, "; "),
-			}
-			cr.Conversations, cr.ContextTokens = rep.DecidedLive()
+			cr := newCardReplica(&rep)
 			usageP += rep.UsagePromptTokens
 			usageC += rep.UsageCachedTokens
-			if rep.Ejected {
-				cm.Ejected = append(cm.Ejected, CardEjection{Name: rep.Name, Reason: rep.EjectReason, ProbeInS: rep.EjectedForS})
-			}
-			if p := rep.DPPinning; p != nil {
-				switch p.Verdict {
-				case PinIgnored:
-					cm.PinningIgnored = append(cm.PinningIgnored, rep.Name)
-				case PinRankMismatch:
-					// Only the ranks the server does not have.
-					if rep.Rank == nil || p.Engines == 0 || *rep.Rank >= p.Engines {
-						cm.PinningMismatch = append(cm.PinningMismatch, rep.Name)
-					}
-				case PinUnverified:
-					cm.PinningUnverified = append(cm.PinningUnverified, rep.Name)
-				}
-			}
-			cr.Other, cr.OtherBy = otherReasons(rep.ServedBy)
-			if rep.ScrapeAgeS < 0 {
-				cr.Running, cr.Waiting, cr.KVUsage = -1, -1, -1
-			}
-			if lacks(rep.Missing, engines.FigKVUsage) {
-				cr.KVUsage = -1
-			}
-			if lacks(rep.Missing, engines.FigRunning) {
-				cr.Running, cr.Waiting = -1, -1
-			}
+			cm.noteProblems(&rep)
 			cr.KVTokens = rep.KVCapacityTokens
 			if w, ok := rt.cardWindow(pool, i); ok {
 				if w.kvTokens > 0 {
@@ -242,21 +204,7 @@ func (rt *Router) Card() Card {
 				sinceQ++
 				sinceH += rep.PrefixHitRate
 			}
-			fleet.Healthy = fleet.Healthy && cr.Healthy
-			fleet.ScrapeFresh = fleet.ScrapeFresh && cr.ScrapeFresh
-			fleet.Requests += cr.Requests
-			fleet.Sticky += cr.Sticky
-			fleet.Placed += cr.Placed
-			fleet.Overflow += cr.Overflow
-			fleet.Other += cr.Other
-			fleet.SessionsHomed += cr.SessionsHomed
-			fleet.Conversations += cr.Conversations
-			fleet.ContextTokens += cr.ContextTokens
-			fleet.InFlight += cr.InFlight
-			fleet.Running += max(cr.Running, 0)
-			fleet.Waiting += max(cr.Waiting, 0)
-			fleet.KVUsage += max(cr.KVUsage, 0)
-			fleet.KVTokens += cr.KVTokens
+			fleet.add(&cr)
 			if cr.KVTokens > 0 {
 				cm.Capacity.Reporting++
 			}
@@ -292,6 +240,77 @@ func (rt *Router) Card() Card {
 		card.Models = append(card.Models, cm)
 	}
 	return card
+}
+
+// newCardReplica is the card row of one replica's status (before the card
+// window's rates are added).
+func newCardReplica(rep *ReplicaReport) CardReplica {
+	cr := CardReplica{
+		Name: rep.Name, Healthy: rep.Healthy, ScrapeFresh: rep.ScrapeFresh, ScrapeAgeS: rep.ScrapeAgeS,
+		Requests: rep.ServedTotal,
+		Sticky:   rep.ServedBy[router.ReasonSticky.String()], Placed: rep.ServedBy[router.ReasonPlaced.String()],
+		// Arrived by overflow: served away from home once, or moved here for good.
+		Overflow:      rep.ServedBy[router.ReasonOverflow.String()] + rep.ServedBy[router.ReasonMoved.String()],
+		SessionsHomed: rep.Sessions, InFlight: rep.InFlight,
+		Running: rep.Running, Waiting: rep.Waiting, KVUsage: rep.KVUsage,
+		HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
+		UsageHitRate: usageRate(rep.UsageCachedTokens, rep.UsagePromptTokens),
+		Shared:       rep.SharedLive > rep.Live || rep.SharedLiveTokens > rep.LiveTokens,
+		Engine:       rep.Engine, Slots: rep.Slots, ScrapeError: rep.ScrapeError, Missing: strings.Join(rep.Missing, "; "),
+	}
+	cr.Conversations, cr.ContextTokens = rep.DecidedLive()
+	cr.Other, cr.OtherBy = otherReasons(rep.ServedBy)
+	if rep.ScrapeAgeS < 0 {
+		cr.Running, cr.Waiting, cr.KVUsage = -1, -1, -1
+	}
+	if lacks(rep.Missing, engines.FigKVUsage) {
+		cr.KVUsage = -1
+	}
+	if lacks(rep.Missing, engines.FigRunning) {
+		cr.Running, cr.Waiting = -1, -1
+	}
+	return cr
+}
+
+// noteProblems lists rep in cm's ejected and DP-pinning problem lists it
+// belongs to.
+func (cm *CardModel) noteProblems(rep *ReplicaReport) {
+	if rep.Ejected {
+		cm.Ejected = append(cm.Ejected, CardEjection{Name: rep.Name, Reason: rep.EjectReason, ProbeInS: rep.EjectedForS})
+	}
+	if p := rep.DPPinning; p != nil {
+		switch p.Verdict {
+		case PinIgnored:
+			cm.PinningIgnored = append(cm.PinningIgnored, rep.Name)
+		case PinRankMismatch:
+			// Only the ranks the server does not have.
+			if rep.Rank == nil || p.Engines == 0 || *rep.Rank >= p.Engines {
+				cm.PinningMismatch = append(cm.PinningMismatch, rep.Name)
+			}
+		case PinUnverified:
+			cm.PinningUnverified = append(cm.PinningUnverified, rep.Name)
+		}
+	}
+}
+
+// add sums cr into the fleet row f (Running, Waiting and KVUsage without their
+// unknown -1; KVUsage is divided by the replica count after).
+func (f *CardReplica) add(cr *CardReplica) {
+	f.Healthy = f.Healthy && cr.Healthy
+	f.ScrapeFresh = f.ScrapeFresh && cr.ScrapeFresh
+	f.Requests += cr.Requests
+	f.Sticky += cr.Sticky
+	f.Placed += cr.Placed
+	f.Overflow += cr.Overflow
+	f.Other += cr.Other
+	f.SessionsHomed += cr.SessionsHomed
+	f.Conversations += cr.Conversations
+	f.ContextTokens += cr.ContextTokens
+	f.InFlight += cr.InFlight
+	f.Running += max(cr.Running, 0)
+	f.Waiting += max(cr.Waiting, 0)
+	f.KVUsage += max(cr.KVUsage, 0)
+	f.KVTokens += cr.KVTokens
 }
 
 // otherReasons sums the decisions that have no column of their own and lists

@@ -121,13 +121,8 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, badRequest("max_tokens", "max_tokens must be positive"))
 		return
 	}
-	msgs, e := req.chatMessages()
-	if e != nil {
-		writeOpenAIError(w, e)
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		writeAnthropicError(w, e)
+	msgs, ok := s.messagesOf(w, req)
+	if !ok {
 		return
 	}
 	prompt := sim.RenderChat(nil, msgs, true)
@@ -234,13 +229,8 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	msgs, e := req.chatMessages()
-	if e != nil {
-		writeOpenAIError(w, e)
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		writeAnthropicError(w, e)
+	msgs, ok := s.messagesOf(w, req)
+	if !ok {
 		return
 	}
 	n := len(sim.RenderChat(nil, msgs, true))
@@ -251,4 +241,20 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		InputTokens       int               `json:"input_tokens"`
 		ContextManagement contextManagement `json:"context_management"`
 	}{n, contextManagement{n}})
+}
+
+// messagesOf returns req's messages as chat messages after checking its model;
+// on a problem it writes the error (as the endpoints above always did) and
+// returns ok false.
+func (s *Server) messagesOf(w http.ResponseWriter, req *messagesRequest) ([]sim.ChatMessage, bool) {
+	msgs, e := req.chatMessages()
+	if e != nil {
+		writeOpenAIError(w, e)
+		return nil, false
+	}
+	if e := s.checkModel(req.Model); e != nil {
+		writeAnthropicError(w, e)
+		return nil, false
+	}
+	return msgs, true
 }

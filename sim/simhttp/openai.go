@@ -1,6 +1,7 @@
 package simhttp
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -207,21 +208,12 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sub *submiss
 		}
 		return nil
 	})
-	if err != nil {
-		if r.Context().Err() == nil {
-			_ = sw.send("", streamErrorEvent(err))
-			_ = sw.send("", []byte(wire.SSEDone))
-		}
-		return
+	var usage []byte
+	if err == nil && includeUsage {
+		usage = mustJSON(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.Model,
+			Choices: []chatStreamChoice{}, Usage: newUsage(sub.prompt, completion, cached)})
 	}
-	if includeUsage {
-		c := chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.Model,
-			Choices: []chatStreamChoice{}, Usage: newUsage(sub.prompt, completion, cached)}
-		if sw.send("", mustJSON(c)) != nil {
-			return
-		}
-	}
-	_ = sw.send("", []byte(wire.SSEDone))
+	endOpenAIStream(r.Context(), sw, err, usage)
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
@@ -293,19 +285,27 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	})
+	var usage []byte
+	if err == nil && includeUsage {
+		usage = mustJSON(completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.Model,
+			Choices: []completionChoice{}, Usage: newUsage(sub.prompt, completion, cached)})
+	}
+	endOpenAIStream(r.Context(), sw, err, usage)
+}
+
+// endOpenAIStream ends a chat or completions stream: after err an error event
+// and [DONE] (unless the client is gone, ctx done); else the usage chunk, when
+// not nil, then [DONE].
+func endOpenAIStream(ctx context.Context, sw *sseWriter, err error, usage []byte) {
 	if err != nil {
-		if r.Context().Err() == nil {
+		if ctx.Err() == nil {
 			_ = sw.send("", streamErrorEvent(err))
 			_ = sw.send("", []byte(wire.SSEDone))
 		}
 		return
 	}
-	if includeUsage {
-		c := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.Model,
-			Choices: []completionChoice{}, Usage: newUsage(sub.prompt, completion, cached)}
-		if sw.send("", mustJSON(c)) != nil {
-			return
-		}
+	if usage != nil && sw.send("", usage) != nil {
+		return
 	}
 	_ = sw.send("", []byte(wire.SSEDone))
 }
