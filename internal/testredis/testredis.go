@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 type Server struct {
 	Addr  string // host:port on 127.0.0.1
 	cmd   *exec.Cmd
+	done  chan struct{} // closed when cmd has exited (its Wait returned)
+	log   *tail         // the process's last log lines, for a failure message
 	bin   string
 	args  []string
 	extra []string
@@ -59,8 +62,38 @@ func (s *Server) Restart(t testing.TB) {
 	s.run(t)
 }
 
-// run starts the process and waits for PING (10 s at most).
+// run starts the process and waits for PING (10 s at most). A process that
+// exits before it answers is started again until the deadline (its port can be
+// briefly held by another test's listener after a Restart's Kill); a failure
+// quotes its last log lines.
 func (s *Server) run(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	s.start(t)
+	for {
+		err := ping(s.Addr, s.extra)
+		if err == nil {
+			return
+		}
+		select {
+		case <-s.done:
+			err = fmt.Errorf("redis-server exited: %v", s.cmd.ProcessState)
+			if time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+				s.start(t)
+				continue
+			}
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not answer PING within 10 s: %v; its log ends:\n%s", s.Addr, err, s.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// start runs one redis-server process with its log drained into s.log.
+func (s *Server) start(t testing.TB) {
 	t.Helper()
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -68,29 +101,51 @@ func (s *Server) run(t testing.TB) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting redis-server: %v", err)
 	}
-	s.cmd = cmd
+	s.cmd, s.done, s.log = cmd, make(chan struct{}), &tail{}
+	done, log := s.done, s.log
 	go func() { // drain its log so it never blocks on a full pipe
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			log.add(sc.Text())
 		}
+		cmd.Wait()
+		close(done)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := ping(s.Addr, s.extra); err == nil {
-			return
-		} else if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer PING within 10 s: %v", s.Addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+}
+
+// Kill stops the server at once (SIGKILL) and waits for it to exit; calling it
+// again does nothing.
+func (s *Server) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+// tail keeps the last lines of a process's log.
+type tail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *tail) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lines = append(l.lines, line); len(l.lines) > 8 {
+		l.lines = l.lines[1:]
 	}
 }
 
-// Kill stops the server at once (SIGKILL); calling it again does nothing.
-func (s *Server) Kill() {
-	if s.cmd.Process != nil && s.cmd.ProcessState == nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-	}
+func (l *tail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }
 
 // Pause stops the server's process (SIGSTOP): it keeps its connections open and

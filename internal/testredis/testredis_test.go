@@ -1,6 +1,7 @@
 package testredis
 
 import (
+	"net"
 	"testing"
 	"time"
 )
@@ -39,5 +40,27 @@ func TestStartWithPassword(t *testing.T) {
 	}
 	if err := ping(s.Addr, []string{"--requirepass", "sekret"}); err != nil {
 		t.Fatalf("PING after AUTH: %v", err)
+	}
+}
+
+// TestRestartWhilePortBrieflyHeld: after Kill another listener holds the port for
+// 500 ms (as a parallel test's server can on a loaded machine); Restart must
+// still bring Redis back on the same address. The first redis-server started
+// exits at once ("Address already in use"); the old code then pinged the dead
+// port for 10 s and failed.
+func TestRestartWhilePortBrieflyHeld(t *testing.T) {
+	s := Start(t)
+	s.Kill()
+	l, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		t.Fatalf("holding %s: %v", s.Addr, err)
+	}
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		l.Close()
+	}()
+	s.Restart(t)
+	if err := ping(s.Addr, nil); err != nil {
+		t.Fatalf("after Restart: %v", err)
 	}
 }
