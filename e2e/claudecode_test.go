@@ -89,16 +89,7 @@ func TestClaudeCodeThroughRouter(t *testing.T) {
 	bin, version := claudeCLI(t)
 	t.Logf("Claude Code %s at %s", version, bin)
 	f := startFleet(t, simhttp.Config{Replicas: 2, Speed: 10, Model: claudeModel}, 32)
-	if !waitFor(10*time.Second, func() bool {
-		for _, r := range f.rt.Status().Models[0].Replicas {
-			if !r.ScrapeFresh {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatal("the router never scraped both replicas")
-	}
+	f.waitScraped(t)
 
 	home1, work1 := t.TempDir(), t.TempDir()
 	out1 := runClaude(t, bin, home1, work1, f.url, "-p", "say hi", "--model", claudeModel)

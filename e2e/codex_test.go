@@ -115,16 +115,7 @@ func TestCodexThroughRouter(t *testing.T) {
 	bin, version := codexCLI(t)
 	t.Logf("Codex %s at %s", version, bin)
 	f := startFleet(t, simhttp.Config{Replicas: 2, Speed: 20, Model: codexModel}, 32)
-	if !waitFor(10*time.Second, func() bool {
-		for _, r := range f.rt.Status().Models[0].Replicas {
-			if !r.ScrapeFresh {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatal("the router never scraped both replicas")
-	}
+	f.waitScraped(t)
 
 	home1, work1 := codexHome(t, f.url), t.TempDir()
 	out1 := runCodex(t, bin, home1, work1, "exec", "--skip-git-repo-check", "say hi")

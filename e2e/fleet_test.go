@@ -223,3 +223,19 @@ func waitFor(limit time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// waitScraped waits (10 s at most) until the router has a fresh /metrics
+// scrape of every replica, so its first placement sees real loads.
+func (f *fleet) waitScraped(t *testing.T) {
+	t.Helper()
+	if !waitFor(10*time.Second, func() bool {
+		for _, r := range f.rt.Status().Models[0].Replicas {
+			if !r.ScrapeFresh {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the router never scraped every replica")
+	}
+}
