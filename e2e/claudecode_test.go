@@ -43,13 +43,9 @@ func claudeCLI(t *testing.T) (bin, version string) { return claudeCode.find(t) }
 // 90 s, and returns what it printed.
 func runClaude(t *testing.T, bin, home, dir, baseURL string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
 	// A minimal environment: nothing of the caller's (no real API keys or
 	// Claude Code settings) reaches the CLI.
-	cmd.Env = []string{
+	return runCLI(t, "claude", bin, dir, 90*time.Second, []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + home,
 		"TERM=dumb",
@@ -60,18 +56,28 @@ func runClaude(t *testing.T, bin, home, dir, baseURL string, args ...string) str
 		"DISABLE_TELEMETRY=1",
 		"DISABLE_ERROR_REPORTING=1",
 		"CLAUDE_CODE_MAX_OUTPUT_TOKENS=" + claudeOutputTokens,
-	}
-	cmd.Stdin = nil
+	}, args...)
+}
+
+// runCLI runs bin once in dir with exactly env, no standard input, bounded to
+// limit, and returns its stdout; a timeout or a non-zero exit fails the test
+// with the output's last lines. name labels the log lines.
+func runCLI(t *testing.T, name, bin, dir string, limit time.Duration, env []string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir, cmd.Env, cmd.Stdin = dir, env, nil
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	t.Logf("claude %s: %v, %d bytes out", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stdout.Len())
+	t.Logf("%s %s: %v, %d bytes out", name, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stdout.Len())
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Fatalf("claude %s: timed out after 90 s\nstdout: %s\nstderr: %s", strings.Join(args, " "), lastLines(stdout.String(), 5), lastLines(stderr.String(), 10))
+		t.Fatalf("%s %s: timed out after %v\nstdout: %s\nstderr: %s", name, strings.Join(args, " "), limit, lastLines(stdout.String(), 5), lastLines(stderr.String(), 10))
 	}
 	if err != nil {
-		t.Fatalf("claude %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, lastLines(stdout.String(), 5), lastLines(stderr.String(), 10))
+		t.Fatalf("%s %s: %v\nstdout: %s\nstderr: %s", name, strings.Join(args, " "), err, lastLines(stdout.String(), 5), lastLines(stderr.String(), 10))
 	}
 	return stdout.String()
 }

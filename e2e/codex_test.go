@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,31 +49,15 @@ wire_api = "responses"
 // returns what it printed on stdout.
 func runCodex(t *testing.T, bin, home, dir string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
 	// A minimal environment: nothing of the caller's (no real API keys or Codex
 	// settings) reaches the CLI.
-	cmd.Env = []string{
+	return runCLI(t, "codex", bin, dir, 120*time.Second, []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + home,
 		"CODEX_HOME=" + home,
 		"TERM=dumb",
 		"WARDEN_CODEX_KEY=any",
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	t.Logf("codex %s: %v, %d bytes out", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stdout.Len())
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Fatalf("codex %s: timed out after 120 s\nstdout: %s\nstderr: %s", strings.Join(args, " "), lastLines(stdout.String(), 5), lastLines(stderr.String(), 10))
-	}
-	if err != nil {
-		t.Fatalf("codex %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, lastLines(stdout.String(), 5), lastLines(stderr.String(), 10))
-	}
-	return stdout.String()
+	}, args...)
 }
 
 // replicaCounters reads each simulated replica's own /metrics: finished
