@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"github.com/lmwarden/warden/internal/sharedtrace"
 	"math"
 	"os"
 	"strconv"
@@ -26,7 +27,7 @@ func TestPrefixCacheAgreesWithTraceLRU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("feeds 145 M prompt tokens per capacity")
 	}
-	const path = "../loadgen/trace/testdata/conversation_trace.jsonl"
+	path := sharedtrace.Path(t, sharedtrace.Mooncake)
 	synth := trace.Synth{Overhead: templateOverhead()}
 	for _, capTokens := range []int{1_000_000, 3_000_000, 10_000_000} {
 		t.Run(strconv.Itoa(capTokens), func(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/lmwarden/warden/internal/sharedtrace"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,10 +10,8 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 )
 
-const mooncakeTrace = "../../loadgen/trace/testdata/conversation_trace.jsonl"
-
 func TestTraceStatsPrintsTable2(t *testing.T) {
-	out, err := run(t, "trace", "stats", mooncakeTrace)
+	out, err := run(t, "trace", "stats", sharedtrace.Path(t, sharedtrace.Mooncake))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +24,7 @@ func TestTraceStatsPrintsTable2(t *testing.T) {
 
 func TestTraceLRUWritesCSVAndPNG(t *testing.T) {
 	dir := t.TempDir()
-	out, err := run(t, "trace", "lru", mooncakeTrace, "--capacity", "0.1M,10M", "--out", filepath.Join(dir, "c"))
+	out, err := run(t, "trace", "lru", sharedtrace.Path(t, sharedtrace.Mooncake), "--capacity", "0.1M,10M", "--out", filepath.Join(dir, "c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +78,7 @@ func TestBenchTraceBadLineWritesNoResults(t *testing.T) {
 
 func TestBenchTraceVirtualSessionMode(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
-	if _, err := run(t, "bench", "--virtual", "--trace", mooncakeTrace, "--trace-mode", "session", "--to", "3m", "--sample", "0.1",
+	if _, err := run(t, "bench", "--virtual", "--trace", sharedtrace.Path(t, sharedtrace.Mooncake), "--trace-mode", "session", "--to", "3m", "--sample", "0.1",
 		"--trace-window", "1m", "--out", out); err != nil {
 		t.Fatal(err)
 	}
@@ -95,16 +94,16 @@ func TestBenchTraceVirtualSessionMode(t *testing.T) {
 // trace marks no last turn).
 func TestBenchTraceLabels(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
-	stdout, err := run(t, "bench", "--virtual", "--trace", mooncakeTrace, "--trace-mode", "session", "--sample", "0.02",
+	stdout, err := run(t, "bench", "--virtual", "--trace", sharedtrace.Path(t, sharedtrace.Mooncake), "--trace-mode", "session", "--sample", "0.02",
 		"--variants", "on", "--out", out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stdout, "trace "+mooncakeTrace+", on") || strings.Contains(stdout, "claude-code-reference") {
+	if !strings.Contains(stdout, "trace "+sharedtrace.Path(t, sharedtrace.Mooncake)+", on") || strings.Contains(stdout, "claude-code-reference") {
 		t.Errorf("header does not name the trace:\n%s", stdout)
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "summary.md"))
-	for _, want := range []string{"- trace: `" + mooncakeTrace + "`", "mode session, whole trace", "| n/a |"} {
+	for _, want := range []string{"- trace: `" + sharedtrace.Path(t, sharedtrace.Mooncake) + "`", "mode session, whole trace", "| n/a |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("summary.md lacks %q", want)
 		}
@@ -121,6 +120,7 @@ func TestBenchTraceLabels(t *testing.T) {
 // The shipped trace scenario loads (its trace path is relative to the file)
 // and runs in virtual time on a window of it.
 func TestTraceScenarioFile(t *testing.T) {
+	sharedtrace.Path(t, sharedtrace.Mooncake) // the scenario names it beside the repository
 	out := filepath.Join(t.TempDir(), "run")
 	if _, err := run(t, "bench", "--virtual", "--scenario", "../../scenarios/mooncake-conversation.yaml", "--to", "2m",
 		"--trace-window", "1m", "--variants", "on", "--out", out); err != nil {

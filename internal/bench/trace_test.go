@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"github.com/lmwarden/warden/internal/sharedtrace"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,8 +14,6 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 )
 
-const mooncakeTrace = "../../loadgen/trace/testdata/conversation_trace.jsonl"
-
 // runTraceBench replays 30 recorded seconds of the Mooncake trace (a fifth of
 // its conversations, 10x faster) over HTTP in report windows of window (the
 // last one drains) and returns the manifest and the OK results.
@@ -22,7 +21,7 @@ func runTraceBench(t *testing.T, name string, window time.Duration, o Options) (
 	t.Helper()
 	sc := loadgen.DefaultScenario()
 	sc.Name, sc.Variants = name, []string{"on"}
-	sc.Trace = &loadgen.TraceSpec{File: mooncakeTrace, Mode: loadgen.TraceSession, To: 30 * time.Second, Sample: 0.2,
+	sc.Trace = &loadgen.TraceSpec{File: sharedtrace.Path(t, sharedtrace.Mooncake), Mode: loadgen.TraceSession, To: 30 * time.Second, Sample: 0.2,
 		Speedup: 10, Window: window}
 	o.Scenario, o.OutDir, o.RunID = sc, filepath.Join(t.TempDir(), name), name
 	var progress strings.Builder

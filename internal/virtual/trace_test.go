@@ -1,6 +1,7 @@
 package virtual
 
 import (
+	"github.com/lmwarden/warden/internal/sharedtrace"
 	"os"
 	"strconv"
 	"testing"
@@ -10,8 +11,6 @@ import (
 	"github.com/lmwarden/warden/loadgen/trace"
 	"github.com/lmwarden/warden/sim"
 )
-
-const mooncakeTrace = "../../loadgen/trace/testdata/conversation_trace.jsonl"
 
 // A slice of the Mooncake conversation trace on the reference cluster, in both
 // modes, affinity off and on: the accounting adds up, every prompt the engines
@@ -25,7 +24,7 @@ func TestTraceReplayBothModes(t *testing.T) {
 			// The reference network and API servers (the delayed event path,
 			// where a prompt waits before it reaches its engine).
 			sc.RTT, sc.APIServers = loadgen.ReferenceRTT, loadgen.ReferenceAPIServers
-			sc.Trace = &loadgen.TraceSpec{File: mooncakeTrace, Mode: mode, To: 5 * time.Minute, Sample: 0.2, Window: time.Minute}
+			sc.Trace = &loadgen.TraceSpec{File: sharedtrace.Path(t, sharedtrace.Mooncake), Mode: mode, To: 5 * time.Minute, Sample: 0.2, Window: time.Minute}
 			var results []loadgen.Result
 			prof, err := sim.LookupProfile("a4000-qwen3-4b")
 			if err != nil {
@@ -101,7 +100,7 @@ func TestTraceReplayBothModes(t *testing.T) {
 
 // traceIDs returns the hash ids of every request of the Mooncake trace.
 func traceIDs(t *testing.T) [][]int64 {
-	f, err := os.Open(mooncakeTrace)
+	f, err := os.Open(sharedtrace.Path(t, sharedtrace.Mooncake))
 	if err != nil {
 		t.Fatal(err)
 	}

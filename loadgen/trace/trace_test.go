@@ -3,6 +3,7 @@ package trace
 import (
 	"container/list"
 	"errors"
+	"github.com/lmwarden/warden/internal/sharedtrace"
 	"io"
 	"math"
 	"os"
@@ -11,11 +12,9 @@ import (
 	"time"
 )
 
-const mooncakeFile = "testdata/conversation_trace.jsonl"
-
 func openTrace(t testing.TB) *Reader {
 	t.Helper()
-	f, err := os.Open(mooncakeFile)
+	f, err := os.Open(sharedtrace.Path(t, sharedtrace.Mooncake))
 	if err != nil {
 		t.Fatal(err)
 	}
