@@ -147,20 +147,23 @@ func TestRecordReplay(t *testing.T) {
 	if rep.Requests != n || ok != n || !within(repIn, recIn) || !within(repOut, recOut) {
 		t.Errorf("replay: %d requests, %d OK, %d in, %d out; recorded %d, %d in, %d out", rep.Requests, ok, repIn, repOut, n, recIn, recOut)
 	}
+	// The replay rebuilds the recording's conversations (not the bench's: a
+	// turn that finished at the router after the variant ended adds one turn to
+	// its conversation there, checked above).
 	want := map[int]int{}
-	for _, k := range turns {
+	for _, k := range sessions {
 		want[k]++
 	}
-	if rep.Conversations != len(turns) || len(rep.TurnsPerConversation) != len(want) {
-		t.Errorf("replay: %d conversations %v; the bench: %d sessions %v", rep.Conversations, rep.TurnsPerConversation, len(turns), want)
+	if rep.Conversations != len(sessions) || len(rep.TurnsPerConversation) != len(want) {
+		t.Errorf("replay: %d conversations %v; the recording: %d sessions %v", rep.Conversations, rep.TurnsPerConversation, len(sessions), want)
 	}
 	for k, v := range want {
 		if rep.TurnsPerConversation[k] != v {
-			t.Errorf("conversations of %d turns: replay %d, bench %d", k, rep.TurnsPerConversation[k], v)
+			t.Errorf("conversations of %d turns: replay %d, recording %d", k, rep.TurnsPerConversation[k], v)
 		}
 	}
-	t.Logf("bench %d OK turns (%d in, %d out tokens) in %d sessions %v; recorded %d; replayed %d OK (%d in, %d out), conversations %v",
-		sent, in, outTok, len(turns), want, n, ok, repIn, repOut, rep.TurnsPerConversation)
+	t.Logf("bench %d OK turns (%d in, %d out tokens) in %d sessions; recorded %d in %d sessions %v; replayed %d OK (%d in, %d out), conversations %v",
+		sent, in, outTok, len(turns), n, len(sessions), want, ok, repIn, repOut, rep.TurnsPerConversation)
 }
 
 // turnsKey returns one session key of the results ("\x00" if none), to check
