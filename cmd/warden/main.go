@@ -33,7 +33,8 @@ const exitCodesHelp = `
 
 Exit codes:
   0    success
-  1    error: bad flags, arguments or input, or the run could not go on
+  1    error: bad flags, arguments or input, or the run could not go on (bench:
+       50 failed turns in a row; the stages it completed are still written)
   3    results written but not usable (bench, report --check): a stage without a
        successful turn, turn accounting that does not add up, an interrupted variant
   4    a --fail-on gate crossed (compare)
