@@ -29,7 +29,7 @@ BENCH_FLAGS := $(if $(SCENARIO),--scenario $(SCENARIO)) \
 	$(if $(filter 1 true yes,$(VIRTUAL)),--virtual) \
 	$(if $(OUT),--out $(OUT)) $(ARGS)
 
-.PHONY: all build bench test unit smoke regression baseline vet fmt-check clean agreement-off proxy-bench
+.PHONY: all build bench test unit race smoke regression baseline vet fmt-check clean agreement-off proxy-bench
 
 all: build
 
@@ -41,7 +41,7 @@ bench: build
 
 # Everything CI runs: formatting, vet, unit + integration tests, and a short
 # end-to-end bench over real HTTP whose CSV is checked.
-test: fmt-check vet unit smoke regression
+test: fmt-check vet unit race smoke regression
 
 # Not in `make test` (about 4 minutes of wall time): the "off" variant's
 # HTTP/virtual agreement over 12-minute stages (docs/simulator.md, "Agreement").
@@ -68,6 +68,15 @@ vet:
 # so CPU-bound packages (sim's trace check) run beside them, not after them.
 unit:
 	$(GO) test -count=1 -p 4 -parallel 4 -timeout 10m ./...
+
+# The race detector over the concurrent packages: the router and its shared
+# state, the HTTP runner, the simulator's server, the benches over HTTP, and
+# e2e's shared-state tests (two routers, one redis-server).
+RACE_PKGS := ./router/... ./loadgen/loadgenhttp ./sim/simhttp ./internal/bench
+RACE_E2E  := TestResponseContinuationAcrossRouters|TestTwoRoutersShareAdmission|TestSharedStateCardShowsWhatPoliciesDecideOn|TestSharedAdmission|TestTwoRoutersSharedState
+race:
+	$(GO) test -race -count=1 -p 4 -parallel 4 -timeout 15m $(RACE_PKGS)
+	$(GO) test -race -count=1 -timeout 10m -run '^($(RACE_E2E))' ./e2e
 
 smoke: build
 	rm -rf results/ci-smoke
