@@ -17,6 +17,7 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/loadgen/loadgenhttp"
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -256,6 +257,18 @@ func checkBenchFlags(cmd *cobra.Command, o *bench.Options) error {
 			errs = append(errs, fmt.Errorf("--dp-ranks needs exactly one --replicas URL (got %d)", len(o.Replicas)))
 		case o.Engine != "" && o.Engine != "auto" && o.Engine != "vllm":
 			errs = append(errs, fmt.Errorf("--dp-ranks with --engine %s: DP ranks are vLLM's only (rank pinning by X-Data-Parallel-Rank, per-rank /metrics labels)", o.Engine))
+		}
+	}
+	for _, spec := range o.Replicas {
+		if _, err := routerhttp.ParseReplicaSpec(spec); err != nil {
+			errs = append(errs, fmt.Errorf("--replicas: %w", err))
+		}
+	}
+	if o.RouterURL != "" {
+		for _, u := range strings.Split(o.RouterURL, ",") {
+			if err := routerhttp.CheckUpstreamURL(strings.TrimSpace(u)); err != nil {
+				errs = append(errs, fmt.Errorf("--router: %w", err))
+			}
 		}
 	}
 	if (f.Changed("admin-url") || f.Changed("admin-token")) && o.RouterURL == "" {

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -456,5 +458,51 @@ func TestRouteFlagsOverrideConfigFile(t *testing.T) {
 	// "auto" as README says (the flag took only numbers).
 	if _, thr, _ := parse("--config", path, "--overflow-threshold", "auto"); thr != 0 {
 		t.Errorf("--overflow-threshold auto over the file: threshold %d, want 0 (auto)", thr)
+	}
+}
+
+// Issue 38 item 6: a server URL written as an OpenAI base_url (…/v1) stops
+// warden bench and warden route at the flags, naming the flag and the root to
+// give; before, bench failed at the pre-flight with "GET /v1/models: http 404"
+// and route started and answered 503.
+func TestV1SuffixRefusedAtTheFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--replicas", "http://127.0.0.1:1/v1", "--out", filepath.Join(dir, "a")},
+			`--replicas: parsing replica "http://127.0.0.1:1/v1": url "http://127.0.0.1:1/v1" ends in /v1: give the server's root, http://127.0.0.1:1 (`},
+		{[]string{"bench", "--router", "http://127.0.0.1:1,http://127.0.0.1:2/v1/", "--out", filepath.Join(dir, "b")},
+			`--router: "http://127.0.0.1:2/v1/" ends in /v1: give the server's root, http://127.0.0.1:2 (`},
+		{[]string{"route", "--replica", "http://127.0.0.1:1/v1"},
+			`ends in /v1: give the server's root, http://127.0.0.1:1 (`},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		root := newRootCmd()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(tc.args)
+		err := root.ExecuteContext(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err %v, want it to contain %q\n%s", tc.args, err, tc.want, out.String())
+		}
+		if _, statErr := os.Stat(filepath.Join(dir, "a", "manifest.json")); statErr == nil {
+			t.Errorf("%v wrote a results directory", tc.args)
+		}
+	}
+}
+
+// A server that answers 404 everywhere: the pre-flight error names the server
+// once ("pre-flight URL: pre-flight URL: ..." before, issue 38 item 6).
+func TestPreflightErrorNamesServerOnce(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	_, err := run(t, "bench", "--replicas", srv.URL, "--out", filepath.Join(t.TempDir(), "run"))
+	want := "pre-flight " + srv.URL + ": "
+	if err == nil || strings.Count(err.Error(), want) != 1 || !strings.Contains(err.Error(), "GET /v1/models: http 404") {
+		t.Fatalf("err %v: want %q once and the failed request", err, want)
 	}
 }

@@ -64,8 +64,10 @@ func PreflightEngines(ctx context.Context, w io.Writer, servers []string, kind e
 		info, err := engineapi.Probe(ctx, phc, base, nil, kind)
 		if err != nil {
 			// The vLLM pre-flight words the common failures (401: --api-key).
+			// Its errors already start "pre-flight <url>: ".
 			if _, perr := Preflight(ctx, io.Discard, []string{base}, sc, hc); perr != nil {
-				err = perr
+				errs = append(errs, perr)
+				continue
 			}
 			errs = append(errs, fmt.Errorf("pre-flight %s: %w", base, err))
 			continue

@@ -484,7 +484,7 @@ func replicaProblems(p string, replicas []ReplicaConfig, bad func(path, format s
 	seenName := map[string]int{}
 	for j, r := range replicas {
 		rp := fmt.Sprintf("%s.replicas[%d]", p, j)
-		if err := checkUpstreamURL(r.URL); err != nil {
+		if err := CheckUpstreamURL(r.URL); err != nil {
 			bad(rp+".url", "%v", err)
 		}
 		if _, err := engines.ParseKind(r.Engine); err != nil {
@@ -546,9 +546,11 @@ func (c Config) lineOf(path string) int {
 // admin addition): far above any data-parallel size a single vLLM server runs.
 const MaxDPRanks = 1024
 
-// checkUpstreamURL reports what is wrong with an upstream base URL: empty, not
-// http(s), no host, or a query or fragment.
-func checkUpstreamURL(s string) error {
+// CheckUpstreamURL reports what is wrong with an upstream base URL: empty, not
+// http(s), no host, a query or fragment, or a path ending in /v1 (the router
+// forwards each request's own path, so http://h:8000/v1 would ask for
+// /v1/v1/models).
+func CheckUpstreamURL(s string) error {
 	if s == "" {
 		return errors.New("is required")
 	}
@@ -567,6 +569,11 @@ func checkUpstreamURL(s string) error {
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("%q: no query or fragment allowed", s)
+	}
+	if p := strings.TrimRight(u.Path, "/"); p == "/v1" || strings.HasSuffix(p, "/v1") {
+		root := *u
+		root.Path = strings.TrimSuffix(p, "/v1")
+		return fmt.Errorf("%q ends in /v1: give the server's root, %s (requests keep their own /v1/... path; /v1 is how an OpenAI client's base_url is written, not a server URL)", s, root.String())
 	}
 	return nil
 }
@@ -596,8 +603,8 @@ func ParseReplicaSpec(s string) (ReplicaConfig, error) {
 			}
 		}
 	}
-	if err := checkUpstreamURL(rc.URL); err != nil {
-		if name, u, ok := strings.Cut(main, "="); ok && rc.Name == "" && checkUpstreamURL(u) == nil {
+	if err := CheckUpstreamURL(rc.URL); err != nil {
+		if name, u, ok := strings.Cut(main, "="); ok && rc.Name == "" && CheckUpstreamURL(u) == nil {
 			return rc, fmt.Errorf("parsing replica %q: name %q may not contain '/' or ':' (a DP URL's ranks are named <name>/rank<k>)", s, name)
 		}
 		return rc, fmt.Errorf("parsing replica %q: url %w", s, err)

@@ -272,7 +272,7 @@ func (rt *Router) AddReplica(model string, rc ReplicaConfig) ([]string, error) {
 	if rc.DPRanks < 0 || rc.DPRanks > MaxDPRanks {
 		return nil, fmt.Errorf("dp_ranks: %d is out of range 0..%d", rc.DPRanks, MaxDPRanks)
 	}
-	if err := checkUpstreamURL(rc.URL); err != nil {
+	if err := CheckUpstreamURL(rc.URL); err != nil {
 		// The same check as a config file's replicas[].url.
 		return nil, fmt.Errorf("url: %q is not an http(s) URL: %w", rc.URL, err)
 	}
