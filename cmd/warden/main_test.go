@@ -461,7 +461,7 @@ func TestRouteFlagsOverrideConfigFile(t *testing.T) {
 	}
 }
 
-// Issue 38 item 6: a server URL written as an OpenAI base_url (…/v1) stops
+// A server URL written as an OpenAI base_url (…/v1) stops
 // warden bench and warden route at the flags, naming the flag and the root to
 // give; before, bench failed at the pre-flight with "GET /v1/models: http 404"
 // and route started and answered 503.
@@ -496,7 +496,7 @@ func TestV1SuffixRefusedAtTheFlags(t *testing.T) {
 }
 
 // A server that answers 404 everywhere: the pre-flight error names the server
-// once ("pre-flight URL: pre-flight URL: ..." before, issue 38 item 6).
+// once ("pre-flight URL: pre-flight URL: ..." before).
 func TestPreflightErrorNamesServerOnce(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	defer srv.Close()

@@ -63,7 +63,7 @@ func (w *watch) Write(p []byte) (int, error) {
 // TestGiveUpKeepsCompletedStages: a run whose server starts cutting every
 // stream after stage 1 gives up in stage 2 (ErrTooManyFailures) and still
 // writes results.csv and summary.md with stage 1's row complete, as Ctrl-C
-// does (issue 34 item 7).
+// does.
 func TestGiveUpKeepsCompletedStages(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {

@@ -196,7 +196,7 @@ func TestParseReplicaSpec(t *testing.T) {
 			t.Errorf("%s: %v", in, err)
 		}
 	}
-	// An OpenAI-style base_url names the root to give instead (issue 38 item 6);
+	// An OpenAI-style base_url names the root to give instead;
 	// a deeper path that merely contains v1 is a server's root behind a proxy.
 	if _, err := ParseReplicaSpec("gpu0=http://h:8101/v1"); err == nil || !strings.Contains(err.Error(), `"http://h:8101/v1" ends in /v1: give the server's root, http://h:8101 (`) {
 		t.Errorf("/v1 suffix: %v", err)
@@ -295,7 +295,7 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				`multi.yaml:6: models[0].replicas[0].url: "ftp://x": scheme must be http or https`,
 				"multi.yaml:7: models[0].replicas[0].dp_rank: field dp_rank not found (did you mean dp_ranks? have url, name, dp_ranks, engine)",
 			}, ""},
-		// Issue 38 item 6: a replica written as an OpenAI base_url (…/v1)
+		// A replica written as an OpenAI base_url (…/v1)
 		// started and answered 503 "no healthy replica" (/v1/health 404).
 		{"v1.yaml", "models:\n  - name: m\n    replicas:\n      - url: http://127.0.0.1:8101/v1\n      - url: http://h:8000/v1/\n",
 			[]string{
