@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/report"
+	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/spf13/pflag"
 )
 
@@ -504,5 +506,34 @@ func TestPreflightErrorNamesServerOnce(t *testing.T) {
 	want := "pre-flight " + srv.URL + ": "
 	if err == nil || strings.Count(err.Error(), want) != 1 || !strings.Contains(err.Error(), "GET /v1/models: http 404") {
 		t.Fatalf("err %v: want %q once and the failed request", err, want)
+	}
+}
+
+// --access-log: a path that cannot be opened is an error naming the flag; an
+// existing file is appended to, not replaced.
+func TestAccessLogFlagOpensForAppend(t *testing.T) {
+	cfg, err := routerhttp.ConfigForURLs([]string{"http://127.0.0.1:9"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := routerhttp.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := startAccessLog(rt, filepath.Join(dir, "no", "such", "dir", "a.jsonl"), io.Discard); err == nil || !strings.Contains(err.Error(), "--access-log: ") {
+		t.Errorf("unopenable path: err %v", err)
+	}
+	path := filepath.Join(dir, "a.jsonl")
+	if err := os.WriteFile(path, []byte("earlier line\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := startAccessLog(rt, path, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if b, _ := os.ReadFile(path); string(b) != "earlier line\n" {
+		t.Errorf("the file was not kept: %q", b)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -36,6 +37,7 @@ type routeOpts struct {
 	state     string
 	admission string
 	record    string // --record FILE: write the traffic as a trace
+	accessLog string // --access-log FILE|-: a JSON line per request
 }
 
 func newRouteCmd() *cobra.Command {
@@ -90,6 +92,13 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 				return err
 			}
 			slog.Info("tie-break seed", "seed", cfg.Seed, "from", o.seedFrom)
+			if o.accessLog != "" {
+				closeLog, err := startAccessLog(rt, o.accessLog, cmd.OutOrStdout())
+				if err != nil {
+					return err
+				}
+				defer closeLog()
+			}
 			if o.record != "" {
 				// O_EXCL: a recording never overwrites an earlier one.
 				f, err := os.OpenFile(o.record, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
@@ -131,6 +140,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.Uint64Var(&o.seed, "seed", 0, "tie-break seed (model i uses seed+i); default: the config file's seed, else drawn from the clock at start (logged)")
 	f.StringVar(&o.state, "state", "", "shared state for several routers: redis://[user:password@]host:port/db or rediss://; session homes, in-flight counts and live working sets are shared by every router naming it (docs/router.md); over the file's state:")
 	f.StringVar(&o.record, "record", "", "write the requests served as a replayable trace to this new file (Mooncake JSONL + session ids; no text, no keys; warden bench --trace replays it; docs/traces.md)")
+	f.StringVar(&o.accessLog, "access-log", "", "append a JSON line per request to this file (- for stdout): time, model, session and agent as SHA-256 prefixes, replica, decision, admission, status, TTFB, usage tokens; no text, no keys (docs/router.md)")
 	f.StringVar(&o.admission, "admission", router.AdmissionOff, "admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\"); with --config: every model's mode, over the file, keeping its other admission settings")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
@@ -256,4 +266,33 @@ func serveRouter(ctx context.Context, rt *routerhttp.Router, cfg routerhttp.Conf
 		slog.Warn("the admin API has no bearer token: anyone who can reach it can switch affinity and thresholds; set --admin-token or admin_token", "admin", cfg.AdminListen)
 	}
 	return rt.ListenAndServe(ctx, 10*time.Second)
+}
+
+// startAccessLog opens path for appending ("-": out) and sets it as rt's access
+// log; the returned func stops it, closes the file and logs the line count.
+func startAccessLog(rt *routerhttp.Router, path string, out io.Writer) (func(), error) {
+	w := out
+	var f *os.File
+	if path != "-" {
+		var err error
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+			return nil, fmt.Errorf("--access-log: %w", err)
+		}
+		w = f
+	}
+	l := routerhttp.NewAccessLog(w)
+	rt.Proxy().SetAccessLog(l)
+	slog.Info("access log: a JSON line per request (session and agent as SHA-256 prefixes; no text, no keys)", "file", path)
+	return func() {
+		rt.Proxy().SetAccessLog(nil)
+		if f != nil {
+			if err := f.Close(); err != nil {
+				slog.Error("access log: closing", "file", path, "err", err)
+			}
+		}
+		if err := l.Err(); err != nil {
+			slog.Error("access log: lines were lost", "file", path, "err", err)
+		}
+		slog.Info("access log closed", "file", path, "lines", l.Written)
+	}, nil
 }

@@ -46,6 +46,7 @@ type call struct {
 	failed       []failedAttempt
 	retried5xx   bool
 	gotFirstByte bool
+	firstByte    time.Time // when gotFirstByte was set
 	// last is when the current attempt last heard from its upstream (UnixNano:
 	// the send, then every response read); cancel ends the attempt's context.
 	// cancel, tracked and isTracked are guarded by Proxy.liveMu.
@@ -155,6 +156,7 @@ func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Ti
 		p.m.observeStateWait(c.stateWait)
 	}
 	p.m.countResponse(c.pool.Model, status)
+	p.logAccess(c, r.Header.Get(wire.HeaderClaudeAgent), r.URL.Path, status, start, c.firstByte)
 	// The arguments (Redact formats, the values are boxed) cost allocations on
 	// every request: build them only when the line is written.
 	if p.log.Enabled(r.Context(), slog.LevelDebug) {

@@ -156,6 +156,7 @@ func (b *watchedBody) Read(buf []byte) (int, error) {
 		}
 		if !b.c.gotFirstByte {
 			b.c.gotFirstByte = true
+			b.c.firstByte = time.Now()
 			b.p.m.observeTTFB(b.c.pool.Model, b.c.upstream().Name, time.Since(b.c.sentAt))
 		}
 		if n >= 2 {

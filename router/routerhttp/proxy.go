@@ -97,7 +97,8 @@ type Proxy struct {
 	liveMu sync.Mutex
 	live   map[liveKey]map[*call]struct{} // requests in flight per replica (AbortSilent)
 
-	recorder atomic.Pointer[Recorder] // nil: not recording (SetRecorder)
+	recorder atomic.Pointer[Recorder]  // nil: not recording (SetRecorder)
+	access   atomic.Pointer[AccessLog] // nil: no access log (SetAccessLog)
 }
 
 // SetRecorder starts writing the requests served to rec (nil stops); the
