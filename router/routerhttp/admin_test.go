@@ -1,6 +1,7 @@
 package routerhttp
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -191,5 +192,30 @@ func TestAdminWildcardPoolAcceptsTheReplicasModels(t *testing.T) {
 	}
 	if code, body := adminDo(t, admin, "PUT", "/admin/models/served-y/policy", "tok", `{"policy":"sticky"}`); code != 404 || !strings.Contains(body, "did you mean served-x?") {
 		t.Fatalf("a misspelt one: %d %s", code, body)
+	}
+}
+
+// The affinity log line names the pools the switch applied to, not only the
+// name asked for (a served model name switches its whole "*" pool).
+func TestAffinityLogNamesPools(t *testing.T) {
+	var log bytes.Buffer
+	cfg := Config{HealthInterval: -1, ScrapeInterval: -1, Logger: slog.New(slog.NewTextHandler(&log, nil)), Clock: &simclock.Manual{}}
+	for _, m := range []string{"a", "b"} {
+		cfg.Models = append(cfg.Models, ModelConfig{Name: m, Replicas: []ReplicaConfig{{URL: "http://127.0.0.1:1"}}})
+	}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.SetAffinity("", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.SetAffinity("b", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`msg="affinity switched" asked="" pools=a,b enabled=false`, `msg="affinity switched" asked=b pools=b enabled=true`} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
 	}
 }

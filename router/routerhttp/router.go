@@ -423,10 +423,13 @@ func (rt *Router) SetAffinity(model string, on bool) error {
 	if err != nil {
 		return fmt.Errorf("setting affinity: %w", err)
 	}
+	var switched []string
 	for _, p := range pools {
 		p.Balancer.SetAffinity(on)
+		switched = append(switched, p.Model)
 	}
-	rt.log.Info("affinity switched", "model", model, "enabled", on)
+	// A name served by a "*" pool switches that whole pool: say so.
+	rt.log.Info("affinity switched", "asked", model, "pools", strings.Join(switched, ","), "enabled", on)
 	return nil
 }
 
