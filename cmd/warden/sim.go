@@ -18,9 +18,9 @@ func newSimCmd() *cobra.Command {
 		Use:   "sim",
 		Short: "Run a simulated vLLM cluster on loopback",
 		Long: `Starts simulated vLLM servers, each a real HTTP server speaking vLLM's OpenAI API
-(/v1/chat/completions, /v1/completions), its Anthropic API (/v1/messages,
-/v1/messages/count_tokens), /v1/models, /health, /version, /metrics (vLLM's series
-and labels) and POST /reset_prefix_cache.
+(/v1/chat/completions, /v1/completions, /v1/responses), its Anthropic API
+(/v1/messages, /v1/messages/count_tokens), /v1/models, /health, /version, /tokenize,
+/metrics (vLLM's series and labels) and POST /reset_prefix_cache.
 
 Each engine models a vLLM V1 engine: a prefix cache of 16-token blocks with chained
 hashes and LRU eviction, continuous batching up to max_num_seqs, chunked prefill,
