@@ -2,32 +2,12 @@ package routerhttp
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/lmwarden/warden/internal/wire"
 )
-
-// lockedBuffer is a bytes.Buffer safe to read while the proxy writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Two turns of one conversation and a subagent's call through the router to
 // simulated vLLM servers: one access-log line each, naming the replica, the
@@ -35,7 +15,7 @@ func (l *lockedBuffer) String() string {
 // the session key and agent id, never the key, the id or the text.
 func TestAccessLogOneLinePerRequest(t *testing.T) {
 	f, _ := simFront(t, 2)
-	var out lockedBuffer
+	var out syncBuffer
 	l := NewAccessLog(&out)
 	f.rt.Proxy().SetAccessLog(l)
 
