@@ -1,7 +1,8 @@
 // Package e2e holds cross-process integration tests of the router: the simulated
 // vLLM cluster (sim/simhttp) and the router (router.New) over loopback HTTP, looked
 // at by headless Chromium (the status card, card_test.go) and driven by the real
-// Claude Code CLI (claudecode_test.go). It has no non-test code.
+// Claude Code CLI (claudecode_test.go; subagent_test.go, with stub replicas whose model
+// makes the CLI launch a subagent). It has no non-test code.
 //
 // Each test skips, saying why, when its outside tool is missing: Chromium
 // (/usr/bin/chromium, or WARDEN_CHROMIUM=path) and npm (the CLI is installed
