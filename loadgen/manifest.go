@@ -26,9 +26,12 @@ type RunInfo struct {
 	Replicas []string
 	Profile  string
 	Policy   string
-	Versions map[string]string
-	Notes    []string
-	Engines  []ReplicaEngine // per replica scraped: engine kind and column sources (Manifest.Engines)
+	// SplitSubagents: the router gave subagents keys of their own
+	// (Manifest.SplitSubagents).
+	SplitSubagents bool
+	Versions       map[string]string
+	Notes          []string
+	Engines        []ReplicaEngine // per replica scraped: engine kind and column sources (Manifest.Engines)
 	// Admission is the router's admission gate (Manifest.Admission); nil
 	// when the harness does not configure the router (an external one).
 	Admission *Admission
@@ -50,8 +53,10 @@ func NewManifest(sc *Scenario, created time.Time, info RunInfo) *Manifest {
 		Profile:  info.Profile,
 		Engines:  slices.Clone(info.Engines),
 		Policy:   info.Policy,
-		Versions: maps.Clone(info.Versions),
-		Notes:    slices.Clone(info.Notes),
+		// Set only where the harness configures the router.
+		SplitSubagents: info.SplitSubagents,
+		Versions:       maps.Clone(info.Versions),
+		Notes:          slices.Clone(info.Notes),
 		// A copy: the manifest shares nothing with info.
 		Admission: clonePtr(info.Admission),
 	}

@@ -64,6 +64,9 @@ type ResultTrace struct {
 	Timestamp    time.Duration `json:"timestamp_ns"` // its timestamp after slicing (window shift, speedup)
 	InputLength  int           `json:"input_length"`
 	OutputLength int           `json:"output_length"`
+	// Agent: the call's place in its session tree (agent replays; nil
+	// otherwise).
+	Agent *AgentCall `json:"agent,omitempty"`
 }
 
 // OK reports whether the turn completed successfully.
@@ -104,6 +107,9 @@ type Manifest struct {
 	Replicas []string  `json:"replicas"`
 	Profile  string    `json:"profile,omitempty"` // simulator profile, "" against real servers
 	Policy   string    `json:"policy"`            // router policy used when affinity is on
+	// SplitSubagents: Claude Code subagents had session keys of their own
+	// (split_subagents); false, omitted: they followed their parent.
+	SplitSubagents bool `json:"split_subagents,omitempty"`
 	// Admission is the router's admission gate (it acts with affinity on
 	// only); absent in runs before it was recorded and through an external
 	// router (--router), whose gate the harness does not set.
@@ -120,6 +126,9 @@ type Manifest struct {
 	// Traces: one record per variant of a trace replay (Scenario.Trace); absent
 	// otherwise.
 	Traces []TraceReplay `json:"traces,omitempty"`
+	// AgentTraces: one record per variant of an agent-session replay (trace
+	// format claude-code); absent otherwise.
+	AgentTraces []AgentReplay `json:"agent_traces,omitempty"`
 	// TraceCalibration: how a trace replay's prompts were fitted to the
 	// server's tokenizer (HTTP runs); absent otherwise.
 	TraceCalibration *TraceCalibration `json:"trace_calibration,omitempty"`

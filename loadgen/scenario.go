@@ -464,6 +464,14 @@ func LoadScenario(path string) (*Scenario, error) {
 			sc.Trace.Path = filepath.Join(filepath.Dir(path), sc.Trace.File)
 		}
 	}
+	if sc.Trace != nil && sc.Trace.Format == "" {
+		if f, err := DetectFormat(sc.Trace.Path); err == nil {
+			sc.Trace.Format = f
+			if err := sc.Trace.Validate(); err != nil {
+				return nil, fmt.Errorf("%s: trace %s is %s: %w", path, sc.Trace.File, f, err)
+			}
+		}
+	}
 	return sc, nil
 }
 

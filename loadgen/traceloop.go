@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/lmwarden/warden/loadgen/agent"
 	"github.com/lmwarden/warden/loadgen/trace"
 )
 
@@ -34,18 +36,75 @@ const DefaultTraceWindow = 5 * time.Minute
 // format (package trace) instead of the synthetic sessions. Zero fields take
 // the defaults given.
 type TraceSpec struct {
-	File      string                        `yaml:"file" json:"file"`             // required; relative to the scenario file
-	Mode      string                        `yaml:"mode" json:"mode"`             // "timestamp" (default) or "session"
-	BlockSize int                           `yaml:"block_size" json:"block_size"` // tokens per hash id; default 512
-	Speedup   float64                       `yaml:"speedup" json:"speedup"`       // divide recorded times by it; default 1
-	From      time.Duration                 `yaml:"from" json:"from"`             // recorded window start; default 0
-	To        time.Duration                 `yaml:"to" json:"to"`                 // recorded window end, exclusive; default the end
-	Sample    float64                       `yaml:"sample" json:"sample"`         // fraction of conversations kept; default 1
+	File      string                        `yaml:"file" json:"file"`             // required; relative to the scenario file; a directory for claude-code
+	Format    string                        `yaml:"format" json:"format"`         // "mooncake" or "claude-code"; default detected from File
+	Mode      string                        `yaml:"mode" json:"mode"`             // mooncake: "timestamp" (default) or "session"
+	BlockSize int                           `yaml:"block_size" json:"block_size"` // tokens per hash id; default 512 (mooncake), 64 (claude-code)
+	Speedup   float64                       `yaml:"speedup" json:"speedup"`       // divide recorded times (claude-code: gaps) by it; default 1
+	From      time.Duration                 `yaml:"from" json:"from"`             // mooncake: recorded window start; default 0
+	To        time.Duration                 `yaml:"to" json:"to"`                 // mooncake: recorded window end, exclusive; default the end
+	Sample    float64                       `yaml:"sample" json:"sample"`         // fraction of conversations (claude-code: session files) kept; default 1
 	Window    time.Duration                 `yaml:"window" json:"window"`         // report window; default 5m
 	Keys      bool                          `yaml:"keys" json:"keys,omitempty"`   // timestamp mode: send session keys (session mode always does, unless session_header is none)
 	Salt      uint64                        `yaml:"salt" json:"salt,omitempty"`   // varies the synthesized text
 	Path      string                        `yaml:"-" json:"-"`                   // File resolved (set by the caller)
 	Opener    func() (io.ReadCloser, error) `yaml:"-" json:"-"`                   // opens the trace; default os.Open(Path) by the caller
+
+	// Agent-session replay (format claude-code; AgentLoop).
+	MaxGap     time.Duration `yaml:"max_gap" json:"max_gap,omitzero"`          // cap on every replayed gap; 0 = none
+	TokenScale float64       `yaml:"token_scale" json:"token_scale,omitzero"`  // scales prompts and outputs; block_size x it must be whole; default 1
+	Live       int           `yaml:"live" json:"live,omitzero"`                // live session trees (closed loop); default 8
+	Recycle    bool          `yaml:"recycle" json:"recycle,omitempty"`         // start sessions over (a new cache-bust per play) until duration
+	Duration   time.Duration `yaml:"duration" json:"duration,omitzero"`        // length of the replay; default 24h as a cap when playing each once
+	OverLength string        `yaml:"over_length" json:"over_length,omitempty"` // "skip" (default) or "send" calls over max_model_len
+}
+
+// Trace formats (TraceSpec.Format).
+const (
+	FormatMooncake   = "mooncake"
+	FormatClaudeCode = agent.FormatClaudeCode
+)
+
+// DetectFormat names the format of the trace at path: a directory or a file
+// that is one JSON object holds Claude Code sessions, anything else is read as
+// Mooncake JSON Lines.
+func DetectFormat(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	if st.IsDir() {
+		return FormatClaudeCode, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	defer f.Close()
+	var head [4096]byte
+	n, _ := io.ReadFull(f, head[:])
+	b := bytes.TrimSpace(head[:n])
+	if strings.HasSuffix(path, ".json") && len(b) > 0 && b[0] == '{' && !bytes.Contains(b, []byte("\n{")) &&
+		(bytes.Contains(b, []byte(`"requests"`)) || bytes.Contains(b, []byte(`"block_size"`))) {
+		return FormatClaudeCode, nil
+	}
+	return FormatMooncake, nil
+}
+
+// Agent reports whether the spec replays agent sessions (format claude-code;
+// a spec without a format is one when it sets an agent-only field).
+func (t *TraceSpec) Agent() bool {
+	return t.Format == FormatClaudeCode || (t.Format == "" && t.agentFields())
+}
+
+// SynthBlockSize is the tokens per hash id of the synthesized prompts: the
+// block size times TokenScale for agent sessions.
+func (t TraceSpec) SynthBlockSize() int {
+	t = t.WithDefaults()
+	if !t.Agent() {
+		return t.BlockSize
+	}
+	return int(math.Round(float64(t.BlockSize) * t.TokenScale))
 }
 
 // Validate reports every bad field.
@@ -53,6 +112,9 @@ func (t *TraceSpec) Validate() error {
 	var errs []error
 	if t.File == "" && t.Opener == nil {
 		errs = append(errs, errors.New("trace.file: required"))
+	}
+	if t.Format != "" && t.Format != FormatMooncake && t.Format != FormatClaudeCode {
+		errs = append(errs, fmt.Errorf("trace.format %q: want %q or %q", t.Format, FormatMooncake, FormatClaudeCode))
 	}
 	if t.Mode != "" && t.Mode != TraceTimestamp && t.Mode != TraceSession {
 		errs = append(errs, fmt.Errorf("trace.mode %q: want %q or %q", t.Mode, TraceTimestamp, TraceSession))
@@ -69,16 +131,59 @@ func (t *TraceSpec) Validate() error {
 			errs = append(errs, errors.New("trace."+msg))
 		}
 	}
+	if d := t.WithDefaults(); d.Agent() {
+		errs = append(errs, t.validateAgent()...)
+	} else if t.agentFields() {
+		errs = append(errs, errors.New("trace: max_gap, token_scale, live, recycle, duration and over_length apply to format claude-code only"))
+	}
 	return errors.Join(errs...)
+}
+
+// agentFields reports whether a field of format claude-code only is set.
+func (t *TraceSpec) agentFields() bool {
+	return t.MaxGap != 0 || t.TokenScale != 0 || t.Live != 0 || t.Recycle || t.Duration != 0 || t.OverLength != ""
+}
+
+func (t *TraceSpec) validateAgent() []error {
+	var errs []error
+	if t.Mode != "" || t.From != 0 || t.To != 0 || t.Keys {
+		errs = append(errs, errors.New("trace: mode, from, to and keys apply to format mooncake only (claude-code sessions always carry their session id)"))
+	}
+	if t.MaxGap < 0 || t.Duration < 0 {
+		errs = append(errs, fmt.Errorf("trace.max_gap %v and trace.duration %v must not be negative", t.MaxGap, t.Duration))
+	}
+	if t.Live < 0 {
+		errs = append(errs, fmt.Errorf("trace.live %d: want a positive number of session trees", t.Live))
+	}
+	if t.Recycle && t.Duration == 0 {
+		errs = append(errs, errors.New("trace.recycle: needs trace.duration (how long to go on)"))
+	}
+	if t.OverLength != "" && t.OverLength != OverLengthSkip && t.OverLength != OverLengthSend {
+		errs = append(errs, fmt.Errorf("trace.over_length %q: want %q or %q", t.OverLength, OverLengthSkip, OverLengthSend))
+	}
+	d := t.WithDefaults()
+	if f := float64(d.BlockSize) * d.TokenScale; t.TokenScale < 0 || f < 1 || math.Abs(f-math.Round(f)) > 1e-9 {
+		errs = append(errs, fmt.Errorf("trace.token_scale %g: block_size %d x token_scale must be a whole number of tokens, at least 1 (e.g. 0.25 -> 16)", d.TokenScale, d.BlockSize))
+	}
+	return errs
 }
 
 // WithDefaults returns a copy with defaults applied.
 func (t TraceSpec) WithDefaults() TraceSpec {
-	if t.Mode == "" {
+	if t.Format == "" {
+		t.Format = FormatMooncake
+		if t.agentFields() {
+			t.Format = FormatClaudeCode
+		}
+	}
+	if t.Mode == "" && !t.Agent() {
 		t.Mode = TraceTimestamp
 	}
 	if t.BlockSize == 0 {
 		t.BlockSize = trace.DefaultBlockSize
+		if t.Agent() {
+			t.BlockSize = agent.DefaultBlockSize
+		}
 	}
 	if t.Speedup == 0 {
 		t.Speedup = 1
@@ -89,6 +194,20 @@ func (t TraceSpec) WithDefaults() TraceSpec {
 	if t.Window == 0 {
 		t.Window = DefaultTraceWindow
 	}
+	if t.Agent() {
+		if t.TokenScale == 0 {
+			t.TokenScale = 1
+		}
+		if t.Live == 0 {
+			t.Live = DefaultAgentLive
+		}
+		if t.Duration == 0 {
+			t.Duration = DefaultAgentCap
+		}
+		if t.OverLength == "" {
+			t.OverLength = OverLengthSkip
+		}
+	}
 	return t
 }
 
@@ -98,8 +217,10 @@ func (t *TraceSpec) sliceOptions(seed uint64) trace.SliceOptions {
 
 // TraceTurn is the trace request a TurnRequest replays.
 type TraceTurn struct {
-	Index   int // position in the whole trace (0-based)
+	Index   int // position in the whole trace (0-based); an agent replay's call count
 	Request trace.Request
+	// Agent: the call's place in its session tree (agent replays only).
+	Agent *AgentCall
 }
 
 // TraceReplay is what a trace replay records in the manifest (per variant).
@@ -325,16 +446,20 @@ func (l *TraceLoop) sessionKey(conv int, recorded string) string {
 	if recorded != "" {
 		return recorded
 	}
+	return uuidFrom(mix(l.sc.Seed, hashString(l.variant)^uint64(conv)*0x9e3779b97f4a7c15), uint64(conv))
+}
+
+// uuidFrom formats a version-4 UUID from h and mix(h, x).
+func uuidFrom(h, x uint64) string {
 	var b [16]byte
-	h := mix(l.sc.Seed, hashString(l.variant)^uint64(conv)*0x9e3779b97f4a7c15)
-	g := mix(h, uint64(conv))
+	g := mix(h, x)
 	for i := range 8 {
 		b[i], b[8+i] = byte(h>>(8*i)), byte(g>>(8*i))
 	}
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
-	x := hex.EncodeToString(b[:])
-	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+	x16 := hex.EncodeToString(b[:])
+	return x16[0:8] + "-" + x16[8:12] + "-" + x16[12:16] + "-" + x16[16:20] + "-" + x16[20:32]
 }
 
 // StartStage returns the requests recorded in window i (intended at their
@@ -436,17 +561,7 @@ func (l *TraceLoop) Finish(r *Result, now time.Duration) []TurnRequest {
 		l.rep.Sent++
 	}
 	delete(l.open, k)
-	ws, wd := o.window, max(l.WindowIndex(now), o.window)
-	l.windows[ws].Started++
-	for i := ws; i < wd; i++ {
-		l.windows[i].InFlight++
-		l.windows[i+1].CarriedIn++
-	}
-	if r.OK() {
-		l.windows[wd].Completed++
-	} else {
-		l.windows[wd].Failed++
-	}
+	bookFinish(l.windows, o.window, max(l.WindowIndex(now), o.window), r.OK())
 	ts := r.Trace.Timestamp
 	l.ended[k] = endInfo{at: now, ok: r.OK(), ts: ts}
 	kids := l.waiting[k]
@@ -541,13 +656,17 @@ func (l *TraceLoop) Variant() Variant {
 }
 
 // CheckTrace reads sc.Trace's file once (no-op without a trace) and returns
-// the requests the slice keeps; an error names the file and line, so a
+// the requests the slice keeps (agent sessions: the session files kept); an error names the file and line, so a
 // harness can refuse a bad trace before it writes anything.
 func CheckTrace(sc *Scenario) (int, error) {
 	if sc.Trace == nil {
 		return 0, nil
 	}
 	spec := sc.Trace.resolved()
+	if spec.Agent() {
+		files, err := agentFiles(&spec, sc.WithDefaults().Seed)
+		return len(files), err
+	}
 	_, kept, err := traceSpan(&spec, sc.WithDefaults().Seed)
 	return kept, err
 }
@@ -598,6 +717,9 @@ func TraceSample(sc *Scenario, n int) ([]TraceTurn, error) {
 		return nil, nil
 	}
 	spec := sc.Trace.resolved()
+	if spec.Agent() {
+		return agentSample(&spec, sc.WithDefaults().Seed, n)
+	}
 	rc, err := spec.Opener()
 	if err != nil {
 		return nil, fmt.Errorf("trace replay: opening %s: %w", spec.File, err)

@@ -279,7 +279,10 @@ type Session struct {
 	ID       int64  // index in start order within a variant, from 0
 	Key      string // session id sent to the router: a UUID derived from (seed, variant, ID)
 	DeviceID string // 64 hex, for metadata.user_id
-	System   string // system prompt (the same for every session of a workload)
+	// Agent is a Claude Code subagent's agent id (X-Claude-Code-Agent-Id), sent
+	// beside Key, its parent's session id; "" for a session's parent agent.
+	Agent  string
+	System string // system prompt (the same for every session of a workload)
 	// Messages is the history: user, assistant, user, ... Its first elements never
 	// change once written, so every turn's prompt extends the previous turn's
 	// prompt plus its reply.
@@ -422,7 +425,8 @@ func (tr TurnRequest) NewResult() Result {
 	}
 	if tr.Trace != nil {
 		q := &tr.Trace.Request
-		r.Trace = &ResultTrace{Index: tr.Trace.Index, Timestamp: q.Timestamp, InputLength: q.InputLength, OutputLength: q.OutputLength}
+		r.Trace = &ResultTrace{Index: tr.Trace.Index, Timestamp: q.Timestamp, InputLength: q.InputLength, OutputLength: q.OutputLength,
+			Agent: tr.Trace.Agent}
 	}
 	if tr.Session != nil {
 		r.Session = tr.Session.ID

@@ -56,6 +56,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs of each engine (simulator) or of the --replicas servers, for the router's auto overflow threshold (default %d, the reference server, for the simulator; %d, vLLM's default, with --replicas)", sim.ReferenceMaxNumSeqs, router.VLLMDefaultMaxNumSeqs))
 	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
 	f.StringVar(&o.Policy, "policy", router.DefaultAffinityPolicy, "router policy while affinity is on: "+strings.Join(router.PolicyNames(), ", ")+" (docs/routing.md)")
+	f.BoolVar(&o.SplitSubagents, "split-subagents", false, "router: give each Claude Code subagent (X-Claude-Code-Agent-Id) a session key of its own instead of its parent's (as split_subagents in a router config; docs/routing.md \"Agent sessions\")")
 	f.StringVar(&o.Keyless, "keyless", router.DefaultKeyless, "router placement of requests without a session key while affinity is on: "+strings.Join(router.KeylessNames(), ", ")+" (docs/routing.md \"Keyless placement\")")
 	f.StringVar(&o.Admission.Mode, "admission", router.AdmissionOff, "router admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\")")
 	f.Float64Var(&o.Admission.FillTarget, "admission-fill", router.DefaultFillTarget, "with --admission fit: share of each replica's KV cache the working sets may fill")
@@ -127,6 +128,7 @@ Examples:
   warden bench --scenario scenarios/smoke.yaml --speed 20
   warden bench --replicas http://gpu:8000 --dp-ranks 4 --stage-duration 3m
   warden bench --virtual --trace conversation_trace.jsonl --trace-mode session
+  warden bench --virtual --trace ../shared/fixtures/traces/claude-code/ --token-scale 0.125 --max-gap 60s
 
 Trace replay (--trace FILE, or trace: in a scenario; docs/traces.md): requests
 of a Mooncake-format trace instead of synthetic sessions, prompts synthesized
@@ -134,6 +136,15 @@ from the block ids, exactly output_length tokens each; --trace-mode timestamp
 (open loop at the recorded times) or session (a conversation's next turn at the
 previous turn's end plus the recorded gap). Over HTTP the prompts are first
 calibrated through the server's /tokenize (the manifest records the error).
+
+Agent sessions (--trace DIR of Claude Code traces, kv-cache-tester format;
+docs/traces.md "Agent sessions"): each file one session tree, --live trees at
+once; a call is sent at the end of what it follows plus the recorded gap
+(--max-gap caps it), subagents run in parallel between two parent calls and the
+next parent call waits for all of them; subagent calls carry
+X-Claude-Code-Agent-Id beside the parent's session id. --token-scale fits the
+prompts to a smaller max_model_len; calls still too long are skipped
+(--over-length). --split-subagents gives subagents keys of their own.
 
 A run that finished but has a stage without a successful turn, or turn
 accounting that does not add up (the checks of 'warden report --check'), exits

@@ -253,10 +253,21 @@ type traceFlags struct {
 	blockSize            int
 	keys                 bool
 	sessionHeader        string
+	// Agent sessions (format claude-code).
+	format, overLength string
+	maxGap, recycle    time.Duration
+	tokenScale         float64
+	live               int
 }
 
 func (t *traceFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&t.file, "trace", "", "replay this Mooncake-format trace instead of synthetic sessions (docs/traces.md)")
+	f.StringVar(&t.file, "trace", "", "replay this trace instead of synthetic sessions: a Mooncake JSON Lines file, or Claude Code sessions (a directory of kv-cache-tester *.json, or one file) (docs/traces.md)")
+	f.StringVar(&t.format, "trace-format", "", "trace format: mooncake or claude-code (default: detected from --trace)")
+	f.DurationVar(&t.maxGap, "max-gap", 0, "agent replay: cap every replayed gap (tool runs, human pauses) at this, e.g. 60s (default: none)")
+	f.Float64Var(&t.tokenScale, "token-scale", 0, "agent replay: scale every prompt and output by this factor, whole 64-token blocks kept shared (64 x it must be whole: 0.25 -> 16-token blocks; default 1)")
+	f.IntVar(&t.live, "live", 0, "agent replay: session trees live at once, a closed loop over trees (default 8)")
+	f.DurationVar(&t.recycle, "recycle", 0, "agent replay: start sessions over for this long, each play with its own cache-bust (default: play each session once)")
+	f.StringVar(&t.overLength, "over-length", "", "agent replay: calls over the servers' max_model_len: skip (default; the recorded server time stands in) or send")
 	f.StringVar(&t.mode, "trace-mode", "", "trace replay mode: timestamp (open loop at the recorded times; default) or session (next turn at the previous turn's end + the recorded gap)")
 	f.Float64Var(&t.speedup, "speedup", 0, "trace replay: divide the recorded times by this factor (default 1)")
 	f.StringVar(&t.from, "from", "", "trace replay: start of the recorded window, e.g. 10m")
@@ -277,6 +288,14 @@ func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
 			spec = *sc.Trace
 		}
 		spec.File, spec.Path = t.file, t.file
+		spec.Format = t.format
+		if spec.Format == "" {
+			f, err := loadgen.DetectFormat(t.file)
+			if err != nil {
+				return fmt.Errorf("--trace: %w", err)
+			}
+			spec.Format = f
+		}
 		sc.Trace = &spec
 		// The trace replaces the scenario's sessions: name the run after it.
 		sc.Name = "trace-" + strings.TrimSuffix(filepath.Base(t.file), filepath.Ext(t.file))
@@ -284,7 +303,8 @@ func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
 	if ch("session-header") {
 		sc.SessionHeader = t.sessionHeader
 	}
-	traceOnly := []string{"trace-mode", "speedup", "from", "to", "sample", "trace-window", "block-size", "trace-keys"}
+	traceOnly := []string{"trace-mode", "speedup", "from", "to", "sample", "trace-window", "block-size", "trace-keys",
+		"trace-format", "max-gap", "token-scale", "live", "recycle", "over-length"}
 	if sc.Trace == nil {
 		for _, n := range traceOnly {
 			if ch(n) {
@@ -322,6 +342,24 @@ func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
 	}
 	if ch("trace-keys") {
 		s.Keys = t.keys
+	}
+	if ch("trace-format") {
+		s.Format = t.format
+	}
+	if ch("max-gap") {
+		s.MaxGap = t.maxGap
+	}
+	if ch("token-scale") {
+		s.TokenScale = t.tokenScale
+	}
+	if ch("live") {
+		s.Live = t.live
+	}
+	if ch("recycle") {
+		s.Recycle, s.Duration = t.recycle > 0, t.recycle
+	}
+	if ch("over-length") {
+		s.OverLength = t.overLength
 	}
 	return nil
 }

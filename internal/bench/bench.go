@@ -99,6 +99,10 @@ type Options struct {
 	// Keyless is the router's placement of requests without a session key
 	// (router.KeylessNames); "" means router.DefaultKeyless.
 	Keyless string
+	// SplitSubagents gives Claude Code subagents (X-Claude-Code-Agent-Id) a
+	// session key of their own (routerhttp.KeyConfig.SplitSubagents); default
+	// they follow their parent. Ignored with an external router.
+	SplitSubagents bool
 	// Admission configures the router's admission gate per model
 	// (router.AdmissionConfig; off by default). Ignored with an external router.
 	Admission router.AdmissionConfig
@@ -193,16 +197,17 @@ func runVirtual(ctx context.Context, o Options) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	_, err = virtual.Run(ctx, virtual.Config{
-		Scenario: o.Scenario,
-		Replicas: o.SimReplicas,
-		Engine:   sim.EngineConfig{Profile: prof, MaxNumSeqs: o.MaxNumSeqs},
-		Balancer: router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy, Admission: o.Admission, Keyless: o.Keyless},
-		Out:      out,
-		Progress: o.Progress,
-		RunID:    o.RunID,
-		Profile:  o.Profile,
-		Policy:   o.Policy,
-		Versions: versions(),
+		Scenario:       o.Scenario,
+		Replicas:       o.SimReplicas,
+		Engine:         sim.EngineConfig{Profile: prof, MaxNumSeqs: o.MaxNumSeqs},
+		Balancer:       router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy, Admission: o.Admission, Keyless: o.Keyless},
+		SplitSubagents: o.SplitSubagents,
+		Out:            out,
+		Progress:       o.Progress,
+		RunID:          o.RunID,
+		Profile:        o.Profile,
+		Policy:         o.Policy,
+		Versions:       versions(),
 	})
 	return err
 }
@@ -430,7 +435,7 @@ func calibrateTrace(ctx context.Context, w io.Writer, rc *loadgenhttp.RunConfig,
 	if err != nil {
 		return err
 	}
-	synth, cal, err := loadgenhttp.CalibrateTrace(ctx, hc, server, rc.Scenario.Model, dialect, rc.Header, spec.BlockSize, spec.Salt, samples)
+	synth, cal, err := loadgenhttp.CalibrateTrace(ctx, hc, server, rc.Scenario.Model, dialect, rc.Header, spec.SynthBlockSize(), spec.Salt, samples)
 	if err != nil {
 		return err
 	}
@@ -447,6 +452,13 @@ func calibrateTrace(ctx context.Context, w io.Writer, rc *loadgenhttp.RunConfig,
 		kv += v
 	}
 	rc.FleetKVTokens = int64(kv)
+	// The smallest context of the replicas decides an agent replay's
+	// over-length calls.
+	for _, p := range probed {
+		if n, ok := p.Info.ContextLength.Get(); ok && (rc.MaxModelLen == 0 || int(n) < rc.MaxModelLen) {
+			rc.MaxModelLen = int(n)
+		}
+	}
 	return nil
 }
 

@@ -295,6 +295,8 @@ func (h *httpRun) embeddedRouter() error {
 	rcfg.AdminToken = DefaultAdminToken
 	rcfg.SkipPinningCheck = true // checked in the pre-flight, before any stage
 	rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	rcfg.SplitSubagents = o.SplitSubagents
+	rc.SplitSubagents = o.SplitSubagents
 	for i := range rcfg.Models {
 		for j := range rcfg.Models[i].Replicas {
 			if j < len(h.kinds) && h.kinds[j] != engines.KindVLLM {

@@ -2,28 +2,10 @@ package virtual
 
 import (
 	"strings"
-	"time"
 
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/loadgen/trace"
 	"github.com/lmwarden/warden/sim"
-)
-
-// dispatcher is what the event loop needs of a variant's controller: the
-// closed loop of synthetic sessions (loadgen.Loop) or a trace replay
-// (loadgen.TraceLoop).
-type dispatcher interface {
-	StartStage(i int, now time.Duration) []loadgen.TurnRequest
-	Sent(tr loadgen.TurnRequest, now time.Duration)
-	Finish(r *loadgen.Result, now time.Duration) []loadgen.TurnRequest
-	Stop(now time.Duration)
-	Windows() []loadgen.StageWindow
-	Variant() loadgen.Variant
-}
-
-var (
-	_ dispatcher = (*loadgen.Loop)(nil)
-	_ dispatcher = (*loadgen.TraceLoop)(nil)
 )
 
 // traceSynth is the prompt synthesizer for the simulator's tokenizer: one token
@@ -32,7 +14,7 @@ var (
 func traceSynth(spec *loadgen.TraceSpec) *trace.Synth {
 	s := spec.WithDefaults()
 	return &trace.Synth{
-		BlockSize: s.BlockSize,
+		BlockSize: s.SynthBlockSize(),
 		Overhead:  len(sim.RenderChat(nil, []sim.ChatMessage{{Role: "user", Content: ""}}, true)),
 		Salt:      s.Salt,
 	}

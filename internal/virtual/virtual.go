@@ -27,6 +27,9 @@ type Config struct {
 	// KVCapacityTokens to the engines' (as the HTTP router scrapes them from
 	// vllm:cache_config_info).
 	Balancer router.BalancerConfig
+	// SplitSubagents gives a Claude Code subagent a session key of its own, as
+	// the HTTP router's split_subagents does (routerhttp.KeyConfig).
+	SplitSubagents bool
 	// ObserveInterval is how often the router's view of engine gauges (running,
 	// waiting, KV usage) is refreshed, as its /metrics scraper would; default
 	// router.DefaultScrapeInterval.
@@ -124,7 +127,7 @@ type run struct {
 	pieceTokens int
 
 	variant int
-	loop    dispatcher
+	loop    loadgen.Controller
 	traceState
 	polls   *loadgen.PollSchedule // the variant's poll instants after the first
 	end     time.Duration
@@ -214,7 +217,7 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 	r.m = loadgen.NewManifest(sc, time.Now(), loadgen.RunInfo{
 		RunID: cfg.RunID, Mode: "virtual", Target: "virtual", Replicas: r.names,
 		Profile: cfg.Profile, Policy: cfg.Policy, Versions: cfg.Versions,
-		Admission: ManifestAdmission(cfg.Balancer.Admission),
+		Admission: ManifestAdmission(cfg.Balancer.Admission), SplitSubagents: cfg.SplitSubagents,
 	})
 
 	r.startVariant(0)
@@ -370,16 +373,12 @@ func (r *run) startVariant(v int) {
 	}
 	r.bal.SetAffinity(aff)
 	r.caches = map[int64]*tokCache{}
-	if r.sc.Trace != nil {
-		tl, err := loadgen.NewTraceLoop(r.sc, name, now, r.fleetKVTokens())
-		if err != nil {
-			r.errs = append(r.errs, fmt.Errorf("virtual run: %w", err))
-			return
-		}
-		r.loop = tl
-	} else {
-		r.loop = loadgen.NewLoop(r.sc, r.w, name, now)
+	loop, err := loadgen.NewController(r.sc, r.w, name, now, loadgen.Fleet{KVTokens: r.fleetKVTokens(), MaxModelLen: r.engines[0].Config().MaxModelLen})
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("virtual run: %w", err))
+		return
 	}
+	r.loop = loop
 	ws := r.loop.Windows()
 	r.end = ws[len(ws)-1].End
 	r.stageOK = make([]int, len(ws))
@@ -429,11 +428,8 @@ func (r *run) stopVariant(t time.Duration) {
 	}
 	r.loop.Stop(t)
 	r.m.Variants = append(r.m.Variants, r.loop.Variant())
-	if tl, ok := r.loop.(*loadgen.TraceLoop); ok {
-		r.m.Traces = append(r.m.Traces, tl.Replay())
-		if err := tl.Err(); err != nil {
-			r.errs = append(r.errs, err)
-		}
+	if err := loadgen.RecordReplay(r.loop, r.m); err != nil {
+		r.errs = append(r.errs, err)
 	}
 	r.loop = nil
 	r.pending = map[int]pendingTurn{}
@@ -755,6 +751,11 @@ func (r *run) finish(res *loadgen.Result, t time.Duration, s *loadgen.Session) {
 		delete(r.caches, s.ID)
 	}
 	r.send(next)
+	if loadgen.Ended(r.loop) && t < r.end {
+		// An agent replay played every session: the variant ends now.
+		r.end = t
+		r.sched.at(event{at: t, kind: evEnd, variant: r.variant})
+	}
 }
 
 func (r *run) stageIndex(t time.Duration) int {
@@ -829,6 +830,10 @@ func ManifestAdmission(c router.AdmissionConfig) *loadgen.Admission {
 func (r *run) keyOf(s *loadgen.Session) string {
 	if s == nil || r.sc.SessionHeader == loadgen.SessionHeaderNone {
 		return ""
+	}
+	if r.cfg.SplitSubagents && s.Agent != "" && s.Key != "" {
+		// As routerhttp.ExtractKey does with split_subagents.
+		return s.Key + "/agent/" + s.Agent
 	}
 	return s.Key
 }

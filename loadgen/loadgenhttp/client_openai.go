@@ -299,5 +299,8 @@ func setSessionHeader(h http.Header, style string, s *loadgen.Session) {
 		h.Set(wire.HeaderCodexThread, s.Key)
 	default:
 		h.Set(wire.HeaderClaudeSession, s.Key)
+		if s.Agent != "" {
+			h.Set(wire.HeaderClaudeAgent, s.Agent)
+		}
 	}
 }

@@ -79,6 +79,9 @@ type RunConfig struct {
 	// FleetKVTokens is the replicas' total KV capacity in tokens, for a trace
 	// replay's shared-LRU figure (0: unknown, figure left out).
 	FleetKVTokens int64
+	// MaxModelLen is the servers' max_model_len (0 unknown), for an agent
+	// replay's over-length calls.
+	MaxModelLen int
 	// TraceSynth writes a trace replay's prompts (CalibrateTrace; nil = the
 	// simulator's tokenizer without template tokens) and TraceForce says how
 	// the output length is forced (ForceVLLM, ForceLlamaCpp). TraceCalibration
@@ -88,14 +91,17 @@ type RunConfig struct {
 	TraceCalibration *loadgen.TraceCalibration
 
 	// Copied into the manifest.
-	RunID    string // default: loadgen.NewRunID of the start
-	Mode     string // default "http"
-	Target   string // default BaseURL
-	Profile  string
-	Policy   string
-	Versions map[string]string
-	Notes    []string
-	Engines  []loadgen.ReplicaEngine // Manifest.Engines
+	RunID   string // default: loadgen.NewRunID of the start
+	Mode    string // default "http"
+	Target  string // default BaseURL
+	Profile string
+	Policy  string
+	// SplitSubagents: the harness's router gives subagents keys of their own
+	// (recorded in the manifest).
+	SplitSubagents bool
+	Versions       map[string]string
+	Notes          []string
+	Engines        []loadgen.ReplicaEngine // Manifest.Engines
 	// Admission is the admission gate of the router the run goes through
 	// (Manifest.Admission); nil when the caller does not know it.
 	Admission *loadgen.Admission
@@ -281,7 +287,7 @@ func (rn *runner) newManifest() *loadgen.Manifest {
 	created := time.Now()
 	info := loadgen.RunInfo{
 		RunID: cfg.RunID, Mode: cfg.Mode, Target: cfg.Target, Speed: rn.clock.Speed,
-		Profile: cfg.Profile, Policy: cfg.Policy, Versions: maps.Clone(cfg.Versions), Notes: cfg.Notes,
+		Profile: cfg.Profile, Policy: cfg.Policy, SplitSubagents: cfg.SplitSubagents, Versions: maps.Clone(cfg.Versions), Notes: cfg.Notes,
 		Engines: cfg.Engines, Admission: cfg.Admission,
 	}
 	if info.RunID == "" {

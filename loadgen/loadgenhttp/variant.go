@@ -39,11 +39,8 @@ func (rn *runner) runVariant(ctx context.Context, name string) (*loadgen.Variant
 		}
 	}
 	v := vr.loop.Variant()
-	if tl, ok := vr.loop.(*loadgen.TraceLoop); ok {
-		rn.m.Traces = append(rn.m.Traces, tl.Replay())
-		if err := tl.Err(); err != nil {
-			vr.fail(err)
-		}
+	if err := loadgen.RecordReplay(vr.loop, rn.m); err != nil {
+		vr.fail(err)
 	}
 	return &v, vr.err
 }
@@ -88,7 +85,7 @@ type variantStats struct {
 type variantRun struct {
 	rn      *runner
 	name    string
-	loop    dispatcher
+	loop    loadgen.Controller
 	windows []loadgen.StageWindow
 	lastEnd time.Duration
 	st      *variantStats
@@ -104,13 +101,9 @@ type variantRun struct {
 }
 
 func (rn *runner) newVariantRun(ctx context.Context, name string, start time.Duration) (*variantRun, error) {
-	var loop dispatcher = loadgen.NewLoop(rn.sc, rn.w, name, start)
-	if rn.sc.Trace != nil {
-		tl, err := loadgen.NewTraceLoop(rn.sc, name, start, rn.cfg.FleetKVTokens)
-		if err != nil {
-			return nil, fmt.Errorf("running variant %s: %w", name, err)
-		}
-		loop = tl
+	loop, err := loadgen.NewController(rn.sc, rn.w, name, start, loadgen.Fleet{KVTokens: rn.cfg.FleetKVTokens, MaxModelLen: rn.cfg.MaxModelLen})
+	if err != nil {
+		return nil, fmt.Errorf("running variant %s: %w", name, err)
 	}
 	windows := loop.Windows()
 	st := &variantStats{
@@ -127,27 +120,6 @@ func (rn *runner) newVariantRun(ctx context.Context, name string, start time.Dur
 	vr.turnCtx, vr.cancelTurns = context.WithCancel(context.WithoutCancel(ctx))
 	return vr, nil
 }
-
-// dispatcher is what a variant needs of its controller: the closed loop of
-// synthetic sessions (loadgen.Loop) or a trace replay (loadgen.TraceLoop).
-type dispatcher interface {
-	Name() string
-	StartStage(i int, now time.Duration) []loadgen.TurnRequest
-	Sent(tr loadgen.TurnRequest, now time.Duration)
-	Finish(r *loadgen.Result, now time.Duration) []loadgen.TurnRequest
-	Stop(now time.Duration)
-	Windows() []loadgen.StageWindow
-	WindowIndex(t time.Duration) int
-	Variant() loadgen.Variant
-	Active() int
-	InFlightAt(now time.Duration) int
-	Waiting(now time.Duration) int
-}
-
-var (
-	_ dispatcher = (*loadgen.Loop)(nil)
-	_ dispatcher = (*loadgen.TraceLoop)(nil)
-)
 
 // fail records err unless an earlier error ends the run already.
 func (vr *variantRun) fail(err error) {
@@ -176,6 +148,11 @@ func (vr *variantRun) drive(ctx context.Context) (stopAt time.Duration) {
 		select {
 		case d := <-vr.results:
 			vr.complete(d, true)
+			if loadgen.Ended(vr.loop) {
+				// An agent replay played every session: the variant ends now.
+				vr.progressLine(stage, "done")
+				return min(clock.Now(), vr.lastEnd)
+			}
 		case <-stageTimer.C:
 			vr.progressLine(stage, "done")
 			vr.warnConcurrency(stage)
