@@ -26,9 +26,8 @@ type RunInfo struct {
 	Replicas []string
 	Profile  string
 	Policy   string
-	// SplitSubagents: the router gave subagents keys of their own
-	// (Manifest.SplitSubagents).
-	SplitSubagents bool
+	// Subagents: the router's subagent rule (Manifest.Subagents).
+	Subagents string
 	Versions       map[string]string
 	Notes          []string
 	Engines        []ReplicaEngine // per replica scraped: engine kind and column sources (Manifest.Engines)
@@ -54,7 +53,7 @@ func NewManifest(sc *Scenario, created time.Time, info RunInfo) *Manifest {
 		Engines:  slices.Clone(info.Engines),
 		Policy:   info.Policy,
 		// Set only where the harness configures the router.
-		SplitSubagents: info.SplitSubagents,
+		Subagents: info.Subagents,
 		Versions:       maps.Clone(info.Versions),
 		Notes:          slices.Clone(info.Notes),
 		// A copy: the manifest shares nothing with info.

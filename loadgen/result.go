@@ -107,9 +107,10 @@ type Manifest struct {
 	Replicas []string  `json:"replicas"`
 	Profile  string    `json:"profile,omitempty"` // simulator profile, "" against real servers
 	Policy   string    `json:"policy"`            // router policy used when affinity is on
-	// SplitSubagents: Claude Code subagents had session keys of their own
-	// (split_subagents); false, omitted: they followed their parent.
-	SplitSubagents bool `json:"split_subagents,omitempty"`
+	// Subagents is the router's rule for Claude Code subagents: "split" or
+	// "follow" (split_subagents, follow_subagents); omitted: "keep", under the
+	// parent's key, or a router the harness does not configure.
+	Subagents string `json:"subagents,omitempty"`
 	// Admission is the router's admission gate (it acts with affinity on
 	// only); absent in runs before it was recorded and through an external
 	// router (--router), whose gate the harness does not set.

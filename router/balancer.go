@@ -40,15 +40,18 @@ const (
 	// (previous_response_id) and went to the replica that produced it, whatever
 	// its load (responsehome.go).
 	ReasonResponse
+	// ReasonParent: a Claude Code subagent's first call went to its parent's
+	// home, under the overflow threshold (follow_subagents; parentStep).
+	ReasonParent
 
-	numReasons = int(ReasonResponse) + 1
+	numReasons = int(ReasonParent) + 1
 )
 
 // Reasons lists every Reason in order, for metrics and status output.
-var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved, ReasonPrefix, ReasonResponse}
+var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved, ReasonPrefix, ReasonResponse, ReasonParent}
 
 // String returns the header/metric value: sticky, placed, overflow, rehome, no-key,
-// balanced, moved, prefix, response.
+// balanced, moved, prefix, response, parent.
 func (r Reason) String() string {
 	switch r {
 	case ReasonSticky:
@@ -69,6 +72,8 @@ func (r Reason) String() string {
 		return "prefix"
 	case ReasonResponse:
 		return "response"
+	case ReasonParent:
+		return "parent"
 	}
 	return "unknown"
 }
@@ -109,6 +114,10 @@ type Facts struct {
 	// continues ("" none): when the Balancer knows which replica produced it
 	// (LearnResponse) and that replica is healthy, the request goes there.
 	ResponseID string
+	// ParentKey is the session key of the agent that spawned this request's
+	// conversation (a Claude Code subagent under follow_subagents), "" for
+	// none: a conversation without a home starts on its parent's (parentStep).
+	ParentKey string
 	// Prefix holds the chained hashes of the prompt's leading pieces
 	// (PrefixHashes), for keyless placement (BalancerConfig.Keyless); read only
 	// when SessionKey is "". nil: unknown.
@@ -574,6 +583,9 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 				d, byPrefix = Decision{Replica: m, Reason: ReasonPrefix}, true
 			}
 		}
+		if pd, ok := b.parentStep(f, home); ok && !byPrefix {
+			d, byPrefix = pd, true
+		}
 		if !byPrefix {
 			d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
 		}
@@ -609,6 +621,24 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 	return d, info, plan, nil
 }
 
+// parentStep is the subagent rule "follow": a conversation without a home
+// whose parent (Facts.ParentKey) has one starts there while that replica is
+// healthy in the view (admission may have taken it out) and not over the
+// overflow threshold; otherwise the policy places it as any new conversation.
+// The subagent keeps its own key, so its context never stands in for the
+// parent's in the session table. Only this router's table is read: through
+// shared state a parent homed by another router is not seen.
+func (b *Balancer) parentStep(f Facts, home int) (Decision, bool) {
+	if f.ParentKey == "" || f.SessionKey == "" || home >= 0 {
+		return Decision{}, false
+	}
+	p := b.sessions.home(b.sessions.hash(f.ParentKey))
+	if p < 0 || p >= len(b.view) || !b.view[p].Healthy || b.view[p].InFlight > b.overflowThreshold() {
+		return Decision{}, false
+	}
+	return Decision{Replica: p, Reason: ReasonParent}, true
+}
+
 // recordSessionDecision records decision d for the session (hash h, home
 // before the decision, side request or not) in the session table under mu: a
 // new home, an overflow target, the context estimate; with sv it returns the
@@ -620,7 +650,7 @@ func (b *Balancer) recordSessionDecision(now time.Duration, f Facts, sv *sharedV
 	case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.reps[home].out.ejected && !b.view[home].Healthy:
 		// The home is healthy but was avoided for this request only.
 		d.Reason = ReasonOverflow
-	case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved:
+	case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved || d.Reason == ReasonParent:
 		b.sessions.set(now, h, d.Replica)
 		b.countPlacement(d.Replica)
 	}

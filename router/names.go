@@ -47,3 +47,17 @@ func RankBase(replica string) (string, bool) {
 	}
 	return replica[:i], true
 }
+
+// Subagent rules: where a Claude Code subagent's calls (X-Claude-Code-Agent-Id
+// beside the parent's session id) are placed. Keep: under the parent's key, so
+// on the parent's replica; split: a key of their own, placed as a new
+// conversation; follow: a key of their own, the first call on the parent's
+// replica while it is under the overflow threshold (Facts.ParentKey).
+const (
+	SubagentsKeep   = "keep"
+	SubagentsSplit  = "split"
+	SubagentsFollow = "follow"
+)
+
+// SubagentRules lists the subagent rules, default first.
+var SubagentRules = []string{SubagentsKeep, SubagentsSplit, SubagentsFollow}

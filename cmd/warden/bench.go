@@ -56,7 +56,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, fmt.Sprintf("max_num_seqs of each engine (simulator) or of the --replicas servers, for the router's auto overflow threshold (default %d, the reference server, for the simulator; %d, vLLM's default, with --replicas)", sim.ReferenceMaxNumSeqs, router.VLLMDefaultMaxNumSeqs))
 	f.IntVar(&o.OverflowThreshold, "overflow-threshold", 0, "router overflow threshold in in-flight requests (0 = auto: max_num_seqs/4)")
 	f.StringVar(&o.Policy, "policy", router.DefaultAffinityPolicy, "router policy while affinity is on: "+strings.Join(router.PolicyNames(), ", ")+" (docs/routing.md)")
-	f.BoolVar(&o.SplitSubagents, "split-subagents", false, "router: give each Claude Code subagent (X-Claude-Code-Agent-Id) a session key of its own instead of its parent's (as split_subagents in a router config; docs/routing.md \"Agent sessions\")")
+	f.StringVar(&o.Subagents, "subagents", router.SubagentsKeep, "router rule for Claude Code subagents (X-Claude-Code-Agent-Id): keep (under the parent's key, on its replica), split (keys of their own, placed as new conversations; split_subagents) or follow (keys of their own, first call on the parent's replica while under the overflow threshold; follow_subagents)")
 	f.StringVar(&o.Keyless, "keyless", router.DefaultKeyless, "router placement of requests without a session key while affinity is on: "+strings.Join(router.KeylessNames(), ", ")+" (docs/routing.md \"Keyless placement\")")
 	f.StringVar(&o.Admission.Mode, "admission", router.AdmissionOff, "router admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\")")
 	f.Float64Var(&o.Admission.FillTarget, "admission-fill", router.DefaultFillTarget, "with --admission fit: share of each replica's KV cache the working sets may fill")
@@ -144,7 +144,7 @@ once; a call is sent at the end of what it follows plus the recorded gap
 next parent call waits for all of them; subagent calls carry
 X-Claude-Code-Agent-Id beside the parent's session id. --token-scale fits the
 prompts to a smaller max_model_len; calls still too long are skipped
-(--over-length). --split-subagents gives subagents keys of their own.
+(--over-length). --subagents keep|split|follow sets the router's rule for them.
 
 A run that finished but has a stage without a successful turn, or turn
 accounting that does not add up (the checks of 'warden report --check'), exits

@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -99,10 +100,10 @@ type Options struct {
 	// Keyless is the router's placement of requests without a session key
 	// (router.KeylessNames); "" means router.DefaultKeyless.
 	Keyless string
-	// SplitSubagents gives Claude Code subagents (X-Claude-Code-Agent-Id) a
-	// session key of their own (routerhttp.KeyConfig.SplitSubagents); default
-	// they follow their parent. Ignored with an external router.
-	SplitSubagents bool
+	// Subagents is the router's rule for Claude Code subagents
+	// (X-Claude-Code-Agent-Id; router.SubagentRules): "" or keep (under the
+	// parent's key), split, follow. Ignored with an external router.
+	Subagents string
 	// Admission configures the router's admission gate per model
 	// (router.AdmissionConfig; off by default). Ignored with an external router.
 	Admission router.AdmissionConfig
@@ -158,6 +159,12 @@ func Run(ctx context.Context, o Options) (string, error) {
 	if o.Policy == "" {
 		o.Policy = router.DefaultAffinityPolicy
 	}
+	if o.Subagents != "" && !slices.Contains(router.SubagentRules, o.Subagents) {
+		return "", fmt.Errorf("bench: subagent rule %q: want one of %s", o.Subagents, strings.Join(router.SubagentRules, ", "))
+	}
+	if o.Subagents == router.SubagentsKeep {
+		o.Subagents = "" // the default, not recorded
+	}
 	if err := router.ValidKeyless(o.Keyless); err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
@@ -197,17 +204,17 @@ func runVirtual(ctx context.Context, o Options) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	_, err = virtual.Run(ctx, virtual.Config{
-		Scenario:       o.Scenario,
-		Replicas:       o.SimReplicas,
-		Engine:         sim.EngineConfig{Profile: prof, MaxNumSeqs: o.MaxNumSeqs},
-		Balancer:       router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy, Admission: o.Admission, Keyless: o.Keyless},
-		SplitSubagents: o.SplitSubagents,
-		Out:            out,
-		Progress:       o.Progress,
-		RunID:          o.RunID,
-		Profile:        o.Profile,
-		Policy:         o.Policy,
-		Versions:       versions(),
+		Scenario:  o.Scenario,
+		Replicas:  o.SimReplicas,
+		Engine:    sim.EngineConfig{Profile: prof, MaxNumSeqs: o.MaxNumSeqs},
+		Balancer:  router.BalancerConfig{MaxNumSeqs: o.MaxNumSeqs, OverflowThreshold: o.OverflowThreshold, Policy: o.Policy, Admission: o.Admission, Keyless: o.Keyless},
+		Subagents: o.Subagents,
+		Out:       out,
+		Progress:  o.Progress,
+		RunID:     o.RunID,
+		Profile:   o.Profile,
+		Policy:    o.Policy,
+		Versions:  versions(),
 	})
 	return err
 }

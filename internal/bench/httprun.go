@@ -295,8 +295,9 @@ func (h *httpRun) embeddedRouter() error {
 	rcfg.AdminToken = DefaultAdminToken
 	rcfg.SkipPinningCheck = true // checked in the pre-flight, before any stage
 	rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	rcfg.SplitSubagents = o.SplitSubagents
-	rc.SplitSubagents = o.SplitSubagents
+	rcfg.SplitSubagents = o.Subagents == router.SubagentsSplit
+	rcfg.FollowSubagents = o.Subagents == router.SubagentsFollow
+	rc.Subagents = o.Subagents
 	for i := range rcfg.Models {
 		for j := range rcfg.Models[i].Replicas {
 			if j < len(h.kinds) && h.kinds[j] != engines.KindVLLM {

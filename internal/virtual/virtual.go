@@ -27,9 +27,9 @@ type Config struct {
 	// KVCapacityTokens to the engines' (as the HTTP router scrapes them from
 	// vllm:cache_config_info).
 	Balancer router.BalancerConfig
-	// SplitSubagents gives a Claude Code subagent a session key of its own, as
-	// the HTTP router's split_subagents does (routerhttp.KeyConfig).
-	SplitSubagents bool
+	// Subagents is the subagent rule (router.SubagentRules; "" keep), as the
+	// HTTP router's split_subagents and follow_subagents (routerhttp.KeyConfig).
+	Subagents string
 	// ObserveInterval is how often the router's view of engine gauges (running,
 	// waiting, KV usage) is refreshed, as its /metrics scraper would; default
 	// router.DefaultScrapeInterval.
@@ -217,7 +217,7 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 	r.m = loadgen.NewManifest(sc, time.Now(), loadgen.RunInfo{
 		RunID: cfg.RunID, Mode: "virtual", Target: "virtual", Replicas: r.names,
 		Profile: cfg.Profile, Policy: cfg.Policy, Versions: cfg.Versions,
-		Admission: ManifestAdmission(cfg.Balancer.Admission), SplitSubagents: cfg.SplitSubagents,
+		Admission: ManifestAdmission(cfg.Balancer.Admission), Subagents: cfg.Subagents,
 	})
 
 	r.startVariant(0)
@@ -546,7 +546,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 		prompt, hashes = r.prompt(tr.Session, maxTokens)
 		keep = true
 	}
-	facts := router.Facts{SessionKey: r.keyOf(tr.Session), PromptTokens: len(prompt), HeldFor: t - h.arrived,
+	facts := router.Facts{SessionKey: r.keyOf(tr.Session), ParentKey: r.parentKeyOf(tr.Session), PromptTokens: len(prompt), HeldFor: t - h.arrived,
 		Ticket: h.ticket, Continuing: tr.Turn > 0 && tr.Side == nil}
 	if facts.SessionKey == "" {
 		// What a keyless router can know of the prompt: its leading pieces.
@@ -831,9 +831,18 @@ func (r *run) keyOf(s *loadgen.Session) string {
 	if s == nil || r.sc.SessionHeader == loadgen.SessionHeaderNone {
 		return ""
 	}
-	if r.cfg.SplitSubagents && s.Agent != "" && s.Key != "" {
-		// As routerhttp.ExtractKey does with split_subagents.
+	if r.cfg.Subagents != "" && r.cfg.Subagents != router.SubagentsKeep && s.Agent != "" && s.Key != "" {
+		// As routerhttp.ExtractKey does with split_subagents or follow_subagents.
 		return s.Key + "/agent/" + s.Agent
+	}
+	return s.Key
+}
+
+// parentKeyOf is the parent's key of a subagent's session under the follow
+// rule (router.Facts.ParentKey), "" otherwise.
+func (r *run) parentKeyOf(s *loadgen.Session) string {
+	if r.cfg.Subagents != router.SubagentsFollow || s == nil || s.Agent == "" || r.sc.SessionHeader == loadgen.SessionHeaderNone {
+		return ""
 	}
 	return s.Key
 }

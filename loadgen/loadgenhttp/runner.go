@@ -96,9 +96,9 @@ type RunConfig struct {
 	Target  string // default BaseURL
 	Profile string
 	Policy  string
-	// SplitSubagents: the harness's router gives subagents keys of their own
-	// (recorded in the manifest).
-	SplitSubagents bool
+	// Subagents: the harness's router's subagent rule (recorded in the
+	// manifest; "" keep).
+	Subagents string
 	Versions       map[string]string
 	Notes          []string
 	Engines        []loadgen.ReplicaEngine // Manifest.Engines
@@ -287,7 +287,7 @@ func (rn *runner) newManifest() *loadgen.Manifest {
 	created := time.Now()
 	info := loadgen.RunInfo{
 		RunID: cfg.RunID, Mode: cfg.Mode, Target: cfg.Target, Speed: rn.clock.Speed,
-		Profile: cfg.Profile, Policy: cfg.Policy, SplitSubagents: cfg.SplitSubagents, Versions: maps.Clone(cfg.Versions), Notes: cfg.Notes,
+		Profile: cfg.Profile, Policy: cfg.Policy, Subagents: cfg.Subagents, Versions: maps.Clone(cfg.Versions), Notes: cfg.Notes,
 		Engines: cfg.Engines, Admission: cfg.Admission,
 	}
 	if info.RunID == "" {

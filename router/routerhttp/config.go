@@ -92,6 +92,9 @@ type Config struct {
 	UseOpenAIUser bool `yaml:"use_openai_user"`
 	// SplitSubagents places Claude Code subagents on their own (see KeyConfig).
 	SplitSubagents bool `yaml:"split_subagents"`
+	// FollowSubagents gives subagents keys of their own that start on their
+	// parent's replica while it is under the overflow threshold (KeyConfig).
+	FollowSubagents bool `yaml:"follow_subagents"`
 	// SnapshotInterval of the shortest-queue policy (affinity off); default 100ms.
 	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
 	// Seed of the tie-break randomness (model i uses Seed + i). The Config
@@ -429,6 +432,9 @@ func (c Config) problems() []located {
 	}
 	if c.MaxSessions < 0 {
 		bad("max_sessions", "%d is negative", c.MaxSessions)
+	}
+	if c.SplitSubagents && c.FollowSubagents {
+		bad("follow_subagents", "and split_subagents are both set: choose one (follow_subagents splits the key too)")
 	}
 	if c.State != "" {
 		if err := checkStateURL(c.State); err != nil {

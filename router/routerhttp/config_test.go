@@ -277,6 +277,8 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				`adm.yaml:7: models[0].admission.on_limit: "drop" is unknown (have admit, refuse)`,
 				`adm.yaml:8: models[0].admission.fill_target: 9 is out of range (0 default, else (0, 4])`,
 			}, ""},
+		{"sub.yaml", "split_subagents: true\nfollow_subagents: true\nmodels:\n  - name: m\n" + replicas,
+			[]string{"sub.yaml:2: follow_subagents: and split_subagents are both set: choose one (follow_subagents splits the key too)"}, ""},
 		// The scalar form: the mode is the admission line.
 		{"scalar.yaml", "models:\n  - name: m\n" + replicas + "    admission: fits\n",
 			[]string{`scalar.yaml:5: models[0].admission.mode: "fits" is unknown (have off, fit)`}, ""},

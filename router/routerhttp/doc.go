@@ -37,6 +37,7 @@
 //	     http://127.0.0.1:8081/admin/models/*/affinity
 //
 // Every proxied response carries X-Warden-Replica (replica name: r0, r1, ... or a
-// configured name; "<name>/rank<k>" for a DP rank) and X-Warden-Decision (sticky,
-// placed, overflow, rehome, no-key, balanced).
+// configured name; "<name>/rank<k>" for a DP rank) and X-Warden-Decision
+// (router.Reason: sticky, placed, overflow, rehome, no-key, balanced, moved,
+// prefix, response, parent).
 package routerhttp

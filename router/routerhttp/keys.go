@@ -51,6 +51,11 @@ type KeyConfig struct {
 	// its own key, session + "/agent/" + agent id, so it is placed on its own. By
 	// default a subagent keeps its parent's session id and so its replica.
 	SplitSubagents bool
+	// FollowSubagents splits a subagent's key as SplitSubagents does and names
+	// its parent's key (RequestInfo.ParentKey), so its first call starts on the
+	// parent's replica while that replica is under the overflow threshold
+	// (router.Facts.ParentKey).
+	FollowSubagents bool
 }
 
 // RequestInfo is what the router reads from a request before routing it.
@@ -72,6 +77,9 @@ type RequestInfo struct {
 	// NoStore: the body says "store": false, so the server keeps no response a
 	// later request could continue (the router then learns no response id).
 	NoStore bool
+	// ParentKey: a subagent's parent session key under FollowSubagents, ""
+	// otherwise.
+	ParentKey string
 }
 
 // CodexSessionHeaders are the headers the Codex CLI names its conversation
@@ -536,7 +544,7 @@ func skipValue(b []byte, i int) int {
 //  4. the OpenAI "user" field, when cfg.UseOpenAIUser.
 //
 // A subagent's request (X-Claude-Code-Agent-Id) keeps its parent's key unless
-// cfg.SplitSubagents. Keys are trimmed of spaces and cut at MaxKeyLen bytes.
+// cfg.SplitSubagents or cfg.FollowSubagents (which also sets ParentKey). Keys are trimmed of spaces and cut at MaxKeyLen bytes.
 //
 // body may be empty (no key or model from it). A non-empty body that is not a JSON
 // object gives an error wrapping ErrBadBody. Fields of unexpected types (a numeric
@@ -575,8 +583,11 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 			setKey(&info, jsonString(rb.User), KeyOpenAIUser)
 		}
 	}
-	if cfg.SplitSubagents && info.SessionKey != "" {
+	if (cfg.SplitSubagents || cfg.FollowSubagents) && info.SessionKey != "" {
 		if agent := cleanKey(h.Get(wire.HeaderClaudeAgent)); agent != "" {
+			if cfg.FollowSubagents {
+				info.ParentKey = info.SessionKey
+			}
 			info.SessionKey = cleanKey(info.SessionKey + "/agent/" + agent)
 		}
 	}

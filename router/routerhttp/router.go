@@ -139,7 +139,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	p, err := NewProxy(ProxyConfig{
 		Pools:     pools,
-		Keys:      KeyConfig{Headers: cfg.SessionHeaders, UseOpenAIUser: cfg.UseOpenAIUser, SplitSubagents: cfg.SplitSubagents},
+		Keys:      KeyConfig{Headers: cfg.SessionHeaders, UseOpenAIUser: cfg.UseOpenAIUser, SplitSubagents: cfg.SplitSubagents, FollowSubagents: cfg.FollowSubagents},
 		BodyLimit: cfg.BodyLimit,
 
 		BodyReadTimeout: cfg.BodyReadTimeout,
