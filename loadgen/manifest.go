@@ -28,9 +28,9 @@ type RunInfo struct {
 	Policy   string
 	// Subagents: the router's subagent rule (Manifest.Subagents).
 	Subagents string
-	Versions       map[string]string
-	Notes          []string
-	Engines        []ReplicaEngine // per replica scraped: engine kind and column sources (Manifest.Engines)
+	Versions  map[string]string
+	Notes     []string
+	Engines   []ReplicaEngine // per replica scraped: engine kind and column sources (Manifest.Engines)
 	// Admission is the router's admission gate (Manifest.Admission); nil
 	// when the harness does not configure the router (an external one).
 	Admission *Admission
@@ -54,8 +54,8 @@ func NewManifest(sc *Scenario, created time.Time, info RunInfo) *Manifest {
 		Policy:   info.Policy,
 		// Set only where the harness configures the router.
 		Subagents: info.Subagents,
-		Versions:       maps.Clone(info.Versions),
-		Notes:          slices.Clone(info.Notes),
+		Versions:  maps.Clone(info.Versions),
+		Notes:     slices.Clone(info.Notes),
 		// A copy: the manifest shares nothing with info.
 		Admission: clonePtr(info.Admission),
 	}

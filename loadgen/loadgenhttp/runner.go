@@ -99,9 +99,9 @@ type RunConfig struct {
 	// Subagents: the harness's router's subagent rule (recorded in the
 	// manifest; "" keep).
 	Subagents string
-	Versions       map[string]string
-	Notes          []string
-	Engines        []loadgen.ReplicaEngine // Manifest.Engines
+	Versions  map[string]string
+	Notes     []string
+	Engines   []loadgen.ReplicaEngine // Manifest.Engines
 	// Admission is the admission gate of the router the run goes through
 	// (Manifest.Admission); nil when the caller does not know it.
 	Admission *loadgen.Admission
