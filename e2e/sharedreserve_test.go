@@ -40,12 +40,11 @@ func newAdmWorld(t *testing.T, replicas int) *admWorld {
 	rs := testredis.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	// The repros of issue 24 are dimensioned for 39,392-token replicas (three
-	// ~11k conversations fit, a fourth does not): the lockstep profile keeps
-	// that capacity. At the start-up-terms capacity (43,440) four fit within
-	// 0.5 % at admission and outgrow it by their second turns, before the gate
-	// has learned the peak M (a cold-start limit of the rule, docs/routing.md).
-	cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: replicas, Speed: 20, DevMode: true, MaxNumSeqs: 32, Profile: "a4000-qwen3-4b-lockstep"})
+	// The default A4000 profile: 43,440-token replicas, where four ~11k
+	// conversations fit at admission and outgrow the replica by their second
+	// turns; the gate counts each at its expected peak (router/admission.go),
+	// so at most three are counted on one.
+	cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: replicas, Speed: 20, DevMode: true, MaxNumSeqs: 32})
 	if err != nil {
 		t.Fatal(err)
 	}

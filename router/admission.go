@@ -15,27 +15,47 @@ import (
 //
 // The rule. Replica i has room for a new conversation when
 //
-//	S + sum_j (max(ctx_j, M) - S) + (E - S) <= KVCapacityTokens_i x FillTarget
+//	S + sum_j (P_j - S) + (E - S) <= F_i,  F_i = KVCapacityTokens_i x FillTarget
 //
 // over the conversations j counted on i, where
 //
-//   - ctx_j is conversation j's context estimate (its latest full-size request's
-//     prompt tokens, as the session table keeps it);
+//   - P_j is conversation j's expected peak: max(ctx_j, min(G_j, C_i)), with
+//     ctx_j its context estimate (its latest full-size request's prompt
+//     tokens, as the session table keeps it) and G_j M once learned, else its
+//     prior. A conversation keeps growing until it ends, so it is counted at
+//     the size it is expected to reach, not at today's (on the 7-GPU fleet two
+//     fit a replica at their peak and three at their first turn). C_i caps
+//     the estimate: F_i for a learned one (a conversation measured to outgrow
+//     a replica runs alone there), F_i / 2 for the prior: a guess nothing has
+//     measured yet never holds a replica to one conversation, two whose
+//     prompts fit always do (the cost of holding the second is certain, half
+//     the replica's batch; reference 4-session stage and 7-GPU fleet start
+//     measured in docs/routing.md "Admission").
 //   - M is the median peak context of the ended conversations E is learned
-//     from (0 until E is learned): a running conversation is counted at the
-//     peak it is expected to reach, not at today's size, because it keeps
-//     growing until it ends (on the 7-GPU fleet two conversations fit a
-//     replica at their peak and three at their first turn);
+//     from: the size conversations were measured to reach.
+//   - The prior, until M is learned, is priorPeak(c_j, S) = c_j + (c_j - S),
+//     c_j the conversation's first prompt as the gate that admitted it saw it
+//     (fixed then; one whose first turn no gate saw, such as a continuing
+//     conversation the router forgot, counts at ctx_j). An agent's first
+//     request is S plus its own part (the task, the files it quotes) and
+//     every later turn adds a reply and the next input; how many turns follow
+//     is unknown until conversations end, so the rest is taken to add as much
+//     again as that first own part, the one addition measured. It comes from
+//     the request alone, no scenario's figure: it covers this repository's
+//     workloads (first prompt p50 to peak p50: reference 11.3k to 15.0k with
+//     S 4.1k, 7-GPU fleet 56.6k to 69.3k) but not long real sessions
+//     (../shared/fixtures/traces/claude-code/README.md: first call p50 21k,
+//     calls p50 101k), which M covers once learned.
 //   - S is the prefix every conversation shares (the system prompt with its
 //     template): a new conversation's first turn reads it from the cache, so the
 //     median of recent first turns' cached tokens tells its size (0 until
 //     MinSharedPrefixSamples first turns reported usage: counted per
 //     conversation, the cautious side); it takes room once per replica;
-//   - E is the expected peak context of a new conversation: the
-//     ExpectedContextQuantile of the peak contexts of the last endedSamples
-//     conversations seen to end (none older than endedHorizon); until
-//     MinEndedConversations have ended, the conversation's own first prompt;
-//     never less than that first prompt;
+//   - E is the expected peak context of a new conversation of first prompt p:
+//     max(p, min(G, C_i)) with G the ExpectedContextQuantile of the peak
+//     contexts of the last endedSamples conversations seen to end (none older
+//     than endedHorizon) once MinEndedConversations have ended, else
+//     priorPeak(p, S);
 //   - a conversation is counted on its replica while a request of it is in
 //     flight or its last request ended at most the idle window ago (IdleFactor x
 //     the 90th percentile of recent end-to-next-request gaps, at least
@@ -64,8 +84,12 @@ import (
 // store, atomically with the home's claim, over every router's counted
 // conversations and recent reservations (SharedState.Claim with a
 // Reservation): a new conversation is admitted only if the store finds room
-// too, so two gates never admit into the same room; S comes from true first
-// turns only and S and the idle window from every router's conversations
+// too, so two gates never admit into the same room. Each gate publishes (and
+// reserves) its conversations' context and first context (SharedConv), and
+// every router and the store compute P from the union (the largest context,
+// the smallest first context any gate saw), so they count a conversation
+// alike (each with its own M once learned); S comes from true first turns
+// only and S and the idle window from every router's conversations
 // (RemoteAdmission), docs/routing.md "Admission".
 
 // Admission modes (AdmissionConfig.Mode, the `admission:` YAML field).
@@ -289,6 +313,7 @@ type admConv struct {
 	replica  int
 	ctx      int64 // context estimate, tokens
 	peak     int64 // largest ctx seen
+	first    int64 // its first prompt (the prior's base), 0 unknown
 	inflight int
 	lastEnd  time.Duration
 	requests int
@@ -325,9 +350,7 @@ type AdmissionOutcomes struct {
 type admission struct {
 	cfg AdmissionConfig // defaults resolved
 
-	convs  map[uint64]*admConv
-	n      []int   // counted conversations per replica
-	sumCtx []int64 // their summed context estimates
+	convs map[uint64]*admConv
 	// idleQ: conversations whose last request ended, in order of the end, to
 	// stop counting after the idle window; endQ: those no longer counted, to
 	// forget (and sample as ended) after the live window.
@@ -372,21 +395,12 @@ func (a *admission) on() bool { return a != nil && a.cfg.Mode == AdmissionFit }
 // estimates and the outcome counts stay.
 func (a *admission) reset() {
 	clear(a.convs)
-	clear(a.n)
-	clear(a.sumCtx)
 	a.idleQ = a.idleQ[:0]
 	a.endQ = a.endQ[:0]
 	for _, t := range a.queue {
 		delete(a.tickets, t.id)
 	}
 	a.queue = a.queue[:0]
-}
-
-func (a *admission) grow(n int) {
-	for len(a.n) < n {
-		a.n = append(a.n, 0)
-		a.sumCtx = append(a.sumCtx, 0)
-	}
 }
 
 // sharedPrefix is S in tokens (0 until learned): with shared state the one
@@ -406,10 +420,59 @@ func (a *admission) sharedPrefix() int64 {
 	return int64(s[len(s)/2])
 }
 
-// expected is E for a new conversation whose first prompt is prompt tokens, the
-// median peak m a running conversation is projected to, and whether they were
-// learned from ended conversations.
-func (a *admission) expected(now time.Duration, prompt int64) (e, m int64, learned bool) {
+// estimates are the rule's learned terms at one instant (admission.estimates).
+type estimates struct {
+	s       int64 // S
+	q, m    int64 // ExpectedContextQuantile and median of the ended peaks
+	learned bool  // q and m are learned (MinEndedConversations ended)
+}
+
+// priorPeak is the prior expected peak of a conversation whose first context
+// was first tokens, with shared prefix s: its own part once more (the rule
+// above).
+func priorPeak(first, s int64) int64 { return first + max(first-s, 0) }
+
+// capped is an expected peak est capped at c tokens (<= 0 unknown: no cap;
+// estimates.cap), never below the context now, ctx.
+func capped(ctx, est, c int64) int64 {
+	if c > 0 {
+		est = min(est, c)
+	}
+	return max(ctx, est)
+}
+
+// cap is C on a replica that fits fit tokens: fit for learned estimates, half
+// of it for the prior (the rule above).
+func (x estimates) cap(fit int64) int64 {
+	if x.learned {
+		return fit
+	}
+	return fit / 2
+}
+
+// running is the growth target G of a counted conversation of first prompt
+// first (0 unknown: G is 0 until M is learned, the conversation counted at its
+// size now): M once learned, else its prior.
+func (x estimates) running(first int64) int64 {
+	if x.learned {
+		return x.m
+	}
+	return priorPeak(first, x.s)
+}
+
+// fresh is the growth target of a new conversation of first prompt p: the
+// ended peaks' quantile once learned, else its prior.
+func (x estimates) fresh(p int64) int64 {
+	if x.learned {
+		return x.q
+	}
+	return priorPeak(p, x.s)
+}
+
+// estimates returns S and the ended peaks' quantile and median (learned
+// false until MinEndedConversations have ended within endedHorizon).
+func (a *admission) estimates(now time.Duration) estimates {
+	x := estimates{s: a.sharedPrefix()}
 	var s []int64
 	for _, e := range a.ended.values() {
 		if now-e.at <= endedHorizon {
@@ -417,15 +480,23 @@ func (a *admission) expected(now time.Duration, prompt int64) (e, m int64, learn
 		}
 	}
 	if len(s) < MinEndedConversations {
-		return prompt, 0, false
+		return x
 	}
 	slices.Sort(s)
-	q := s[min(len(s)-1, int(ExpectedContextQuantile*float64(len(s))))]
-	return max(q, prompt), s[len(s)/2], true
+	x.q = s[min(len(s)-1, int(ExpectedContextQuantile*float64(len(s))))]
+	x.m = s[len(s)/2]
+	x.learned = true
+	return x
 }
 
-// counts are the counted conversations and their summed contexts per replica,
-// the left side of the rule (sums).
+// fit is replica r's F: the tokens its counted working sets may fill (0 when
+// its KV capacity is unknown).
+func (a *admission) fit(r *ReplicaState) int64 {
+	return int64(float64(r.KVCapacityTokens) * a.cfg.FillTarget)
+}
+
+// counts are the counted conversations and their summed expected peaks per
+// replica, the left side of the rule (sums).
 type counts struct {
 	n   []int
 	sum []int64
@@ -439,46 +510,71 @@ func (c counts) used(i int, s int64) int64 {
 	return s + c.sum[i] - int64(c.n[i])*s
 }
 
-// sums counts the conversations on each of nrep replicas: this gate's and, with
-// shared state, those only other routers' gates count (remote, nil none: the
-// union by SessionID, so a conversation both routers see counts once), each
-// context raised to m, the median peak of ended conversations, once that is
-// learned.
-func (a *admission) sums(m int64, learned bool, remote *RemoteAdmission, nrep int) counts {
-	if !learned {
-		m = 0
-	}
-	if m == 0 && remote == nil {
-		return counts{n: a.n, sum: a.sumCtx}
-	}
-	c := counts{n: make([]int, max(nrep, len(a.n))), sum: make([]int64, max(nrep, len(a.n)))}
+// sums counts the conversations on each replica of view, each at its expected
+// peak P on it: this gate's and, with shared state, the other routers' gates'
+// (remote, nil none: the union by SessionID, so a conversation both count
+// counts once, on this gate's replica). A conversation's P comes from the
+// union of what the gates know of it, the largest context and the first
+// prompt of the gate that admitted it, so every gate and the store count it
+// alike.
+func (a *admission) sums(x estimates, remote *RemoteAdmission, view []ReplicaState) counts {
+	nrep := len(view)
+	c := counts{n: make([]int, nrep), sum: make([]int64, nrep)}
+	fit := func(i int) int64 { return a.fit(&view[i]) }
 	var local map[uint64]bool
 	if remote != nil {
 		local = make(map[uint64]bool, len(a.convs))
 	}
 	for _, cv := range a.convs {
-		if cv.counted {
-			c.n[cv.replica]++
-			c.sum[cv.replica] += max(cv.ctx, m)
-			if local != nil {
-				local[cv.sid] = true
-			}
+		if !cv.counted || cv.replica >= nrep {
+			continue
 		}
+		ctx := cv.ctx
+		if rc, ok := remote.conv(cv.sid); ok {
+			// Another gate saw its first turn: this one learns it.
+			ctx, cv.first = max(ctx, rc.Tokens), minFirst(cv.first, rc.First)
+		}
+		if local != nil {
+			local[cv.sid] = true
+		}
+		c.n[cv.replica]++
+		c.sum[cv.replica] += capped(ctx, x.running(cv.first), x.cap(fit(cv.replica)))
 	}
 	if remote != nil {
 		for id, rc := range remote.Convs {
-			if !local[id] && rc.Replica >= 0 && rc.Replica < len(c.n) {
-				c.n[rc.Replica]++
-				c.sum[rc.Replica] += max(rc.Tokens, m)
+			if local[id] || rc.Replica < 0 || rc.Replica >= nrep {
+				continue
 			}
+			c.n[rc.Replica]++
+			c.sum[rc.Replica] += capped(rc.Tokens, x.running(rc.First), x.cap(fit(rc.Replica)))
 		}
 	}
 	return c
 }
 
+// conv is the other gates' view of conversation id (false: none counts it).
+func (r *RemoteAdmission) conv(id uint64) (RemoteConv, bool) {
+	if r == nil {
+		return RemoteConv{}, false
+	}
+	rc, ok := r.Convs[id]
+	return rc, ok
+}
+
+// minFirst is the smaller of two first contexts, a value <= 0 meaning unknown.
+func minFirst(a, b int64) int64 {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
+
 // room reports whether replica r (index i) has room for a conversation of
-// expected context e.
-func (a *admission) room(i int, r *ReplicaState, s, e int64, c counts) bool {
+// context ctx now and growth target g (its E or P is capped(ctx, g, C)).
+func (a *admission) room(i int, r *ReplicaState, x estimates, ctx, g int64, c counts) bool {
 	if r.SlotTokens > 0 {
 		// Fixed slots (llama.cpp): a conversation holds one slot, one
 		// sequence, whatever its size, and slots share no prefix.
@@ -488,11 +584,12 @@ func (a *admission) room(i int, r *ReplicaState, s, e int64, c counts) bool {
 		}
 		return float64(int64(n+1)*r.SlotTokens) <= float64(r.KVCapacityTokens)*a.cfg.FillTarget
 	}
-	tot := e
+	fit := a.fit(r)
+	tot := capped(ctx, g, x.cap(fit))
 	if i < len(c.n) && c.n[i] > 0 {
-		tot = c.used(i, s) + max(e-s, 0)
+		tot = c.used(i, x.s) + max(tot-x.s, 0)
 	}
-	return float64(tot) <= float64(r.KVCapacityTokens)*a.cfg.FillTarget
+	return tot <= fit
 }
 
 // idleWindow is the idle window in force: the learned one (0 until minIdleGaps
@@ -570,18 +667,13 @@ func (a *admission) uncount(c *admConv) {
 		return
 	}
 	c.counted = false
-	a.n[c.replica]--
-	a.sumCtx[c.replica] -= c.ctx
 }
 
 func (a *admission) count(c *admConv) {
 	if c.counted {
 		return
 	}
-	a.grow(c.replica + 1)
 	c.counted = true
-	a.n[c.replica]++
-	a.sumCtx[c.replica] += c.ctx
 }
 
 // drop removes the i-th waiter.
@@ -642,12 +734,13 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 		}
 		return gateResult{outcome: AdmitCapacityUnknown, held: held}, nil
 	}
-	s := a.sharedPrefix()
-	e, m, learned := a.expected(now, int64(prompt))
-	cnt := a.sums(m, learned, remote, len(view))
+	x := a.estimates(now)
+	p := int64(prompt)
+	g := x.fresh(p)
+	cnt := a.sums(x, remote, view)
 	fits := 0
 	for i := range view {
-		if view[i].Healthy && a.room(i, &view[i], s, e, cnt) {
+		if view[i].Healthy && a.room(i, &view[i], x, p, g, cnt) {
 			fits++
 		}
 	}
@@ -657,7 +750,7 @@ func (a *admission) gate(now time.Duration, f Facts, h uint64, home int, side bo
 	behind := remote != nil && remote.Waiting > 0 && remote.OldestHeld > held+SharedFIFOSlack
 	if fits > 0 && !behind && (len(a.queue) == 0 || pos == 0) {
 		for i := range view {
-			if view[i].Healthy && !a.room(i, &view[i], s, e, cnt) {
+			if view[i].Healthy && !a.room(i, &view[i], x, p, g, cnt) {
 				view[i].Healthy = false
 			}
 		}
@@ -711,21 +804,16 @@ func (a *admission) maskFull(now time.Duration, c *admConv, home int, view []Rep
 	if c == nil || !c.counted {
 		return
 	}
-	s := a.sharedPrefix()
-	_, m, learned := a.expected(now, 0)
-	need := c.ctx
-	if learned {
-		need = max(need, m)
-	}
+	x := a.estimates(now)
 	var cnt counts
 	for i := range view {
 		if i == home || !view[i].Healthy || view[i].KVCapacityTokens <= 0 {
 			continue
 		}
 		if cnt.n == nil {
-			cnt = a.sums(m, learned, remote, len(view))
+			cnt = a.sums(x, remote, view)
 		}
-		if !a.room(i, &view[i], s, need, cnt) {
+		if !a.room(i, &view[i], x, c.ctx, x.running(c.first), cnt) {
 			view[i].Healthy = false
 		}
 	}
@@ -758,11 +846,11 @@ func (a *admission) routed(now time.Duration, h, sid uint64, d Decision, ctx int
 		c.replica = d.Replica
 	}
 	if !side && ctx > 0 {
-		if c.counted {
-			a.sumCtx[c.replica] += int64(ctx) - c.ctx
-		}
 		c.ctx = int64(ctx)
 		c.peak = max(c.peak, c.ctx)
+		if c.first == 0 && c.requests == 0 && g.outcome != AdmitPass {
+			c.first = c.ctx // its first turn, through this gate
+		}
 	}
 	a.count(c)
 	c.inflight++
@@ -960,15 +1048,16 @@ type AdmissionStatus struct {
 	// Queue: waiters now; OldestHeldS how long the head has waited, seconds.
 	Queue       int     `json:"queue"`
 	OldestHeldS float64 `json:"oldest_held_s"`
-	// ExpectedContextTokens is E for a new conversation (before it is learned,
-	// each conversation's own first prompt is used: ExpectedSource
-	// "first-prompt"; then "ended-p90": the ExpectedContextQuantile of the
-	// EndedSamples peak contexts of recently ended conversations).
+	// ExpectedContextTokens is E's learned growth target for a new
+	// conversation, with ExpectedSource "ended-p90": the
+	// ExpectedContextQuantile of the EndedSamples peak contexts of recently
+	// ended conversations; before it is learned 0 and "prior": each
+	// conversation is expected to reach priorPeak of its first prompt.
 	ExpectedContextTokens int64  `json:"expected_context_tokens"`
 	ExpectedSource        string `json:"expected_source"`
 	// RunningPeakTokens is M, the size a running conversation is counted at
 	// when smaller (the median peak of the same ended conversations; 0 until
-	// learned: counted at its size now).
+	// learned: counted at its prior).
 	RunningPeakTokens int64 `json:"running_peak_tokens"`
 	EndedSamples      int   `json:"ended_samples"`
 	EndedTotal        int   `json:"ended_total"`
@@ -986,8 +1075,8 @@ type AdmissionStatus struct {
 	// request ended, seconds.
 	IdleWindowS float64 `json:"idle_window_s"`
 	// Per replica (index = replica): counted conversations and their working
-	// set in tokens (S once per replica, each at least M), the left side of the
-	// rule.
+	// set in tokens (S once per replica, each at its expected peak P), the
+	// left side of the rule.
 	Counted       []int             `json:"counted_conversations"`
 	WorkingTokens []int64           `json:"working_set_tokens"`
 	Outcomes      AdmissionOutcomes `json:"outcomes"`
@@ -1014,11 +1103,6 @@ func (b *Balancer) Admission() AdmissionStatus {
 	if len(a.queue) > 0 {
 		st.OldestHeldS = (now - a.queue[0].issued).Seconds()
 	}
-	e, m, learned := a.expected(now, 0)
-	st.ExpectedSource = "first-prompt"
-	if learned {
-		st.ExpectedContextTokens, st.ExpectedSource, st.RunningPeakTokens = e, "ended-p90", m
-	}
 	var remote *RemoteAdmission
 	if b.shared != nil && a.on() {
 		remote = b.shared.RemoteAdmission()
@@ -1027,23 +1111,33 @@ func (b *Balancer) Admission() AdmissionStatus {
 	if remote != nil {
 		st.RemoteConversations, st.RemoteQueue, st.RemoteOldestHeldS = len(remote.Convs), remote.Waiting, remote.OldestHeld.Seconds()
 	}
-	cnt := a.sums(m, learned, remote, len(b.reps))
+	x := a.estimates(now)
+	st.ExpectedSource = "prior"
+	if x.learned {
+		st.ExpectedContextTokens, st.ExpectedSource, st.RunningPeakTokens = x.q, "ended-p90", x.m
+	}
+	cnt := a.sums(x, remote, b.capacityView())
 	st.EndedSamples, st.EndedTotal = a.ended.len(), a.endedN
 	st.SharedPrefixTokens, st.SharedPrefixSamples = a.sharedPrefix(), a.prefix.len()
 	if a.remote != nil {
 		st.SharedPrefixSamples = a.remote.PrefixSamples
 	}
 	st.IdleWindowS = a.idleWindow(b.sessions.LiveWindow()).Seconds()
-	s := a.sharedPrefix()
 	for i := range b.reps {
-		n := 0
-		if i < len(cnt.n) {
-			n = cnt.n[i]
-		}
-		st.Counted = append(st.Counted, n)
-		st.WorkingTokens = append(st.WorkingTokens, cnt.used(i, s))
+		st.Counted = append(st.Counted, cnt.n[i])
+		st.WorkingTokens = append(st.WorkingTokens, cnt.used(i, x.s))
 	}
 	return st
+}
+
+// capacityView is the replicas' KV capacities as a view (the rest zero), for
+// the gate's sums outside a decision (caller holds mu).
+func (b *Balancer) capacityView() []ReplicaState {
+	v := make([]ReplicaState, len(b.reps))
+	for i := range b.reps {
+		v[i].KVCapacityTokens = b.reps[i].kvCapacity
+	}
+	return v
 }
 
 // AdmitInfo is what the admission gate decided for one request (Balancer.Admit).

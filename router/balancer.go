@@ -408,7 +408,6 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	b.sessions.grow(len(b.reps))
 	b.adm = newAdmission(cfg.Admission)
 	b.adm.shared = cfg.Shared != nil
-	b.adm.grow(len(b.reps))
 	if keyless := cfg.Keyless; keyless == KeylessPrefix || (keyless == "" && DefaultKeyless == KeylessPrefix) {
 		piece := cfg.PrefixPieceTokens
 		if piece <= 0 {
@@ -1003,7 +1002,6 @@ func (b *Balancer) AddReplica(name string) int {
 	b.reps = append(b.reps, replica{name: name, healthy: true, kvCapacity: b.kvCap})
 	b.view = append(b.view, ReplicaState{})
 	b.sessions.grow(len(b.reps))
-	b.adm.grow(len(b.reps))
 	return len(b.reps) - 1
 }
 

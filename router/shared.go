@@ -100,12 +100,19 @@ type ClaimResult struct {
 	Full    bool
 }
 
-// Reservation is the room a Claim reserves for a new conversation
-// (admission.go's rule, evaluated in the store over every router's gate).
+// Reservation is the room a Claim reserves for a new conversation, or one a
+// policy moves (admission.go's rule, evaluated in the store over every
+// router's gate).
 type Reservation struct {
 	ID     uint64 // SessionID
-	Tokens int64  // its context estimate now (its first prompt), tokens
-	// Expected is E, Shared S and Running M (0 until learned), tokens.
+	Tokens int64  // its context estimate now (a new one's first prompt), tokens
+	First  int64  // the first context its gate saw (the prior's base), tokens
+	// Expected is its growth target G (a new one's: the learned quantile or
+	// its prior; a move's: M or its prior), Shared S and Running M (0 until
+	// learned), tokens. On candidate k it is counted at max(Tokens,
+	// min(Expected, Fit[k])), every other conversation at its P there (the
+	// rule in admission.go, from its context, first context, S and M); the
+	// reservation is kept with Tokens and First, counted like the others.
 	Expected, Shared, Running int64
 	// Fit[k] is cands[k]'s KVCapacityTokens x FillTarget, tokens.
 	Fit []int64
@@ -137,10 +144,13 @@ type RemoteAdmission struct {
 }
 
 // RemoteConv is one conversation another router's gate counts: its replica
-// (index in this Balancer) and its context estimate in tokens.
+// (index in this Balancer), its context estimate and the first context that
+// gate saw of it, in tokens (more than one gate: the largest context, the
+// smallest first; First 0 unknown).
 type RemoteConv struct {
 	Replica int
 	Tokens  int64
+	First   int64
 }
 
 // AdmissionShare is what this router's gate publishes for the others
@@ -153,11 +163,13 @@ type AdmissionShare struct {
 }
 
 // SharedConv is one counted conversation: SessionID, replica index, context
-// estimate in tokens.
+// estimate and the first context its gate saw (the prior's base), in tokens:
+// what every router and the store count its expected peak P from.
 type SharedConv struct {
 	ID      uint64
 	Replica int
 	Tokens  int64
+	First   int64
 }
 
 // SessionID is a session key's id as every router computes it (FNV-1a, 64 bits;
@@ -186,7 +198,7 @@ func (b *Balancer) AdmissionShare() AdmissionShare {
 	}
 	for _, c := range a.convs {
 		if c.counted {
-			out.Convs = append(out.Convs, SharedConv{ID: c.sid, Replica: c.replica, Tokens: c.ctx})
+			out.Convs = append(out.Convs, SharedConv{ID: c.sid, Replica: c.replica, Tokens: c.ctx, First: c.first})
 		}
 	}
 	return out
@@ -282,21 +294,21 @@ func (b *Balancer) reservation(g gateResult, d Decision, h, sid uint64, cands []
 	if c == nil {
 		return nil
 	}
-	now := b.now()
-	e, m, learned := a.expected(now, c.ctx)
-	if !learned {
-		m = 0
+	x := a.estimates(b.now())
+	grow := x.running(c.first)
+	if d.Reason == ReasonPlaced {
+		grow = x.fresh(c.ctx)
 	}
-	if d.Reason != ReasonPlaced {
-		e = max(c.ctx, m)
+	r := &Reservation{ID: sid, Tokens: c.ctx, First: c.first, Expected: grow, Shared: x.s, Force: force}
+	if x.learned {
+		r.Running = x.m
 	}
-	r := &Reservation{ID: sid, Tokens: c.ctx, Expected: e, Shared: a.sharedPrefix(), Running: m, Force: force}
 	for _, i := range cands {
 		r.Fit = append(r.Fit, int64(float64(b.reps[i].kvCapacity)*a.cfg.FillTarget))
 	}
 	for _, cv := range a.convs {
 		if cv.counted && cv.sid != sid {
-			r.Own = append(r.Own, SharedConv{ID: cv.sid, Replica: cv.replica, Tokens: cv.ctx})
+			r.Own = append(r.Own, SharedConv{ID: cv.sid, Replica: cv.replica, Tokens: cv.ctx, First: cv.first})
 		}
 	}
 	return r

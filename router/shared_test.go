@@ -112,13 +112,21 @@ func TestAdmissionCountsOtherRoutersConversations(t *testing.T) {
 	if err != nil || info.Admission != AdmitHeld {
 		t.Fatalf("a once the other waiter went: %+v %+v %v", d, info, err)
 	}
-	// Both routers count "a" (the other saw a turn of it): it counts once.
+	// Both routers count "a" (the other saw a turn of it, not its first): it
+	// counts once (nothing ended: at its prior, 2 x 6,000, capped at half the
+	// replica, below its 6,000 now); the share publishes its context and the
+	// first prompt this gate admitted.
 	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{SessionID("a"): {Replica: 0, Tokens: 6000}}}
-	if st := b.Admission(); st.Counted[0] != 1 || st.RemoteConversations != 1 {
-		t.Fatalf("a conversation both routers count: counted %v, want 1", st.Counted)
+	if st := b.Admission(); st.Counted[0] != 1 || st.RemoteConversations != 1 || st.WorkingTokens[0] != 6000 {
+		t.Fatalf("a conversation both routers count: counted %v at %v tokens, want 1 at 6000", st.Counted, st.WorkingTokens)
 	}
 	sh := b.AdmissionShare()
-	if !sh.On || len(sh.Convs) != 1 || sh.Convs[0].ID != SessionID("a") || sh.Convs[0].Tokens != 6000 {
-		t.Fatalf("published share %+v", sh)
+	if !sh.On || len(sh.Convs) != 1 || sh.Convs[0].ID != SessionID("a") || sh.Convs[0].Tokens != 6000 || sh.Convs[0].First != 6000 {
+		t.Fatalf("published share %+v, want a at 6000 tokens, first 6000", sh)
+	}
+	// The other gate saw a later, longer turn: the largest context counts.
+	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{SessionID("a"): {Replica: 0, Tokens: 11_000}}}
+	if st := b.Admission(); st.Counted[0] != 1 || st.WorkingTokens[0] != 11_000 {
+		t.Fatalf("a counted larger by the other gate: counted %v at %v tokens, want 1 at 11000", st.Counted, st.WorkingTokens)
 	}
 }

@@ -658,6 +658,7 @@ func (p *Pool) reservationJSON(res *router.Reservation, fits []int64) string {
 		Self  string  `json:"self"`
 		AP    string  `json:"ap"`
 		Tok   int64   `json:"tok"`
+		First int64   `json:"first"`
 		E     int64   `json:"e"`
 		S     int64   `json:"s"`
 		M     int64   `json:"m"`
@@ -666,13 +667,13 @@ func (p *Pool) reservationJSON(res *router.Reservation, fits []int64) string {
 		Own   [][]any `json:"own"`
 	}
 	r := resJSON{ID: strconv.FormatUint(res.ID, 16), Self: p.s.opt.RouterID, AP: p.admPrefix, Tok: res.Tokens,
-		E: res.Expected, S: res.Shared, M: res.Running, Fit: fits, Own: [][]any{}}
+		First: res.First, E: res.Expected, S: res.Shared, M: res.Running, Fit: fits, Own: [][]any{}}
 	if res.Force {
 		r.Force = 1
 	}
 	for _, cv := range res.Own {
 		if k := p.key(cv.Replica); k != "" {
-			r.Own = append(r.Own, []any{strconv.FormatUint(cv.ID, 16), k, cv.Tokens})
+			r.Own = append(r.Own, []any{strconv.FormatUint(cv.ID, 16), k, cv.Tokens, cv.First})
 		}
 	}
 	b, _ := json.Marshal(r) // plain strings and numbers: cannot fail
@@ -1015,7 +1016,7 @@ func (p *Pool) beatAdmission(ctx context.Context, c rueidis.Client, others []str
 		args = append(args, "q", strconv.Itoa(share.Waiting)+" "+ms(share.OldestHeld))
 		for _, cv := range share.Convs {
 			if k := p.key(cv.Replica); k != "" {
-				args = append(args, "c:"+strconv.FormatUint(cv.ID, 16), k+" "+strconv.FormatInt(cv.Tokens, 10))
+				args = append(args, "c:"+strconv.FormatUint(cv.ID, 16), k+" "+strconv.FormatInt(cv.Tokens, 10)+" "+strconv.FormatInt(cv.First, 10))
 			}
 		}
 	}
@@ -1087,19 +1088,31 @@ func (p *Pool) addRemoteAdm(ra *router.RemoteAdmission, k, v string) {
 	if !ok {
 		return
 	}
+	// "<replica key> <tokens> <first>" (beatAdmission).
 	sid, err := strconv.ParseUint(id, 16, 64)
-	cut := strings.LastIndexByte(v, ' ')
-	if err != nil || cut < 0 {
+	c2 := strings.LastIndexByte(v, ' ')
+	c1 := strings.LastIndexByte(v[:max(c2, 0)], ' ')
+	if err != nil || c1 < 0 {
 		return
 	}
-	i := p.lookup(v[:cut])
-	tok, err := strconv.ParseInt(v[cut+1:], 10, 64)
-	if i < 0 || err != nil {
+	i := p.lookup(v[:c1])
+	tok, err := strconv.ParseInt(v[c1+1:c2], 10, 64)
+	first, err2 := strconv.ParseInt(v[c2+1:], 10, 64)
+	if i < 0 || err != nil || err2 != nil {
 		return
 	}
-	if old, seen := ra.Convs[sid]; !seen || tok > old.Tokens {
-		ra.Convs[sid] = router.RemoteConv{Replica: i, Tokens: tok}
+	rc := router.RemoteConv{Replica: i, Tokens: tok, First: first}
+	if old, seen := ra.Convs[sid]; seen {
+		// Another gate counts it too: the largest context (and its replica),
+		// the smallest known first context.
+		if tok <= old.Tokens {
+			rc.Replica, rc.Tokens = old.Replica, old.Tokens
+		}
+		if old.First > 0 && (first <= 0 || old.First < first) {
+			rc.First = old.First
+		}
 	}
+	ra.Convs[sid] = rc
 }
 
 // globEscape escapes the glob characters of s for SCAN MATCH (a model named

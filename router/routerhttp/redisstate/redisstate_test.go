@@ -703,8 +703,9 @@ func admitFit(kv int64) func(*router.BalancerConfig) {
 }
 
 // Issue #24 repro 2 in small: a burst of new conversations through two
-// routers at once onto one replica of 39,392 tokens, ~11k tokens each, three
-// fit. Each gate alone sees room for three (the heartbeat that would publish
+// routers at once onto one replica of 70,000 tokens, ~11k tokens each,
+// counted at their prior peak of 22,016 (nothing has ended), so three fit.
+// Each gate alone sees room for three (the heartbeat that would publish
 // the other's is an hour away), so without the reservation in the claim both
 // admit three (six on a replica that holds three). With it exactly three are
 // admitted over both routers and the others wait, their gates' queues and
@@ -712,8 +713,8 @@ func admitFit(kv int64) func(*router.BalancerConfig) {
 func TestAdmissionReservationNeverOverAdmits(t *testing.T) {
 	srv := testredis.Start(t)
 	keys := testKeys[:1]
-	a := newNodeWith(t, srv.URL(), keys, Options{Heartbeat: time.Hour}, admitFit(39_392))
-	b := newNodeWith(t, srv.URL(), keys, Options{Heartbeat: time.Hour}, admitFit(39_392))
+	a := newNodeWith(t, srv.URL(), keys, Options{Heartbeat: time.Hour}, admitFit(70_000))
+	b := newNodeWith(t, srv.URL(), keys, Options{Heartbeat: time.Hour}, admitFit(70_000))
 	var (
 		wg              sync.WaitGroup
 		mu              sync.Mutex

@@ -50,13 +50,18 @@ end
 //
 // The union (router/admission.go's rule): the reservation's own conversations
 // (the caller's gate, exact), every other live router's published gate (P
-// a:M:<router>, "c:<id>" -> "<replica key> <tokens>") and every unexpired
-// reservation (field id -> "<replica key> <tokens> <expiry ms>"; expired ones
-// are deleted), each conversation once at its largest size, the new one left
-// out; a reservation's replica wins, being the store's latest placement (a
-// gate counts a conversation whose claim has not returned yet on the policy's
-// pick, which the claim may have changed). A candidate with n counted conversations of summed max(tokens, m) has
-// room when S + sum - n S + (E - S) <= fit (E alone when n is 0).
+// a:M:<router>, "c:<id>" -> "<replica key> <tokens> <first>") and every
+// unexpired reservation (field id -> "<replica key> <tokens> <first> <expiry
+// ms>"; expired ones are deleted), each conversation once with the largest
+// context and the smallest first context any of them gives it, the new one
+// left out; a reservation's replica wins, being the store's latest placement
+// (a gate counts a conversation whose claim has not returned yet on the
+// policy's pick, which the claim may have changed). On a candidate of room
+// fit a conversation counts at its expected peak P = max(tokens, min(G, C)),
+// G = m once learned (m > 0) else its prior first + max(first - s, 0) (0 when
+// first is unknown, 0), C = fit once learned else fit / 2, and the new one at
+// N = max(tok, min(e, C)); with n of them summing to sum it has room when S +
+// sum - n S + (N - S) <= fit (N alone when n is 0).
 var claimScript = rueidis.NewLuaScript(luaLib + `
 local cur = redis.call('GET', KEYS[1])
 local pick, adopted = nil, 0
@@ -70,48 +75,58 @@ if ARGV[6] ~= '' then res = cjson.decode(ARGV[6]) end
 local now = nowMs()
 if res then
   local convs = {}
-  local function add(id, key, tok, placed)
+  local function add(id, key, tok, first, placed)
     if id == res.id then return end
     local c = convs[id]
     if c == nil then
-      convs[id] = {key, tok}
+      convs[id] = {key, tok, first}
     else
       if placed then c[1] = key end
       c[2] = math.max(c[2], tok)
+      if c[3] <= 0 or (first > 0 and first < c[3]) then c[3] = first end
     end
   end
-  for _, c in ipairs(res.own) do add(c[1], c[2], c[3]) end
+  for _, c in ipairs(res.own) do add(c[1], c[2], c[3], c[4]) end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')) do
     if id ~= res.self then
       local kv = redis.call('HGETALL', res.ap .. id)
       for f = 1, #kv - 1, 2 do
         local cid = string.match(kv[f], '^c:(.+)$')
-        local key, tok = string.match(kv[f + 1], '^(.*) (%d+)$')
-        if cid and key then add(cid, key, tonumber(tok)) end
+        local key, tok, first = string.match(kv[f + 1], '^(.*) (%d+) (%d+)$')
+        if cid and key then add(cid, key, tonumber(tok), tonumber(first)) end
       end
     end
   end
   local kv = redis.call('HGETALL', KEYS[4])
   for f = 1, #kv - 1, 2 do
-    local key, tok, exp = string.match(kv[f + 1], '^(.*) (%d+) (%d+)$')
+    local key, tok, first, exp = string.match(kv[f + 1], '^(.*) (%d+) (%d+) (%d+)$')
     if key and tonumber(exp) > now then
-      add(kv[f], key, tonumber(tok), true)
+      add(kv[f], key, tonumber(tok), tonumber(first), true)
     else
       redis.call('HDEL', KEYS[4], kv[f])
     end
   end
-  local n, sum = {}, {}
+  local on = {}
   for _, c in pairs(convs) do
-    n[c[1]] = (n[c[1]] or 0) + 1
-    sum[c[1]] = (sum[c[1]] or 0) + math.max(c[2], res.m)
+    if on[c[1]] == nil then on[c[1]] = {} end
+    table.insert(on[c[1]], c)
   end
   local room = {}
   for k, key in ipairs(cands) do
-    local tot = res.e
-    if (n[key] or 0) > 0 then
-      tot = res.s + sum[key] - n[key] * res.s + math.max(res.e - res.s, 0)
+    local fit = res.fit[k]
+    local cap = fit
+    if res.m <= 0 then cap = math.floor(fit / 2) end
+    local tot = math.max(res.tok, math.min(res.e, cap))
+    local here = on[key] or {}
+    if #here > 0 then
+      tot = res.s + math.max(tot - res.s, 0)
+      for _, c in ipairs(here) do
+        local g = res.m
+        if g <= 0 then g = c[3] + math.max(c[3] - res.s, 0) end
+        tot = tot + math.max(c[2], math.min(g, cap)) - res.s
+      end
     end
-    if res.force == 1 or tot <= res.fit[k] then table.insert(room, key) end
+    if res.force == 1 or tot <= fit then table.insert(room, key) end
   end
   if #room == 0 then return {'', 0, 1} end
   cands = room
@@ -131,7 +146,7 @@ if ARGV[4] == '1' and #cands > 1 then
 end
 redis.call('SET', KEYS[1], pick .. ARGV[7], 'PX', ARGV[2])
 if res then
-  redis.call('HSET', KEYS[4], res.id, pick .. ' ' .. res.tok .. ' ' .. (now + tonumber(ARGV[3])))
+  redis.call('HSET', KEYS[4], res.id, pick .. ' ' .. res.tok .. ' ' .. res.first .. ' ' .. (now + tonumber(ARGV[3])))
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
 end
 redis.call('HINCRBY', KEYS[2], pick, 1)
