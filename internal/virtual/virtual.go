@@ -752,9 +752,10 @@ func (r *run) finish(res *loadgen.Result, t time.Duration, s *loadgen.Session) {
 	}
 	r.send(next)
 	if loadgen.Ended(r.loop) && t < r.end {
-		// An agent replay played every session: the variant ends now.
-		r.end = t
-		r.sched.at(event{at: t, kind: evEnd, variant: r.variant})
+		// An agent replay played every session: the variant ends just after
+		// this last call, so it falls inside the last window ([Start, End)).
+		r.end = t + time.Nanosecond
+		r.sched.at(event{at: r.end, kind: evEnd, variant: r.variant})
 	}
 }
 
