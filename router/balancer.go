@@ -115,9 +115,12 @@ type Facts struct {
 	// (LearnResponse) and that replica is healthy, the request goes there.
 	ResponseID string
 	// ParentKey is the session key of the agent that spawned this request's
-	// conversation (a Claude Code subagent under follow_subagents), "" for
-	// none: a conversation without a home starts on its parent's (parentStep).
-	ParentKey string
+	// conversation (a Claude Code subagent whose key was split), "" for none.
+	// While the parent has a home, admission never holds the subagent: it is
+	// part of a tree already admitted. FollowParent: a conversation without a
+	// home starts on its parent's (parentStep, follow_subagents).
+	ParentKey    string
+	FollowParent bool
 	// Prefix holds the chained hashes of the prompt's leading pieces
 	// (PrefixHashes), for keyless placement (BalancerConfig.Keyless); read only
 	// when SessionKey is "". nil: unknown.
@@ -557,6 +560,11 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			}
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
 			reqSide = side
+			if gated && f.ParentKey != "" && b.sessions.home(b.sessions.hash(f.ParentKey)) >= 0 {
+				// A subagent of a tree already admitted: holding it would
+				// stall its parent, which waits for it (the join).
+				f.Continuing = true
+			}
 			if gated {
 				// Admission (admission.go): may hold a new conversation, or
 				// leave only the replicas with room healthy in the view.
@@ -628,7 +636,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 // parent's in the session table. Only this router's table is read: through
 // shared state a parent homed by another router is not seen.
 func (b *Balancer) parentStep(f Facts, home int) (Decision, bool) {
-	if f.ParentKey == "" || f.SessionKey == "" || home >= 0 {
+	if !f.FollowParent || f.ParentKey == "" || f.SessionKey == "" || home >= 0 {
 		return Decision{}, false
 	}
 	p := b.sessions.home(b.sessions.hash(f.ParentKey))

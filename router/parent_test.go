@@ -1,6 +1,9 @@
 package router
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 // The follow rule: a subagent's first call starts on its parent's home while
 // that replica is under the overflow threshold, and then stays where it
@@ -9,7 +12,7 @@ import "testing"
 func TestParentStepFollowsUnderThreshold(t *testing.T) {
 	b, _ := newTestBalancer(t, 4, true, func(c *BalancerConfig) { c.OverflowThreshold = 2 })
 	parent := mustAcquire(t, b, "s1")
-	sub, err := b.Acquire(Facts{SessionKey: "s1/agent/a1", ParentKey: "s1"})
+	sub, err := b.Acquire(Facts{SessionKey: "s1/agent/a1", ParentKey: "s1", FollowParent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +25,7 @@ func TestParentStepFollowsUnderThreshold(t *testing.T) {
 	}
 	// The parent's replica now has 3 requests in flight (> 2): a second
 	// subagent is placed by the policy, elsewhere.
-	sib, err := b.Acquire(Facts{SessionKey: "s1/agent/a2", ParentKey: "s1"})
+	sib, err := b.Acquire(Facts{SessionKey: "s1/agent/a2", ParentKey: "s1", FollowParent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,10 +33,30 @@ func TestParentStepFollowsUnderThreshold(t *testing.T) {
 		t.Errorf("sibling over the threshold %+v: want placed off replica %d", sib, parent.Replica)
 	}
 	// No parent known: an ordinary placement.
-	if d, _ := b.Acquire(Facts{SessionKey: "s9/agent/a1", ParentKey: "s9"}); d.Reason != ReasonPlaced {
+	if d, _ := b.Acquire(Facts{SessionKey: "s9/agent/a1", ParentKey: "s9", FollowParent: true}); d.Reason != ReasonPlaced {
 		t.Errorf("subagent of an unknown parent: %+v, want placed", d)
 	}
 	if got := ReasonParent.String(); got != "parent" {
 		t.Errorf("ReasonParent is %q", got)
+	}
+}
+
+// A subagent (split key, ParentKey) of a tree whose parent is admitted is
+// never held, where an unrelated new conversation of the same size is.
+func TestAdmissionNeverHoldsASubagentOfAnAdmittedTree(t *testing.T) {
+	b, _ := admitBalancer(t, 1, 10_000, AdmissionConfig{MaxHold: -1})
+	if _, info, err := b.Admit(Facts{SessionKey: "p", PromptTokens: 6000}); err != nil || info.Admission != AdmitAdmitted {
+		t.Fatalf("parent: %+v %v", info, err)
+	}
+	if _, _, err := b.Admit(Facts{SessionKey: "other", PromptTokens: 3000}); !errors.Is(err, ErrHold) {
+		t.Fatalf("an unrelated conversation: %v, want ErrHold", err)
+	}
+	d, info, err := b.Admit(Facts{SessionKey: "p/agent/a1", ParentKey: "p", PromptTokens: 3000})
+	if err != nil || info.Admission != AdmitPass || d.Replica != 0 {
+		t.Fatalf("the subagent: %+v %+v %v, want passed", d, info, err)
+	}
+	// A subagent whose parent the router never saw is a new conversation.
+	if _, _, err := b.Admit(Facts{SessionKey: "q/agent/a1", ParentKey: "q", PromptTokens: 3000}); !errors.Is(err, ErrHold) {
+		t.Errorf("a subagent of an unknown parent: %v, want ErrHold", err)
 	}
 }

@@ -546,7 +546,7 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 		prompt, hashes = r.prompt(tr.Session, maxTokens)
 		keep = true
 	}
-	facts := router.Facts{SessionKey: r.keyOf(tr.Session), ParentKey: r.parentKeyOf(tr.Session), PromptTokens: len(prompt), HeldFor: t - h.arrived,
+	facts := router.Facts{SessionKey: r.keyOf(tr.Session), ParentKey: r.parentKeyOf(tr.Session), FollowParent: r.cfg.Subagents == router.SubagentsFollow, PromptTokens: len(prompt), HeldFor: t - h.arrived,
 		Ticket: h.ticket, Continuing: tr.Turn > 0 && tr.Side == nil}
 	if facts.SessionKey == "" {
 		// What a keyless router can know of the prompt: its leading pieces.
@@ -839,10 +839,10 @@ func (r *run) keyOf(s *loadgen.Session) string {
 	return s.Key
 }
 
-// parentKeyOf is the parent's key of a subagent's session under the follow
-// rule (router.Facts.ParentKey), "" otherwise.
+// parentKeyOf is the parent's key of a subagent's session whose key is split
+// (router.Facts.ParentKey), "" otherwise.
 func (r *run) parentKeyOf(s *loadgen.Session) string {
-	if r.cfg.Subagents != router.SubagentsFollow || s == nil || s.Agent == "" || r.sc.SessionHeader == loadgen.SessionHeaderNone {
+	if r.cfg.Subagents == "" || r.cfg.Subagents == router.SubagentsKeep || s == nil || s.Agent == "" || r.sc.SessionHeader == loadgen.SessionHeaderNone {
 		return ""
 	}
 	return s.Key

@@ -77,9 +77,11 @@ type RequestInfo struct {
 	// NoStore: the body says "store": false, so the server keeps no response a
 	// later request could continue (the router then learns no response id).
 	NoStore bool
-	// ParentKey: a subagent's parent session key under FollowSubagents, ""
-	// otherwise.
-	ParentKey string
+	// ParentKey: a subagent's parent session key when its key was split
+	// (SplitSubagents, FollowSubagents), "" otherwise; FollowParent: under
+	// FollowSubagents.
+	ParentKey    string
+	FollowParent bool
 }
 
 // CodexSessionHeaders are the headers the Codex CLI names its conversation
@@ -544,7 +546,7 @@ func skipValue(b []byte, i int) int {
 //  4. the OpenAI "user" field, when cfg.UseOpenAIUser.
 //
 // A subagent's request (X-Claude-Code-Agent-Id) keeps its parent's key unless
-// cfg.SplitSubagents or cfg.FollowSubagents (which also sets ParentKey). Keys are trimmed of spaces and cut at MaxKeyLen bytes.
+// cfg.SplitSubagents or cfg.FollowSubagents (both also set ParentKey). Keys are trimmed of spaces and cut at MaxKeyLen bytes.
 //
 // body may be empty (no key or model from it). A non-empty body that is not a JSON
 // object gives an error wrapping ErrBadBody. Fields of unexpected types (a numeric
@@ -585,9 +587,7 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 	}
 	if (cfg.SplitSubagents || cfg.FollowSubagents) && info.SessionKey != "" {
 		if agent := cleanKey(h.Get(wire.HeaderClaudeAgent)); agent != "" {
-			if cfg.FollowSubagents {
-				info.ParentKey = info.SessionKey
-			}
+			info.ParentKey, info.FollowParent = info.SessionKey, cfg.FollowSubagents
 			info.SessionKey = cleanKey(info.SessionKey + "/agent/" + agent)
 		}
 	}
