@@ -57,15 +57,17 @@ func TestCompareNotesRouterSettings(t *testing.T) {
 		name   string
 		a, b   *loadgen.Admission
 		policy string // B's policy; A's is the synthetic run's
+		sub    string // B's subagent rule; A's is keep
 		want   []string
 	}{
-		{"same", &loadgen.Admission{Mode: "off"}, &loadgen.Admission{Mode: "off"}, "", nil},
+		{"same", &loadgen.Admission{Mode: "off"}, &loadgen.Admission{Mode: "off"}, "", "", nil},
 		// A run from before admission was recorded is taken as off.
-		{"not recorded vs off", nil, &loadgen.Admission{Mode: "off"}, "", nil},
-		{"off vs fit", &loadgen.Admission{Mode: "off"}, fitGate, "", []string{"admission off vs fit (fill_target 1, max_hold 10m0s, max_queue 1024, on_limit admit, keepalive_after 1m0s)"}},
-		{"not recorded vs fit", nil, fitGate, "", []string{"admission not recorded vs fit (fill_target 1, "}},
-		{"fit settings", fitGate, &loadgen.Admission{Mode: "fit", FillTarget: 0.9, MaxHold: 10 * time.Minute, MaxQueue: 1024, OnLimit: "admit", KeepAliveAfter: time.Minute}, "", []string{"admission fit (fill_target 1, max_hold 10m0s, max_queue 1024, on_limit admit, keepalive_after 1m0s) vs fit (fill_target 0.9, "}},
-		{"policy", nil, nil, "working-set", []string{"policy sticky vs working-set"}},
+		{"not recorded vs off", nil, &loadgen.Admission{Mode: "off"}, "", "", nil},
+		{"off vs fit", &loadgen.Admission{Mode: "off"}, fitGate, "", "", []string{"admission off vs fit (fill_target 1, max_hold 10m0s, max_queue 1024, on_limit admit, keepalive_after 1m0s)"}},
+		{"not recorded vs fit", nil, fitGate, "", "", []string{"admission not recorded vs fit (fill_target 1, "}},
+		{"fit settings", fitGate, &loadgen.Admission{Mode: "fit", FillTarget: 0.9, MaxHold: 10 * time.Minute, MaxQueue: 1024, OnLimit: "admit", KeepAliveAfter: time.Minute}, "", "", []string{"admission fit (fill_target 1, max_hold 10m0s, max_queue 1024, on_limit admit, keepalive_after 1m0s) vs fit (fill_target 0.9, "}},
+		{"policy", nil, nil, "working-set", "", []string{"policy sticky vs working-set"}},
+		{"subagents", nil, nil, "", "follow", []string{"subagent rule keep vs follow"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, r, s := syntheticRun()
@@ -76,6 +78,7 @@ func TestCompareNotesRouterSettings(t *testing.T) {
 			if tc.policy != "" {
 				m.Policy = tc.policy
 			}
+			m.Subagents = tc.sub
 			writeRunDir(t, dirB, m, r, s)
 			if pa != "sticky" {
 				t.Fatalf("the synthetic run's policy is %q: fix the test", pa)

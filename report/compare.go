@@ -477,7 +477,8 @@ func readable(v reflect.Value) string {
 }
 
 // settingsDiff names, with both values, the router settings that act with
-// affinity on and differ between a and b: the policy, and the admission gate
+// affinity on and differ between a and b: the policy, the subagent rule
+// (Manifest.Subagents), and the admission gate
 // (loadgen.Admission, all its settings). Nothing when either run has no
 // affinity-on variant, where they do not act. A run that did not record its
 // admission (before it was recorded, or through an external router) differs
@@ -492,6 +493,9 @@ func settingsDiff(a, b *loadgen.Manifest) []string {
 	var diff []string
 	if a.Policy != b.Policy {
 		diff = append(diff, fmt.Sprintf("policy %s vs %s", cmp.Or(a.Policy, "not recorded"), cmp.Or(b.Policy, "not recorded")))
+	}
+	if a.Subagents != b.Subagents {
+		diff = append(diff, fmt.Sprintf("subagent rule %s vs %s", cmp.Or(a.Subagents, "keep"), cmp.Or(b.Subagents, "keep")))
 	}
 	aa, ab := a.Admission, b.Admission
 	switch {
