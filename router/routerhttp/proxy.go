@@ -296,7 +296,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := p.recorder.Load()
 	var recording *Recording
 	if rec != nil {
-		recording = rec.Begin(p.now(), body, info.SessionKey)
+		recording = rec.begin(p.now(), body, info.SessionKey, r.Header.Get(wire.HeaderClaudeAgent), api)
 	}
 	defer func() {
 		v := recover()
