@@ -79,6 +79,16 @@ the clock at start (and logged), so restarts do not repeat the same tie-breaks.
   warden route --replica http://gpu0:8000 --replica http://gpu1:8000
   warden route --replica http://gpu:8000,dp_ranks=4      # one DP=4 server
 
+--record FILE writes the requests served as a trace (Mooncake JSONL plus salted
+session ids; no text, no keys) that warden bench --trace replays: per request its
+arrival, prompt and output tokens from the usage, and a block id per 512 prompt
+tokens hashed over the prompt as the engine sees it (system prompt, tools, then
+every message and block: text, tool calls and results, thinking), so a
+conversation's next turn shares its previous turn's full blocks and conversations
+share their system prompt and tools. Each line is written as its request ends
+(after every earlier arrival, or a minute at most behind one still in flight), so
+a crash loses only the requests in flight. docs/traces.md has the details.
+
 A server with dp_ranks is checked once at start: two one-token requests pinned to
 each rank must be counted by that rank's engine (vllm:request_success_total). A
 server that ignores X-Data-Parallel-Rank is logged as an error (the router cannot
@@ -117,7 +127,7 @@ place conversations on it); --skip-pinning-check turns the check off.`,
 				err = serveRouter(cmd.Context(), rt, cfg)
 				rt.Proxy().SetRecorder(nil)
 				cerr := rec.Close()
-				slog.Info("recording closed", "file", o.record, "requests", rec.Written, "not_recorded", rec.Dropped)
+				slog.Info("recording closed", "file", o.record, "requests", rec.Written, "not_recorded", rec.Dropped, "shifted", rec.Shifted)
 				return errors.Join(err, cerr)
 			}
 			return serveRouter(cmd.Context(), rt, cfg)
@@ -141,7 +151,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.IntVar(&o.ejectAfter, "eject-consecutive-failures", router.DefaultEjectConsecutiveFailures, "eject a replica after this many consecutive failed requests (5xx, broken connections) though its /health passes; negative: never (docs/router.md section 9)")
 	f.Uint64Var(&o.seed, "seed", 0, "tie-break seed (model i uses seed+i); default: the config file's seed, else drawn from the clock at start (logged)")
 	f.StringVar(&o.state, "state", "", "shared state for several routers: redis://[user:password@]host:port/db or rediss://; session homes, in-flight counts and live working sets are shared by every router naming it (docs/router.md); over the file's state:")
-	f.StringVar(&o.record, "record", "", "write the requests served as a replayable trace to this new file (Mooncake JSONL + session ids; no text, no keys; warden bench --trace replays it; docs/traces.md)")
+	f.StringVar(&o.record, "record", "", "write the requests served as a replayable trace to this new file, a line as each request ends (Mooncake JSONL + session ids; block ids over system, tools and messages; no text, no keys; warden bench --trace replays it; docs/traces.md)")
 	f.StringVar(&o.accessLog, "access-log", "", "append a JSON line per request to this file (- for stdout): time, model, session and agent as SHA-256 prefixes, replica, decision, admission, status, TTFB, usage tokens; no text, no keys (docs/router.md)")
 	f.StringVar(&o.admission, "admission", router.AdmissionOff, "admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\"); with --config: every model's mode, over the file, keeping its other admission settings")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")

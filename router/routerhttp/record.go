@@ -328,6 +328,7 @@ type recordView struct {
 	Enabled bool `json:"enabled"`
 	Written int  `json:"written"`
 	Dropped int  `json:"dropped"`
+	Shifted int  `json:"shifted"`
 }
 
 // SetRecorder gives the router a recorder (warden route --record) and starts
@@ -362,7 +363,7 @@ func (rt *Router) serveAdminRecord(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rec.mu.Lock()
-	v := recordView{Enabled: rt.proxy.recorder.Load() != nil, Written: rec.Written, Dropped: rec.Dropped}
+	v := recordView{Enabled: rt.proxy.recorder.Load() != nil, Written: rec.Written, Dropped: rec.Dropped, Shifted: rec.Shifted}
 	rec.mu.Unlock()
 	writeJSON(w, http.StatusOK, v)
 }
