@@ -7,6 +7,8 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -403,5 +405,39 @@ func TestRecorderWritesLinesAsRequestsEnd(t *testing.T) {
 	}
 	if len(got) != 3 || got[2].Timestamp != 2*time.Second || rec.Shifted != 1 || rec.Written != 3 {
 		t.Errorf("lines %+v, shifted %d, written %d: want the late line third at 2s", got, rec.Shifted, rec.Written)
+	}
+}
+
+// Concurrent requests (8 conversations of 40 turns, ending in any order):
+// every line is written once, and the file is sorted.
+func TestRecorderConcurrent(t *testing.T) {
+	var buf syncBuffer
+	rec, _ := NewRecorder(&buf)
+	var wg sync.WaitGroup
+	var clock atomic.Int64
+	for c := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			history := `{"role":"system","content":"` + strings.Repeat("shared ", 400) + `"}`
+			for turn := range 40 {
+				history += fmt.Sprintf(`,{"role":"user","content":"conv %d turn %d %s"}`, c, turn, strings.Repeat("x", 100*turn))
+				body := []byte(`{"messages":[` + history + `]}`)
+				r := rec.Begin(time.Duration(clock.Add(int64(time.Millisecond))), body, fmt.Sprint("conv-", c))
+				time.Sleep(time.Duration(turn%3) * time.Millisecond)
+				rec.End(r, turn%7 != 3, 600+30*turn, 5)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := trace.Each(trace.NewReader(strings.NewReader(buf.String()), "rec", 0), func(trace.Request) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := 8 * (40 - 6); n != want || rec.Written != want || rec.Dropped != 8*6 {
+		t.Errorf("%d lines (written %d, dropped %d), want %d and %d dropped", n, rec.Written, rec.Dropped, want, 8*6)
 	}
 }
