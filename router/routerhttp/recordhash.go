@@ -14,7 +14,7 @@ import (
 )
 
 // This file turns a request body into the block ids of its prompt for the
-// recorder (Recorder.End). Three steps, in one pass over the body:
+// recorder (Recorder.End), in three steps done together:
 //
 //  1. The walk (promptHasher.walk) writes the prompt as the engine sees it, in
 //     the order a chat template puts it: the system prompt (Anthropic: the
@@ -29,7 +29,7 @@ import (
 //     cache_control, signatures, encrypted reasoning, "type" tags), so moving a
 //     cache_control breakpoint between turns changes nothing. JSON strings
 //     are unescaped.
-//  2. A token estimate (promptHasher.step) over those bytes places a block
+//  2. A token estimate (estStep, run as estTable) over those bytes places a block
 //     boundary every tracefmt.DefaultBlockSize estimated tokens; a block's id
 //     is the salted SHA-256 of every byte before its boundary, so two prompts
 //     share an id exactly when they share the bytes up to it.
@@ -50,7 +50,8 @@ import (
 // one token unless it is a single space before a word. Estimate / Qwen3
 // tokens: Go source 1.09-1.14, Markdown 1.07-1.11, JSON schemas 0.90-1.01, a
 // git log 1.08, a diff 1.17, Python 1.13, digit-heavy output 0.82-1.04,
-// base64 0.56, Chinese 1.24 (docs/traces.md).
+// base64 0.56, Chinese 1.24, the fixtures' filler of NATO-alphabet words
+// 0.69-0.71 (docs/traces.md).
 
 // imageTokens is what an image (or document) block counts for: about one
 // megapixel at 28 x 28 pixels per token (Qwen2-VL's patches of 14 px merged
@@ -80,6 +81,7 @@ const (
 // tokenEvery is the run length per estimated token of each run class.
 var tokenEvery = [...]int{clsLetter: 6, clsHigh: 4, clsSymbol: 2}
 
+// byteClass is each byte's class in the estimate (clsSpaceByte for ' ').
 var byteClass = func() (t [256]byte) {
 	for c := range 256 {
 		switch {
@@ -148,8 +150,8 @@ func estStep(s estState, k byte, space bool) (estState, int) {
 
 // estTable is estStep as a table, for speed: entry state<<3 | class holds
 // the next state (estStateMask) and the tokens started (from estIncShift).
-// A space (the one byte a merged run can start with) has its own class
-// index, clsSpace+4 (as clsSymbol+1).
+// A space (the one byte a merged white space run can be) has its own class
+// index, clsSpaceByte.
 const (
 	estStateMask = 0x1f
 	estIncShift  = 5
@@ -319,8 +321,8 @@ func (s *promptHasher) release() {
 	hasherPool.Put(s)
 }
 
-// digest is the salted hash of the bytes so far (63 bits for an id, as in the
-// Mooncake traces' non-negative ids).
+// digest is the first 64 bits of the salted SHA-256 of the bytes so far (an
+// id keeps the top 63: the Mooncake traces' ids are non-negative).
 func (s *promptHasher) digest() uint64 {
 	s.h.Sum(s.sum[:0])
 	return binary.LittleEndian.Uint64(s.sum[:8])
