@@ -38,7 +38,7 @@ func TestSummaryHeaderNamesAdmission(t *testing.T) {
 		{"fit", fitGate, true},
 	} {
 		m.Admission = tc.a
-		md := string(SummaryMarkdown(m, sums, nil))
+		md := string(SummaryMarkdown(m, sums, nil, nil))
 		if got := strings.Contains(md, line); got != tc.want {
 			t.Errorf("%s: header has the admission line: %v, want %v:\n%s", tc.name, got, tc.want, md[:min(len(md), 800)])
 		}

@@ -315,7 +315,7 @@ func TestComparePair(t *testing.T) {
 		}
 	}
 	var table bytes.Buffer
-	if err := WriteTable(&table, &run.Manifest, sums); err != nil {
+	if err := WriteTable(&table, &run.Manifest, sums, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, oneRun, _ := strings.Cut(table.String(), "\n") // the rows, without the run line

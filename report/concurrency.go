@@ -46,8 +46,10 @@ const MaxConcurrencyPct = 110.0
 
 // summarizeConcurrency fills s.Concurrency from the variant's results, its
 // series (grouped by replica) and the stage's manifest window, and notes a stage
-// below loadgen.MinConcurrencyPct.
-func summarizeConcurrency(s *Summary, results []*loadgen.Result, replicas []replicaSeries, st loadgen.StageWindow, sc *loadgen.Scenario) {
+// below loadgen.MinConcurrencyPct. A report window of an agent replay (windows)
+// holds no level: its Target and Pct are NaN, without notes (the whole-run
+// table has the live trees and calls).
+func summarizeConcurrency(s *Summary, results []*loadgen.Result, replicas []replicaSeries, st loadgen.StageWindow, sc *loadgen.Scenario, windows bool) {
 	nan := math.NaN()
 	c := Concurrency{TurnsInFlightMean: nan, Target: nan, Pct: nan, EngineRequestsMean: nan}
 	defer func() { s.Concurrency = c }()
@@ -74,16 +76,18 @@ func summarizeConcurrency(s *Summary, results []*loadgen.Result, replicas []repl
 			turn = turnSum / time.Duration(turnN)
 		}
 		c.TurnsInFlightMean = busy.Seconds() / w.Seconds()
-		c.Target = loadgen.ConcurrencyTarget(s.Sessions, turn, think)
-		c.Pct = pct(c.TurnsInFlightMean, c.Target)
-		if msg := loadgen.ConcurrencyShortfall(c.TurnsInFlightMean, c.Target); msg != "" {
-			s.note(msg + ": the stage measured fewer concurrent turns than it was configured for " +
-				"(failed turns' replacements waiting out failure_backoff, router holds or a late harness); turns_in_flight_mean, concurrency_pct")
-		}
-		if c.Pct > MaxConcurrencyPct {
-			s.note(fmt.Sprintf("%.2f turns in flight on average, %.0f %% of the %.2f the loop can hold (above %.0f %%): "+
-				"turns still in flight at the window's end (%d, e.g. hung streams) held sessions on the wire longer than the turns done in it, "+
-				"from which the target's turn time is taken; concurrency_pct", c.TurnsInFlightMean, c.Pct, c.Target, MaxConcurrencyPct, st.InFlight))
+		if !windows {
+			c.Target = loadgen.ConcurrencyTarget(s.Sessions, turn, think)
+			c.Pct = pct(c.TurnsInFlightMean, c.Target)
+			if msg := loadgen.ConcurrencyShortfall(c.TurnsInFlightMean, c.Target); msg != "" {
+				s.note(msg + ": the stage measured fewer concurrent turns than it was configured for " +
+					"(failed turns' replacements waiting out failure_backoff, router holds or a late harness); turns_in_flight_mean, concurrency_pct")
+			}
+			if c.Pct > MaxConcurrencyPct {
+				s.note(fmt.Sprintf("%.2f turns in flight on average, %.0f %% of the %.2f the loop can hold (above %.0f %%): "+
+					"turns still in flight at the window's end (%d, e.g. hung streams) held sessions on the wire longer than the turns done in it, "+
+					"from which the target's turn time is taken; concurrency_pct", c.TurnsInFlightMean, c.Pct, c.Target, MaxConcurrencyPct, st.InFlight))
+			}
 		}
 	}
 

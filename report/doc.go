@@ -7,7 +7,8 @@
 // (Generate, ResultsCSV, TurnsByIndexCSV, ResultsJSON, SummaryMarkdown, WritePlots),
 // the one axis format of every figure, run and study alike (PlainTicks, LogTicks,
 // TickLabel in axes.go; internal/study draws with them),
-// the breakdown of each stage by turn index (Summary.ByTurn, TurnStats), the terminal
+// the breakdown of each stage by turn index (Summary.ByTurn, TurnStats), the
+// whole-run figures of agent-session replays (SummarizeAgents, TreesCSV), the terminal
 // table (WriteTable) and run-to-run comparison with regression gates (Compare,
 // ParseGate). It does not own the record types (loadgen.Result, Manifest,
 // SeriesSample), the vLLM metric names or counter-reset rule (internal/vllmmetrics),
@@ -63,12 +64,65 @@
 // sd / sqrt(n). The 95 % interval of a difference is 1.96 * sqrt(se_a^2 + se_b^2);
 // a difference whose interval contains 0 is "within noise" (marked * in tables).
 //
+// # Agent sessions (whole run)
+//
+// An agent-session replay (manifest agent_traces; docs/traces.md, "Agent
+// sessions") replays session trees: a parent agent and its subagents, each
+// call a line of turns.jsonl placed by trace.agent (tree, file, agent, call,
+// round). Its stages are report windows of the replay, not concurrency
+// levels: the per-stage tables name a stage by its window in minutes since
+// its variant's start ("window (min)") with the trees whose play started in
+// it ("trees started"; the manifest's sessions), pair the variants' windows
+// by index, and give no concurrency target (concurrency_pct n/a, no note).
+// Before them, one table over each variant's whole run W (its first window's
+// start to its last window's end, the stop), cells "off -> on"
+// (SummarizeAgents, AgentSummary); one value per run, no noise estimate:
+//
+//	sessions done          trees every call of which ended: none failed before its
+//	                       agent's last call (last_turn), and, when the variant did not
+//	                       end every play (agent_traces plays_ended < plays), the
+//	                       parent and every subagent seen have their last call in
+//	                       turns.jsonl (turns.jsonl does not list a tree's calls; a
+//	                       last call skipped over max_model_len or a background
+//	                       subagent not started at the stop can fool this rule, and
+//	                       a note says when its count differs from the manifest's)
+//	sessions cut           the other trees with a call in turns.jsonl
+//	session time p50, p95  over the complete trees: max(Done) - min(Sent) of the
+//	                       tree's calls, background subagents included, seconds;
+//	                       nearest rank (rank round(q n / 100), at least 1, as
+//	                       hdrhistogram-go's ValueAtQuantile), exact
+//	calls per session p50  calls in turns.jsonl per complete tree, nearest rank
+//	out tok/min            sum(OutputTokens of OK calls) * 60 / |W| s
+//	calls done, parent and subagent  calls in turns.jsonl (OK or failed) with
+//	                       trace.agent.agent "" and not ""
+//	TTFB p50, p95, parent and subagent  as ttfb_p50_s over OK calls of each kind
+//	usage cached %, parent and subagent  100 * sum(CachedTokens) / sum(PromptTokens)
+//	                       over OK calls of each kind reporting cached tokens: the
+//	                       responses' usage, since the engines' counters do not say
+//	                       which request a hit belongs to
+//	prefix hits % (counters)  prefix_hits_pct over W (all requests)
+//	stayed %               OK calls after an agent conversation's first (the parent,
+//	                       or one subagent: trace.agent.call > 0) served by the
+//	                       replica of that conversation's call 0
+//	live trees (mean)      sum over trees of |[min(Sent), max(Done)) within W|, to
+//	                       the stop for a tree cut there, / |W|
+//	live calls (mean)      sum over calls of |[Sent, Done) within W| plus the
+//	                       windows' unrecorded_in_flight_ns, / |W|
+//	calls skipped over max_model_len, calls not sent  agent_traces
+//	                       skipped_over_length, not_sent
+//	calls failed           calls in turns.jsonl not OK
+//	calls in flight at the stop  agent_traces sent less the calls in turns.jsonl
+//
+// trees.csv has one row per tree (TreesCSVColumns), session_time_cdf.png the
+// CDF of the complete trees' session time per variant.
+//
 // # Files written by Generate
 //
 //	results.csv, turns_by_index.csv, results.json, summary.md
 //	ttfb.png, output_tokens.png, sessions_per_h.png, replicas_busy.png,
 //	prefix_hits.png, ttfb_cdf.png, replica_requests.png, replica_hits.png,
 //	prompt_tokens_<variant>.png (one per variant with series samples)
+//	trees.csv, session_time_cdf.png (agent-session replays only)
 //
 // All are written atomically (temporary file in the same directory + rename).
 // Affinity off is drawn vermillion and on blue in every figure (Okabe-Ito palette).

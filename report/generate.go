@@ -16,6 +16,7 @@ import (
 //	turns_by_index.csv  one row per variant x stage x turn index (TurnsCSVColumns)
 //	results.json        summaries (with their by-turn breakdown) and off -> on deltas (ResultsJSON)
 //	summary.md          reference-style table and details (SummaryMarkdown)
+//	trees.csv           agent-session replays only: one row per session tree (TreesCSVColumns)
 //	*.png               figures (WritePlots)
 //
 // It then prints the reference-style table to w. Missing data never fails the
@@ -30,6 +31,7 @@ func Generate(dir string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("generating report for %s: %w", dir, err)
 	}
+	agents, trees := SummarizeAgents(run)
 	figures, err := WritePlots(dir, run, sums)
 	if err != nil {
 		return fmt.Errorf("generating report for %s: %w", dir, err)
@@ -46,14 +48,25 @@ func Generate(dir string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("generating report for %s: %w", dir, err)
 	}
-	md := SummaryMarkdown(&run.Manifest, sums, figures)
-	for _, f := range []struct {
+	md := SummaryMarkdown(&run.Manifest, sums, agents, figures)
+	files := []struct {
 		name string
 		data []byte
-	}{{ResultsCSVFile, csvData}, {TurnsByIndexCSVFile, turnsData}, {ResultsJSONFile, jsonData}, {SummaryMDFile, md}} {
+	}{{ResultsCSVFile, csvData}, {TurnsByIndexCSVFile, turnsData}, {ResultsJSONFile, jsonData}, {SummaryMDFile, md}}
+	if len(run.Manifest.AgentTraces) > 0 {
+		treesData, err := TreesCSV(trees)
+		if err != nil {
+			return fmt.Errorf("generating report for %s: %w", dir, err)
+		}
+		files = append(files, struct {
+			name string
+			data []byte
+		}{TreesCSVFile, treesData})
+	}
+	for _, f := range files {
 		if err := atomicfile.Write(filepath.Join(dir, f.name), f.data); err != nil {
 			return fmt.Errorf("generating report for %s: %w", dir, err)
 		}
 	}
-	return WriteTable(w, &run.Manifest, sums)
+	return WriteTable(w, &run.Manifest, sums, agents)
 }

@@ -344,6 +344,10 @@ func ttfbFigure(m *loadgen.Manifest, sums []Summary) (*plot.Plot, error) {
 //	replica_hits.png     per replica prefix-cache hit rate over each variant's run
 //	prompt_tokens_<variant>.png  prompt tokens/s over time, read from cache vs computed (PromptRates)
 //
+// An agent-session replay (manifest agent_traces) gets first
+//
+//	session_time_cdf.png session completion time CDF of the complete trees, per variant (SummarizeAgents)
+//
 // Figures lacking data are still drawn (empty, titled) so the set is stable,
 // except prompt_tokens_<variant>.png, which needs series samples.
 func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
@@ -380,6 +384,12 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 		{"ttfb_cdf.png", "TTFB distribution per stage", func() ([]byte, error) { return ttfbCDFFigure(run, sums) }},
 		{"replica_requests.png", "Requests per replica", func() ([]byte, error) { return replicaRequestsFigure(run) }},
 		{"replica_hits.png", "Prefix-cache hit rate per replica", single(func() (*plot.Plot, error) { return replicaHitsFigure(run) })},
+	}
+	if len(m.AgentTraces) > 0 {
+		figs = append([]fig{{SessionTimeFigureFile, "Session completion time, complete trees", single(func() (*plot.Plot, error) {
+			_, trees := SummarizeAgents(run)
+			return sessionTimeFigure(m, trees)
+		})}}, figs...)
 	}
 	for _, v := range m.Variants {
 		series := variantSeries(run.Series, v.Name)
@@ -439,7 +449,8 @@ func variantSeries(all []loadgen.SeriesSample, variant string) []loadgen.SeriesS
 func ttfbCDFFigure(run *Run, sums []Summary) ([]byte, error) {
 	m := &run.Manifest
 	colours := variantColours(m)
-	rows := stageRows(variantNames(m), sums)
+	keys := keysOf(m)
+	rows := keys.rows(variantNames(m), sums)
 	if len(rows) == 0 {
 		p := newPlot("TTFB distribution (no stages)", "TTFB (s, log scale)", "share of turns")
 		return renderPNG(p)
@@ -451,7 +462,7 @@ func ttfbCDFFigure(run *Run, sums []Summary) ([]byte, error) {
 		grid[j] = make([]*plot.Plot, cols)
 	}
 	for k, row := range rows {
-		p := newPlot(fmt.Sprintf("%d sessions", row.sessions), "TTFB (s, log scale)", "share of turns <= x")
+		p := newPlot(keys.rowLabel(row), "TTFB (s, log scale)", "share of turns <= x")
 		var lines []lineSpec
 		for _, s := range row.cells {
 			if s == nil {

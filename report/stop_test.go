@@ -50,7 +50,7 @@ func TestSummaryMarkdownSaysWhyTheRunStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := string(SummaryMarkdown(&run.Manifest, sums, nil))
+	md := string(SummaryMarkdown(&run.Manifest, sums, nil, nil))
 	for _, want := range []string{
 		"- **stopped**: running variant off: too many consecutive failed turns: 50 in a row, last: http 404 (rule: 50 turns in a row failed (max_consecutive_failures))",
 		"stage did not complete (run stopped: running variant off: too many consecutive failed turns",

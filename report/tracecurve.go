@@ -138,7 +138,7 @@ func sharedLRUCell(t loadgen.TraceReplay) string {
 // goodputSection writes summary.md's "Goodput" section when the scenario has
 // an slo: per variant and stage, the turns done, those meeting the SLO, their
 // share and rate.
-func goodputSection(b *strings.Builder, m *loadgen.Manifest, sums []Summary) {
+func goodputSection(b *strings.Builder, m *loadgen.Manifest, keys stageKeys, sums []Summary) {
 	if m.Scenario == nil || m.Scenario.SLO == nil {
 		return
 	}
@@ -154,8 +154,8 @@ func goodputSection(b *strings.Builder, m *loadgen.Manifest, sums []Summary) {
 		limit(slo.TTFB), limit(slo.TPOT))
 	var rows [][]string
 	for _, s := range sums {
-		rows = append(rows, []string{s.Variant, strconv.Itoa(s.Sessions), strconv.Itoa(s.TurnsOK + s.TurnsFailed), strconv.Itoa(s.GoodTurns),
-			fmtPrec(1)(s.GoodputPct), fmtPrec(1)(s.GoodputPerMin)})
+		rows = append(rows, append(append([]string{s.Variant}, keys.cells(&s)...), strconv.Itoa(s.TurnsOK+s.TurnsFailed), strconv.Itoa(s.GoodTurns),
+			fmtPrec(1)(s.GoodputPct), fmtPrec(1)(s.GoodputPerMin)))
 	}
-	mdTable(b, []string{"variant", "sessions", "turns", "meeting the SLO", "goodput %", "goodput turns/min"}, rows)
+	mdTable(b, append(append([]string{"variant"}, keys.header()...), "turns", "meeting the SLO", "goodput %", "goodput turns/min"), rows)
 }

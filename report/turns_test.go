@@ -177,7 +177,7 @@ func TestTurnsByIndexOutput(t *testing.T) {
 	m.Variants = append([]loadgen.Variant{{Name: "off", Stages: m.Variants[0].Stages}}, m.Variants...)
 	results = append(results, okTurn("off", 0, 1, "r0", 10, 2.5, 20, 10))
 	sums = loadSummaries(t, m, results, nil)
-	md := string(SummaryMarkdown(m, sums, nil))
+	md := string(SummaryMarkdown(m, sums, nil, nil))
 	for _, row := range []string{
 		"| sessions | turn | turns ok | TTFB mean (s) | TTFB p50 (s) | TTFB p95 (s) | prompt tokens | usage cached % |",
 		"| 4 | 0 | 0 -> 2 | n/a -> 2.00 | n/a -> 1.00 | n/a -> 3.00 | n/a -> 1,000 | n/a -> 0.0 |",

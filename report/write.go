@@ -145,6 +145,12 @@ type stageRow struct {
 
 // stageRows lines up the stages of variants by index (and concurrency level).
 func stageRows(variants []string, sums []Summary) []stageRow {
+	return stageRowsBy(variants, sums, false)
+}
+
+// stageRowsBy is stageRows; with byIndex the stages pair by index alone (report
+// windows, whose sessions are the trees started in them: stageKeys).
+func stageRowsBy(variants []string, sums []Summary, byIndex bool) []stageRow {
 	find := func(variant string, stage int) *Summary {
 		for i := range sums {
 			if sums[i].Variant == variant && sums[i].Stage == stage {
@@ -159,7 +165,7 @@ func stageRows(variants []string, sums []Summary) []stageRow {
 		found := false
 		for i, v := range variants {
 			s := find(v, stage)
-			if s == nil || (row.sessions >= 0 && s.Sessions != row.sessions) {
+			if s == nil || (!byIndex && row.sessions >= 0 && s.Sessions != row.sessions) {
 				continue
 			}
 			row.sessions = s.Sessions
@@ -179,7 +185,7 @@ func pairDeltas(m *loadgen.Manifest, sums []Summary) []StageDeltas {
 	if len(vs) != 2 {
 		return out
 	}
-	for _, row := range stageRows(vs, sums) {
+	for _, row := range keysOf(m).rows(vs, sums) {
 		if row.cells[0] == nil || row.cells[1] == nil {
 			continue
 		}
@@ -228,8 +234,13 @@ func fmtThousands(v float64) string {
 // tok/min +47.8 %, TTFB p50 -91.2 %; 16 sessions: none." It states what the
 // data say, stage by stage; the table has the values.
 func beyondNoise(pair []string, sums []Summary) string {
+	return beyondNoiseBy(stageKeys{}, pair, sums)
+}
+
+// beyondNoiseBy is beyondNoise with the stages named and paired by keys.
+func beyondNoiseBy(keys stageKeys, pair []string, sums []Summary) string {
 	var parts []string
-	for _, r := range stageRows(pair, sums) {
+	for _, r := range keys.rows(pair, sums) {
 		if len(r.cells) != 2 || r.cells[0] == nil || r.cells[1] == nil {
 			continue
 		}
@@ -245,7 +256,7 @@ func beyondNoise(pair []string, sums []Summary) string {
 		if len(changes) == 0 {
 			changes = []string{"none"}
 		}
-		parts = append(parts, fmt.Sprintf("%d sessions: %s", r.sessions, strings.Join(changes, ", ")))
+		parts = append(parts, fmt.Sprintf("%s: %s", keys.rowLabel(r), strings.Join(changes, ", ")))
 	}
 	if len(parts) == 0 {
 		return ""
@@ -266,19 +277,23 @@ const (
 // referenceTable returns the header and rows of the reference-style table: one row
 // per stage, each cell "base -> candidate".
 func referenceTable(variants []string, sums []Summary) (header []string, rows [][]string) {
-	header = []string{"sessions"}
+	return referenceTableBy(stageKeys{}, variants, sums)
+}
+
+// referenceTableBy is referenceTable with the stages named and paired by keys.
+func referenceTableBy(keys stageKeys, variants []string, sums []Summary) (header []string, rows [][]string) {
+	header = keys.header()
 	for _, c := range metricColumns {
 		header = append(header, c.header)
 	}
-	for _, r := range stageRows(variants, sums) {
-		label := strconv.Itoa(r.sessions)
+	for _, r := range keys.rows(variants, sums) {
+		row := keys.rowCells(r)
 		for _, s := range r.cells {
 			if s != nil && !s.Complete {
-				label += " (partial)" // cut short by Ctrl-C: the window ends at the stop
+				row[0] += " (partial)" // cut short by Ctrl-C: the window ends at the stop
 				break
 			}
 		}
-		row := []string{label}
 		for _, c := range metricColumns {
 			parts := make([]string, len(r.cells))
 			for i, s := range r.cells {
@@ -332,23 +347,32 @@ func intList(stages []int) string {
 	return strings.Join(s, ", ")
 }
 
-// SummaryMarkdown renders summary.md: run description, the reference-style table
-// (one row per stage, cells "off -> on"), a per-variant table with turns, prompt
-// sizes and accounting, the side requests (when any), the by-turn-index table (one
-// row per stage and turn index, cells "off -> on"; Summary.ByTurn), notes, and
-// links to the figures named in figures. One function per section, in that order.
-func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, figures []Figure) []byte {
+// SummaryMarkdown renders summary.md: run description, for an agent-session
+// replay the whole-run table of agents (SummarizeAgents; nil otherwise), the
+// reference-style table (one row per stage, cells "off -> on"), a per-variant
+// table with turns, prompt sizes and accounting, the side requests (when any),
+// the by-turn-index table (one row per stage and turn index, cells "off -> on";
+// Summary.ByTurn; for an agent replay only in turns_by_index.csv), notes, and
+// links to the figures named in figures. One function per section, in that
+// order.
+func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, agents []AgentSummary, figures []Figure) []byte {
 	var b strings.Builder
 	pair := pairVariants(m)
+	keys := keysOf(m)
 	mdRunHeader(&b, m)
-	mdStageSection(&b, pair, sums)
-	mdVariantSection(&b, sums)
-	mdHeldSection(&b, sums)
+	mdAgentSection(&b, m, pair, agents)
+	mdStageSection(&b, keys, pair, sums)
+	mdVariantSection(&b, keys, sums)
+	mdHeldSection(&b, keys, sums)
 	traceSection(&b, m, sums)
-	goodputSection(&b, m, sums)
+	goodputSection(&b, m, keys, sums)
 	mdSideSection(&b, sums)
-	mdTurnsSection(&b, pair, sums)
-	mdNotesSection(&b, sums)
+	if keys.agent {
+		fmt.Fprintf(&b, "\n## By call index\n\nBy 0-based call index within each agent conversation, per report window: `%s`.\n", TurnsByIndexCSVFile)
+	} else {
+		mdTurnsSection(&b, pair, sums)
+	}
+	mdNotesSection(&b, keys, sums)
 	mdFiguresSection(&b, figures)
 	return []byte(b.String())
 }
@@ -406,6 +430,15 @@ func mdScenarioLines(b *strings.Builder, m *loadgen.Manifest) {
 	if sc == nil {
 		return
 	}
+	if t := sc.Trace; t != nil && len(m.AgentTraces) > 0 {
+		// Session trees: no mode, no recorded window.
+		fmt.Fprintf(b, "- trace: `%s`, seed %d\n", t.File, m.Seed)
+		b.WriteString(agentScenarioLine(m))
+		if sc.API != "" || sc.SessionHeader != "" {
+			fmt.Fprintf(b, "- API: %s; session id: %s\n", sc.API, sc.SessionHeader)
+		}
+		return
+	}
 	if t := sc.Trace; t != nil {
 		// The trace replaces the scenario's sessions: its stages and sizes are unused.
 		fmt.Fprintf(b, "- trace: `%s`, seed %d; mode %s, %s\n", t.File, m.Seed, t.WithDefaults().Mode, traceWindow(t.From, t.To))
@@ -446,12 +479,19 @@ func versionList(versions map[string]string) string {
 }
 
 // mdStageSection writes the reference-style table, one row per stage, cells "off -> on", and its legend.
-func mdStageSection(b *strings.Builder, pair []string, sums []Summary) {
-	fmt.Fprintf(b, "\n## Per stage, %s\n\n", strings.Join(pair, " -> "))
-	header, rows := referenceTable(pair, sums)
+func mdStageSection(b *strings.Builder, keys stageKeys, pair []string, sums []Summary) {
+	if keys.agent {
+		fmt.Fprintf(b, "\n## Per report window, %s\n\n", strings.Join(pair, " -> "))
+	} else {
+		fmt.Fprintf(b, "\n## Per stage, %s\n\n", strings.Join(pair, " -> "))
+	}
+	header, rows := referenceTableBy(keys, pair, sums)
 	mdTable(b, header, rows)
 	b.WriteString("\n")
-	if line := beyondNoise(pair, sums); len(pair) == 2 && line != "" {
+	if keys.agent {
+		b.WriteString(windowLegend + "\n\n")
+	}
+	if line := beyondNoiseBy(keys, pair, sums); len(pair) == 2 && line != "" {
 		fmt.Fprintf(b, "%s\n\n", line)
 	}
 	if len(pair) == 2 {
@@ -465,11 +505,22 @@ func mdStageSection(b *strings.Builder, pair []string, sums []Summary) {
 		"Conv: conversation completion time of the sessions done in the window, first send to last turn's end (holds and think time included).\n")
 }
 
+// windowLegend says what the per-window table of an agent replay shows.
+const windowLegend = "Window: minutes since the variant's start (each variant starts its own windows); " +
+	"trees started: session trees whose play started in the window; sessions/h: n/a (session trees are in the whole-run table); " +
+	"conv: per agent conversation (the parent, or one subagent), not per tree."
+
 // mdVariantSection writes the per-variant table: turns, prompt sizes, send lag, concurrency and accounting.
-func mdVariantSection(b *strings.Builder, sums []Summary) {
-	b.WriteString("\n## Per variant and stage\n\n")
-	vh := []string{"variant", "sessions", "window (s)", "sessions done", "turns ok", "turns failed",
-		"prompt tokens per turn, mean (server)", "prompt tokens per turn, mean (nominal)", "send lag p50 / p99 (ms)", "turns in flight, mean: client (% of target) / engines", "carried in + started = completed + failed + in flight"}
+func mdVariantSection(b *strings.Builder, keys stageKeys, sums []Summary) {
+	done := "sessions done"
+	if keys.agent {
+		b.WriteString("\n## Per variant and report window\n\n")
+		done = "agent conversations done"
+	} else {
+		b.WriteString("\n## Per variant and stage\n\n")
+	}
+	vh := append(append([]string{"variant"}, keys.header()...), "window (s)", done, "turns ok", "turns failed",
+		"prompt tokens per turn, mean (server)", "prompt tokens per turn, mean (nominal)", "send lag p50 / p99 (ms)", "turns in flight, mean: client (% of target) / engines", "carried in + started = completed + failed + in flight")
 	var vrows [][]string
 	for _, s := range sums {
 		a := s.Accounting
@@ -477,13 +528,13 @@ func mdVariantSection(b *strings.Builder, sums []Summary) {
 		if !a.Balanced {
 			acc = fmt.Sprintf("**%d + %d != %d + %d + %d**", a.CarriedIn, a.Started, a.Completed, a.Failed, a.InFlight)
 		}
-		vrows = append(vrows, []string{
-			s.Variant, strconv.Itoa(s.Sessions), fmtPrec(0)(s.WindowSeconds()), strconv.Itoa(s.SessionsCompleted),
+		vrows = append(vrows, append(append([]string{s.Variant}, keys.cells(&s)...),
+			fmtPrec(0)(s.WindowSeconds()), strconv.Itoa(s.SessionsCompleted),
 			strconv.Itoa(s.TurnsOK), strconv.Itoa(s.TurnsFailed),
 			fmtThousands(s.PromptTokensMean), fmtThousands(s.NominalPromptTokensMean),
-			fmtPrec(1)(1000*s.SendLagP50S) + " / " + fmtPrec(1)(1000*s.SendLagP99S),
-			fmtPrec(2)(s.Concurrency.TurnsInFlightMean) + " (" + fmtPrec(0)(s.Concurrency.Pct) + " %) / " + fmtPrec(2)(s.Concurrency.EngineRequestsMean), acc,
-		})
+			fmtPrec(1)(1000*s.SendLagP50S)+" / "+fmtPrec(1)(1000*s.SendLagP99S),
+			fmtPrec(2)(s.Concurrency.TurnsInFlightMean)+" ("+fmtPrec(0)(s.Concurrency.Pct)+" %) / "+fmtPrec(2)(s.Concurrency.EngineRequestsMean), acc,
+		))
 	}
 	mdTable(b, vh, vrows)
 	b.WriteString("\nAccounting: carried in = turns in flight at the window's start (the previous stage's in flight), " +
@@ -496,18 +547,18 @@ func mdVariantSection(b *strings.Builder, sums []Summary) {
 }
 
 // mdHeldSection writes the turns the admission gate held, when any.
-func mdHeldSection(b *strings.Builder, sums []Summary) {
+func mdHeldSection(b *strings.Builder, keys stageKeys, sums []Summary) {
 	var heldRows [][]string
 	for _, s := range sums {
 		if s.HeldTurns > 0 {
-			heldRows = append(heldRows, []string{s.Variant, strconv.Itoa(s.Sessions), strconv.Itoa(s.HeldTurns),
-				strconv.Itoa(s.TurnsOK + s.TurnsFailed), fmtPrec(2)(s.HoldP50S), fmtPrec(2)(s.HoldP95S), fmtPrec(2)(s.HoldMaxS)})
+			heldRows = append(heldRows, append(append([]string{s.Variant}, keys.cells(&s)...), strconv.Itoa(s.HeldTurns),
+				strconv.Itoa(s.TurnsOK+s.TurnsFailed), fmtPrec(2)(s.HoldP50S), fmtPrec(2)(s.HoldP95S), fmtPrec(2)(s.HoldMaxS)))
 		}
 	}
 	if len(heldRows) > 0 {
 		b.WriteString("\n## Held at the router\n\nTurns the router's admission gate held before sending them upstream " +
 			"(new conversations waiting for a replica with room for their working set); the hold is part of their TTFB.\n\n")
-		mdTable(b, []string{"variant", "sessions", "held turns", "turns", "hold p50 (s)", "hold p95 (s)", "hold max (s)"}, heldRows)
+		mdTable(b, append(append([]string{"variant"}, keys.header()...), "held turns", "turns", "hold p50 (s)", "hold p95 (s)", "hold max (s)"), heldRows)
 	}
 }
 
@@ -539,11 +590,11 @@ func mdTurnsSection(b *strings.Builder, pair []string, sums []Summary) {
 }
 
 // mdNotesSection writes every summary's notes, when any.
-func mdNotesSection(b *strings.Builder, sums []Summary) {
+func mdNotesSection(b *strings.Builder, keys stageKeys, sums []Summary) {
 	var notes []string
 	for _, s := range sums {
 		for _, n := range s.Notes {
-			notes = append(notes, fmt.Sprintf("- %s, %d sessions: %s\n", s.Variant, s.Sessions, n))
+			notes = append(notes, fmt.Sprintf("- %s, %s: %s\n", s.Variant, keys.label(&s), n))
 		}
 	}
 	if len(notes) > 0 {
@@ -565,10 +616,12 @@ func mdFiguresSection(b *strings.Builder, figures []Figure) {
 }
 
 // WriteTable prints the reference-style table (one row per stage, cells
-// "off -> on") to w as a terminal table.
-func WriteTable(w io.Writer, m *loadgen.Manifest, sums []Summary) error {
+// "off -> on") to w as a terminal table; for an agent-session replay, the
+// whole-run table of agents (SummarizeAgents; nil otherwise) first.
+func WriteTable(w io.Writer, m *loadgen.Manifest, sums []Summary, agents []AgentSummary) error {
 	pair := pairVariants(m)
-	header, rows := referenceTable(pair, sums)
+	keys := keysOf(m)
+	header, rows := referenceTableBy(keys, pair, sums)
 	scenario := ""
 	if m.Scenario != nil {
 		scenario = " scenario " + m.Scenario.Name + ","
@@ -579,6 +632,37 @@ func WriteTable(w io.Writer, m *loadgen.Manifest, sums []Summary) error {
 	if _, err := fmt.Fprintf(w, "run %s:%s %s\n", m.RunID, scenario, strings.Join(pair, " -> ")); err != nil {
 		return fmt.Errorf("printing table: %w", err)
 	}
+	if len(agents) > 0 {
+		ah, ar := agentTable(pair, agents)
+		if err := terminalTable(w, ah, ar); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "sessions are trees (parent + subagents); session time and calls over complete trees; cached %%: usage, counters cannot split parent from subagent; per tree: %s\nper report window (minutes since each variant's start):\n", TreesCSVFile); err != nil {
+			return fmt.Errorf("printing table: %w", err)
+		}
+	}
+	if err := terminalTable(w, header, rows); err != nil {
+		return err
+	}
+	if len(pair) == 2 && keys.agent {
+		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0); ? no noise estimate (window under two sub-windows)\n"+
+			"trees started: session trees started in the window; conv: per agent conversation (parent or one subagent)\n"); err != nil {
+			return fmt.Errorf("printing table: %w", err)
+		}
+		return nil
+	}
+	if len(pair) == 2 {
+		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0); ? no noise estimate (stage under two sub-windows)\n"+
+			"only out tok/min and TTFB carry a noise estimate; sessions/h counts whole sessions (one session = %s in the shortest stage window), so read its changes with care\n",
+			sessionStep(sums)); err != nil {
+			return fmt.Errorf("printing table: %w", err)
+		}
+	}
+	return nil
+}
+
+// terminalTable renders header and rows as a terminal table, cells right-aligned.
+func terminalTable(w io.Writer, header []string, rows [][]string) error {
 	t := tablewriter.NewTable(w,
 		tablewriter.WithHeaderAutoFormat(tw.Off),
 		tablewriter.WithRowAlignment(tw.AlignRight),
@@ -591,13 +675,6 @@ func WriteTable(w io.Writer, m *loadgen.Manifest, sums []Summary) error {
 	}
 	if err := t.Render(); err != nil {
 		return fmt.Errorf("printing table: %w", err)
-	}
-	if len(pair) == 2 {
-		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0); ? no noise estimate (stage under two sub-windows)\n"+
-			"only out tok/min and TTFB carry a noise estimate; sessions/h counts whole sessions (one session = %s in the shortest stage window), so read its changes with care\n",
-			sessionStep(sums)); err != nil {
-			return fmt.Errorf("printing table: %w", err)
-		}
 	}
 	return nil
 }
