@@ -560,11 +560,7 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 			}
 			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
 			reqSide = side
-			if gated && f.ParentKey != "" && b.sessions.home(b.sessions.hash(f.ParentKey)) >= 0 {
-				// A subagent of a tree already admitted: holding it would
-				// stall its parent, which waits for it (the join).
-				f.Continuing = true
-			}
+			f.Continuing = f.Continuing || (gated && b.inAdmittedTree(f))
 			if gated {
 				// Admission (admission.go): may hold a new conversation, or
 				// leave only the replicas with room healthy in the view.
@@ -626,6 +622,13 @@ func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, 
 		}
 	}
 	return d, info, plan, nil
+}
+
+// inAdmittedTree reports whether f is a subagent (Facts.ParentKey) whose
+// parent has a home: part of a tree already admitted, never held, since its
+// parent waits for it (the join).
+func (b *Balancer) inAdmittedTree(f Facts) bool {
+	return f.ParentKey != "" && b.sessions.home(b.sessions.hash(f.ParentKey)) >= 0
 }
 
 // parentStep is the subagent rule "follow": a conversation without a home
