@@ -38,6 +38,9 @@ type routeOpts struct {
 	admission string
 	record    string // --record FILE: write the traffic as a trace
 	accessLog string // --access-log FILE|-: a JSON line per request
+	// drainDelay and drainTimeout: the shutdown's two steps (Config.DrainDelay,
+	// Config.DrainTimeout).
+	drainDelay, drainTimeout time.Duration
 }
 
 func newRouteCmd() *cobra.Command {
@@ -59,7 +62,9 @@ vLLM's data-parallel balancer (shortest queue).
 
 Every response carries X-Warden-Replica (who served it) and X-Warden-Decision
 (sticky, placed, overflow, moved, rehome, no-key, balanced). /metrics has the router's
-Prometheus metrics. With affinity on the policy is working-set (docs/routing.md);
+Prometheus metrics. GET /health is liveness (503 only while a model has no healthy
+replica); GET /ready is readiness: 200 while the router takes new work, 503 once
+its shutdown began or while a model has no healthy replica. With affinity on the policy is working-set (docs/routing.md);
 cold-move, sticky, session-hash and shortest-queue are selectable per model, in the YAML
 config (policy:) or at run time. The admin API (loopback by default) switches
 affinity, the policy and the threshold per model at run time:
@@ -73,7 +78,7 @@ Either a YAML config (--config, see docs/router.md) or replicas on the command l
 Settings layer as defaults, then the file, then flags: --affinity,
 --overflow-threshold, --max-num-seqs, --admission, --listen, --admin-listen,
 --admin-token, --body-read-timeout, --body-memory-bytes,
---eject-consecutive-failures, --seed, --state and --skip-pinning-check given
+--eject-consecutive-failures, --drain-delay, --drain-timeout, --seed, --state and --skip-pinning-check given
 with --config override the file (for every model). Without a seed in the file or --seed, the tie-break seed is drawn from
 the clock at start (and logged), so restarts do not repeat the same tie-breaks.
   warden route --replica http://gpu0:8000 --replica http://gpu1:8000
@@ -92,7 +97,15 @@ a crash loses only the requests in flight. docs/traces.md has the details.
 A server with dp_ranks is checked once at start: two one-token requests pinned to
 each rank must be counted by that rank's engine (vllm:request_success_total). A
 server that ignores X-Data-Parallel-Rank is logged as an error (the router cannot
-place conversations on it); --skip-pinning-check turns the check off.`,
+place conversations on it); --skip-pinning-check turns the check off.
+
+Shutdown (SIGTERM or Ctrl-C): /ready answers 503 at once while the listener still
+serves for --drain-delay (0; behind a load balancer or Kubernetes Service give it
+the time the endpoints take to update, e.g. 5s); then the listener closes, requests
+held by admission get 503 with Retry-After (OpenAI or Anthropic error shape), and
+requests in flight get --drain-timeout (10s) to finish; past it they are cut. The
+last log line counts what finished, what was cut and what was refused. Exit 0 when
+nothing was cut, 1 when something was. A second Ctrl-C exits at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.config(cmd.Flags())
@@ -154,6 +167,8 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.StringVar(&o.record, "record", "", "write the requests served as a replayable trace to this new file, a line as each request ends (Mooncake JSONL + session ids; block ids over system, tools and messages; no text, no keys; warden bench --trace replays it; docs/traces.md)")
 	f.StringVar(&o.accessLog, "access-log", "", "append a JSON line per request to this file (- for stdout): time, model, session and agent as SHA-256 prefixes, replica, decision, admission, status, TTFB, usage tokens; no text, no keys (docs/router.md)")
 	f.StringVar(&o.admission, "admission", router.AdmissionOff, "admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\"); with --config: every model's mode, over the file, keeping its other admission settings")
+	f.DurationVar(&o.drainDelay, "drain-delay", 0, "at shutdown, how long /ready answers 503 while the listener still serves, before it closes (behind a load balancer: the time its endpoints take to update, e.g. 5s); over the file's drain_delay")
+	f.DurationVar(&o.drainTimeout, "drain-timeout", routerhttp.DefaultDrainTimeout, "at shutdown, once the listener closed, how long requests in flight get to finish before they are cut; over the file's drain_timeout")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
 
@@ -225,6 +240,12 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 	if f.Changed("eject-consecutive-failures") || cfg.EjectConsecutiveFailures == 0 {
 		cfg.EjectConsecutiveFailures = o.ejectAfter
 	}
+	if f.Changed("drain-delay") {
+		cfg.DrainDelay = o.drainDelay
+	}
+	if f.Changed("drain-timeout") || cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = o.drainTimeout
+	}
 	if o.adminTok != "" {
 		cfg.AdminToken = o.adminTok
 	}
@@ -271,13 +292,14 @@ func parseOnOff(s string) (bool, error) {
 }
 
 // serveRouter runs the router's listeners (the admin one unless AdminListen is
-// "-") and background loops until ctx is done, letting requests in flight finish
-// for up to 10 s (Router.ListenAndServe).
+// "-") and background loops until ctx is done, then shuts down in order:
+// drain_delay, then drain_timeout for the requests in flight
+// (Router.Serve).
 func serveRouter(ctx context.Context, rt *routerhttp.Router, cfg routerhttp.Config) error {
 	if cfg.AdminToken == "" && cfg.AdminListen != "-" {
 		slog.Warn("the admin API has no bearer token: anyone who can reach it can switch affinity and thresholds; set --admin-token or admin_token", "admin", cfg.AdminListen)
 	}
-	return rt.ListenAndServe(ctx, 10*time.Second)
+	return rt.ListenAndServe(ctx)
 }
 
 // startAccessLog opens path for appending ("-": out) and sets it as rt's access

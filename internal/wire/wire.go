@@ -87,6 +87,11 @@ const (
 	PathModels          = "/v1/models" // GET: served model names
 )
 
+// PathReady is the router's readiness (GET): 200 while it takes new work, 503
+// once its shutdown has begun or while a model has no healthy replica. Liveness
+// is PathHealth.
+const PathReady = "/ready"
+
 // Engine side paths (vLLM's; brief vllm.md).
 const (
 	PathHealth  = "/health"  // GET: 200 when the server is up

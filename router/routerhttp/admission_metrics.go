@@ -17,7 +17,8 @@ const (
 	MetricAdmissionHeld = "warden_admission_held_seconds"
 	// MetricAdmissionOutcomes: counter{model,outcome}: admitted (no wait),
 	// admitted_after_hold, admitted_at_limit, refused, gave_up (the client
-	// went away while held).
+	// went away while held), shutdown (held when the router's listener closed
+	// at shutdown: answered 503, drain.go).
 	MetricAdmissionOutcomes = "warden_admission_outcomes_total"
 )
 

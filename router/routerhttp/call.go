@@ -54,6 +54,8 @@ type call struct {
 	cancel    context.CancelCauseFunc
 	tracked   liveKey
 	isTracked bool
+	// cut: CutInFlight ended the call at shutdown (set under Proxy.liveMu).
+	cut atomic.Bool
 	// learn: a Responses API call whose response the server may store: its id
 	// is told to the Balancer (LearnResponse) as soon as the scanner sees it
 	// (usage.onID), before the client can send a continuation.
@@ -115,7 +117,16 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		if name == WildcardModel {
 			name = info.Model // the pool serves any model: name the one asked for
 		}
+		shutdown := errors.Is(err, ErrShutdown)
+		if shutdown {
+			p.noteRefused()
+		}
 		if p.failKeptAlive(w, r, c, fmt.Sprintf("model %q: %v", name, err), err) {
+			return nil, false
+		}
+		if shutdown {
+			c.setAdmissionHeaders(w.Header())
+			p.m.countResponse(pool.Model, writeShutdown(w, api, fmt.Sprintf("model %q: %v", name, err)))
 			return nil, false
 		}
 		if errors.Is(err, router.ErrOverloaded) {
@@ -147,6 +158,7 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 func (p *Proxy) settle(r *http.Request, c *call, sw *statusWriter, start time.Time, panicked bool) {
 	c.release()
 	p.untrack(c)
+	p.noteSettled(c)
 	c.feedback()
 	p.settleOutcomes(r, c)
 	status := c.finalStatus(r.Context().Err() != nil, panicked, sw.status)
@@ -207,6 +219,8 @@ func (p *Proxy) settleOutcomes(r *http.Request, c *call) {
 	switch {
 	case final && n5xx < 2:
 		observe(c.dec.Replica, true, "status "+strconv.Itoa(c.upStatus))
+	case c.cut.Load():
+		// Ended by the router's shutdown (CutInFlight): not the replica's fault.
 	case c.streamBroken != nil:
 		observe(c.dec.Replica, true, "stream broke: "+c.streamBroken.Error())
 	case c.upStatus > 0 && !final && c.streamBroken == nil && r.Context().Err() == nil:

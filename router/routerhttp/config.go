@@ -47,6 +47,10 @@ const (
 	// body limit. A body holds what it received (from a 16 KiB start, doubling),
 	// so 1,000 clients trickling bytes hold about 16 MiB of it.
 	DefaultBodyMemoryBytes = 256 << 20
+	// DefaultDrainTimeout is how long requests in flight get to finish once
+	// the listener closed at shutdown (Config.DrainTimeout): the 10 s grace
+	// `warden route` gave them before drain_timeout existed.
+	DefaultDrainTimeout = 10 * time.Second
 	// WildcardModel as a model name matches any requested model.
 	WildcardModel = "*"
 )
@@ -142,6 +146,15 @@ type Config struct {
 	// StateTimeout bounds each call to State (wall time): the most a request
 	// waits for a hung store. Default redisstate.DefaultTimeout (50ms).
 	StateTimeout time.Duration `yaml:"state_timeout"`
+	// DrainDelay: once shutdown begins (SIGTERM, SIGINT: the context of
+	// Serve ends) /ready answers 503 and the listener still serves for this
+	// long, so a load balancer or Kubernetes takes the router out of its
+	// endpoints before it stops accepting (listen.go). Wall time; default 0.
+	DrainDelay time.Duration `yaml:"drain_delay"`
+	// DrainTimeout: then the listener closes, requests held by admission get
+	// 503 with Retry-After, and requests in flight get this long to finish;
+	// past it they are cut. Wall time; default DefaultDrainTimeout (10s).
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 
 	// Clock gives simulated time; nil means wall time (speed 1). Set it to the
 	// simulator's scaled clock when the upstreams run faster than real time.
@@ -352,6 +365,9 @@ func (c Config) WithDefaults() Config {
 	if c.SnapshotInterval == 0 {
 		c.SnapshotInterval = router.DefaultSnapshotInterval
 	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
 	if c.Clock == nil {
 		c.Clock = simclock.NewScaled(1)
 	}
@@ -424,7 +440,7 @@ func (c Config) problems() []located {
 		"dial_timeout": c.DialTimeout, "response_header_timeout": c.ResponseHeaderTimeout,
 		"session_ttl": c.SessionTTL, "snapshot_interval": c.SnapshotInterval,
 		"eject_window": c.EjectWindow, "eject_base_time": c.EjectBaseTime, "eject_max_time": c.EjectMaxTime,
-		"state_timeout": c.StateTimeout,
+		"state_timeout": c.StateTimeout, "drain_delay": c.DrainDelay, "drain_timeout": c.DrainTimeout,
 	} {
 		if d < 0 {
 			bad(name, "%v is negative", d)

@@ -28,7 +28,7 @@
 //		true /* affinity */, 32 /* max_num_seqs */, clock /* nil: wall time */)
 //	go rt.Run(ctx)                 // health checks + scrapes
 //	http.ListenAndServe(addr, rt.Handler())
-//	// or: rt.ListenAndServe(ctx, 10*time.Second) for both listeners
+//	// or: rt.ListenAndServe(ctx) for both listeners, with the ordered shutdown (drain.go)
 //
 // Switching affinity at run time: rt.SetAffinity(model, on) ("" or "*" = every
 // model), or over HTTP on the admin listener:

@@ -2,7 +2,10 @@ package routerhttp
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
@@ -30,30 +33,78 @@ var proxiedPath = func() map[string]bool {
 	return m
 }()
 
-func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
-	type model struct {
-		Model   string `json:"model"`
-		Healthy int    `json:"healthy_replicas"`
-		Total   int    `json:"replicas"`
-	}
-	out := struct {
-		Status string  `json:"status"`
-		Models []model `json:"models"`
-	}{Status: "ok"}
-	code := http.StatusOK
+// modelHealth is one model's line of /health and /ready.
+type modelHealth struct {
+	Model   string `json:"model"`
+	Healthy int    `json:"healthy_replicas"`
+	Total   int    `json:"replicas"`
+}
+
+// modelsHealth counts every model's healthy replicas and names the models
+// without one.
+func (p *Proxy) modelsHealth() (out []modelHealth, down []string) {
 	for _, pool := range p.order {
-		m := model{Model: pool.Model, Total: pool.Balancer.Len()}
+		m := modelHealth{Model: pool.Model, Total: pool.Balancer.Len()}
 		for i := range m.Total {
 			if pool.Balancer.Healthy(i) {
 				m.Healthy++
 			}
 		}
 		if m.Healthy == 0 {
-			out.Status, code = "degraded", http.StatusServiceUnavailable
+			down = append(down, pool.Model)
 		}
-		out.Models = append(out.Models, m)
+		out = append(out, m)
+	}
+	return out, down
+}
+
+// serveHealth answers GET /health, the router's liveness: 200 {"status":
+// "ok"}, or 503 "degraded" while a model has no healthy replica. It stays as
+// it is during a shutdown.
+func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
+	out := struct {
+		Status string        `json:"status"`
+		Models []modelHealth `json:"models"`
+	}{Status: "ok"}
+	code := http.StatusOK
+	var down []string
+	out.Models, down = p.modelsHealth()
+	if len(down) > 0 {
+		out.Status, code = "degraded", http.StatusServiceUnavailable
 	}
 	writeJSON(w, code, out)
+}
+
+// serveReady answers GET /ready (wire.PathReady), the router's readiness: 200
+// {"status": "ready"} while it takes new work; 503 "draining" from the start of
+// a shutdown (Proxy.BeginDrain) and 503 "degraded" while a model has no
+// healthy replica, each with the reason.
+func (p *Proxy) serveReady(w http.ResponseWriter, r *http.Request) {
+	out := struct {
+		Status string        `json:"status"`
+		Reason string        `json:"reason,omitempty"`
+		Models []modelHealth `json:"models"`
+	}{Status: "ready"}
+	code := http.StatusOK
+	var down []string
+	out.Models, down = p.modelsHealth()
+	switch {
+	case p.Draining():
+		out.Status, code = "draining", http.StatusServiceUnavailable
+		out.Reason = "shutting down: requests are still served until the listener closes (drain_delay), then requests in flight finish (drain_timeout); send new work elsewhere"
+	case len(down) > 0:
+		out.Status, code = "degraded", http.StatusServiceUnavailable
+		out.Reason = fmt.Sprintf("no healthy replica for model %s", strings.Join(quoteAll(down), ", "))
+	}
+	writeJSON(w, code, out)
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strconv.Quote(v)
+	}
+	return out
 }
 
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {

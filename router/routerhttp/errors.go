@@ -34,7 +34,7 @@ var (
 const bodyMemoryRetryAfter = time.Second
 
 // StatusFor maps an error met while handling a request to the HTTP status the
-// router answers, in one place (brief style.md): no replica 503, upstream timeout
+// router answers, in one place: no replica or shutdown 503, upstream timeout
 // 504, client gone 499, other upstream error 502; plus the request's own faults:
 // bad body 400, unknown model or path 404, wrong method 405, body not received
 // within the body read timeout 408, body too large 413, body memory full 503.
@@ -55,7 +55,7 @@ func StatusFor(err error, clientGone bool) int {
 		return http.StatusRequestTimeout
 	case errors.Is(err, errBodyMemory):
 		return http.StatusServiceUnavailable
-	case errors.Is(err, router.ErrNoReplica):
+	case errors.Is(err, router.ErrNoReplica), errors.Is(err, ErrShutdown):
 		return http.StatusServiceUnavailable
 	case clientGone:
 		return StatusClientClosed

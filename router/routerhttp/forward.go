@@ -113,6 +113,12 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	if c != nil {
 		name = c.upstream().Name
 	}
+	if errors.Is(err, ErrShutdown) {
+		// Cut at drain_timeout before the upstream answered (counted in the
+		// shutdown's log line).
+		writeShutdown(w, api, fmt.Sprintf("%v: request cut at drain_timeout before %s answered", err, name))
+		return
+	}
 	p.log.Warn("upstream request failed", "replica", name, "status", status, "err", err)
 	writeError(w, api, status, fmt.Sprintf("upstream %s: %v", name, err))
 }
@@ -171,14 +177,24 @@ func (b *watchedBody) Read(buf []byte) (int, error) {
 		b.c.usage.finishJSON()
 	}
 	down := err != nil && errors.Is(context.Cause(b.ctx), ErrReplicaDown)
-	if err != nil && err != io.EOF && b.sse && (b.ctx.Err() == nil || down) {
-		if down {
+	shut := err != nil && errors.Is(context.Cause(b.ctx), ErrShutdown)
+	if err != nil && err != io.EOF && b.sse && (b.ctx.Err() == nil || down || shut) {
+		up := b.c.upstream().Name
+		var ev []byte
+		switch {
+		case shut:
+			// Cut at drain_timeout (counted in the shutdown's log line): the
+			// 503 error event, as a request refused at shutdown gets.
+			err = ErrShutdown
+			ev = streamErrorFor(b.c.api, http.StatusServiceUnavailable, fmt.Sprintf("%v: stream from %s cut at drain_timeout", err, up))
+		case down:
 			err = ErrReplicaDown
+			fallthrough
+		default:
+			b.p.log.Warn("upstream stream broke", "replica", up, "bytes", b.n, "err", err)
+			ev = streamErrorEvent(b.c.api, fmt.Sprintf("upstream %s: stream ended early: %v", up, err))
 		}
 		b.c.streamBroken = err
-		up := b.c.upstream().Name
-		b.p.log.Warn("upstream stream broke", "replica", up, "bytes", b.n, "err", err)
-		ev := streamErrorEvent(b.c.api, fmt.Sprintf("upstream %s: stream ended early: %v", up, err))
 		switch {
 		case b.n == 0 || b.last == [2]byte{'\n', '\n'}:
 		case b.last[1] == '\n':

@@ -123,7 +123,7 @@ func TestListenAndServeStopsWithContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rt.ListenAndServe(ctx, time.Second) }()
+	go func() { done <- rt.ListenAndServe(ctx) }()
 	cancel()
 	select {
 	case err := <-done:

@@ -91,10 +91,14 @@ const OverloadRetryAfter = 30 * time.Second
 // admit asks the pool's Balancer for a replica, waiting while the admission
 // gate holds the request, and keeps a held streaming request alive on w once
 // it has waited keepalive_after (c.ka set). It returns router.ErrOverloaded
-// when the gate refuses it and the context's error when the client went away
-// while held.
+// when the gate refuses it, the context's error when the client went away
+// while held, and ErrShutdown when it is held at shutdown (StopHolding: at
+// once, or when the gate would hold it after).
 func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c *call) (router.Decision, error) {
 	b := pool.Balancer
+	// held wakes a held request when the client leaves or the shutdown stops
+	// holding (set at the first hold).
+	var held context.Context
 	for {
 		t0 := time.Now()
 		d, info, wait, err := b.AdmitWait(c.facts)
@@ -107,6 +111,15 @@ func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c 
 			return d, err
 		}
 		c.facts.Ticket = info.Ticket
+		if p.stopped() {
+			return router.Decision{}, p.refuseHeld(pool, info.Ticket)
+		}
+		if held == nil {
+			hctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(p.drain.stopCtx, cancel)()
+			held = hctx
+		}
 		// Per ask: a PUT of the admission config applies to the waiters too.
 		after := b.AdmissionConfig().WithDefaults().KeepAliveAfter
 		switch {
@@ -128,12 +141,22 @@ func (p *Proxy) admit(ctx context.Context, w http.ResponseWriter, pool *Pool, c 
 				return router.Decision{}, fmt.Errorf("held for admission: sending a keep-alive: %w", err)
 			}
 		}
-		if serr := p.sleep(ctx, router.HoldPoll); serr != nil {
+		if serr := p.sleep(held, router.HoldPoll); serr != nil && ctx.Err() == nil {
+			return router.Decision{}, p.refuseHeld(pool, info.Ticket) // StopHolding woke it
+		} else if serr != nil {
 			b.CancelHold(info.Ticket)
 			p.m.countAdmissionOutcome(pool.Model, "gave_up")
 			return router.Decision{}, fmt.Errorf("held for admission: %w", serr)
 		}
 	}
+}
+
+// refuseHeld takes a held request out of pool's queue at shutdown and returns
+// its error (ErrShutdown).
+func (p *Proxy) refuseHeld(pool *Pool, ticket uint64) error {
+	pool.Balancer.CancelHold(ticket)
+	p.m.countAdmissionOutcome(pool.Model, "shutdown")
+	return fmt.Errorf("%w: held for admission as a new conversation, not admitted; send it again", ErrShutdown)
 }
 
 // keepAlive is a held request whose response was committed (commitKeepAlive).

@@ -72,8 +72,9 @@ type ProxyConfig struct {
 // idle timeout of its own, so nothing cuts a live stream.
 //
 // Also served: GET /v1/models (from the configured model names; forwarded to a
-// replica when a pool matches any model) and GET /health (200 when every model has
-// a healthy replica, else 503).
+// replica when a pool matches any model), GET /health (200 when every model has
+// a healthy replica, else 503) and GET /ready (as /health, and 503 once the
+// shutdown began: drain.go).
 type Proxy struct {
 	pools       map[string]*Pool
 	wildcard    *Pool
@@ -95,7 +96,12 @@ type Proxy struct {
 	maxSilentHold, keepAliveInterval time.Duration
 
 	liveMu sync.Mutex
-	live   map[liveKey]map[*call]struct{} // requests in flight per replica (AbortSilent)
+	live   map[liveKey]map[*call]struct{} // requests in flight per replica (AbortSilent, CutInFlight)
+
+	// draining: BeginDrain was called (/ready answers 503); drain: the rest of
+	// the shutdown's state (drain.go).
+	draining atomic.Bool
+	drain    drainState
 
 	recorder atomic.Pointer[Recorder]  // nil: not recording (SetRecorder)
 	access   atomic.Pointer[AccessLog] // nil: no access log (SetAccessLog)
@@ -130,6 +136,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		maxSilentHold:     router.MaxSilentHold,
 		keepAliveInterval: router.KeepAliveInterval,
 	}
+	p.drain.init()
 	if p.limit <= 0 {
 		p.limit = DefaultBodyLimit
 	}
@@ -227,6 +234,7 @@ func (p *Proxy) track(c *call, cancel context.CancelCauseFunc) {
 	}
 	set[c] = struct{}{}
 	c.cancel, c.tracked, c.isTracked = cancel, k, true
+	p.cutIfCuttingLocked(c)
 	p.liveMu.Unlock()
 }
 
@@ -277,6 +285,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case wire.PathHealth:
 		p.serveHealth(w, r)
+		return
+	case wire.PathReady:
+		p.serveReady(w, r)
 		return
 	case wire.PathModels:
 		p.serveModels(w, r)

@@ -52,6 +52,9 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		down := errors.Is(context.Cause(actx), ErrReplicaDown)
 		t.p.untrack(c)
+		if errors.Is(context.Cause(actx), ErrShutdown) {
+			return nil, ErrShutdown // cut at drain_timeout: not retried, not the replica's fault
+		}
 		if down {
 			err = ErrReplicaDown // the transport's own error only says the context ended
 		}

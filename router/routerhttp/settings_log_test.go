@@ -32,7 +32,7 @@ func TestStartLogsModelSettings(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rt.ListenAndServe(ctx, time.Second) }()
+	go func() { done <- rt.ListenAndServe(ctx) }()
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), "router listening"); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the router did not start:\n%s", log.String())

@@ -357,8 +357,11 @@ func (s *Store) connect() (rueidis.Client, error) {
 }
 
 // Run drives the heartbeat, the publication of in-flight changes and the TTL
-// refreshes until ctx ends, then closes the client. The router's keys are left
-// to expire (KeyTTL).
+// refreshes until ctx ends; then it publishes the changes not yet published
+// (the last requests' ends, conversation events) and closes the client. Nothing
+// is deleted: the router's own keys (in-flight, live sets, registration) are
+// left to expire (KeyTTL), and session homes, reservations and conversation
+// records keep their TTLs for the routers that go on.
 //
 // An in-flight change (a request sent or ended) is published as soon as Run is
 // free, not at the next heartbeat: the other routers add these counts to the
@@ -382,6 +385,9 @@ func (s *Store) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
+			fctx, cancel := context.WithTimeout(context.Background(), s.beatTimeout())
+			s.flush(fctx)
+			cancel()
 			if c := s.client.Load(); c != nil {
 				(*c).Close()
 			}
