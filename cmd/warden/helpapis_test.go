@@ -11,12 +11,13 @@ import (
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
-// route --help names every endpoint the proxy routes, and sim --help every
+// route --help names every endpoint the proxy routes (and its liveness and
+// readiness paths), and sim --help every
 // endpoint a simulated server answers (probed on a real one), so neither list
 // drifts from the code.
 func TestHelpListsTheAPIs(t *testing.T) {
 	routeHelp, _ := run(t, "route", "--help")
-	for _, p := range routerhttp.ProxiedPaths {
+	for _, p := range append([]string{wire.PathHealth, wire.PathReady}, routerhttp.ProxiedPaths...) {
 		if !strings.Contains(routeHelp, p) {
 			t.Errorf("route --help does not name %s, which the router proxies", p)
 		}

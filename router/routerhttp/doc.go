@@ -8,7 +8,7 @@
 //     Balancer.Acquire and Release exactly once (call.go), forward with SSE
 //     flushed event by event (forward.go), retry before the first byte
 //     (retry.go), the upstream transport (transport.go), the router's own
-//     /health and /v1/models (endpoints.go), error shapes per API, status
+//     /health, /ready and /v1/models (endpoints.go), error shapes per API, status
 //     mapping (StatusFor in errors.go), usage read from responses (usage.go)
 //     and fed back to the policy.
 //   - Router (router.go): Config (config.go, strict YAML) -> one router.Balancer per
@@ -16,7 +16,8 @@
 //     Prometheus metrics (metrics.go), the status card (status_page.go,
 //     card_window.go), the DP pinning check (dppin.go) and the background
 //     health checks (health.go) and /metrics scrapes (scrape.go, internal/scrape)
-//     started by Run; the two listeners (listen.go).
+//     started by Run; the two listeners and the shutdown in order: /ready,
+//     drain_delay, drain_timeout (listen.go, drain.go).
 //   - Shared state (state.go, `state: redis://...`): redisstate, the Redis store of
 //     router.SharedState shared by several routers (docs/router.md §13), its
 //     heartbeat run by Run, its warden_state_* metrics and the X-Warden-State-Ms

@@ -144,6 +144,9 @@ func (p *Proxy) cutIfCuttingLocked(c *call) {
 // noteSettled counts a call that ended after the listener closed and was not
 // cut.
 func (p *Proxy) noteSettled(c *call) {
+	if !p.draining.Load() {
+		return // set before closing: no lock on a request's path while serving
+	}
 	p.liveMu.Lock()
 	if p.drain.closing && !c.cut.Load() {
 		p.drain.finished++

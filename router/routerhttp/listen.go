@@ -29,7 +29,7 @@ func (rt *Router) ListenAndServe(ctx context.Context) error {
 
 // ErrDrainCut is wrapped by Serve's error when requests in flight were cut at
 // drain_timeout.
-var ErrDrainCut = errors.New("requests cut at drain_timeout")
+var ErrDrainCut = errors.New("requests in flight cut at drain_timeout")
 
 // cutGrace is how long the handlers of requests cut at drain_timeout get to
 // write their error event and return before their connections are closed.
@@ -89,7 +89,7 @@ func (rt *Router) Serve(ctx context.Context, api, admin net.Listener) error {
 	close(errc)
 	err := <-errc
 	if stats.Cut > 0 {
-		err = errors.Join(err, fmt.Errorf("%d %w (%s)", stats.Cut, ErrDrainCut, rt.cfg.DrainTimeout))
+		err = errors.Join(err, fmt.Errorf("%w: %d (drain_timeout %s)", ErrDrainCut, stats.Cut, rt.cfg.DrainTimeout))
 	}
 	return err
 }
@@ -103,10 +103,8 @@ func (rt *Router) shutdown(s *http.Server) (DrainStats, time.Duration) {
 	// Connection: close on every response from now on, so keep-alive clients
 	// come back through the load balancer (net/http Server.SetKeepAlivesEnabled).
 	s.SetKeepAlivesEnabled(false)
-	if d := rt.cfg.DrainDelay; d > 0 {
-		rt.log.Info("shutting down: /ready answers 503; still serving for drain_delay", "drain_delay", d.String(), "in_flight", p.InFlight())
-		time.Sleep(d)
-	}
+	rt.log.Info("shutting down: /ready answers 503; still serving for drain_delay", "drain_delay", rt.cfg.DrainDelay.String(), "in_flight", p.InFlight())
+	time.Sleep(rt.cfg.DrainDelay)
 	dctx, dcancel := context.WithTimeout(context.Background(), rt.cfg.DrainTimeout)
 	defer dcancel()
 	// The listener closes first (Shutdown runs its OnShutdown functions
