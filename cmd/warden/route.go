@@ -43,12 +43,8 @@ type routeOpts struct {
 	drainDelay, drainTimeout time.Duration
 }
 
-func newRouteCmd() *cobra.Command {
-	var o routeOpts
-	cmd := &cobra.Command{
-		Use:   "route",
-		Short: "Run the session-affinity router in front of vLLM replicas",
-		Long: `Proxies OpenAI (/v1/chat/completions, /v1/completions, /v1/responses) and
+// routeLong is warden route --help.
+const routeLong = `Proxies OpenAI (/v1/chat/completions, /v1/completions, /v1/responses) and
 Anthropic (/v1/messages, /v1/messages/count_tokens) requests to vLLM replicas. A new
 conversation goes to the least-loaded replica and stays there, keyed by the session
 id the client sends (Claude Code: X-Claude-Code-Session-Id or metadata.user_id;
@@ -105,8 +101,15 @@ the time the endpoints take to update, e.g. 5s); then the listener closes, reque
 held by admission get 503 with Retry-After (OpenAI or Anthropic error shape), and
 requests in flight get --drain-timeout (10s) to finish; past it they are cut. The
 last log line counts what finished, what was cut and what was refused. Exit 0 when
-nothing was cut, 1 when something was. A second Ctrl-C exits at once.`,
-		Args: cobra.NoArgs,
+nothing was cut, 1 when something was. A second Ctrl-C exits at once.`
+
+func newRouteCmd() *cobra.Command {
+	var o routeOpts
+	cmd := &cobra.Command{
+		Use:   "route",
+		Short: "Run the session-affinity router in front of vLLM replicas",
+		Long:  routeLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.config(cmd.Flags())
 			if err != nil {
