@@ -261,7 +261,7 @@ func buildItems(t *Tree, items []itemJSON, path string, origin time.Duration) []
 			continue
 		}
 		a := &Agent{ID: it.AgentID, Type: it.SubagentType, Status: it.Status, Path: p,
-			Background: it.Status == "async_launched"}
+			Background: it.Status == "async_launched", ToolTokens: it.ToolTokens, SystemTokens: it.SystemTokens}
 		t.Agents = append(t.Agents, a)
 		sub := &subagent{agent: len(t.Agents) - 1}
 		start := origin

@@ -33,7 +33,18 @@ type Tree struct {
 	Steps []Step
 	// NegativeGaps counts waits whose recorded gap was negative (set to 0).
 	NegativeGaps int
+	// Global is the range of hash ids whose text is shared beyond this tree
+	// (a synthesized session's heads: GlobalIDs): a replay sends them as they
+	// are and salts only the tree's own ids. The zero range holds none: a
+	// trace file's ids are all its own (hash_id_scope "local").
+	Global IDRange
 }
+
+// IDRange is the hash ids [Lo, Hi).
+type IDRange struct{ Lo, Hi int64 }
+
+// Contains reports whether id is in r.
+func (r IDRange) Contains(id int64) bool { return id >= r.Lo && id < r.Hi }
 
 // Agent is the parent (index 0, ID "") or one subagent of a Tree.
 type Agent struct {
@@ -45,6 +56,9 @@ type Agent struct {
 	Background bool
 	Calls      int    // its steps
 	Path       string // "requests[3]", for errors
+	// ToolTokens and SystemTokens are a subagent's own head (the file's
+	// tool_tokens and system_tokens for it); the parent's are the Tree's.
+	ToolTokens, SystemTokens int
 }
 
 // Call is one recorded request.
