@@ -87,10 +87,15 @@ type AgentReplay struct {
 }
 
 // AgentLoop is the dispatcher of one variant of an agent-session replay: a
-// closed loop over session trees (Live at a time; the next session starts when
-// one ends), each tree's calls sent as their waits end (agent.Step). It reads
-// a session's file when its play starts and forgets it when the play ends, so
-// it holds only the live trees. Pure: callers pass every instant.
+// closed loop over session trees, each tree's calls sent as their waits end
+// (agent.Step). Its trees come from a source: the session files of a trace
+// (Live at a time over report windows of its own; a file is read when its
+// play starts) or the generator of a scenario's shape agent (agent.Generate;
+// the stages' levels, as Loop keeps sessions: a stage raises the level, running
+// trees carry over, a tree that ends is replaced while fewer than the level
+// run, after FailureBackoff when its parent call failed). It forgets a tree
+// when its play ends, so it holds only the live trees. Pure: callers pass
+// every instant.
 type AgentLoop struct {
 	spec    TraceSpec
 	sc      *Scenario
@@ -98,9 +103,13 @@ type AgentLoop struct {
 	start   time.Duration
 	windows []StageWindow
 	keys    bool
-	files   []string // play order
-	next    int      // next file to play
-	rounds  map[int]int
+	src     treeSource
+	// levels: live trees per window; target: the level of the last window
+	// started. shape: synthesized sessions (Scenario.Shape agent), whose
+	// windows are the stages and keep their level as Sessions.
+	levels []int
+	target int
+	shape  bool
 
 	plays   map[int]*treePlay
 	byCall  map[int]stepRef
@@ -146,12 +155,16 @@ type treePlay struct {
 	rootDead bool // a parent call failed: the rest is not sent
 }
 
-// NewAgentLoop returns the dispatcher of variant for sc.Trace (format
-// claude-code) starting at start; maxModelLen (0: unknown) decides the
-// over-length calls. Every file is read once to check it; errors name the
-// file and the call.
+// NewAgentLoop returns the dispatcher of variant starting at start: of
+// sc.Trace (format claude-code), or of the synthesized sessions of a scenario
+// of shape agent; maxModelLen (0: unknown) decides the over-length calls.
+// Every trace file is read once to check it; errors name the file and the
+// call.
 func NewAgentLoop(sc *Scenario, variant string, start time.Duration, maxModelLen int) (*AgentLoop, error) {
 	sc = sc.WithDefaults()
+	if sc.Shape == ShapeAgent {
+		return newShapeLoop(sc, variant, start, maxModelLen), nil
+	}
 	if sc.Trace == nil {
 		return nil, errors.New("agent replay: scenario has no trace")
 	}
@@ -160,14 +173,7 @@ func NewAgentLoop(sc *Scenario, variant string, start time.Duration, maxModelLen
 	if err != nil {
 		return nil, err
 	}
-	l := &AgentLoop{
-		spec: spec, sc: sc, variant: variant, start: start, files: files,
-		keys:   sc.SessionHeader != SessionHeaderNone,
-		rounds: map[int]int{}, plays: map[int]*treePlay{}, byCall: map[int]stepRef{},
-		open: map[int]openTurn{}, due: map[int]time.Duration{},
-		late: hdrhistogram.New(1, 24*3600*1000_000, 3),
-		bs:   spec.SynthBlockSize(),
-	}
+	l := newAgentLoop(sc, spec, variant, start, &fileSource{files: files, rounds: map[int]int{}, recycle: spec.Recycle})
 	l.rep = AgentReplay{Variant: variant, Format: spec.Format, Files: len(files), Basis: map[string]int{},
 		TokenScale: spec.TokenScale, BlockSize: l.bs, MaxGap: spec.MaxGap, Speedup: spec.Speedup,
 		Live: spec.Live, Recycle: spec.Recycle, MaxModelLen: maxModelLen, OverLength: spec.OverLength}
@@ -178,8 +184,68 @@ func NewAgentLoop(sc *Scenario, variant string, start time.Duration, maxModelLen
 			Start: start + time.Duration(i)*spec.Window,
 			End:   start + min(time.Duration(i+1)*spec.Window, span),
 		})
+		l.levels = append(l.levels, spec.Live)
 	}
 	return l, nil
+}
+
+// newAgentLoop returns a loop over src without windows.
+func newAgentLoop(sc *Scenario, spec TraceSpec, variant string, start time.Duration, src treeSource) *AgentLoop {
+	return &AgentLoop{
+		spec: spec, sc: sc, variant: variant, start: start, src: src,
+		keys:  sc.SessionHeader != SessionHeaderNone,
+		plays: map[int]*treePlay{}, byCall: map[int]stepRef{},
+		open: map[int]openTurn{}, due: map[int]time.Duration{},
+		late: hdrhistogram.New(1, 24*3600*1000_000, 3),
+		bs:   spec.SynthBlockSize(),
+	}
+}
+
+// treeSource yields the session trees of a replay in play order.
+type treeSource interface {
+	// next returns the next tree and its round (its earlier plays in the
+	// variant); false when none is left or on an error.
+	next() (t *agent.Tree, round int, ok bool, err error)
+	// exhausted reports whether no tree is left to start.
+	exhausted() bool
+	// notStarted returns the sessions never started (a source that plays
+	// each once; else 0).
+	notStarted() int
+}
+
+// fileSource plays session files in order, once or over and over.
+type fileSource struct {
+	files   []string // play order
+	i       int      // next file to play
+	rounds  map[int]int
+	recycle bool
+}
+
+func (s *fileSource) next() (*agent.Tree, int, bool, error) {
+	if s.i >= len(s.files) {
+		if !s.recycle {
+			return nil, 0, false, nil
+		}
+		s.i = 0
+	}
+	fi := s.i
+	s.i++
+	t, err := readTree(s.files[fi])
+	if err != nil {
+		return nil, 0, false, err
+	}
+	round := s.rounds[fi]
+	s.rounds[fi]++
+	return t, round, true, nil
+}
+
+func (s *fileSource) exhausted() bool { return !s.recycle && s.i >= len(s.files) }
+
+func (s *fileSource) notStarted() int {
+	if s.recycle {
+		return 0
+	}
+	return len(s.files) - s.i
 }
 
 // agentFiles lists the session files of spec (a file, or every *.json of a
@@ -256,18 +322,25 @@ func (l *AgentLoop) Err() error { return l.err }
 // Done reports whether every session was played and ended (never when
 // recycling): the variant can end now.
 func (l *AgentLoop) Done() bool {
-	return !l.spec.Recycle && l.next >= len(l.files) && len(l.plays) == 0
+	return l.src.exhausted() && len(l.plays) == 0
 }
 
-// StartStage starts the live trees at window 0; later windows add nothing
-// (the closed loop starts a session when one ends).
+// StartStage raises the level to window i's live trees at now (a trace
+// replay's level is the same in every window) and starts the trees that reach
+// it. Running trees carry over.
 func (l *AgentLoop) StartStage(i int, now time.Duration) []TurnRequest {
-	if l.stopped || i != 0 {
+	if l.stopped || i < 0 || i >= len(l.windows) {
 		return nil
 	}
-	var out []TurnRequest
-	for range l.spec.Live {
-		trs, ok := l.startPlay(now)
+	l.target = l.levels[i]
+	return l.fill(now, 0, nil)
+}
+
+// fill starts trees at now (their first calls delay later) while fewer than
+// the level run.
+func (l *AgentLoop) fill(now, delay time.Duration, out []TurnRequest) []TurnRequest {
+	for len(l.plays) < l.target {
+		trs, ok := l.startPlay(now, delay)
 		if !ok {
 			break
 		}
@@ -276,26 +349,19 @@ func (l *AgentLoop) StartStage(i int, now time.Duration) []TurnRequest {
 	return out
 }
 
-// startPlay starts the next session at now; false when none is left.
-func (l *AgentLoop) startPlay(now time.Duration) ([]TurnRequest, bool) {
+// startPlay starts the next session at now, its first calls delay later;
+// false when none is left.
+func (l *AgentLoop) startPlay(now, delay time.Duration) ([]TurnRequest, bool) {
 	if l.err != nil || now >= l.start+l.spec.Duration {
 		return nil, false
 	}
-	if l.next >= len(l.files) {
-		if !l.spec.Recycle {
-			return nil, false
-		}
-		l.next = 0
-	}
-	fi := l.next
-	l.next++
-	t, err := readTree(l.files[fi])
+	t, round, ok, err := l.src.next()
 	if err != nil {
 		l.err = err
+	}
+	if !ok {
 		return nil, false
 	}
-	round := l.rounds[fi]
-	l.rounds[fi]++
 	id := t.ID
 	if id == "" {
 		id = t.Name
@@ -323,11 +389,15 @@ func (l *AgentLoop) startPlay(now time.Duration) ([]TurnRequest, bool) {
 	l.rep.Calls += s.Calls
 	l.rep.NegativeGaps += s.NegativeGaps
 	l.rep.UnknownGaps += s.UnknownGaps
-	l.windows[l.WindowIndex(now)].Sessions++
+	if !l.shape {
+		// A trace replay's window counts the plays started in it; a
+		// stage keeps its level.
+		l.windows[l.WindowIndex(now)].Sessions++
+	}
 	var out []TurnRequest
 	for i, st := range t.Steps {
 		if len(st.Deps) == 0 {
-			out = l.ready(p, i, now+l.gap(st.Offset), now, out)
+			out = l.ready(p, i, now+delay+l.gap(st.Offset), now, out)
 		}
 	}
 	return out, true
@@ -361,12 +431,18 @@ func scaled(spec *TraceSpec, bs int, c *agent.Call) (in, out int) {
 	return max(1, in), max(1, int(math.Round(float64(c.Out)*f)))
 }
 
-// request is the trace request step st of p replays: scaled, its block ids
-// salted by the play (a cache-bust per play).
-func request(spec *TraceSpec, bs int, salt uint64, c *agent.Call) trace.Request {
+// request is the trace request call c replays: scaled, its block ids salted
+// by the play (a cache-bust per play) but for the global ones (Tree.Global:
+// a synthesized head, the same text in every session), sent as they are.
+// Salted ids are never negative, global ones always are (agent.GlobalIDs).
+func request(spec *TraceSpec, bs int, salt uint64, global agent.IDRange, c *agent.Call) trace.Request {
 	in, o := scaled(spec, bs, c)
 	ids := make([]int64, len(c.HashIDs))
 	for j, id := range c.HashIDs {
+		if global.Contains(id) {
+			ids[j] = id
+			continue
+		}
 		ids[j] = int64(mix(salt, uint64(id)) >> 1)
 	}
 	return trace.Request{Timestamp: c.T, InputLength: in, OutputLength: o, HashIDs: ids}
@@ -389,7 +465,7 @@ func (l *AgentLoop) ready(p *treePlay, i int, at, now time.Duration, out []TurnR
 		return l.drop(p, i, now, out)
 	}
 	at = max(at, now)
-	req := request(&l.spec, l.bs, p.salt, &st.Call)
+	req := request(&l.spec, l.bs, p.salt, p.tree.Global, &st.Call)
 	if mm := l.rep.MaxModelLen; mm > 0 && req.InputLength+req.OutputLength > mm && l.spec.OverLength != OverLengthSend {
 		l.rep.SkippedOverLength++
 		p.state[i] = stepDone
@@ -458,10 +534,13 @@ func (l *AgentLoop) endPlay(p *treePlay, now time.Duration, out []TurnRequest) [
 	}
 	delete(l.plays, p.n)
 	l.rep.PlaysEnded++
-	if trs, ok := l.startPlay(now); ok {
-		out = append(out, trs...)
+	delay := time.Duration(0)
+	if l.shape && p.rootDead {
+		// As Loop replaces a failed session: never at once, or a server
+		// that fails at once would spin the loop at one instant.
+		delay = l.sc.FailureBackoff
 	}
-	return out
+	return l.fill(now, delay, out)
 }
 
 // Sent records that a call was written at now.
@@ -552,9 +631,7 @@ func (l *AgentLoop) Stop(now time.Duration) {
 			}
 		}
 	}
-	if !l.spec.Recycle {
-		l.rep.PlaysNotStarted = len(l.files) - l.next
-	}
+	l.rep.PlaysNotStarted = l.src.notStarted()
 	l.rep.LatenessP50S = float64(l.late.ValueAtQuantile(50)) / 1e6
 	l.rep.LatenessP99S = float64(l.late.ValueAtQuantile(99)) / 1e6
 	l.ended = l.Done()
@@ -617,23 +694,33 @@ func (l *AgentLoop) Waiting(now time.Duration) int {
 
 // agentSample returns up to n calls of the first sessions in play order
 // (every tenth call), as first plays replay them, for calibration.
-func agentSample(spec *TraceSpec, seed uint64, n int) ([]TraceTurn, error) {
-	files, err := agentFiles(spec, seed)
-	if err != nil {
-		return nil, err
+func agentSample(sc *Scenario, spec *TraceSpec, n int) ([]TraceTurn, error) {
+	seed := sc.WithDefaults().Seed
+	var src treeSource
+	if sc.Shape == ShapeAgent {
+		src = newSynthSource(sc)
+	} else {
+		files, err := agentFiles(spec, seed)
+		if err != nil {
+			return nil, err
+		}
+		src = &fileSource{files: files, rounds: map[int]int{}}
 	}
 	bs := spec.SynthBlockSize()
 	var out []TraceTurn
 	k := 0
-	for _, f := range files {
-		t, err := readTree(f)
+	for {
+		t, _, ok, err := src.next()
 		if err != nil {
 			return nil, err
+		}
+		if !ok {
+			return out, nil
 		}
 		salt := playSalt(spec, fileID(t), 0)
 		for i := range t.Steps {
 			if k%10 == 0 {
-				out = append(out, TraceTurn{Index: k, Request: request(spec, bs, salt, &t.Steps[i].Call)})
+				out = append(out, TraceTurn{Index: k, Request: request(spec, bs, salt, t.Global, &t.Steps[i].Call)})
 				if len(out) >= n {
 					return out, nil
 				}
@@ -641,5 +728,4 @@ func agentSample(spec *TraceSpec, seed uint64, n int) ([]TraceTurn, error) {
 			k++
 		}
 	}
-	return out, nil
 }

@@ -34,6 +34,12 @@ type Scenario struct {
 	// Trace replays a request trace instead of synthetic sessions (TraceSpec;
 	// docs/traces.md); stages, turns and token sizes are then unused.
 	Trace *TraceSpec `yaml:"trace" json:"trace,omitempty"`
+	// Shape is the sessions' shape: "chain" ("" : the default, the linear
+	// chain of the fields above) or "agent" (synthesized Claude Code session
+	// trees, Agent; stages are then live trees and the chain's sizes unused).
+	Shape string `yaml:"shape" json:"shape,omitempty"`
+	// Agent holds shape agent's parameters (AgentShape; nil: every default).
+	Agent *AgentShape `yaml:"agent" json:"agent,omitempty"`
 	// SLO is the service-level objective goodput is counted against (the
 	// report's goodput columns); nil = no goodput.
 	SLO *SLO `yaml:"slo" json:"slo,omitempty"`

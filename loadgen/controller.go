@@ -36,11 +36,11 @@ type Fleet struct {
 }
 
 // NewController returns the controller of variant for sc starting at start:
-// an AgentLoop for a claude-code trace, a TraceLoop for a Mooncake one, else
-// a Loop over w.
+// an AgentLoop for shape agent or a claude-code trace, a TraceLoop for a
+// Mooncake one, else a Loop over w.
 func NewController(sc *Scenario, w *Workload, variant string, start time.Duration, fleet Fleet) (Controller, error) {
 	switch {
-	case sc.Trace != nil && sc.Trace.Agent():
+	case sc.Shape == ShapeAgent, sc.Trace != nil && sc.Trace.Agent():
 		return NewAgentLoop(sc, variant, start, fleet.MaxModelLen)
 	case sc.Trace != nil:
 		return NewTraceLoop(sc, variant, start, fleet.KVTokens)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lmwarden/warden/internal/yamlpos"
+	"github.com/lmwarden/warden/loadgen/agent"
 )
 
 // Scenario defaults. They describe the reference workload (docs: brief workload.md,
@@ -195,6 +197,15 @@ func (sc *Scenario) WithDefaults() *Scenario {
 	if c.FailureBackoff == 0 {
 		c.FailureBackoff = DefaultFailureBackoff
 	}
+	if c.Shape == ShapeAgent && c.Agent == nil {
+		c.Agent = &AgentShape{}
+	}
+	if c.Agent != nil {
+		c.Agent = c.Agent.clone()
+		if c.Agent.TokenScale == 0 {
+			c.Agent.TokenScale = 1
+		}
+	}
 	if sc.SideRequests != nil {
 		s := *sc.SideRequests
 		s.Turns = append([]int(nil), s.Turns...)
@@ -325,6 +336,7 @@ func (sc *Scenario) problems() []problem {
 		ps.bad("request_timeout", "must be positive, got %s", c.RequestTimeout)
 	}
 	ps.sideRequests(c)
+	ps.shapeProblems(c)
 	return ps.out
 }
 
@@ -403,15 +415,18 @@ func (ps *problemSet) sideRequests(c *Scenario) {
 	}
 }
 
-// line returns the line of a field ("stages[1]", "side_requests.turns") of a
-// scenario loaded from a file: its key's, else its top-level key's; 0 if unknown.
+// line returns the line of a field ("stages[1]", "side_requests.turns",
+// "agent.subagent_types[1].name") of a scenario loaded from a file: its key's,
+// else its nearest enclosing key's; 0 if unknown.
 func (sc *Scenario) line(field string) int {
-	key, _, _ := strings.Cut(field, "[")
-	if line := sc.lines[key]; line > 0 {
-		return line
+	key := field
+	for key != "" {
+		if line := sc.lines[key]; line > 0 {
+			return line
+		}
+		key = key[:max(0, strings.LastIndexAny(key, ".["))]
 	}
-	key, _, _ = strings.Cut(key, ".")
-	return sc.lines[key]
+	return 0
 }
 
 // problem is one thing wrong with a scenario: its line in the file (0: none
@@ -521,6 +536,7 @@ func ParseScenario(data []byte, source string) (*Scenario, error) {
 		undecoded[f] = true
 	}
 	probs = append(probs, fractionalInts(data)...)
+	probs = append(probs, fractionalAgentInts(data)...)
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		msg := "only one YAML document is allowed"
@@ -585,7 +601,8 @@ func duplicateKeys(probs []problem) []problem {
 
 // tidyYAMLError rewrites yaml.v3 messages to name fields as the schema does.
 func tidyYAMLError(msg string) string {
-	msg = yamlpos.KnownKeys(msg, Scenario{}, SideRequests{})
+	msg = yamlpos.KnownKeys(msg, Scenario{}, SideRequests{}, AgentShape{}, agent.Dist[int]{}, agent.Dist[time.Duration]{}, agent.SubagentType{})
+	msg = strings.ReplaceAll(msg, " into loadgen.AgentShape", " into a map (agent: parameters, scenarios/README.md)")
 	msg = strings.ReplaceAll(msg, " into loadgen.SideRequests", " into a map (turns, prompt_tokens, max_output_tokens)")
 	msg = strings.ReplaceAll(msg, " into loadgen.Scenario", " into a scenario (a mapping of fields)")
 	return yamlpos.Tidy(msg)
@@ -610,6 +627,63 @@ func fractionalInts(data []byte) []problem {
 		}
 	}
 	return out
+}
+
+// fractionalAgentInts reports an integer field under agent: written as a
+// fractional number (yaml.v3 would truncate it), found by walking the section
+// beside AgentShape's type.
+func fractionalAgentInts(data []byte) []problem {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil
+	}
+	m := doc.Content[0]
+	var out []problem
+	var walk func(n *yaml.Node, t reflect.Type, path string)
+	walk = func(n *yaml.Node, t reflect.Type, path string) {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case n.Kind == yaml.ScalarNode && t.Kind() == reflect.Int && n.Tag == "!!float":
+			out = append(out, problem{line: n.Line, field: path, text: fmt.Sprintf("%s: %s is not an integer", path, n.Value)})
+		case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if f, ok := yamlField(t, n.Content[i].Value); ok {
+					walk(n.Content[i+1], f, path+"."+n.Content[i].Value)
+				}
+			}
+		case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+			for i, c := range n.Content {
+				walk(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			}
+		}
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == "agent" {
+			walk(m.Content[i+1], reflect.TypeOf(AgentShape{}), "agent")
+		}
+	}
+	return out
+}
+
+// yamlField returns the type of struct t's field decoded from key (inline
+// structs included).
+func yamlField(t reflect.Type, key string) (reflect.Type, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if strings.Contains(opts, "inline") {
+			if ft, ok := yamlField(f.Type, key); ok {
+				return ft, true
+			}
+			continue
+		}
+		if name == key {
+			return f.Type, true
+		}
+	}
+	return nil, false
 }
 
 // UnmarshalYAML decodes a token count as written in a scenario file (400,

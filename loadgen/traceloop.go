@@ -713,12 +713,16 @@ type TraceCalibration struct {
 // TraceSample returns up to n requests of sc.Trace's slice, spread evenly over
 // the first 10n kept (for calibration).
 func TraceSample(sc *Scenario, n int) ([]TraceTurn, error) {
+	if sc.Shape == ShapeAgent && n > 0 {
+		spec := shapeSpec(sc.WithDefaults())
+		return agentSample(sc, &spec, n)
+	}
 	if sc.Trace == nil || n <= 0 {
 		return nil, nil
 	}
 	spec := sc.Trace.resolved()
 	if spec.Agent() {
-		return agentSample(&spec, sc.WithDefaults().Seed, n)
+		return agentSample(sc, &spec, n)
 	}
 	rc, err := spec.Opener()
 	if err != nil {

@@ -279,7 +279,16 @@ func (t *traceFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&t.sessionHeader, "session-header", "", "session key style: "+strings.Join(loadgen.SessionHeaders, ", ")+" (none: no session key; the router places the turns keyless)")
 }
 
-// apply writes the flags given into sc.Trace (created by --trace).
+// agentFlagsNote names the flags a scenario of shape agent takes.
+func agentFlagsNote(sc *loadgen.Scenario) string {
+	if sc.Shape == loadgen.ShapeAgent {
+		return "; shape agent takes --token-scale and --max-gap"
+	}
+	return ""
+}
+
+// apply writes the flags given into sc.Trace (created by --trace), or the
+// replay flags of shape agent into sc.Agent.
 func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
 	ch := cmd.Flags().Changed
 	if t.file != "" {
@@ -297,6 +306,7 @@ func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
 			spec.Format = f
 		}
 		sc.Trace = &spec
+		sc.Shape, sc.Agent = "", nil
 		// The trace replaces the scenario's sessions: name the run after it.
 		sc.Name = "trace-" + strings.TrimSuffix(filepath.Base(t.file), filepath.Ext(t.file))
 	}
@@ -305,10 +315,25 @@ func (t *traceFlags) apply(cmd *cobra.Command, sc *loadgen.Scenario) error {
 	}
 	traceOnly := []string{"trace-mode", "speedup", "from", "to", "sample", "trace-window", "block-size", "trace-keys",
 		"trace-format", "max-gap", "token-scale", "live", "recycle", "over-length"}
+	if sc.Trace == nil && sc.Shape == loadgen.ShapeAgent {
+		// Synthesized sessions scale and cap their gaps as a replay does.
+		a := loadgen.AgentShape{}
+		if sc.Agent != nil {
+			a = *sc.Agent
+		}
+		if ch("token-scale") {
+			a.TokenScale = t.tokenScale
+		}
+		if ch("max-gap") {
+			a.MaxGap = t.maxGap
+		}
+		sc.Agent = &a
+		traceOnly = slices.DeleteFunc(traceOnly, func(n string) bool { return n == "token-scale" || n == "max-gap" })
+	}
 	if sc.Trace == nil {
 		for _, n := range traceOnly {
 			if ch(n) {
-				return fmt.Errorf("--%s: only with a trace replay (--trace FILE, or trace: in the scenario)", n)
+				return fmt.Errorf("--%s: only with a trace replay (--trace FILE, or trace: in the scenario)%s", n, agentFlagsNote(sc))
 			}
 		}
 		return nil

@@ -433,7 +433,7 @@ func adminSwitch(admin, token string) func(ctx context.Context, on bool) error {
 // length is forced, by engine kind; and sums the replicas' KV capacity for the
 // shared-LRU figure when every server reports it.
 func calibrateTrace(ctx context.Context, w io.Writer, rc *loadgenhttp.RunConfig, server string, kind engines.Kind, probed []EngineServer, hc *http.Client) error {
-	spec := rc.Scenario.Trace.WithDefaults()
+	bs, salt, _ := rc.Scenario.BlockPrompts()
 	dialect, force := loadgenhttp.TokenizeVLLM, loadgenhttp.ForceVLLM
 	if kind == engines.KindLlamaCpp {
 		dialect, force = loadgenhttp.TokenizeLlamaCpp, loadgenhttp.ForceLlamaCpp
@@ -442,7 +442,7 @@ func calibrateTrace(ctx context.Context, w io.Writer, rc *loadgenhttp.RunConfig,
 	if err != nil {
 		return err
 	}
-	synth, cal, err := loadgenhttp.CalibrateTrace(ctx, hc, server, rc.Scenario.Model, dialect, rc.Header, spec.SynthBlockSize(), spec.Salt, samples)
+	synth, cal, err := loadgenhttp.CalibrateTrace(ctx, hc, server, rc.Scenario.Model, dialect, rc.Header, bs, salt, samples)
 	if err != nil {
 		return err
 	}

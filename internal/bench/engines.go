@@ -102,8 +102,9 @@ func PreflightEngines(ctx context.Context, w io.Writer, servers []string, kind e
 		if es.MetricsOff != "" {
 			fmt.Fprintf(w, "  %s: series columns n/a; engine hit %% and replicas busy n/a, usage cached %% still from the responses\n", es.MetricsOff)
 		}
-		if n, ok := info.ContextLength.Get(); sc.Trace != nil {
-			// A trace's requests over the context fail one by one, as data.
+		if n, ok := info.ContextLength.Get(); isBlockPrompts(sc) {
+			// A trace's requests over the context fail one by one, as data
+			// (or are skipped: an agent replay's over_length).
 		} else if ok && n > 0 {
 			need := LongestPromptEstimate(sc)
 			floor := nominalContext(sc) + sc.MaxOutputTokens

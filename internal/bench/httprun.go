@@ -195,7 +195,7 @@ func (h *httpRun) preflight(ctx context.Context) error {
 	}
 	rc.Notes = append(rc.Notes, pinNotes...)
 	slots := h.replicaTargets(probed)
-	if o.Scenario.Trace != nil {
+	if _, _, ok := o.Scenario.BlockPrompts(); ok {
 		if err := calibrateTrace(ctx, h.progress, rc, servers[0], h.kinds[0], probed, h.hc); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}

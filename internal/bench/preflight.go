@@ -63,7 +63,7 @@ func Preflight(ctx context.Context, w io.Writer, servers []string, sc *loadgen.S
 			// (num_gpu_blocks - 1) x block_size tokens, as the router counts it.
 			fmt.Fprintf(w, "  engine %q: block_size %d, num_gpu_blocks %d (%d tokens of KV cache)\n", e.Engine, e.BlockSize, e.NumGPUBlocks, e.BlockSize*max(e.NumGPUBlocks-1, 0))
 		}
-		if info.MaxModelLen > 0 && need > info.MaxModelLen && sc.Trace == nil {
+		if info.MaxModelLen > 0 && need > info.MaxModelLen && !isBlockPrompts(sc) {
 			errs = append(errs, fmt.Errorf("pre-flight %s: the scenario's last turn needs about %d tokens (nominal %d x %.1f + %d output) but max_model_len is %d: shorten the scenario (turns, first_turn_tokens) or serve with a larger --max-model-len",
 				base, need, nominalContext(sc), TokenizerAllowance, sc.MaxOutputTokens, info.MaxModelLen))
 		}
@@ -72,6 +72,13 @@ func Preflight(ctx context.Context, w io.Writer, servers []string, sc *loadgen.S
 		}
 	}
 	return infos, errors.Join(errs...)
+}
+
+// isBlockPrompts reports whether sc sends requests synthesized from block ids
+// (a trace replay, shape agent), which the chain's context checks do not fit.
+func isBlockPrompts(sc *loadgen.Scenario) bool {
+	_, _, ok := sc.BlockPrompts()
+	return ok
 }
 
 // nominalContext is the nominal size of a session's last prompt: system prompt,

@@ -196,6 +196,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Scenario.Trace != nil {
 		return c, fmt.Errorf("plan: scenario %q replays a trace (trace.file %q): the planner searches session counts of a synthetic workload and cannot yet scale a trace's rate", c.Scenario.Name, c.Scenario.Trace.File)
 	}
+	if c.Scenario.Shape == loadgen.ShapeAgent {
+		return c, fmt.Errorf("plan: scenario %q is of shape agent: the planner's context and working-set figures are the chain's and do not fit session trees yet", c.Scenario.Name)
+	}
 	if c.Fleet.Replicas < 1 {
 		return c, fmt.Errorf("plan: fleet of %d replicas", c.Fleet.Replicas)
 	}

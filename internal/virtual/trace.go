@@ -10,13 +10,13 @@ import (
 
 // traceSynth is the prompt synthesizer for the simulator's tokenizer: one token
 // per word, and the template's own tokens (one user message plus the generation
-// prompt) counted in Overhead, so a prompt is exactly input_length tokens.
-func traceSynth(spec *loadgen.TraceSpec) *trace.Synth {
-	s := spec.WithDefaults()
+// prompt) counted in Overhead, so a prompt is exactly input_length tokens. bs
+// and salt are the scenario's (Scenario.BlockPrompts).
+func traceSynth(bs int, salt uint64) *trace.Synth {
 	return &trace.Synth{
-		BlockSize: s.SynthBlockSize(),
+		BlockSize: bs,
 		Overhead:  len(sim.RenderChat(nil, []sim.ChatMessage{{Role: "user", Content: ""}}, true)),
-		Salt:      s.Salt,
+		Salt:      salt,
 	}
 }
 

@@ -208,8 +208,8 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 	}
 	r.w = loadgen.NewWorkload(sc)
 	r.w.SetTokenizer(sim.Tokenize) // user messages as token ids: no text is built
-	if sc.Trace != nil {
-		r.synth = traceSynth(sc.Trace)
+	if bs, salt, ok := sc.BlockPrompts(); ok {
+		r.synth = traceSynth(bs, salt)
 	}
 	if s := r.w.SystemPrompt(); s != "" {
 		r.system = sim.AppendMessage(nil, sim.ChatMessage{Role: "system", Content: s})

@@ -256,7 +256,7 @@ func (rn *runner) setup(ctx context.Context) error {
 			rn.client = rr
 		}
 	}
-	if rn.sc.Trace != nil {
+	if _, _, ok := rn.sc.BlockPrompts(); ok {
 		if err := rn.traceClients(); err != nil {
 			return err
 		}
