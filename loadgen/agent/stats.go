@@ -68,6 +68,14 @@ func Measure(trees []*Tree) Figures {
 	return f
 }
 
+// addHead counts the session and its head sizes; it returns the head.
+func (f *Figures) addHead(t *Tree) int {
+	f.Sessions++
+	f.ToolTokens = append(f.ToolTokens, float64(t.ToolTokens))
+	f.SystemTokens = append(f.SystemTokens, float64(t.SystemTokens))
+	return t.ToolTokens + t.SystemTokens
+}
+
 // byAgent returns each agent's steps in call order.
 func byAgent(t *Tree) [][]int {
 	out := make([][]int, len(t.Agents))
@@ -81,10 +89,7 @@ func byAgent(t *Tree) [][]int {
 }
 
 func (f *Figures) add(t *Tree) {
-	f.Sessions++
-	f.ToolTokens = append(f.ToolTokens, float64(t.ToolTokens))
-	f.SystemTokens = append(f.SystemTokens, float64(t.SystemTokens))
-	head := t.ToolTokens + t.SystemTokens
+	head := f.addHead(t)
 	agents := byAgent(t)
 	parent := agents[0]
 	f.ParentCalls = append(f.ParentCalls, float64(len(parent)))
