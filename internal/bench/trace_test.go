@@ -55,7 +55,7 @@ func TestTraceReplayHTTPSimulator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: runs the HTTP world")
 	}
-	m, ok := runTraceBench(t, "trace-sim", 30*time.Second, Options{SimReplicas: 4, Profile: DefaultProfile, Speed: 20.0 / raceSlowdown})
+	m, ok := runTraceBench(t, "trace-sim", 30*time.Second, Options{SimReplicas: 4, Profile: DefaultProfile, Speed: 5.0 / raceSlowdown})
 	if c := m.TraceCalibration; c.Endpoint != "POST /tokenize (vllm)" || c.Samples == 0 || c.ErrMaxPct > 1 {
 		t.Errorf("calibration %+v: want the simulator's /tokenize, error within 1 %%", c)
 	}
