@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -211,22 +208,7 @@ func TestAgentReplayHTTPAgentHeader(t *testing.T) {
 	}
 	defer cl.Close()
 	log := &headerLog{}
-	var urls []string
-	for _, u := range cl.URLs() {
-		target, _ := url.Parse(u)
-		rp := httputil.NewSingleHostReverseProxy(target)
-		rp.FlushInterval = -1
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == wire.PathChatCompletions {
-				log.mu.Lock()
-				log.seen = append(log.seen, r.Header.Clone())
-				log.mu.Unlock()
-			}
-			rp.ServeHTTP(w, r)
-		}))
-		defer srv.Close()
-		urls = append(urls, srv.URL)
-	}
+	urls := recordingProxies(t, cl.URLs(), log)
 	m, results := runAgentBench(t, path, Options{Replicas: urls},
 		loadgen.TraceSpec{TokenScale: agentScale, MaxGap: 200 * time.Millisecond})
 	bySession := map[string]int{}

@@ -35,31 +35,7 @@ func TestAgentShapeHTTP(t *testing.T) {
 	}
 	defer cl.Close()
 	log := &headerLog{}
-	var urls []string
-	for _, u := range cl.URLs() {
-		target, _ := url.Parse(u)
-		rp := httputil.NewSingleHostReverseProxy(target)
-		rp.FlushInterval = -1
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == wire.PathChatCompletions {
-				log.mu.Lock()
-				log.seen = append(log.seen, r.Header.Clone())
-				log.mu.Unlock()
-			}
-			// The body read whole first: streamed through, a few calls
-			// (2 to 6 of ~490) failed at their start with "use of closed
-			// network connection" in this proxy, none without the proxy.
-			b, err := io.ReadAll(r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(b))
-			rp.ServeHTTP(w, r)
-		}))
-		defer srv.Close()
-		urls = append(urls, srv.URL)
-	}
+	urls := recordingProxies(t, cl.URLs(), log)
 	sc, err := loadgen.ParseScenario([]byte(`
 shape: agent
 seed: 2
@@ -114,4 +90,38 @@ agent:
 	if rep := m.AgentTraces[0]; rep.Format != loadgen.FormatSynthesized || rep.Sent != len(results)+open || m.TraceCalibration == nil {
 		t.Errorf("replay %+v, calibration %+v with %d results", rep, m.TraceCalibration, len(results))
 	}
+}
+
+// recordingProxies puts a reverse proxy before each of urls that records the
+// headers of every chat request in log; it returns the proxies' URLs.
+func recordingProxies(t *testing.T, urls []string, log *headerLog) []string {
+	t.Helper()
+	var out []string
+	for _, u := range urls {
+		target, _ := url.Parse(u)
+		rp := httputil.NewSingleHostReverseProxy(target)
+		rp.FlushInterval = -1
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == wire.PathChatCompletions {
+				log.mu.Lock()
+				log.seen = append(log.seen, r.Header.Clone())
+				log.mu.Unlock()
+			}
+			// The body read whole first: streamed through, a few calls
+			// (2 to 6 of ~490 in TestAgentShapeHTTP, and one of trace_0277's
+			// under the package's parallel load) failed at their start with
+			// "use of closed network connection" in this proxy, none
+			// without the proxy.
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			rp.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		out = append(out, srv.URL)
+	}
+	return out
 }
