@@ -35,6 +35,9 @@ type admWorld struct {
 	worst   float64  // largest counted working set over KV seen
 }
 
+// admSpeed is the simulator's speed in these tests (see raceSlowdown).
+const admSpeed = 20 / raceSlowdown
+
 func newAdmWorld(t *testing.T, replicas int) *admWorld {
 	t.Helper()
 	rs := testredis.Start(t)
@@ -44,7 +47,7 @@ func newAdmWorld(t *testing.T, replicas int) *admWorld {
 	// conversations fit at admission and outgrow the replica by their second
 	// turns; the gate counts each at its expected peak (router/admission.go),
 	// so at most three are counted on one.
-	cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: replicas, Speed: 20, DevMode: true, MaxNumSeqs: 32})
+	cl, err := simhttp.Start(ctx, simhttp.Config{Replicas: replicas, Speed: admSpeed, DevMode: true, MaxNumSeqs: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +188,9 @@ func (w *admWorld) checkAdmission(all []turnOut) (held int) {
 			w.t.Errorf("%s: %d refused, %d admitted at the limit; want none within max_hold", r.url(), out.Refused, out.AtLimit)
 		}
 	}
+	for _, r := range []*sharedRouter{w.a, w.b} {
+		w.t.Logf("%s: shared state %s", r.url(), stateCounters(w.hc, r.url()))
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.t.Logf("/status samples %d, largest counted working set / KV %.3f, over KV in %d, held and admitted %d", w.samples, w.worst, len(w.over), held)
@@ -249,7 +255,7 @@ func TestSharedAdmissionNeverOverAdmits(t *testing.T) {
 	for i := range 24 {
 		convs = append(convs, w.conv(fmt.Sprint("c-", i), uint64(200+i), 5600))
 	}
-	const apart = 300 * time.Millisecond / 20 // 0.3 s of the simulator's clock at speed 20
+	const apart = 300 * time.Millisecond / admSpeed // 0.3 s of the simulator's clock
 	all := runTurns(w.hc, w.model, convs, 3, func(k int) time.Duration { return time.Duration(k) * apart }, func(k, _ int) string {
 		if k%2 == 0 {
 			return w.a.url()

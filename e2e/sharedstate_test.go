@@ -610,3 +610,21 @@ func stateUp(t *testing.T, hc *http.Client, base string) bool {
 	}
 	return false
 }
+
+// stateCounters is a router's shared-state error and outage counters from
+// its /metrics, for a failing test's log.
+func stateCounters(hc *http.Client, base string) string {
+	resp, err := hc.Get(base + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, routerhttp.MetricStateErrors+" ") || strings.HasPrefix(l, routerhttp.MetricStateOutages+" ") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, ", ")
+}

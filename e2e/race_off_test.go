@@ -1,0 +1,6 @@
+//go:build !race
+
+package e2e
+
+// raceSlowdown is 1 without -race (see race_on_test.go).
+const raceSlowdown = 1
