@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -877,6 +878,40 @@ func TestReservationReplicaWinsOverCallersCopy(t *testing.T) {
 		Own: []router.SharedConv{{ID: x, Replica: 0, Tokens: 30_000}}})
 	if !ok || !cr.Full {
 		t.Errorf("y on replica 1 beside x's reservation: %+v ok %v, want full", cr, ok)
+	}
+}
+
+// A claim that finds another home than the one it read (a stale read: the
+// home written since, here by the same router) adopts it and counts the
+// request in flight there, as a claim that writes the home does; it was not
+// counted, and the other routers saw one request fewer on the home (3 of 4
+// under the race detector in TestLoadMoveReadsFreshCounts, whose second
+// request's read came from the client cache before the invalidation).
+func TestAdoptingClaimCountsInFlight(t *testing.T) {
+	srv := testredis.Start(t)
+	st, err := Open(Options{URL: srv.URL(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := st.Pool("m", testKeys[:2], nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); st.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 3*time.Second, "store synced", func() bool { return st.synced.Load() })
+	c := rawClient(t, srv.Addr)
+	inFlight := func() string {
+		v, _ := c.Do(context.Background(), c.B().Hget().Key(DefaultPrefix+"f:m:"+st.RouterID()).Field(testKeys[1]).Build()).ToString()
+		return v
+	}
+	for n, weak := range []bool{true, false, false} {
+		cr, _, ok := p.Claim("conv", "", []int{1, 0}, false, weak, nil)
+		if !ok || cr.Replica != 1 || cr.Adopted != (n > 0) {
+			t.Fatalf("claim %d: %+v ok %v, want replica 1, adopted %v", n+1, cr, ok, n > 0)
+		}
+		if got, want := inFlight(), strconv.Itoa(n+1); got != want {
+			t.Errorf("after claim %d: %s in flight on the home in Redis, want %s", n+1, got, want)
+		}
 	}
 }
 

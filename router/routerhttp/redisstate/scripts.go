@@ -35,8 +35,8 @@ end
 //	ARGV[8..] candidate replica keys
 //
 // When the home key holds a value other than ARGV[1], another router wrote
-// first: that home is kept and returned with adopted 1 (nothing is reserved:
-// the conversation is not new). Otherwise, with a reservation, the candidates
+// first: that home is kept, the request counted in flight on it, and returned
+// with adopted 1 (nothing is reserved: the conversation is not new). Otherwise, with a reservation, the candidates
 // are those whose union of counted conversations has room for it (admission
 // rule below); none left and not forced: nothing is written and full 1 is
 // returned. The home is the first candidate, or with ARGV[4] "1" the one with
@@ -66,6 +66,9 @@ var claimScript = rueidis.NewLuaScript(luaLib + `
 local cur = redis.call('GET', KEYS[1])
 local pick, adopted = nil, 0
 if cur and cur ~= ARGV[1] then
+  local key = string.gsub(cur, ' weak$', '')
+  redis.call('HINCRBY', KEYS[2], key, 1)
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {cur, 1, 0}
 end
 local cands, fits = {}, {}
