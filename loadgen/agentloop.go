@@ -362,6 +362,10 @@ func (l *AgentLoop) startPlay(now, delay time.Duration) ([]TurnRequest, bool) {
 	if !ok {
 		return nil, false
 	}
+	if len(t.Steps) == 0 { // nothing of it would ever end: say so, not hang
+		l.err = fmt.Errorf("%s: session tree has no calls", t.Name)
+		return nil, false
+	}
 	id := t.ID
 	if id == "" {
 		id = t.Name

@@ -3,8 +3,11 @@ package loadgen
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/loadgen/agent"
 )
 
 // A parent call spawns two subagents joined by the next parent call: a
@@ -87,5 +90,37 @@ func TestAgentLoopFailuresAndJoin(t *testing.T) {
 		if err := w.Check(); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// emptySource yields one tree without calls.
+type emptySource struct{ done bool }
+
+func (s *emptySource) next() (*agent.Tree, int, bool, error) {
+	if s.done {
+		return nil, 0, false, nil
+	}
+	s.done = true
+	return &agent.Tree{ID: "empty", Name: "empty.json", Agents: []*agent.Agent{{}}}, 0, true, nil
+}
+func (s *emptySource) exhausted() bool { return s.done }
+func (s *emptySource) notStarted() int { return 0 }
+
+// A session tree without calls is an error naming it, not a live tree that
+// never ends and holds its slot of the closed loop.
+func TestAgentLoopTreeWithoutCalls(t *testing.T) {
+	sc := DefaultScenario()
+	spec := TraceSpec{Format: FormatClaudeCode, Live: 1, Duration: time.Hour}
+	l := newAgentLoop(sc, spec, "on", 0, &emptySource{})
+	l.rep.Basis = map[string]int{}
+	l.windows, l.levels = []StageWindow{{Start: 0, End: time.Hour}}, []int{1}
+	if trs := l.StartStage(0, 0); len(trs) != 0 {
+		t.Fatalf("an empty tree sent %d calls", len(trs))
+	}
+	if err := l.Err(); err == nil || !strings.Contains(err.Error(), "empty.json: session tree has no calls") {
+		t.Fatalf("err %v, want the empty tree named", err)
+	}
+	if l.Active() != 0 {
+		t.Errorf("%d live trees, want none", l.Active())
 	}
 }

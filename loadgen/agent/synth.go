@@ -143,7 +143,8 @@ type SynthParams struct {
 	ResumeShare  *float64  `yaml:"resume_share" json:"resume_share,omitempty"`
 	ResumeTokens Dist[int] `yaml:"resume_tokens" json:"resume_tokens"`
 	// Calls: the parent's calls per session, summary calls included; default
-	// p50 34, p90 163, 1 to 400 (traces; the longest has 395).
+	// p50 34, p90 163, 1 to 400 (traces; the longest has 395). A draw below 1
+	// is 1 (so is one of SubagentCalls): a session without calls never ends.
 	Calls Dist[int] `yaml:"calls" json:"calls"`
 	// NewInputTokens: what a parent call adds after the previous prompt and
 	// output (tool results, a user message); default p50 280, p90 3,305 (traces),
@@ -549,7 +550,7 @@ func (g *gen) grow(s *stream, out int, summary bool, newInput Dist[int]) bool {
 // parent returns the parent's items.
 func (g *gen) parent() []item {
 	p := g.p
-	n := p.Calls.Draw(g.r)
+	n := max(1, p.Calls.Draw(g.r))
 	s := newStream(p.BlockSize, p.ToolTokens+p.SystemTokens, parentHead, &g.next)
 	first := p.FirstTurnTokens.Draw(g.r)
 	if g.r.Float64() < *p.ResumeShare {
@@ -609,7 +610,7 @@ func (g *gen) subagent(t time.Duration, pos int) (item, time.Duration) {
 	sub := &subagent{agent: len(g.t.Agents) - 1}
 	s := newStream(p.BlockSize, p.SubagentHeadTokens, hashName("claude-code subagent "+st.Name), &g.next)
 	s.add(p.SubagentTaskTokens.Draw(g.r))
-	n := p.SubagentCalls.Draw(g.r)
+	n := max(1, p.SubagentCalls.Draw(g.r))
 	now := t + p.SpawnGap.Draw(g.r)
 	summary := false
 	for k := range n {

@@ -273,3 +273,32 @@ func TestGeneratePrefixProperty(t *testing.T) {
 		t.Errorf("%d compactions, %d subagents, heads %d: the test saw too little", compactions, subagents, len(heads))
 	}
 }
+
+// Call counts whose lognormal reaches below 1 (p50 1, p90 4: a quarter of the
+// draws round to 0) still give every session and every subagent a call; a
+// session with none never ended in the closed loop over trees.
+func TestGenerateEveryAgentHasACall(t *testing.T) {
+	p := DefaultParams()
+	p.Calls = Dist[int]{P50: 1, P90: 4}
+	p.SubagentCalls = Dist[int]{P50: 1, P90: 4}
+	one := 1.0
+	p.FanOut = &one
+	zero := 0
+	for i := range 400 {
+		tr := Generate(p, 3, i)
+		if tr.Agents[0].Calls < 1 {
+			t.Fatalf("%s: the parent has %d calls", tr.ID, tr.Agents[0].Calls)
+		}
+		for _, a := range tr.Agents[1:] {
+			if a.Calls < 1 {
+				t.Fatalf("%s: subagent %s has %d calls", tr.ID, a.ID, a.Calls)
+			}
+		}
+		if tr.Agents[0].Calls == 1 {
+			zero++
+		}
+	}
+	if zero == 0 {
+		t.Error("no session drew a single call: the test does not reach the clamp")
+	}
+}
