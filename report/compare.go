@@ -247,6 +247,9 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 		c.Notes = append(c.Notes, fmt.Sprintf("the runs ran the same variants in another order (%s vs %s): like for like when every variant started on a fresh router and caches (docs/DESIGN-NOTES.md, \"Variants start fresh\"; runs made before that shared them)",
 			strings.Join(runA.Manifest.Scenario.Variants, ","), strings.Join(runB.Manifest.Scenario.Variants, ",")))
 	}
+	if d := fleetDiff(&runA.Manifest, &runB.Manifest); d != "" {
+		c.Notes = append(c.Notes, "the runs served different fleets ("+d+"): the differences include the fleet's")
+	}
 	if pair {
 		return c, c.comparePair(runA, runB, sumsA, sumsB, w, opts)
 	}
@@ -506,6 +509,32 @@ func settingsDiff(a, b *loadgen.Manifest) []string {
 	return diff
 }
 
+// fleetDiff names, with both values, how the fleets of a and b differ: the
+// replica count, the simulator profile, the mode (virtual or over HTTP); ""
+// when they do not.
+func fleetDiff(a, b *loadgen.Manifest) string {
+	var diff []string
+	if len(a.Replicas) != len(b.Replicas) {
+		diff = append(diff, fmt.Sprintf("%d vs %d replicas", len(a.Replicas), len(b.Replicas)))
+	}
+	if a.Profile != b.Profile {
+		diff = append(diff, fmt.Sprintf("profile %s vs %s", cmp.Or(a.Profile, "none (real servers)"), cmp.Or(b.Profile, "none (real servers)")))
+	}
+	if a.Mode != b.Mode {
+		diff = append(diff, fmt.Sprintf("mode %s vs %s", cmp.Or(a.Mode, "not recorded"), cmp.Or(b.Mode, "not recorded")))
+	}
+	return strings.Join(diff, ", ")
+}
+
+// verdict is the comparison table's word for d: "identical" when both sides
+// hold the same value, else its noise verdict.
+func verdict(d Delta) string {
+	if d.Base == d.Value {
+		return "identical"
+	}
+	return string(d.Noise)
+}
+
 // formatFor returns the display format of a metric, as in the reference table.
 func formatFor(metric string) func(float64) string {
 	if c, ok := metricByName[metric]; ok {
@@ -571,7 +600,7 @@ func (c *Comparison) print(w io.Writer) error {
 				if !math.IsNaN(d.RelPct) {
 					rel = fmt.Sprintf("%+.1f", d.RelPct)
 				}
-				if err := t.Append([]string{strconv.Itoa(s.Sessions), d.Metric, f(d.Base), f(d.Value), diff, rel, ci, string(d.Noise)}); err != nil {
+				if err := t.Append([]string{strconv.Itoa(s.Sessions), d.Metric, f(d.Base), f(d.Value), diff, rel, ci, verdict(d)}); err != nil {
 					return fmt.Errorf("printing comparison: %w", err)
 				}
 			}

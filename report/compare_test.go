@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -386,3 +387,45 @@ func TestCompareVariantsReordered(t *testing.T) {
 		t.Errorf("other variants: %v, want ErrScenarioMismatch", err)
 	}
 }
+
+// Equal values read "identical", not "within noise" or "unknown"; runs on
+// fleets of another size or profile compare, with a note naming both.
+func TestCompareIdenticalAndFleetNote(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	m, r, s := syntheticRun()
+	writeRunDir(t, dirA, m, r, s)
+	writeRunDir(t, dirB, m, r, s)
+	var out bytes.Buffer
+	c, err := Compare(dirA, dirB, &out, CompareOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "prefix_hits_pct") {
+			rows++
+			if !strings.Contains(line, "identical") {
+				t.Errorf("a row of equal runs does not say identical: %s", line)
+			}
+		}
+	}
+	if rows == 0 {
+		t.Fatalf("no prefix_hits_pct rows in:\n%s", out.String())
+	}
+	if slices.ContainsFunc(c.Notes, func(n string) bool { return strings.Contains(n, "fleets") }) {
+		t.Errorf("a fleet note for one fleet: %q", c.Notes)
+	}
+	m.Replicas = m.Replicas[:3]
+	m.Profile = "rtx5090-27b"
+	writeRunDir(t, dirB, m, r, s)
+	if c, err = Compare(dirA, dirB, &bytes.Buffer{}, CompareOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "the runs served different fleets (4 vs 3 replicas, profile " + cmp.Or(syntheticProfile(), "none (real servers)") + " vs rtx5090-27b)"
+	if !slices.ContainsFunc(c.Notes, func(n string) bool { return strings.Contains(n, want) }) {
+		t.Errorf("notes %q, want %q", c.Notes, want)
+	}
+}
+
+// syntheticProfile is syntheticRun's simulator profile.
+func syntheticProfile() string { m, _, _ := syntheticRun(); return m.Profile }
