@@ -89,7 +89,8 @@ func Locate(msg string, lines map[string]int) Location {
 		}
 	}
 	// Inside an inline mapping written on its parent key's line, the line does
-	// not tell which inner key the message is about: name the parent.
+	// not tell which inner key the message is about: name the parent, unless
+	// the mapping has that one key ("admission: {max_hold: 10}").
 	for {
 		i := strings.LastIndex(best, ".")
 		if i <= 0 {
@@ -99,7 +100,7 @@ func Locate(msg string, lines map[string]int) Location {
 		for strings.HasSuffix(parent, "]") {
 			parent = parent[:strings.LastIndex(parent, "[")]
 		}
-		if l, ok := lines[parent]; !ok || l != line {
+		if l, ok := lines[parent]; !ok || l != line || onlyChild(lines, best[:i], line) {
 			break
 		}
 		best = parent
@@ -116,6 +117,20 @@ func Locate(msg string, lines map[string]int) Location {
 	}
 	loc.Text = best + ": " + tail
 	return loc
+}
+
+// onlyChild reports whether parent has one key on line in lines, its only key.
+func onlyChild(lines map[string]int, parent string, line int) bool {
+	n := 0
+	for k := range lines {
+		if rest, ok := strings.CutPrefix(k, parent+"."); ok && !strings.ContainsAny(rest, ".[") {
+			n++
+			if lines[k] != line {
+				return false
+			}
+		}
+	}
+	return n == 1
 }
 
 // goTypeSuffix matches yaml.v3's " in type pkg.Type" tail of a field error.

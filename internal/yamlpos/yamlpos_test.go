@@ -29,10 +29,12 @@ func TestKeyLines(t *testing.T) {
 }
 
 func TestNameField(t *testing.T) {
-	lines := KeyLines([]byte("think_time: {mean: 5, jitter: 1}\nside_requests:\n  turn: [0]\nmodels:\n  - name: m\n    overflow_threshold: lots\n    dp_ranks: two\n"))
+	lines := KeyLines([]byte("think_time: {mean: 5, jitter: 1}\nside_requests:\n  turn: [0]\nmodels:\n  - name: m\n    overflow_threshold: lots\n    dp_ranks: two\n    admission: {max_hold: 10}\n"))
 	for _, tc := range []struct{ in, want string }{
 		// An inline mapping on its key's line: the key, not an inner one.
 		{`line 1: mean: "5" is not a duration`, `line 1: think_time: mean: "5" is not a duration`},
+		// An inline mapping of one key: that key.
+		{"line 8: cannot unmarshal !!int `10` into time.Duration", "line 8: models[0].admission.max_hold: cannot unmarshal !!int `10` into time.Duration"},
 		// A nested key on its own line.
 		{"line 3: field turn not found", "line 3: side_requests.turn: field turn not found"},
 		// A message that starts with its key gets the path in its place.
