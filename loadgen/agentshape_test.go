@@ -49,7 +49,7 @@ func TestShapeScenarioErrors(t *testing.T) {
 		{"p90 below p50", "shape: agent\nagent:\n  calls:\n    p50: 34\n    p90: 20\n", `agent.yaml:5: agent.calls.p90: 20 is below p50 34`},
 		{"fractional", "shape: agent\nagent:\n  output_tokens: {p50: 242.5, p90: 907}\n", `agent.yaml:3: agent.output_tokens.p50: 242.5 is not an integer`},
 		{"share", "shape: agent\nagent:\n  fan_out: 1.5\n", `agent.yaml:3: agent.fan_out: 1.5 is not a share in [0, 1]`},
-		{"gap type", "shape: agent\nagent:\n  tool_gap: {p50: 10}\n", `agent.yaml:3: agent.tool_gap: cannot unmarshal !!int ` + "`10`" + ` into time.Duration (durations are Go duration strings`},
+		{"gap type", "shape: agent\nagent:\n  tool_gap: {p50: 10}\n", `agent.yaml:3: agent.tool_gap.p50: cannot unmarshal !!int ` + "`10`" + ` into time.Duration (durations are Go duration strings`},
 		{"token scale", "shape: agent\nagent:\n  token_scale: 0.1\n", `agent.yaml:3: agent.token_scale: 0.1: block_size 64 x token_scale must be a whole number`},
 		{"subagent type", "shape: agent\nagent:\n  subagent_types:\n    - {name: Explore, weight: 1}\n    - {name: Explore, weight: 2}\n", `agent.yaml:5: agent.subagent_types[1].name: type "Explore" given twice`},
 		{"chain field", "shape: agent\nturns: 4\n", `agent.yaml:2: turns: applies to shape chain only`},

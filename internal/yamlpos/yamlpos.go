@@ -90,7 +90,8 @@ func Locate(msg string, lines map[string]int) Location {
 	}
 	// Inside an inline mapping written on its parent key's line, the line does
 	// not tell which inner key the message is about: name the parent, unless
-	// the mapping has that one key ("admission: {max_hold: 10}").
+	// the mapping has that one key and the message is about its value
+	// ("admission: {max_hold: 10}").
 	for {
 		i := strings.LastIndex(best, ".")
 		if i <= 0 {
@@ -100,7 +101,11 @@ func Locate(msg string, lines map[string]int) Location {
 		for strings.HasSuffix(parent, "]") {
 			parent = parent[:strings.LastIndex(parent, "[")]
 		}
-		if l, ok := lines[parent]; !ok || l != line || onlyChild(lines, best[:i], line) {
+		leaf := best[i+1:]
+		// About the key ("field x not found") or the mapping itself ("!!map
+		// into int"), not the key's value.
+		notValue := strings.Contains(tail, "field "+leaf+" not found") || strings.Contains(tail, "!!map") || strings.Contains(tail, "!!seq")
+		if l, ok := lines[parent]; !ok || l != line || (!notValue && onlyChild(lines, best[:i], line)) {
 			break
 		}
 		best = parent

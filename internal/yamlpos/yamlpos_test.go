@@ -35,6 +35,8 @@ func TestNameField(t *testing.T) {
 		{`line 1: mean: "5" is not a duration`, `line 1: think_time: mean: "5" is not a duration`},
 		// An inline mapping of one key: that key.
 		{"line 8: cannot unmarshal !!int `10` into time.Duration", "line 8: models[0].admission.max_hold: cannot unmarshal !!int `10` into time.Duration"},
+		// ... but the mapping when the message is about the mapping.
+		{"line 8: cannot unmarshal !!map into time.Duration", "line 8: models[0].admission: cannot unmarshal !!map into time.Duration"},
 		// A nested key on its own line.
 		{"line 3: field turn not found", "line 3: side_requests.turn: field turn not found"},
 		// A message that starts with its key gets the path in its place.
