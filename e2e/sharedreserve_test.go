@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,15 +21,16 @@ import (
 )
 
 // admWorld is two routers with admission on over one Redis in front of
-// simulated replicas, and a sampler of both routers' /status.
+// simulated replicas, and a sampler of both routers' /status. Every check
+// goes through the routers' HTTP listeners, so the routers may be in this
+// process (newAdmWorld) or two `warden route` processes (newAdmWorldProcs).
 type admWorld struct {
 	t      *testing.T
 	hc     *http.Client
 	cl     *simhttp.Cluster
 	model  string
-	a, b   *sharedRouter
-	admin  map[*sharedRouter]string // each router's admin listener (GET /status)
-	system string                   // the system prompt every conversation shares
+	a, b   admRouter
+	system string // the system prompt every conversation shares
 
 	mu      sync.Mutex
 	samples int
@@ -35,10 +38,14 @@ type admWorld struct {
 	worst   float64  // largest counted working set over KV seen
 }
 
+// admRouter is one router's API and admin base URLs.
+type admRouter struct{ url, admin string }
+
 // admSpeed is the simulator's speed in these tests (see raceSlowdown).
 const admSpeed = 20 / raceSlowdown
 
-func newAdmWorld(t *testing.T, replicas int) *admWorld {
+// admCluster starts a redis-server and the simulated replicas.
+func admCluster(t *testing.T, replicas int) (*testredis.Server, *simhttp.Cluster) {
 	t.Helper()
 	rs := testredis.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -52,23 +59,47 @@ func newAdmWorld(t *testing.T, replicas int) *admWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	w := &admWorld{t: t, cl: cl, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 5 * time.Minute}}
-	if w.model, err = engineapi.FirstModel(ctx, w.hc, cl.URLs()[0], nil); err != nil {
+	return rs, cl
+}
+
+// newAdmWorld is an admWorld of two in-process routers on the simulator's clock.
+func newAdmWorld(t *testing.T, replicas int) *admWorld {
+	t.Helper()
+	rs, cl := admCluster(t, replicas)
+	var rs2 [2]admRouter
+	for i := range rs2 {
+		r := startSharedRouter(t, cl, rs.URL(), "127.0.0.1:0")
+		srv := httptest.NewServer(r.rt.AdminHandler())
+		t.Cleanup(srv.Close)
+		rs2[i] = admRouter{url: r.url(), admin: srv.URL}
+	}
+	return prepareAdmWorld(t, cl, rs2)
+}
+
+// prepareAdmWorld waits for both routers, calibrates their size estimates
+// and turns admission on.
+func prepareAdmWorld(t *testing.T, cl *simhttp.Cluster, rs [2]admRouter) *admWorld {
+	t.Helper()
+	w := &admWorld{t: t, cl: cl, a: rs[0], b: rs[1], hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 5 * time.Minute}}
+	var err error
+	if w.model, err = engineapi.FirstModel(context.Background(), w.hc, cl.URLs()[0], nil); err != nil {
 		t.Fatal(err)
 	}
-	w.a = startSharedRouter(t, cl, rs.URL(), "127.0.0.1:0")
-	w.b = startSharedRouter(t, cl, rs.URL(), "127.0.0.1:0")
 	w.system = "You are a coding agent. " + convWords(newConvos("system", 1, 99)[0].rng, 540)
-	for _, r := range []*sharedRouter{w.a, w.b} {
+	for _, r := range rs {
 		if !waitFor(10*time.Second, func() bool {
-			for _, rep := range r.rt.Status().Models[0].Replicas {
+			m, err := w.status(r)
+			if err != nil {
+				return false
+			}
+			for _, rep := range m.Replicas {
 				if rep.KVCapacityTokens <= 0 {
 					return false
 				}
 			}
-			return stateUp(t, w.hc, r.url())
+			return stateUp(t, w.hc, r.url)
 		}) {
-			t.Fatalf("%s: KV capacities not learned or state not up", r.url())
+			t.Fatalf("%s: KV capacities not learned or state not up", r.url)
 		}
 		// Calibrate the router's prompt-size estimate from responses first
 		// (router.SizeMinSeen of them, admission still off): a conversation
@@ -76,45 +107,64 @@ func newAdmWorld(t *testing.T, replicas int) *admWorld {
 		// estimate learns the simulator's ~2.9, which is the rule's input
 		// moving, not two gates admitting into one room.
 		for i := range router.SizeMinSeen {
-			if o := sendTurn(w.hc, r.url(), w.model, w.conv(fmt.Sprint("warm-", r.addr, "-", i), uint64(500+i), 5600)); o.err != nil {
+			if o := sendTurn(w.hc, r.url, w.model, w.conv(fmt.Sprint("warm-", r.url, "-", i), uint64(500+i), 5600)); o.err != nil {
 				t.Fatal(o.err)
 			}
 		}
 		// Refuse at the limit: nothing may be refused within max_hold.
-		if err := r.rt.Pools()[0].Balancer.SetAdmission(router.AdmissionConfig{Mode: router.AdmissionFit, OnLimit: router.AdmitLimitRefuse}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	w.admin = map[*sharedRouter]string{}
-	for _, r := range []*sharedRouter{w.a, w.b} {
-		srv := httptest.NewServer(r.rt.AdminHandler())
-		t.Cleanup(srv.Close)
-		w.admin[r] = srv.URL
+		w.admin(r, http.MethodPut, "/admin/models/*/admission", `{"mode":"fit","on_limit":"refuse"}`)
 	}
 	return w
+}
+
+// admin sends an admin request to r and fails the test unless it answers 200.
+func (w *admWorld) admin(r admRouter, method, path, body string) {
+	w.t.Helper()
+	req, _ := http.NewRequest(method, r.admin+path, strings.NewReader(body))
+	resp, err := w.hc.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		w.t.Fatalf("%s %s%s: %s %s", method, r.admin, path, resp.Status, b)
+	}
+}
+
+// errBadStatus marks a /status that answered but could not be read.
+var errBadStatus = errors.New("bad /status")
+
+// status reads r's GET /status and returns its one model.
+func (w *admWorld) status(r admRouter) (routerhttp.ModelStatus, error) {
+	resp, err := w.hc.Get(r.admin + "/status")
+	if err != nil {
+		return routerhttp.ModelStatus{}, err
+	}
+	defer resp.Body.Close()
+	var st routerhttp.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return routerhttp.ModelStatus{}, fmt.Errorf("%w: decoding %s/status: %v", errBadStatus, r.admin, err)
+	}
+	if len(st.Models) == 0 {
+		return routerhttp.ModelStatus{}, fmt.Errorf("%w: %s/status: no model", errBadStatus, r.admin)
+	}
+	return st.Models[0], nil
 }
 
 // sample reads both routers' /status every 10 ms until ctx ends and records
 // every replica whose counted working set exceeds its KV cache.
 func (w *admWorld) sample(ctx context.Context) {
 	for ctx.Err() == nil {
-		for _, r := range []*sharedRouter{w.a, w.b} {
-			resp, err := w.hc.Get(w.admin[r] + "/status")
-			if err != nil {
-				continue
-			}
-			var st routerhttp.Status
-			err = json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-			if err != nil {
-				w.t.Errorf("decoding %s/status: %v", r.url(), err)
+		for _, r := range []admRouter{w.a, w.b} {
+			m, err := w.status(r)
+			if errors.Is(err, errBadStatus) {
+				w.t.Error(err)
 				return
 			}
-			if len(st.Models) == 0 {
-				w.t.Errorf("%s/status: no model", w.admin[r])
-				return
+			if err != nil {
+				continue // not answering yet
 			}
-			m := st.Models[0]
 			w.mu.Lock()
 			w.samples++
 			for i, rep := range m.Replicas {
@@ -124,7 +174,7 @@ func (w *admWorld) sample(ctx context.Context) {
 				ws := m.Admission.WorkingTokens[i]
 				w.worst = max(w.worst, float64(ws)/float64(rep.KVCapacityTokens))
 				if ws > rep.KVCapacityTokens {
-					w.over = append(w.over, fmt.Sprintf("%s: %s counted %d conversations, %d tokens > KV %d", r.url(), rep.Name, m.Admission.Counted[i], ws, rep.KVCapacityTokens))
+					w.over = append(w.over, fmt.Sprintf("%s: %s counted %d conversations, %d tokens > KV %d", r.url, rep.Name, m.Admission.Counted[i], ws, rep.KVCapacityTokens))
 				}
 			}
 			w.mu.Unlock()
@@ -162,12 +212,15 @@ func (w *admWorld) systemCached() int {
 func (w *admWorld) checkS() {
 	w.t.Helper()
 	want := w.systemCached()
-	for _, r := range []*sharedRouter{w.a, w.b} {
-		adm := r.rt.Pools()[0].Balancer.Admission()
-		bpt, _ := r.rt.Pools()[0].Balancer.BytesPerToken()
-		w.t.Logf("%s: S = %d tokens from %d samples (system prompt cached: %d), idle window %.1f s, %.3f bytes per token", r.url(), adm.SharedPrefixTokens, adm.SharedPrefixSamples, want, adm.IdleWindowS, bpt)
+	for _, r := range []admRouter{w.a, w.b} {
+		m, err := w.status(r)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		adm := m.Admission
+		w.t.Logf("%s: S = %d tokens from %d samples (system prompt cached: %d), idle window %.1f s, %.3f bytes per token", r.url, adm.SharedPrefixTokens, adm.SharedPrefixSamples, want, adm.IdleWindowS, m.BytesPerToken)
 		if adm.SharedPrefixTokens != int64(want) {
-			w.t.Errorf("%s: S = %d, want the system prompt's cached size %d", r.url(), adm.SharedPrefixTokens, want)
+			w.t.Errorf("%s: S = %d, want the system prompt's cached size %d", r.url, adm.SharedPrefixTokens, want)
 		}
 	}
 }
@@ -181,15 +234,17 @@ func (w *admWorld) checkAdmission(all []turnOut) (held int) {
 			w.t.Errorf("conversation %d turn %d via %s: %v", o.conv, o.turn, o.base, o.err)
 		}
 	}
-	for _, r := range []*sharedRouter{w.a, w.b} {
-		out := r.rt.Pools()[0].Balancer.Admission().Outcomes
+	for _, r := range []admRouter{w.a, w.b} {
+		m, err := w.status(r)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		out := m.Admission.Outcomes
 		held += int(out.AfterHold)
 		if out.Refused+out.AtLimit != 0 {
-			w.t.Errorf("%s: %d refused, %d admitted at the limit; want none within max_hold", r.url(), out.Refused, out.AtLimit)
+			w.t.Errorf("%s: %d refused, %d admitted at the limit; want none within max_hold", r.url, out.Refused, out.AtLimit)
 		}
-	}
-	for _, r := range []*sharedRouter{w.a, w.b} {
-		w.t.Logf("%s: shared state %s", r.url(), stateCounters(w.hc, r.url()))
+		w.t.Logf("%s: shared state %s", r.url, stateCounters(w.hc, r.url))
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -224,16 +279,16 @@ func TestSharedAdmissionTurnsAlternate(t *testing.T) {
 	}
 	all := runTurns(w.hc, w.model, first, 2, nil, func(_, turn int) string {
 		if turn == 0 {
-			return w.a.url()
+			return w.a.url
 		}
-		return w.b.url()
+		return w.b.url
 	})
 	t.Logf("first 8 (turn 1 via a, turn 2 via b): prompts %v", prompts(all))
 	var burst []*convo
 	for i := range 8 {
 		burst = append(burst, w.conv(fmt.Sprint("burst-", i), uint64(100+i), 5600))
 	}
-	all = append(all, runTurns(w.hc, w.model, burst, 2, nil, func(int, int) string { return w.b.url() })...)
+	all = append(all, runTurns(w.hc, w.model, burst, 2, nil, func(int, int) string { return w.b.url })...)
 	stop()
 	swg.Wait()
 	w.checkAdmission(all)
@@ -258,9 +313,9 @@ func TestSharedAdmissionNeverOverAdmits(t *testing.T) {
 	const apart = 300 * time.Millisecond / admSpeed // 0.3 s of the simulator's clock
 	all := runTurns(w.hc, w.model, convs, 3, func(k int) time.Duration { return time.Duration(k) * apart }, func(k, _ int) string {
 		if k%2 == 0 {
-			return w.a.url()
+			return w.a.url
 		}
-		return w.b.url()
+		return w.b.url
 	})
 	stop()
 	swg.Wait()
