@@ -100,7 +100,7 @@ func newTraceAgentsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&n, "synth", defaultSynth, "synthesized sessions")
-	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the synthesized sessions (default: the scenario's with --scenario, else 1)")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the synthesized sessions (with --scenario and no --seed: the scenario's seed)")
 	cmd.Flags().StringVar(&scenario, "scenario", "", "take the synthesized sessions' parameters from this scenario's agent: section (shape agent)")
 	cmd.Flags().StringVar(&cv, "csv", "", "also write the rows to this CSV file")
 	return cmd
