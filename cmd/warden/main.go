@@ -105,7 +105,8 @@ cache, and measures with numbers what that routing does.
   warden compare  compare two runs; non-zero exit when a threshold is crossed
   warden study    compare routing policies over seeds in virtual time (docs/routing.md)
   warden plan     how many sessions a fleet serves under an SLO, per policy (docs/planning.md)
-  warden trace    summarise, size a cache for and slice request traces (docs/traces.md)
+  warden trace    summarise, size a cache for and slice request traces; compare agent
+                  sessions with synthesized ones (docs/traces.md)
   warden version  print the version`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -23,16 +23,18 @@ import (
 func newTraceCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "trace",
-		Short: "Summarise, size a cache for, and slice request traces (Mooncake JSONL format)",
+		Short: "Summarise, size a cache for and slice request traces; compare agent sessions with synthesized ones",
 		Long: `Request traces in the Mooncake format (kvcache-ai/Mooncake FAST25-release/traces):
 one JSON object per line with timestamp (ms), input_length, output_length and
-hash_ids (one id per --block-size prompt tokens). See docs/traces.md.
+hash_ids (one id per --block-size prompt tokens). agents reads Claude Code session
+trees (kv-cache-tester format) instead. See docs/traces.md.
 
   warden trace stats FILE                      requests, mean input/output, cache ratio, conversations
   warden trace lru FILE --capacity 0.1M,1M,10M hit % of an LRU cache of each size (CSV + PNG)
-  warden trace slice FILE --from 10m --to 20m --speedup 2 --sample 0.25 --out OUT`,
+  warden trace slice FILE --from 10m --to 20m --speedup 2 --sample 0.25 --out OUT
+  warden trace agents DIR|FILE                 Claude Code sessions vs synthesized ones, figure by figure`,
 	}
-	cmd.AddCommand(newTraceStatsCmd(), newTraceLRUCmd(), newTraceSliceCmd())
+	cmd.AddCommand(newTraceStatsCmd(), newTraceLRUCmd(), newTraceSliceCmd(), newTraceAgentsCmd())
 	return cmd
 }
 
