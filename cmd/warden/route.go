@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp"
 )
@@ -27,6 +29,7 @@ type routeOpts struct {
 	thresholdArg string // auto, 0 (auto) or a positive number (router.ParseThreshold)
 	maxNumSeqs   int
 	skipPin      bool
+	speed        float64
 	seed         uint64
 	bodyRead     time.Duration
 	bodyMem      int64
@@ -74,7 +77,7 @@ Either a YAML config (--config, see docs/router.md) or replicas on the command l
 Settings layer as defaults, then the file, then flags: --affinity,
 --overflow-threshold, --max-num-seqs, --admission, --listen, --admin-listen,
 --admin-token, --body-read-timeout, --body-memory-bytes,
---eject-consecutive-failures, --drain-delay, --drain-timeout, --seed, --state and --skip-pinning-check given
+--eject-consecutive-failures, --drain-delay, --drain-timeout, --seed, --state, --speed and --skip-pinning-check given
 with --config override the file (for every model). Without a seed in the file or --seed, the tie-break seed is drawn from
 the clock at start (and logged), so restarts do not repeat the same tie-breaks.
   warden route --replica http://gpu0:8000 --replica http://gpu1:8000
@@ -172,6 +175,7 @@ func (o *routeOpts) bind(f *pflag.FlagSet) {
 	f.StringVar(&o.admission, "admission", router.AdmissionOff, "admission gate: off, or fit (hold a new conversation until its working set fits a replica's KV cache; docs/routing.md \"Admission\"); with --config: every model's mode, over the file, keeping its other admission settings")
 	f.DurationVar(&o.drainDelay, "drain-delay", 0, "at shutdown, how long /ready answers 503 while the listener still serves, before it closes (behind a load balancer: the time its endpoints take to update, e.g. 5s); over the file's drain_delay")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", routerhttp.DefaultDrainTimeout, "at shutdown, once the listener closed, how long requests in flight get to finish before they are cut; over the file's drain_timeout")
+	f.Float64Var(&o.speed, "speed", 1, "simulated seconds per wall second of the router's clock: in front of `warden sim --speed N` give N, so idle windows, holds and rates are in the simulator's time (1 for real servers)")
 	f.BoolVar(&o.skipPin, "skip-pinning-check", false, "do not check at start that each dp_ranks server honours X-Data-Parallel-Rank (2 one-token requests per rank; verdict in the log and /status)")
 }
 
@@ -207,6 +211,10 @@ func (o *routeOpts) config(f *pflag.FlagSet) (routerhttp.Config, error) {
 	default:
 		return cfg, fmt.Errorf("--admission %q: want %s or %s", o.admission, router.AdmissionOff, router.AdmissionFit)
 	}
+	if !(o.speed > 0) || math.IsInf(o.speed, 0) {
+		return cfg, fmt.Errorf("--speed %g: want a positive number of simulated seconds per wall second", o.speed)
+	}
+	cfg.Clock = simclock.NewScaled(o.speed)
 	threshold, err := router.ParseThreshold(o.thresholdArg)
 	if err != nil {
 		return cfg, fmt.Errorf("--overflow-threshold %w", err)

@@ -3,7 +3,9 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -70,4 +72,22 @@ func routeConfigOf(t *testing.T, args ...string) (routerhttp.Config, error) {
 		t.Fatal(err)
 	}
 	return o.config(fs)
+}
+
+// --speed runs the router's clock at a simulator's pace; it must be positive.
+func TestRouteSpeed(t *testing.T) {
+	cfg, err := routeConfigOf(t, "--replica", "http://127.0.0.1:9", "--speed", "50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := cfg.Clock.Now()
+	time.Sleep(40 * time.Millisecond)
+	if d := cfg.Clock.Now() - t0; d < time.Second {
+		t.Errorf("40 ms of wall time at --speed 50 read %v on the router's clock, want at least 1 s (2 s nominal)", d)
+	}
+	for _, bad := range []string{"0", "-2", "+Inf"} {
+		if _, err := routeConfigOf(t, "--replica", "http://127.0.0.1:9", "--speed", bad); err == nil || !strings.Contains(err.Error(), "--speed") {
+			t.Errorf("--speed %s: %v, want an error naming --speed", bad, err)
+		}
+	}
 }
