@@ -13,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/lmwarden/warden/internal/engineapi"
 	"github.com/lmwarden/warden/internal/testredis"
+	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp"
 	"github.com/lmwarden/warden/sim/simhttp"
@@ -303,6 +307,19 @@ func TestSharedAdmissionTurnsAlternate(t *testing.T) {
 // store no replica's counted working set is above its KV at any sample.
 func TestSharedAdmissionNeverOverAdmits(t *testing.T) {
 	w := newAdmWorld(t, 4)
+	runAdmissionBurst(t, w, func(k, _ int) string {
+		if k%2 == 0 {
+			return w.a.url
+		}
+		return w.b.url
+	})
+}
+
+// runAdmissionBurst sends 24 conversations of ~11k-token first prompts, 0.3 s
+// apart (of the simulator's clock), three turns each, each turn to the router
+// route names, and checks the admission figures and S.
+func runAdmissionBurst(t *testing.T, w *admWorld, route func(conv, turn int) string) {
+	t.Helper()
 	sctx, stop := context.WithCancel(context.Background())
 	var swg sync.WaitGroup
 	swg.Go(func() { w.sample(sctx) })
@@ -311,19 +328,46 @@ func TestSharedAdmissionNeverOverAdmits(t *testing.T) {
 		convs = append(convs, w.conv(fmt.Sprint("c-", i), uint64(200+i), 5600))
 	}
 	const apart = 300 * time.Millisecond / admSpeed // 0.3 s of the simulator's clock
-	all := runTurns(w.hc, w.model, convs, 3, func(k int) time.Duration { return time.Duration(k) * apart }, func(k, _ int) string {
-		if k%2 == 0 {
-			return w.a.url
-		}
-		return w.b.url
-	})
+	all := runTurns(w.hc, w.model, convs, 3, func(k int) time.Duration { return time.Duration(k) * apart }, route)
 	stop()
 	swg.Wait()
 	held := w.checkAdmission(all)
 	if held == 0 {
 		t.Errorf("nothing was held: 24 conversations where 12 fit, the test tested nothing")
 	}
+	if n := w.preemptions(); n != 0 {
+		t.Errorf("the replicas preempted %g requests: admitted conversations did not fit", n)
+	}
 	w.checkS()
+}
+
+// preemptions sums the replicas' vllm:num_preemptions_total.
+func (w *admWorld) preemptions() float64 {
+	w.t.Helper()
+	var n float64
+	for _, u := range w.cl.URLs() {
+		resp, err := w.hc.Get(u + "/metrics")
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			w.t.Fatalf("%s/metrics: %v", u, err)
+		}
+		f, ok := fams[strings.TrimSuffix(vllmmetrics.NumPreemptions, "_total")]
+		if !ok {
+			f, ok = fams[vllmmetrics.NumPreemptions]
+		}
+		if !ok {
+			w.t.Fatalf("%s/metrics has no %s", u, vllmmetrics.NumPreemptions)
+		}
+		for _, m := range f.GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n
 }
 
 // prompts lists the turns' prompt tokens (for the log).
