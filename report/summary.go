@@ -56,6 +56,9 @@ type Summary struct {
 	// Turns done in the window: OK (status 200, no error) and failed.
 	TurnsOK     int `json:"turns_ok"`
 	TurnsFailed int `json:"turns_failed"`
+	// FailedBy counts the failed turns by reason (failureReason: status and
+	// error text, numbers as N); absent when none failed.
+	FailedBy map[string]int `json:"turns_failed_by,omitempty"`
 	// TurnsNoOutput counts the OK turns that streamed no content, reasoning or
 	// tool-call delta (Result.FirstToken == 0): they have no TTFB and are left out
 	// of it. They stay in TurnsOK and, as a session's last turn, in SessionsPerH:
@@ -370,6 +373,10 @@ func summarizeWindowTurns(s *Summary, inWindow []*loadgen.Result, placed map[int
 		}
 		if !r.OK() {
 			s.TurnsFailed++
+			if s.FailedBy == nil {
+				s.FailedBy = map[string]int{}
+			}
+			s.FailedBy[failureReason(r)]++
 			continue
 		}
 		s.TurnsOK++

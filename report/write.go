@@ -372,6 +372,7 @@ func SummaryMarkdown(m *loadgen.Manifest, sums []Summary, agents []AgentSummary,
 	} else {
 		mdTurnsSection(&b, pair, sums)
 	}
+	mdFailuresSection(&b, keys, sums)
 	mdNotesSection(&b, keys, sums)
 	mdFiguresSection(&b, figures)
 	return []byte(b.String())
