@@ -109,7 +109,7 @@ func (r *Result) Recommend() (rec Recommendation, ok bool) {
 		reason := fmt.Sprintf("the largest knee among the policies whose tail stays within %dx the %s limit (%s); TTFB p95 %s, goodput %s",
 			TailFactor, name, seconds(TailFactor*lim), seconds(best.Knee.TTFBP95S), f3(best.Knee.Goodput))
 		if len(bounded) < len(all) {
-			reason += "; larger or tail-warned knees left out: " + r.others(all, best.Policy)
+			reason += "; the others: " + r.others(all, best.Policy)
 		}
 		return Recommendation{best.Policy, best.Knee, reason}, true
 	}
