@@ -46,6 +46,16 @@ Fleet: --profile and --replicas (built-in simulator profiles), or --server URL
 --profile; max_num_seqs from --max-num-seqs, else vLLM's default 256). The
 fleet's figures are printed with where each came from.
 
+The answer per policy: knee, TTFB columns (each quantile the SLO names, plus
+p95 and p99), goodput, throughput, prefix hits, the first failing point and its
+failed terms. After it: the cliff (knee -> first failing point, side by side);
+a warning when the knee's TTFB p95 or p99 is past ` + fmt.Sprint(plan.TailFactor) + `x the SLO's TTFB limit
+(ttfb_p95, else ttfb_p50, else goodput_ttfb); a "why:" line per policy (the
+failed term and what the point's stayed %, prefix hits and held turns say of
+the cause); one recommended answer (the largest knee whose tail does not warn,
+else the best goodput at a knee) with its reason; the KV-fit rule of thumb in
+tokens. Progress lines on stderr give p50, p95 and p99.
+
 Writes plan.csv (the answer per policy), points.csv (every point) and plan.png
 (each SLO metric vs sessions per policy, knee ringed) into --out, only when the
 search succeeds. --verify runs each knee once more over HTTP (the embedded
@@ -53,7 +63,7 @@ simulated cluster and router) and prints both worlds.
 
 Examples:
   warden plan                                     # reference workload, 4 x a4000-qwen3-4b
-  warden plan --scenario scenarios/fleet-7x5090.yaml --profile rtx5090-27b-fp8kv --replicas 7
+  warden plan --scenario scenarios/fleet-7x5090.yaml --profile rtx5090-27b-fp8kv --replicas 7 --slo ttfb_p50=10s
   warden plan --slo ttfb_p95=5s,goodput=0.95 --sessions 64
   warden plan --server http://gpu1:8000 --server http://gpu2:8000 --max-num-seqs 64`,
 		Args: cobra.NoArgs,

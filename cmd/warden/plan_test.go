@@ -52,10 +52,14 @@ func TestPlanSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stdout)
 	}
-	for _, want := range []string{"num_gpu_blocks", "memory arithmetic", "knee sessions", "KV-fit rule of thumb"} {
+	for _, want := range []string{"num_gpu_blocks", "memory arithmetic", "knee sessions", "TTFB p95 s", "TTFB p99 s", "recommended: working-set", "KV-fit rule of thumb"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
+	}
+	// The SLO names no p50: no p50 column.
+	if strings.Contains(stdout, "TTFB p50 s") {
+		t.Errorf("p95 SLO, yet a p50 column:\n%s", stdout)
 	}
 	for _, f := range []string{"plan.csv", "points.csv", "plan.png"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {

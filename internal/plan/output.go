@@ -56,13 +56,38 @@ func WriteFleet(w io.Writer, f Fleet) error {
 	return t.Render()
 }
 
+// quantile is one TTFB column of the answer: a quantile in percent and its
+// value at a point.
+type quantile struct {
+	Name string // p50, p95, p99
+	Get  func(*Point) float64
+}
+
+// quantiles are the answer's TTFB columns: each quantile the SLO names, plus
+// p95 and p99 (the tail) always, in increasing order.
+func (o SLO) quantiles() []quantile {
+	var qs []quantile
+	if o.TTFBP50 > 0 {
+		qs = append(qs, quantile{"p50", func(p *Point) float64 { return p.TTFBP50S }})
+	}
+	return append(qs, quantile{"p95", func(p *Point) float64 { return p.TTFBP95S }},
+		quantile{"p99", func(p *Point) float64 { return p.TTFBP99S }})
+}
+
 // planRows is the per-policy answer as table rows (shared by the table and the CSV).
 func (r *Result) planRows() (header []string, rows [][]string) {
-	if r.inverse() {
-		header = []string{"policy", "sessions", "replicas needed", "TTFB p95 s", "goodput", "out tok/min", "sessions/h", "prefix hits %", "largest failing", "failed term", "KV-fit replicas"}
-	} else {
-		header = []string{"policy", "knee sessions", "TTFB p95 s", "goodput", "out tok/min", "sessions/h", "prefix hits %", "first failing", "failed term", "KV-fit sessions"}
+	qs := r.Config.SLO.quantiles()
+	var qh []string
+	for _, q := range qs {
+		qh = append(qh, "TTFB "+q.Name+" s")
 	}
+	metrics := append(qh, "goodput", "out tok/min", "sessions/h", "prefix hits %")
+	if r.inverse() {
+		header = append(append([]string{"policy", "sessions", "replicas needed"}, metrics...), "largest failing", "failed term", "KV-fit replicas")
+	} else {
+		header = append(append([]string{"policy", "knee sessions"}, metrics...), "first failing", "failed term", "KV-fit sessions")
+	}
+	blank := make([]string, len(metrics))
 	for _, pr := range r.Policies {
 		row := []string{pr.Policy}
 		if r.inverse() {
@@ -76,31 +101,27 @@ func (r *Result) planRows() (header []string, rows [][]string) {
 		}
 		switch {
 		case k == nil && pr.Budget:
-			row = append(row, unreached, "", "", "", "", "")
+			row = append(append(row, unreached), blank...)
 		case k == nil && r.inverse():
-			row = append(row, fmt.Sprintf("> %d", r.Config.MaxReplicas), "", "", "", "", "")
+			row = append(append(row, fmt.Sprintf("> %d", r.Config.MaxReplicas)), blank...)
 		case k == nil:
-			row = append(row, "none", "", "", "", "", "")
+			row = append(append(row, "none"), blank...)
 		default:
-			n := k.Sessions
-			if r.inverse() {
-				n = k.Replicas
-			}
-			s := strconv.Itoa(n)
+			s := strconv.Itoa(r.count(k))
 			if !pr.Resolved {
 				s += " (unresolved)"
 			}
 			if m := k.Marginal(); len(m) > 0 {
 				s += " *"
 			}
-			row = append(row, s, f2(k.TTFBP95S), f3(k.Goodput), fmtFloat(k.OutputTokensPerMin, 0), f1(k.SessionsPerH), f1(k.HitsPct))
+			row = append(row, s)
+			for _, q := range qs {
+				row = append(row, f2(q.Get(k)))
+			}
+			row = append(row, f3(k.Goodput), fmtFloat(k.OutputTokensPerMin, 0), f1(k.SessionsPerH), f1(k.HitsPct))
 		}
 		if f := pr.FirstFail; f != nil {
-			n := f.Sessions
-			if r.inverse() {
-				n = f.Replicas
-			}
-			row = append(row, strconv.Itoa(n), f.Failed())
+			row = append(row, strconv.Itoa(r.count(f)), f.Failed())
 		} else if pr.Budget {
 			row = append(row, unreached, "")
 		} else if r.inverse() {
@@ -119,6 +140,14 @@ func (r *Result) planRows() (header []string, rows [][]string) {
 		rows = append(rows, row)
 	}
 	return header, rows
+}
+
+// count is what the search varies at p: sessions, or replicas (inverse).
+func (r *Result) count(p *Point) int {
+	if r.inverse() {
+		return p.Replicas
+	}
+	return p.Sessions
 }
 
 // WriteTable prints the answer: one row per policy, the rule of thumb beside it.
@@ -143,14 +172,25 @@ func WriteTable(w io.Writer, r *Result) error {
 	if err := t.Render(); err != nil {
 		return err
 	}
-	fleet := fmt.Sprintf("%d over the fleet", r.Fit.FleetKVTokens)
-	if r.inverse() {
-		fleet = fmt.Sprintf("%d sessions need %.0f", c.InverseSessions, float64(c.InverseSessions)*r.Fit.PeakContextTokens)
+	if err := r.writeCliff(w); err != nil {
+		return err
 	}
-	_, err := fmt.Fprintf(w, "KV-fit rule of thumb: %.0f tokens of peak context per session (%s) against %d KV tokens per replica (%s)\n"+
-		"* a term within the seeds' noise of its threshold at the knee (95 %% interval, report.ThresholdDelta)\n",
-		r.Fit.PeakContextTokens, r.Fit.PeakSource, r.Fit.KVTokensReplica, fleet)
+	if _, err := io.WriteString(w, r.advice()); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%s\n* a term within the seeds' noise of its threshold at the knee (95 %% interval, report.ThresholdDelta)\n", r.fitLine())
 	return err
+}
+
+// fitLine is the KV-fit rule of thumb in tokens and what it gives.
+func (r *Result) fitLine() string {
+	f, c := r.Fit, r.Config
+	if r.inverse() {
+		return fmt.Sprintf("KV-fit rule of thumb: %d sessions x %.0f tokens of peak context per session (%s) = %.0f KV tokens, against %d per replica: %d replicas",
+			c.InverseSessions, f.PeakContextTokens, f.PeakSource, float64(c.InverseSessions)*f.PeakContextTokens, f.KVTokensReplica, f.Replicas)
+	}
+	return fmt.Sprintf("KV-fit rule of thumb: %d KV tokens over the fleet (%d per replica) / %.0f tokens of peak context per session (%s) = %d sessions",
+		f.FleetKVTokens, f.KVTokensReplica, f.PeakContextTokens, f.PeakSource, f.Sessions)
 }
 
 func (r *Result) points() int {
@@ -183,13 +223,13 @@ func (r *Result) files() (map[string][]byte, error) {
 		return nil, err
 	}
 	out[FilePlan] = b
-	ph := []string{"policy", "sessions", "replicas", "seeds", "ttfb_p50_s", "ttfb_p95_s", "goodput", "output_tokens_per_min", "sessions_per_h", "prefix_hits_pct", "meets_slo", "failed_terms", "marginal_terms"}
+	ph := []string{"policy", "sessions", "replicas", "seeds", "ttfb_p50_s", "ttfb_p95_s", "ttfb_p99_s", "goodput", "output_tokens_per_min", "sessions_per_h", "prefix_hits_pct", "stayed_pct", "held_pct", "meets_slo", "failed_terms", "marginal_terms"}
 	var prow [][]string
 	for _, pr := range r.Policies {
 		for _, p := range sortedPoints(pr.Points, r.inverse()) {
 			prow = append(prow, []string{p.Policy, strconv.Itoa(p.Sessions), strconv.Itoa(p.Replicas), strconv.Itoa(len(p.Samples)),
-				fmtFloat(p.TTFBP50S, 4), fmtFloat(p.TTFBP95S, 4), fmtFloat(p.Goodput, 4), fmtFloat(p.OutputTokensPerMin, 1),
-				fmtFloat(p.SessionsPerH, 2), fmtFloat(p.HitsPct, 2), strconv.FormatBool(p.OK), p.Failed(), strings.Join(p.Marginal(), " ")})
+				fmtFloat(p.TTFBP50S, 4), fmtFloat(p.TTFBP95S, 4), fmtFloat(p.TTFBP99S, 4), fmtFloat(p.Goodput, 4), fmtFloat(p.OutputTokensPerMin, 1),
+				fmtFloat(p.SessionsPerH, 2), fmtFloat(p.HitsPct, 2), fmtFloat(p.StayedPct, 2), fmtFloat(p.HeldPct, 2), strconv.FormatBool(p.OK), p.Failed(), strings.Join(p.Marginal(), " ")})
 		}
 	}
 	if out[FilePoints], err = csvBytes(ph, prow); err != nil {

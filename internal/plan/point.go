@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
+
 	"github.com/lmwarden/warden/internal/virtual"
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/report"
@@ -57,12 +59,16 @@ func (p Policy) variant() string {
 
 // sample is one seed's run of one point reduced to what the planner reads.
 type sample struct {
-	Seed               uint64
-	TTFBP50S, TTFBP95S float64
-	Goodput            float64 // Goodput over the measured window
-	OutputTokensPerMin float64
-	SessionsPerH       float64
-	PrefixHitsPct      float64
+	Seed                         uint64
+	TTFBP50S, TTFBP95S, TTFBP99S float64
+	Goodput                      float64 // Goodput over the measured window
+	OutputTokensPerMin           float64
+	SessionsPerH                 float64
+	PrefixHitsPct                float64
+	// StayedPct: later turns served by their session's first replica, percent
+	// (report.Summary.StayedPct); HeldPct: turns of the window the admission
+	// gate held, percent of the turns done in it.
+	StayedPct, HeldPct float64
 	TurnsOK, Failed    int
 	// PeakContext is the mean over sessions that finished of their largest
 	// prompt + output tokens (the context a session holds at its end).
@@ -124,13 +130,47 @@ func runSample(ctx context.Context, f Fleet, p Policy, sc *loadgen.Scenario, wit
 		return fail(fmt.Errorf("%d stage summaries, want 1", len(sums)))
 	}
 	s := sums[0]
+	q := ttfbQuantiles(run.Results, s.Variant, s.WindowStart, s.WindowEnd, 50, 95, 99)
+	if !sameFloat(q[0], s.TTFBP50S) || !sameFloat(q[1], s.TTFBP95S) {
+		return fail(fmt.Errorf("TTFB p50/p95 %v/%v over the planner's turns, %v/%v in the report summary: the selections differ", q[0], q[1], s.TTFBP50S, s.TTFBP95S))
+	}
+	held := math.NaN()
+	if n := s.TurnsOK + s.TurnsFailed; n > 0 {
+		held = 100 * float64(s.HeldTurns) / float64(n)
+	}
 	return sample{
-		Seed: sc.Seed, TTFBP50S: s.TTFBP50S, TTFBP95S: s.TTFBP95S,
+		Seed: sc.Seed, TTFBP50S: s.TTFBP50S, TTFBP95S: s.TTFBP95S, TTFBP99S: q[2], StayedPct: s.StayedPct, HeldPct: held,
 		Goodput:            Goodput(run.Results, cut, s.Variant, s.WindowStart, s.WindowEnd, within),
 		OutputTokensPerMin: s.OutputTokensPerMin, SessionsPerH: s.SessionsPerH, PrefixHitsPct: s.PrefixHitsPct,
 		TurnsOK: s.TurnsOK, Failed: s.TurnsFailed, PeakContext: peakContext(run.Results),
 	}, nil
 }
+
+// ttfbQuantiles returns the TTFB quantiles qs (percent) in seconds over the turns
+// report.Summary takes its TTFB from: not side requests, of the variant, done in
+// [start, end), OK, with a first token. Same histogram as the summary (HDR,
+// 1 us to 1 h, 3 significant digits, nearest rank); NaN without such turns.
+// The summary has no p99: this is the planner's, checked against its p50/p95.
+func ttfbQuantiles(results []loadgen.Result, variant string, start, end time.Duration, qs ...float64) []float64 {
+	h := hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
+	for i := range results {
+		r := &results[i]
+		if r.Side || r.Variant != variant || r.Done < start || r.Done >= end || !r.OK() || r.TTFB() <= 0 {
+			continue
+		}
+		_ = h.RecordValue(min(max(int64(r.TTFB()/time.Microsecond), 1), int64(time.Hour/time.Microsecond)))
+	}
+	out := make([]float64, len(qs))
+	for i, q := range qs {
+		out[i] = math.NaN()
+		if h.TotalCount() > 0 {
+			out[i] = float64(h.ValueAtQuantile(q)) / 1e6
+		}
+	}
+	return out
+}
+
+func sameFloat(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
 
 // peakContext is the mean over sessions whose last turn finished OK of the
 // session's largest prompt_tokens + output_tokens; NaN when none finished.
@@ -165,8 +205,9 @@ type Point struct {
 	Replicas int
 	Samples  []sample
 	// Means over the seeds.
-	TTFBP50S, TTFBP95S, Goodput               float64
+	TTFBP50S, TTFBP95S, TTFBP99S, Goodput     float64
 	OutputTokensPerMin, SessionsPerH, HitsPct float64
+	StayedPct, HeldPct                        float64
 	// Terms: the SLO verdict per term, in SLO order.
 	Terms []TermResult
 	OK    bool // every term met (on the means)
@@ -248,7 +289,12 @@ func evaluate(ctx context.Context, f Fleet, p Policy, base *loadgen.Scenario, wa
 			return nil, err
 		}
 	}
-	pt := &Point{Policy: p.Name, Sessions: n, Replicas: f.Replicas, Samples: ss, OK: true}
+	return judge(p.Name, n, f.Replicas, ss, slo), nil
+}
+
+// judge reduces a point's samples to their means and the SLO verdict per term.
+func judge(policy string, n, replicas int, ss []sample, slo SLO) *Point {
+	pt := &Point{Policy: policy, Sessions: n, Replicas: replicas, Samples: ss, OK: true}
 	col := func(get func(*sample) float64) []float64 {
 		v := make([]float64, len(ss))
 		for i := range ss {
@@ -259,10 +305,13 @@ func evaluate(ctx context.Context, f Fleet, p Policy, base *loadgen.Scenario, wa
 	mean := func(get func(*sample) float64) float64 { m, _ := report.MeanStdErr(col(get)); return m }
 	pt.TTFBP50S = mean(func(s *sample) float64 { return s.TTFBP50S })
 	pt.TTFBP95S = mean(func(s *sample) float64 { return s.TTFBP95S })
+	pt.TTFBP99S = mean(func(s *sample) float64 { return s.TTFBP99S })
 	pt.Goodput = mean(func(s *sample) float64 { return s.Goodput })
 	pt.OutputTokensPerMin = mean(func(s *sample) float64 { return s.OutputTokensPerMin })
 	pt.SessionsPerH = mean(func(s *sample) float64 { return s.SessionsPerH })
 	pt.HitsPct = mean(func(s *sample) float64 { return s.PrefixHitsPct })
+	pt.StayedPct = mean(func(s *sample) float64 { return s.StayedPct })
+	pt.HeldPct = mean(func(s *sample) float64 { return s.HeldPct })
 	for _, t := range slo.terms() {
 		d := report.ThresholdDelta(t.Name, t.Threshold, col(t.metric))
 		met := d.Value <= t.Threshold
@@ -274,5 +323,5 @@ func evaluate(ctx context.Context, f Fleet, p Policy, base *loadgen.Scenario, wa
 		pt.Terms = append(pt.Terms, TermResult{Term: t.Name, Delta: d, Met: met})
 		pt.OK = pt.OK && met
 	}
-	return pt, nil
+	return pt
 }
