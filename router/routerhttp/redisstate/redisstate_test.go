@@ -858,17 +858,7 @@ func TestIdleGapsLearnedAcrossRouters(t *testing.T) {
 // 39,392). Counting the caller's copy first put x on replica 0 and y beside it
 // on 1 (found by the two-router e2e test, 4 conversations where 3 fit).
 func TestReservationReplicaWinsOverCallersCopy(t *testing.T) {
-	srv := testredis.Start(t)
-	st, err := Open(Options{URL: srv.URL(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := st.Pool("m", testKeys[:2], nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); st.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	waitFor(t, 3*time.Second, "store synced", func() bool { return st.synced.Load() })
+	_, _, p := twoKeyPool(t)
 	x, y := router.SessionID("x"), router.SessionID("y")
 	cr, _, ok := p.Claim("x", "", []int{1}, false, false, &router.Reservation{ID: x, Tokens: 30_000, Expected: 30_000, Fit: []int64{39_392}})
 	if !ok || cr.Full || cr.Replica != 1 {
@@ -881,13 +871,10 @@ func TestReservationReplicaWinsOverCallersCopy(t *testing.T) {
 	}
 }
 
-// A claim that finds another home than the one it read (a stale read: the
-// home written since, here by the same router) adopts it and counts the
-// request in flight there, as a claim that writes the home does; it was not
-// counted, and the other routers saw one request fewer on the home (3 of 4
-// under the race detector in TestLoadMoveReadsFreshCounts, whose second
-// request's read came from the client cache before the invalidation).
-func TestAdoptingClaimCountsInFlight(t *testing.T) {
+// twoKeyPool starts a redis-server and a running, synced store with a pool
+// of testKeys[:2] (no Balancer); the store stops at the test's end.
+func twoKeyPool(t *testing.T) (*testredis.Server, *Store, *Pool) {
+	t.Helper()
 	srv := testredis.Start(t)
 	st, err := Open(Options{URL: srv.URL(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -897,8 +884,19 @@ func TestAdoptingClaimCountsInFlight(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); st.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
 	waitFor(t, 3*time.Second, "store synced", func() bool { return st.synced.Load() })
+	return srv, st, p
+}
+
+// A claim that finds another home than the one it read (a stale read: the
+// home written since, here by the same router) adopts it and counts the
+// request in flight there, as a claim that writes the home does; it was not
+// counted, and the other routers saw one request fewer on the home (3 of 4
+// under the race detector in TestLoadMoveReadsFreshCounts, whose second
+// request's read came from the client cache before the invalidation).
+func TestAdoptingClaimCountsInFlight(t *testing.T) {
+	srv, st, p := twoKeyPool(t)
 	c := rawClient(t, srv.Addr)
 	inFlight := func() string {
 		v, _ := c.Do(context.Background(), c.B().Hget().Key(DefaultPrefix+"f:m:"+st.RouterID()).Field(testKeys[1]).Build()).ToString()
