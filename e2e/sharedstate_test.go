@@ -22,8 +22,8 @@ import (
 	"github.com/lmwarden/warden/internal/testredis"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/report"
+	"github.com/lmwarden/warden/router/redisstate"
 	"github.com/lmwarden/warden/router/routerhttp"
-	"github.com/lmwarden/warden/router/routerhttp/redisstate"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 

@@ -36,7 +36,7 @@
 //   - SharedState (shared.go): the interface to state shared with other routers
 //     (homes claimed first write wins, every router's in-flight count and live
 //     working set); BalancerConfig.Shared, nil in the virtual world. The Redis
-//     implementation is router/routerhttp/redisstate; this package only calls it,
+//     implementation is router/redisstate; this package only calls it,
 //     outside its lock for the calls that may wait.
 //   - Admission (admission.go): with `admission: fit` a new conversation whose
 //     expected working set fits no replica's KV cache waits in a FIFO queue at

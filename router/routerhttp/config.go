@@ -19,7 +19,7 @@ import (
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/yamlpos"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/routerhttp/redisstate"
+	"github.com/lmwarden/warden/router/redisstate"
 
 	"github.com/lmwarden/warden/internal/simclock"
 )

@@ -18,7 +18,7 @@
 //     health checks (health.go) and /metrics scrapes (scrape.go, internal/scrape)
 //     started by Run; the two listeners and the shutdown in order: /ready,
 //     drain_delay, drain_timeout (listen.go, drain.go).
-//   - Shared state (state.go, `state: redis://...`): redisstate, the Redis store of
+//   - Shared state (state.go, `state: redis://...`): router/redisstate, the Redis store of
 //     router.SharedState shared by several routers (docs/router.md §13), its
 //     heartbeat run by Run, its warden_state_* metrics and the X-Warden-State-Ms
 //     header (how long each request waited on it).

@@ -20,7 +20,7 @@ import (
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/yamlpos"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/routerhttp/redisstate"
+	"github.com/lmwarden/warden/router/redisstate"
 )
 
 // probeTimeout bounds one /health or /metrics request (wall time).

@@ -12,7 +12,7 @@ import (
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/routerhttp/redisstate"
+	"github.com/lmwarden/warden/router/redisstate"
 )
 
 // Shared-state metric names (`state:` set; docs/router.md "Several routers").

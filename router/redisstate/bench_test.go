@@ -21,7 +21,7 @@ import (
 // those after ping their p99 over ping's in the same run (p99/ping_p99; issue 26
 // asks sticky-redis <= 2).
 //
-//	go test -run '^$' -bench StickyDecision -count 5 ./router/routerhttp/redisstate
+//	go test -run '^$' -bench StickyDecision -count 5 ./router/redisstate
 func BenchmarkStickyDecision(b *testing.B) {
 	srv := testredis.Start(b)
 	const sessions = 1000
