@@ -61,14 +61,11 @@ package redisstate
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -356,117 +353,6 @@ func (s *Store) connect() (rueidis.Client, error) {
 	return c, nil
 }
 
-// Run drives the heartbeat, the publication of in-flight changes and the TTL
-// refreshes until ctx ends; then it publishes the changes not yet published
-// (the last requests' ends, conversation events) and closes the client. Nothing
-// is deleted: the router's own keys (in-flight, live sets, registration) are
-// left to expire (KeyTTL), and session homes, reservations and conversation
-// records keep their TTLs for the routers that go on.
-//
-// An in-flight change (a request sent or ended) is published as soon as Run is
-// free, not at the next heartbeat: the other routers add these counts to the
-// replicas' load, and a count published once per heartbeat and read once per
-// heartbeat was up to two heartbeats old (200 ms) while a claim counts at once.
-// Right after a router's turns ended, another counted them still in flight
-// beside the next turns of the same conversations (24 requests on 4 replicas
-// where 8 ran, in the two-router e2e test), and WorkingSet moved conversations
-// for an overflow that was not there.
-func (s *Store) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.refresher(ctx)
-	}()
-	t := time.NewTicker(s.opt.Heartbeat)
-	defer t.Stop()
-	s.beat(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			fctx, cancel := context.WithTimeout(context.Background(), s.beatTimeout())
-			s.flush(fctx)
-			cancel()
-			if c := s.client.Load(); c != nil {
-				(*c).Close()
-			}
-			return
-		case <-t.C:
-			s.beat(ctx)
-		case <-s.kick:
-			s.flush(ctx)
-		}
-	}
-}
-
-// beat runs one heartbeat over every pool: the rewrite after an outage when no
-// claim is in flight, deltas otherwise.
-func (s *Store) beat(ctx context.Context) {
-	c, err := s.connect()
-	if err != nil {
-		s.fail("connect", err)
-		return
-	}
-	abs := !s.synced.Load()
-	if abs && s.claims.Load() > 0 {
-		return // a claim started before the failure has not returned yet
-	}
-	s.pmu.Lock()
-	pools := append([]*Pool(nil), s.pools...)
-	s.pmu.Unlock()
-	for _, p := range pools {
-		if err := p.beat(ctx, c, abs); err != nil {
-			s.fail("heartbeat", err)
-			return
-		}
-	}
-	if abs {
-		s.synced.Store(true)
-	}
-	s.recovered()
-}
-
-// flush publishes every pool's in-flight changes since the last beat or flush
-// and reads the other routers' counts back (flushScript). Only while the store
-// is up and in sync: otherwise the heartbeat's rewrite publishes exact counts.
-func (s *Store) flush(ctx context.Context) {
-	c := s.client.Load()
-	if c == nil || s.down.Load() || !s.synced.Load() {
-		return
-	}
-	s.pmu.Lock()
-	pools := append([]*Pool(nil), s.pools...)
-	s.pmu.Unlock()
-	for _, p := range pools {
-		if err := p.flush(ctx, *c); err != nil {
-			s.fail("publish", err)
-			return
-		}
-	}
-}
-
-// refresher sends the PEXPIREs that keep read homes alive.
-func (s *Store) refresher(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case k := <-s.refresh:
-			c, ok := s.available()
-			if !ok {
-				continue
-			}
-			cctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
-			err := c.Do(cctx, c.B().Pexpire().Key(k).Milliseconds(s.opt.SessionTTL.Milliseconds()).Build()).Error()
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				s.fail("refresh", err)
-			}
-		}
-	}
-}
-
 // Pool is one model's shared state: router.SharedState over a Store.
 type Pool struct {
 	s     *Store
@@ -545,593 +431,73 @@ func (p *Pool) lookup(k string) int {
 	return -1
 }
 
-// homeKey is the session's home key: the hex of SHA-256's first 16 bytes.
-func (p *Pool) homeKey(session string) string {
-	sum := sha256.Sum256([]byte(session))
-	return p.homePrefix + hex.EncodeToString(sum[:16])
-}
-
-// Home reads the session's home, from the local cache when Redis has not
-// invalidated it, and queues a TTL refresh when the home's TTL has run down by
-// more than SessionTTL/60.
-func (p *Pool) Home(session string) (router.SharedHome, time.Duration, bool) {
-	h := router.SharedHome{Replica: -1}
-	c, ok := p.s.available()
-	if !ok {
-		return h, 0, false
-	}
-	t0 := time.Now()
-	k := p.homeKey(session)
-	ctx := newLazyTimeout(p.s.opt.Timeout) // no timer unless the read leaves the cache
-	defer ctx.cancel()
-	// The local copy lives as long as the key (rueidis keeps min(this, the
-	// server's PTTL)), so CachePTTL below is the key's remaining TTL.
-	res := c.DoCache(ctx, c.B().Get().Key(k).Cache(), p.s.opt.SessionTTL)
-	wait := time.Since(t0)
-	v, err := res.ToString()
-	if rueidis.IsRedisNil(err) {
-		return h, wait, true
-	}
-	if err != nil {
-		p.s.fail("home", err)
-		p.s.fallbacks.Add(1)
-		return h, wait, false
-	}
-	key, weak := strings.CutSuffix(v, weakSuffix)
-	h.Token, h.Replica, h.Weak = v, p.lookup(key), weak
-	ttl := p.s.opt.SessionTTL
-	if left := res.CachePTTL(); left >= 0 && time.Duration(left)*time.Millisecond < ttl-ttl/60 {
-		select {
-		case p.s.refresh <- k:
-		default: // full: the next read asks again
-		}
-	}
-	return h, wait, true
-}
-
-// Claim runs claimScript (see router.SharedState.Claim).
-func (p *Pool) Claim(session, expect string, cands []int, pickLeast, weak bool, res *router.Reservation) (router.ClaimResult, time.Duration, bool) {
-	s := p.s
-	out := router.ClaimResult{Replica: -1}
-	c, ok := s.available()
-	if !ok || !s.synced.Load() || len(cands) == 0 {
-		if ok {
-			s.fallbacks.Add(1)
-		}
-		return out, 0, false
-	}
-	s.claims.Add(1)
-	defer s.claims.Add(-1)
-	least := "0"
-	if pickLeast {
-		least = "1"
-	}
-	suffix := ""
-	if weak {
-		suffix = weakSuffix
-	}
-	args := []string{expect, ms(s.opt.SessionTTL), ms(s.opt.KeyTTL), least, p.flightPrefix, "", suffix}
-	var fits []int64
-	for k, i := range cands {
-		if key := p.key(i); key != "" {
-			args = append(args, key)
-			if res != nil && k < len(res.Fit) {
-				fits = append(fits, res.Fit[k])
-			}
-		}
-	}
-	if res != nil {
-		args[5] = p.reservationJSON(res, fits)
-	}
-	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
-	defer cancel()
-	arr, err := claimScript.Exec(ctx, c, []string{p.homeKey(session), p.flightKey, p.regKey, p.resKey}, args).ToArray()
-	wait := time.Since(t0)
-	if err == nil && len(arr) != 3 {
-		err = fmt.Errorf("claim script returned %d values", len(arr))
-	}
-	if err != nil {
-		s.fail("claim", err)
-		s.fallbacks.Add(1)
-		return out, wait, false
-	}
-	k, _ := arr[0].ToString()
-	k = strings.TrimSuffix(k, weakSuffix)
-	adopted, _ := arr[1].AsInt64()
-	full, _ := arr[2].AsInt64()
-	if full == 1 {
-		out.Full = true
-		return out, wait, true
-	}
-	i := p.lookup(k)
-	if i < 0 {
-		// Homed on a replica this router does not have: the script counted
-		// the request there, the router will not send it there; the next
-		// heartbeat rewrites the hash from the exact local counts.
-		s.synced.Store(false)
-		return out, wait, false
-	}
-	out.Replica, out.Adopted = i, adopted == 1
-	return out, wait, true
-}
-
-// reservationJSON is claimScript's ARGV[6] for res, with fits the candidates'
-// room in the order of the replica keys passed.
-func (p *Pool) reservationJSON(res *router.Reservation, fits []int64) string {
-	type resJSON struct {
-		ID    string  `json:"id"`
-		Self  string  `json:"self"`
-		AP    string  `json:"ap"`
-		Tok   int64   `json:"tok"`
-		First int64   `json:"first"`
-		E     int64   `json:"e"`
-		S     int64   `json:"s"`
-		M     int64   `json:"m"`
-		Force int     `json:"force"`
-		Fit   []int64 `json:"fit"`
-		Own   [][]any `json:"own"`
-	}
-	r := resJSON{ID: strconv.FormatUint(res.ID, 16), Self: p.s.opt.RouterID, AP: p.admPrefix, Tok: res.Tokens,
-		First: res.First, E: res.Expected, S: res.Shared, M: res.Running, Fit: fits, Own: [][]any{}}
-	if res.Force {
-		r.Force = 1
-	}
-	for _, cv := range res.Own {
-		if k := p.key(cv.Replica); k != "" {
-			r.Own = append(r.Own, []any{strconv.FormatUint(cv.ID, 16), k, cv.Tokens, cv.First})
-		}
-	}
-	b, _ := json.Marshal(r) // plain strings and numbers: cannot fail
-	return string(b)
-}
-
-// ObserveFirstTurn, Began and Ended queue conversation events for convScript
-// (router.SharedState), published with the next flush or heartbeat.
-func (p *Pool) ObserveFirstTurn(cached int) { p.event("p", strconv.Itoa(cached)) }
-func (p *Pool) Began(id uint64, side bool) {
-	kind := "b0"
-	if side {
-		kind = "b1"
-	}
-	p.event(kind, strconv.FormatUint(id, 16))
-}
-func (p *Pool) Ended(id uint64) { p.event("e", strconv.FormatUint(id, 16)) }
-
-func (p *Pool) event(kind, v string) {
-	p.emu.Lock()
-	if len(p.events) >= 2*maxEvents {
-		p.events = append(p.events[:0], p.events[2:]...)
-	}
-	p.events = append(p.events, kind, v)
-	p.emu.Unlock()
-	select {
-	case p.s.kick <- struct{}{}:
-	default:
-	}
-}
-
-// publishEvents sends the queued conversation events (convScript); on a
-// failure they are dropped (a lost sample or gap, never a wrong count that
-// lasts: the conversation records expire).
-func (p *Pool) publishEvents(ctx context.Context, c rueidis.Client) error {
-	p.emu.Lock()
-	ev := p.events
-	p.events = nil
-	p.emu.Unlock()
-	if len(ev) == 0 {
-		return nil
-	}
-	args := append([]string{p.convPrefix, ms(ConvTTL), ms(ConvTTL), strconv.Itoa(router.AdmissionPrefixSamples), strconv.Itoa(router.AdmissionIdleSamples)}, ev...)
-	return convScript.Exec(ctx, c, []string{p.prefixKey, p.gapKey}, args).Error()
-}
-
-// Refresh reads the other routers' in-flight hashes (othersScript; see
-// router.SharedState.Refresh), bounded by Timeout like every request-path call.
-func (p *Pool) Refresh() (time.Duration, bool) {
-	s := p.s
-	c, ok := s.available()
-	if !ok {
-		return 0, false
-	}
-	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
-	defer cancel()
-	arr, err := othersScript.Exec(ctx, c, []string{p.regKey}, []string{s.opt.RouterID, p.flightPrefix}).ToArray()
-	wait := time.Since(t0)
-	if err != nil {
-		s.fail("refresh in-flight", err)
-		s.fallbacks.Add(1)
-		return wait, false
-	}
-	p.storeFlights(arr)
-	return wait, true
-}
-
-// Forget deletes the session's home if it still holds replica i
-// (forgetScript; see router.SharedState.Forget), bounded by Timeout.
-func (p *Pool) Forget(session string, i int) (time.Duration, bool) {
-	s := p.s
-	k := p.key(i)
-	c, ok := s.available()
-	if !ok || k == "" {
-		return 0, false
-	}
-	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
-	defer cancel()
-	err := forgetScript.Exec(ctx, c, []string{p.homeKey(session)}, []string{k, weakSuffix}).Error()
-	wait := time.Since(t0)
-	if err != nil {
-		s.fail("forget", err)
-		return wait, false
-	}
-	return wait, true
-}
-
-// Reset deletes every session home of the pool's model in the store (SCAN and
-// UNLINK; an admin operation, bounded by 10 s, not the request timeout). The
-// other routers' local tables are not reset: call Reset through each router
-// (the benchmark does, before each variant).
-func (p *Pool) Reset(ctx context.Context) error {
-	c := p.s.client.Load()
-	if c == nil {
-		return errors.New("shared state: not connected")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var cursor uint64
-	for {
-		e, err := (*c).Do(ctx, (*c).B().Scan().Cursor(cursor).Match(globEscape(p.homePrefix)+"*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			return fmt.Errorf("shared state: scanning homes: %w", err)
-		}
-		if len(e.Elements) > 0 {
-			if err := (*c).Do(ctx, (*c).B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
-				return fmt.Errorf("shared state: deleting homes: %w", err)
-			}
-		}
-		if cursor = e.Cursor; cursor == 0 {
-			return nil
-		}
-	}
-}
-
-// Acquired, Released and Claimed keep the local counts (router.SharedState).
-func (p *Pool) Acquired(i int) { p.count(i, 1, 1) }
-func (p *Pool) Released(i int) { p.count(i, -1, -1) }
-func (p *Pool) Claimed(i int)  { p.count(i, 1, 0) }
-
-func (p *Pool) count(i int, local, pending int64) {
-	p.cmu.Lock()
-	if i < 0 || i >= len(p.local) {
-		p.cmu.Unlock()
-		return
-	}
-	p.local[i] += local
-	p.pending[i] += pending
-	p.cmu.Unlock()
-	select { // a claim publishes nothing but reads the others' counts back
-	case p.s.kick <- struct{}{}:
-	default: // a flush is due already
-	}
-}
-
-// takePending returns the in-flight changes not yet published (abs: the exact
-// counts instead) and clears them.
-func (p *Pool) takePending(n int, abs bool) []int64 {
-	p.cmu.Lock()
-	defer p.cmu.Unlock()
-	vals := make([]int64, n)
-	for i := range n {
-		if abs {
-			vals[i] = p.local[i]
-		} else {
-			vals[i] = p.pending[i]
-		}
-		p.pending[i] = 0
-	}
-	return vals
-}
-
-// flush publishes the pool's pending in-flight changes (none after a claim
-// alone) and stores the other routers' in-flight counts it reads back, keeping
-// their live sets from the last beat.
-func (p *Pool) flush(ctx context.Context, c rueidis.Client) error {
-	s := p.s
-	p.kmu.RLock()
-	keys := p.keys
-	p.kmu.RUnlock()
-	vals := p.takePending(len(keys), false)
-	args := []string{s.opt.RouterID, ms(s.opt.KeyTTL), p.flightPrefix}
-	for i, k := range keys {
-		if vals[i] != 0 {
-			args = append(args, k, strconv.FormatInt(vals[i], 10))
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.beatTimeout())
-	defer cancel()
-	arr, err := flushScript.Exec(cctx, c, []string{p.flightKey, p.regKey}, args).ToArray()
-	if err != nil {
-		return err // as in beat: the rewrite after the failure makes the hash exact
-	}
-	if len(arr) == 1 {
-		if v, _ := arr[0].ToString(); v == "resync" {
-			s.synced.Store(false)
-			return nil
-		}
-	}
-	p.storeFlights(arr)
-	return p.publishEvents(cctx, c)
-}
-
-// storeFlights replaces the other routers' in-flight counts by arr (pairs of
-// router id and in-flight hash, as flushScript and othersScript return them),
-// keeping their live sets from the last beat.
-func (p *Pool) storeFlights(arr []rueidis.RedisMessage) {
-	p.kmu.RLock()
-	n := len(p.keys)
-	p.kmu.RUnlock()
-	rl := make([]router.RemoteLoad, n)
-	if old := p.remote.Load(); old != nil {
-		copy(rl, *old)
-	}
-	for i := range rl {
-		rl[i].InFlight = 0
-	}
-	for j := 0; j+1 < len(arr); j += 2 {
-		flights, _ := arr[j+1].ToArray()
-		p.addFlights(rl, flights)
-	}
-	p.remote.Store(&rl)
-}
-
-// addFlights adds one router's in-flight hash (HGETALL, flat) to rl.
-func (p *Pool) addFlights(rl []router.RemoteLoad, flights []rueidis.RedisMessage) {
-	for f := 0; f+1 < len(flights); f += 2 {
-		k, _ := flights[f].ToString()
-		n, _ := flights[f+1].AsInt64()
-		if i := p.lookup(k); i >= 0 && i < len(rl) {
-			rl[i].InFlight += int(max(n, 0))
-		}
-	}
-}
-
-// Remote returns the other routers' load on replica i: in-flight counts as of
-// this router's last publication or heartbeat, live sets as of its last
-// heartbeat.
-func (p *Pool) Remote(i int) router.RemoteLoad {
-	r := p.remote.Load()
-	if r == nil || i < 0 || i >= len(*r) {
-		return router.RemoteLoad{}
-	}
-	return (*r)[i]
-}
-
-// beat publishes this router's counts (abs: the exact counts, replacing the
-// hash; else the changes since the last beat) and live sets, registers the
-// router and reads the others' (beatScript).
-func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
-	s := p.s
-	p.kmu.RLock()
-	keys := p.keys
-	p.kmu.RUnlock()
-	mode := "delta"
-	if abs {
-		mode = "abs"
-	}
-	vals := p.takePending(len(keys), abs)
-	args := []string{s.opt.RouterID, ms(s.opt.KeyTTL), mode, p.flightPrefix, p.livePrefix, strconv.Itoa(len(keys))}
-	for i, k := range keys {
-		args = append(args, k, strconv.FormatInt(vals[i], 10))
-	}
-	if p.live != nil {
-		for i, l := range p.live() {
-			if i < len(keys) && l.Live > 0 {
-				args = append(args, keys[i], strconv.Itoa(l.Live), strconv.FormatInt(l.LiveTokens, 10))
-			}
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.beatTimeout())
-	defer cancel()
-	arr, err := beatScript.Exec(cctx, c, []string{p.flightKey, p.liveKey, p.regKey}, args).ToArray()
-	if err != nil {
-		// The deltas may or may not have been applied: the rewrite that follows
-		// the failure (fail clears synced) makes the hash exact again.
-		p.remote.Store(nil)
-		return err
-	}
-	if len(arr) == 1 {
-		if v, _ := arr[0].ToString(); v == "resync" {
-			s.synced.Store(false) // the hash expired: rewrite it next beat
-			return nil
-		}
-	}
-	rl := make([]router.RemoteLoad, len(keys))
-	for j := 0; j+2 < len(arr); j += 3 {
-		flights, _ := arr[j+1].ToArray()
-		p.addFlights(rl, flights)
-		lives, _ := arr[j+2].ToArray()
-		for f := 0; f+1 < len(lives); f += 2 {
-			k, _ := lives[f].ToString()
-			v, _ := lives[f+1].ToString()
-			live, tokens, _ := strings.Cut(v, " ")
-			nl, _ := strconv.Atoi(live)
-			nt, _ := strconv.ParseInt(tokens, 10, 64)
-			if i := p.lookup(k); i >= 0 && i < len(rl) {
-				rl[i].Live = max(rl[i].Live, nl)
-				rl[i].LiveTokens = max(rl[i].LiveTokens, nt)
-			}
-		}
-	}
-	p.remote.Store(&rl)
-	if err := p.publishEvents(cctx, c); err != nil {
-		return err
-	}
-	var others []string
-	for j := 0; j+2 < len(arr); j += 3 {
-		if id, err := arr[j].ToString(); err == nil {
-			others = append(others, id)
-		}
-	}
-	return p.beatAdmission(cctx, c, others)
-}
-
-// SetAdmission makes the heartbeat publish the model's admission gate (the
-// conversations it counts and its queue, router.Balancer.AdmissionShare) and
-// read the other routers' (RemoteAdmission).
-func (p *Pool) SetAdmission(share func() router.AdmissionShare) { p.adm.Store(&share) }
-
-// remoteAdm is the other routers' admission gates as last read, and when.
-type remoteAdm struct {
-	ra   router.RemoteAdmission
-	read time.Time
-}
-
-// RemoteAdmission returns the other routers' admission gates as of the last
-// heartbeat (their waiters' wait advanced by the time since), nil when none
-// publishes one or the last heartbeat failed.
-func (p *Pool) RemoteAdmission() *router.RemoteAdmission {
-	r := p.remoteAdm.Load()
-	if r == nil {
-		return nil
-	}
-	ra := r.ra
-	if ra.Waiting > 0 {
-		ra.OldestHeld += time.Since(r.read)
-	}
-	return &ra
-}
-
-// beatAdmission publishes this router's admission gate (admScript) when it is
-// on, or was at the last beat (to clear it), and reads the gates of the other
-// routers alive (others).
-func (p *Pool) beatAdmission(ctx context.Context, c rueidis.Client, others []string) error {
-	f := p.adm.Load()
-	if f == nil {
-		return nil
-	}
-	share := (*f)()
-	if !share.On && !p.admOn {
-		p.remoteAdm.Store(nil)
-		return nil
-	}
-	args := []string{ms(p.s.opt.KeyTTL), p.admPrefix, strconv.Itoa(len(others))}
-	args = append(args, others...)
-	if share.On {
-		args = append(args, "q", strconv.Itoa(share.Waiting)+" "+ms(share.OldestHeld))
-		for _, cv := range share.Convs {
-			if k := p.key(cv.Replica); k != "" {
-				args = append(args, "c:"+strconv.FormatUint(cv.ID, 16), k+" "+strconv.FormatInt(cv.Tokens, 10)+" "+strconv.FormatInt(cv.First, 10))
-			}
-		}
-	}
-	arr, err := admScript.Exec(ctx, c, []string{p.admKey, p.prefixKey, p.gapKey}, args).ToArray()
-	if err == nil && len(arr) < 2 {
-		err = fmt.Errorf("admission script returned %d values", len(arr))
-	}
-	if err != nil {
-		p.remoteAdm.Store(nil)
-		return err
-	}
-	p.admOn = share.On
-	if !share.On {
-		p.remoteAdm.Store(nil)
-		return nil
-	}
-	ra := router.RemoteAdmission{Convs: map[uint64]router.RemoteConv{}}
-	p.learned(&ra, arr[len(arr)-2], arr[len(arr)-1])
-	for _, m := range arr[:len(arr)-2] {
-		kv, _ := m.ToArray()
-		for f := 0; f+1 < len(kv); f += 2 {
-			k, _ := kv[f].ToString()
-			v, _ := kv[f+1].ToString()
-			p.addRemoteAdm(&ra, k, v)
-		}
-	}
-	p.remoteAdm.Store(&remoteAdm{ra: ra, read: time.Now()})
-	return nil
-}
-
-// learned sets ra's S and gap percentile from the shared lists (LRANGE
-// replies of convScript's lists): S the median sample, the gaps' p90 on the
-// router's clock, as router/admission.go computes its own.
-func (p *Pool) learned(ra *router.RemoteAdmission, prefix, gaps rueidis.RedisMessage) {
-	ints := func(m rueidis.RedisMessage) []int64 {
-		vs, _ := m.AsStrSlice()
-		out := make([]int64, 0, len(vs))
-		for _, v := range vs {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-				out = append(out, n)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
-	if s := ints(prefix); len(s) > 0 {
-		ra.SharedPrefix, ra.PrefixSamples = s[len(s)/2], len(s)
-	}
-	if g := ints(gaps); len(g) > 0 {
-		ra.GapP90 = time.Duration(float64(g[len(g)*9/10]) * float64(time.Millisecond) * p.s.opt.ClockSpeed)
-		ra.GapSamples = len(g)
-	}
-}
-
-// addRemoteAdm adds one field of another router's admission hash to ra: "q"
-// "<waiting> <oldest held ms>", or "c:<id hex>" "<replica key> <tokens>".
-func (p *Pool) addRemoteAdm(ra *router.RemoteAdmission, k, v string) {
-	if k == "q" {
-		w, held, _ := strings.Cut(v, " ")
-		n, _ := strconv.Atoi(w)
-		h, _ := strconv.ParseInt(held, 10, 64)
-		ra.Waiting += n
-		if n > 0 {
-			ra.OldestHeld = max(ra.OldestHeld, time.Duration(h)*time.Millisecond)
-		}
-		return
-	}
-	id, ok := strings.CutPrefix(k, "c:")
-	if !ok {
-		return
-	}
-	// "<replica key> <tokens> <first>" (beatAdmission).
-	sid, err := strconv.ParseUint(id, 16, 64)
-	c2 := strings.LastIndexByte(v, ' ')
-	c1 := strings.LastIndexByte(v[:max(c2, 0)], ' ')
-	if err != nil || c1 < 0 {
-		return
-	}
-	i := p.lookup(v[:c1])
-	tok, err := strconv.ParseInt(v[c1+1:c2], 10, 64)
-	first, err2 := strconv.ParseInt(v[c2+1:], 10, 64)
-	if i < 0 || err != nil || err2 != nil {
-		return
-	}
-	rc := router.RemoteConv{Replica: i, Tokens: tok, First: first}
-	if old, seen := ra.Convs[sid]; seen {
-		// Another gate counts it too: the largest context (and its replica),
-		// the smallest known first context.
-		if tok <= old.Tokens {
-			rc.Replica, rc.Tokens = old.Replica, old.Tokens
-		}
-		if old.First > 0 && (first <= 0 || old.First < first) {
-			rc.First = old.First
-		}
-	}
-	ra.Convs[sid] = rc
-}
-
-// globEscape escapes the glob characters of s for SCAN MATCH (a model named
-// "*" is a literal star in its keys).
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// lazyTimeout is a context with a deadline whose timer starts only when
+// something asks for Done: Home's read is a local cache hit almost always,
+// and rueidis answers a hit without looking at the context (pipe.DoCache:
+// cache.Flight), so context.WithTimeout's timer, cancelCtx and channel were
+// made and stopped for nothing on every sticky decision (3-4 of its 8-9
+// allocations and about 0.3 us, BenchmarkStickyDecision sticky-redis). A miss
+// waits on Done as before and ends at the same deadline.
+type lazyTimeout struct {
+	deadline time.Time
+	mu       sync.Mutex
+	done     chan struct{}
+	timer    *time.Timer
+	err      error
+}
+
+// newLazyTimeout returns a context that ends d from now; call its cancel when
+// done, as with context.WithTimeout.
+func newLazyTimeout(d time.Duration) *lazyTimeout {
+	return &lazyTimeout{deadline: time.Now().Add(d)}
+}
+
+func (c *lazyTimeout) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *lazyTimeout) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		} else {
+			c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.end(context.DeadlineExceeded) })
+		}
+	}
+	return c.done
+}
+
+func (c *lazyTimeout) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil && !time.Now().Before(c.deadline) {
+		c.endLocked(context.DeadlineExceeded)
+	}
+	return c.err
+}
+
+func (c *lazyTimeout) Value(any) any { return nil }
+
+func (c *lazyTimeout) cancel() { c.end(context.Canceled) }
+
+func (c *lazyTimeout) end(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.endLocked(err)
+}
+
+func (c *lazyTimeout) endLocked(err error) {
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.done != nil {
+		close(c.done)
+	}
+}
