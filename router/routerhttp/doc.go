@@ -2,7 +2,8 @@
 // router: `warden route` is a Router from this package.
 //
 //   - ExtractKey (keys.go): model and session key from headers and a partly decoded
-//     JSON body (X-Claude-Code-Session-Id, metadata.user_id, X-Session-ID, ...).
+//     JSON body (X-Claude-Code-Session-Id, metadata.user_id, X-Session-ID, ...),
+//     read by the JSON scanner of jsonscan.go.
 //   - Proxy (proxy.go): http.Handler on httputil.ReverseProxy: per-model pools
 //     (pool.go), body limit and read timeout (body.go), key extraction,
 //     Balancer.Acquire and Release exactly once (call.go), forward with SSE
