@@ -1,7 +1,6 @@
 package report
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/loadgen"
 )
 
@@ -570,32 +568,6 @@ func MeanStdErr(v []float64) (mean, se float64) {
 	return mean, sd / math.Sqrt(float64(len(v)))
 }
 
-// replicaSeries is one replica's samples of one variant, sorted by time.
-type replicaSeries struct {
-	name    string
-	samples []loadgen.SeriesSample
-}
-
-// groupSeries splits samples by replica (sorted by name) and sorts each by T.
-func groupSeries(samples []loadgen.SeriesSample) []replicaSeries {
-	idx := make(map[string]int)
-	var out []replicaSeries
-	for _, s := range samples {
-		i, ok := idx[s.Replica]
-		if !ok {
-			i = len(out)
-			idx[s.Replica] = i
-			out = append(out, replicaSeries{name: s.Replica})
-		}
-		out[i].samples = append(out[i].samples, s)
-	}
-	for i := range out {
-		slices.SortStableFunc(out[i].samples, func(a, b loadgen.SeriesSample) int { return cmp.Compare(a.T, b.T) })
-	}
-	slices.SortFunc(out, func(a, b replicaSeries) int { return cmp.Compare(a.name, b.name) })
-	return out
-}
-
 // coverageGaps is how many typical poll intervals a replica's samples may miss at
 // the end of a window before the summary says so.
 const coverageGaps = 3
@@ -636,36 +608,6 @@ func noteCoverage(s *Summary, replicas []replicaSeries) {
 				rs.name, (s.WindowEnd - last).Seconds()))
 		}
 	}
-}
-
-// counterDelta is the reset-aware increase of a cumulative counter over a window,
-// read from samples: from the last sample at or before start (or, if there is none,
-// the first sample at or before end) to the last sample at or before end, summing
-// vllmmetrics.CounterDelta over consecutive samples. ok is false when no sample lies
-// at or before end. A NaN counter value gives NaN.
-func counterDelta(samples []loadgen.SeriesSample, start, end time.Duration, value func(loadgen.SeriesSample) float64) (delta float64, ok bool) {
-	first, last := -1, -1
-	for i, s := range samples {
-		if s.T <= start {
-			first = i
-		}
-		if s.T <= end {
-			last = i
-		}
-	}
-	if last < 0 {
-		return 0, false
-	}
-	if first < 0 {
-		first = 0 // no sample before the window: start from the first one in it
-	}
-	for i := first + 1; i <= last; i++ {
-		delta += vllmmetrics.CounterDelta(value(samples[i-1]), value(samples[i]))
-	}
-	if math.IsNaN(value(samples[first])) {
-		delta = math.NaN()
-	}
-	return delta, true
 }
 
 // summarizeSeries fills ReplicasBusy and the prefix-cache columns of s.
