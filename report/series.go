@@ -36,11 +36,24 @@ func groupSeries(samples []loadgen.SeriesSample) []replicaSeries {
 	return out
 }
 
+// counterStep is the report's one counter-delta rule: the increase of a
+// cumulative counter from one sample to the next, reset-aware
+// (vllmmetrics.CounterDelta: a decrease is a restart, counted from zero), NaN
+// when either value is NaN (a sample without that counter). counterDelta sums
+// it over a window (the summaries, ReplicaHitsPct), PromptRates spreads it over
+// bins.
+func counterStep(prev, cur float64) float64 {
+	if math.IsNaN(prev) || math.IsNaN(cur) {
+		return math.NaN()
+	}
+	return vllmmetrics.CounterDelta(prev, cur)
+}
+
 // counterDelta is the reset-aware increase of a cumulative counter over a window,
 // read from samples: from the last sample at or before start (or, if there is none,
 // the first sample at or before end) to the last sample at or before end, summing
-// vllmmetrics.CounterDelta over consecutive samples. ok is false when no sample lies
-// at or before end. A NaN counter value gives NaN.
+// counterStep over consecutive samples. ok is false when no sample lies at or
+// before end. A NaN counter value gives NaN.
 func counterDelta(samples []loadgen.SeriesSample, start, end time.Duration, value func(loadgen.SeriesSample) float64) (delta float64, ok bool) {
 	first, last := -1, -1
 	for i, s := range samples {
@@ -58,20 +71,12 @@ func counterDelta(samples []loadgen.SeriesSample, start, end time.Duration, valu
 		first = 0 // no sample before the window: start from the first one in it
 	}
 	for i := first + 1; i <= last; i++ {
-		delta += vllmmetrics.CounterDelta(value(samples[i-1]), value(samples[i]))
+		delta += counterStep(value(samples[i-1]), value(samples[i]))
 	}
-	if math.IsNaN(value(samples[first])) {
+	if math.IsNaN(value(samples[first])) { // first == last: no step carries it
 		delta = math.NaN()
 	}
 	return delta, true
-}
-
-// counterStep is vllmmetrics.CounterDelta with NaN propagated.
-func counterStep(prev, cur float64) float64 {
-	if math.IsNaN(prev) || math.IsNaN(cur) {
-		return math.NaN()
-	}
-	return vllmmetrics.CounterDelta(prev, cur)
 }
 
 // ReplicaHitsPct returns, per replica, 100 * delta(prefix hits) / delta(prefix
