@@ -2,15 +2,12 @@ package report
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
 	"image/color"
 	"math"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -152,50 +149,6 @@ func addLines(p *plot.Plot, lines []lineSpec) error {
 	return nil
 }
 
-// stageAxis is the x axis of the per-stage figures: the stage's sessions, or,
-// for a trace replay (stages are report windows), the window's start in minutes
-// since the variant's start.
-type stageAxis struct {
-	label  string
-	x      func(s *Summary) float64
-	ticker plot.Ticker
-}
-
-func stageAxisOf(m *loadgen.Manifest, sums []Summary) stageAxis {
-	if m.Scenario != nil && m.Scenario.Trace != nil {
-		start := map[string]time.Duration{}
-		for _, v := range m.Variants {
-			if len(v.Stages) > 0 {
-				start[v.Name] = v.Stages[0].Start + v.Stages[0].Warmup
-			}
-		}
-		return stageAxis{label: "replay time (min, report window start)", ticker: PlainTicks{},
-			x: func(s *Summary) float64 { return (s.WindowStart - start[s.Variant]).Minutes() }}
-	}
-	return stageAxis{label: "concurrent sessions", ticker: sessionTicks(sums),
-		x: func(s *Summary) float64 { return float64(s.Sessions) }}
-}
-
-// stagePoints returns (x, value) for a variant's stages, skipping NaN.
-func stagePoints(sums []Summary, variant string, x func(*Summary) float64, value func(*Summary) float64, floor float64) plotter.XYs {
-	var pts plotter.XYs
-	for i := range sums {
-		s := &sums[i]
-		if s.Variant != variant {
-			continue
-		}
-		v := value(s)
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			continue
-		}
-		if !math.IsNaN(floor) && v < floor {
-			v = floor
-		}
-		pts = append(pts, plotter.XY{X: x(s), Y: v})
-	}
-	return pts
-}
-
 func newPlot(title, xLabel, yLabel string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
@@ -233,21 +186,6 @@ func padX(p *plot.Plot) {
 	}
 }
 
-// sessionTicks puts a tick at every stage level on the x axis.
-func sessionTicks(sums []Summary) plot.Ticker {
-	var levels []float64
-	for _, s := range sums {
-		levels = append(levels, float64(s.Sessions))
-	}
-	slices.Sort(levels)
-	levels = slices.Compact(levels)
-	var ticks []plot.Tick
-	for _, l := range levels {
-		ticks = append(ticks, plot.Tick{Value: l, Label: fmt.Sprintf("%g", l)})
-	}
-	return plot.ConstantTicks(ticks)
-}
-
 // setLogY switches p's y axis to a log scale around the data; with no points it
 // keeps a linear axis.
 func setLogY(p *plot.Plot, lines []lineSpec) {
@@ -267,34 +205,6 @@ func setLogY(p *plot.Plot, lines []lineSpec) {
 	p.Y.Min, p.Y.Max = lo/1.6, hi*1.6
 }
 
-// stageFigure draws one per-stage metric, one line per variant, from 0 up to the
-// data (or to yMax when yMax > 0, e.g. 100 for a percentage).
-func stageFigure(m *loadgen.Manifest, sums []Summary, title, yLabel string, yMax float64, value func(*Summary) float64) (*plot.Plot, error) {
-	colours := variantColours(m)
-	ax := stageAxisOf(m, sums)
-	p := newPlot(title, ax.label, yLabel)
-	p.X.Tick.Marker = ax.ticker
-	var lines []lineSpec
-	for _, v := range m.Variants {
-		lines = append(lines, lineSpec{label: variantLabel(v), colour: colours[v.Name],
-			pts: stagePoints(sums, v.Name, ax.x, value, math.NaN())})
-	}
-	if err := addLines(p, lines); err != nil {
-		return nil, err
-	}
-	p.Y.Min = 0
-	if yMax > 0 {
-		p.Y.Max = yMax
-		p.Y.Tick.Marker = PlainTicks{Cap: yMax}
-	}
-	if p.Y.Max <= p.Y.Min {
-		p.Y.Max = p.Y.Min + 1
-	}
-	padX(p)
-	legendFor(p, lines)
-	return p, nil
-}
-
 func variantLabel(v loadgen.Variant) string {
 	aff := "off"
 	if v.Affinity {
@@ -304,30 +214,6 @@ func variantLabel(v loadgen.Variant) string {
 		return "affinity " + aff
 	}
 	return fmt.Sprintf("%s (affinity %s)", v.Name, aff)
-}
-
-// ttfbFigure draws TTFB p50 (solid) and p95 (dashed) per variant on a log axis.
-func ttfbFigure(m *loadgen.Manifest, sums []Summary) (*plot.Plot, error) {
-	colours := variantColours(m)
-	ax := stageAxisOf(m, sums)
-	p := newPlot("Time to first token (client side)", ax.label, "TTFB (s, log scale)")
-	p.X.Tick.Marker = ax.ticker
-	var lines []lineSpec
-	for _, v := range m.Variants {
-		lines = append(lines,
-			lineSpec{label: variantLabel(v) + " p50", colour: colours[v.Name], glyph: draw.CircleGlyph{},
-				pts: stagePoints(sums, v.Name, ax.x, func(s *Summary) float64 { return s.TTFBP50S }, minLogTTFB)},
-			lineSpec{label: variantLabel(v) + " p95", colour: colours[v.Name], dashed: true, glyph: draw.TriangleGlyph{},
-				pts: stagePoints(sums, v.Name, ax.x, func(s *Summary) float64 { return s.TTFBP95S }, minLogTTFB)},
-		)
-	}
-	if err := addLines(p, lines); err != nil {
-		return nil, err
-	}
-	setLogY(p, lines)
-	padX(p)
-	legendFor(p, lines)
-	return p, nil
 }
 
 // WritePlots draws the figures for run into dir (PNG, headless) and returns the
@@ -443,83 +329,6 @@ func variantSeries(all []loadgen.SeriesSample, variant string) []loadgen.SeriesS
 	return ofVariant(all, variant, func(s *loadgen.SeriesSample) string { return s.Variant })
 }
 
-// ttfbCDFFigure draws one panel per stage with the empirical TTFB CDF of each
-// variant's OK turns done in the stage's measured window (log x).
-func ttfbCDFFigure(run *Run, sums []Summary) ([]byte, error) {
-	m := &run.Manifest
-	colours := variantColours(m)
-	keys := keysOf(m)
-	rows := keys.rows(variantNames(m), sums)
-	if len(rows) == 0 {
-		p := newPlot("TTFB distribution (no stages)", "TTFB (s, log scale)", "share of turns")
-		return renderPNG(p)
-	}
-	cols := min(3, len(rows))
-	nrows := (len(rows) + cols - 1) / cols
-	grid := make([][]*plot.Plot, nrows)
-	for j := range grid {
-		grid[j] = make([]*plot.Plot, cols)
-	}
-	for k, row := range rows {
-		p := newPlot(keys.rowLabel(row), "TTFB (s, log scale)", "share of turns <= x")
-		var lines []lineSpec
-		for _, s := range row.cells {
-			if s == nil {
-				continue
-			}
-			var ttfb []float64
-			for r := range run.Results {
-				res := &run.Results[r]
-				if res.Variant == s.Variant && res.OK() && res.TTFB() > 0 && contains(s.WindowStart, s.WindowEnd, res.Done) {
-					ttfb = append(ttfb, max(res.TTFB().Seconds(), minLogTTFB))
-				}
-			}
-			slices.Sort(ttfb)
-			var pts plotter.XYs
-			for n, x := range ttfb {
-				pts = append(pts, plotter.XY{X: x, Y: float64(n+1) / float64(len(ttfb))})
-			}
-			lines = append(lines, lineSpec{label: variantLabel(m.Variants[variantIndex(m, s.Variant)]),
-				colour: colours[s.Variant], pts: pts})
-		}
-		for _, l := range lines {
-			if len(l.pts) == 0 {
-				continue
-			}
-			ln, err := plotter.NewLine(l.pts)
-			if err != nil {
-				return nil, err
-			}
-			ln.StepStyle = plotter.PostStep
-			ln.Color = l.colour
-			ln.Width = vg.Points(1.5)
-			p.Add(ln)
-			p.Legend.Add(l.label, ln)
-		}
-		lo, hi := math.Inf(1), math.Inf(-1)
-		for _, l := range lines {
-			for _, pt := range l.pts {
-				lo, hi = min(lo, pt.X), max(hi, pt.X)
-			}
-		}
-		if !math.IsInf(lo, 1) {
-			p.X.Scale = plot.LogScale{}
-			p.X.Tick.Marker = LogTicks{}
-			p.X.Min, p.X.Max = lo/1.6, hi*1.6
-		}
-		p.Y.Min, p.Y.Max = 0, 1
-		var curves []curve
-		longest := 0
-		for _, l := range lines {
-			curves = append(curves, curve{pts: l.pts})
-			longest = max(longest, len(l.label))
-		}
-		placeLegend(p, curves, len(lines), longest, cdfPanelW, cdfPanelH)
-		grid[k/cols][k%cols] = p
-	}
-	return renderTiles(grid, vg.Length(cols)*cdfPanelW, vg.Length(nrows)*cdfPanelH)
-}
-
 func variantNames(m *loadgen.Manifest) []string {
 	out := make([]string, len(m.Variants))
 	for i, v := range m.Variants {
@@ -530,223 +339,6 @@ func variantNames(m *loadgen.Manifest) []string {
 
 func variantIndex(m *loadgen.Manifest, name string) int {
 	return slices.IndexFunc(m.Variants, func(v loadgen.Variant) bool { return v.Name == name })
-}
-
-// replicaNames returns the replica names seen in turns and series, in manifest
-// order first, then sorted.
-func replicaNames(run *Run) []string {
-	seen := make(map[string]bool)
-	var extra []string
-	add := func(n string) {
-		if n != "" && !seen[n] {
-			seen[n] = true
-			extra = append(extra, n)
-		}
-	}
-	for _, r := range run.Results {
-		add(r.Replica)
-	}
-	for _, s := range run.Series {
-		add(s.Replica)
-	}
-	var out []string
-	for _, n := range run.Manifest.Replicas {
-		if seen[n] {
-			out = append(out, n)
-			delete(seen, n)
-		}
-	}
-	extra = slices.DeleteFunc(extra, func(n string) bool { return !seen[n] })
-	slices.Sort(extra)
-	return append(out, extra...)
-}
-
-// replicaRequestsFigure draws, per variant, stacked bars per replica: first
-// turns, later turns that stayed, later turns that moved in. Panels share the y
-// range so variants compare at a glance.
-func replicaRequestsFigure(run *Run) ([]byte, error) {
-	m := &run.Manifest
-	names := replicaNames(run)
-	if len(m.Variants) == 0 {
-		return renderPNG(newPlot("Requests per replica (no variants)", "replica", "turns"))
-	}
-	colours := variantColours(m)
-	row := make([]*plot.Plot, len(m.Variants))
-	top := 1.0
-	var tops []plotter.XYs
-	for i, v := range m.Variants {
-		p := newPlot("Turns per replica, "+variantLabel(v), "replica", "turns (whole variant)")
-		counts := CountReplicaTurns(run.Results, v.Name)
-		var heights plotter.XYs
-		if len(names) > 0 {
-			var placed, stayed, moved plotter.Values
-			for k, n := range names {
-				c := counts[n]
-				placed = append(placed, float64(c.Placed))
-				stayed = append(stayed, float64(c.Stayed))
-				moved = append(moved, float64(c.MovedIn+c.Unknown))
-				total := float64(c.Placed + c.Stayed + c.MovedIn + c.Unknown)
-				top = max(top, total)
-				heights = append(heights, plotter.XY{X: float64(k) - 0.3, Y: total}, plotter.XY{X: float64(k) + 0.3, Y: total})
-			}
-			width := vg.Points(min(40, 200/float64(len(names))))
-			bp, err := plotter.NewBarChart(placed, width)
-			if err != nil {
-				return nil, err
-			}
-			bs, err := plotter.NewBarChart(stayed, width)
-			if err != nil {
-				return nil, err
-			}
-			bm, err := plotter.NewBarChart(moved, width)
-			if err != nil {
-				return nil, err
-			}
-			bp.Color, bs.Color, bm.Color = colourPlaced, colours[v.Name], colourMoved
-			for _, b := range []*plotter.BarChart{bp, bs, bm} {
-				b.LineStyle.Width = 0
-			}
-			bs.StackOn(bp)
-			bm.StackOn(bs)
-			p.Add(bp, bs, bm)
-			p.Legend.Add("first turn (placed)", bp)
-			p.Legend.Add("later turn, stayed", bs)
-			p.Legend.Add("later turn, moved in", bm)
-			p.NominalX(names...)
-			p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
-		}
-		tops = append(tops, heights)
-		row[i] = p
-	}
-	for i, p := range row {
-		p.Y.Min, p.Y.Max = 0, top
-		placeLegend(p, []curve{{pts: tops[i], filled: true}}, 3, len("later turn, moved in"), replicaPanelW, figHeight)
-	}
-	// Headroom may differ per panel; keep the panels on one scale.
-	maxY := 0.0
-	for _, p := range row {
-		maxY = max(maxY, p.Y.Max)
-	}
-	for _, p := range row {
-		p.Y.Max = maxY
-	}
-	return renderTiles([][]*plot.Plot{row}, vg.Length(len(row))*replicaPanelW, figHeight)
-}
-
-// replicaHitsFigure draws grouped bars: per replica, one bar per variant.
-func replicaHitsFigure(run *Run) (*plot.Plot, error) {
-	m := &run.Manifest
-	colours := variantColours(m)
-	p := newPlot("Prefix-cache hit rate per replica (whole variant)", "replica", "prefix hits (% of prompt tokens)")
-	names := replicaNames(run)
-	if len(names) == 0 || len(m.Variants) == 0 {
-		return p, nil
-	}
-	width := vg.Points(min(24, 240/float64(len(names)*len(m.Variants))))
-	var heights plotter.XYs
-	longest := 0
-	for i, v := range m.Variants {
-		hits := ReplicaHitsPct(run.Series, v.Name)
-		vals := make(plotter.Values, len(names))
-		for k, n := range names {
-			h, ok := hits[n]
-			if !ok || math.IsNaN(h) {
-				h = 0 // drawn as no bar; the table says n/a
-			}
-			vals[k] = h
-			heights = append(heights, plotter.XY{X: float64(k) - 0.3, Y: h}, plotter.XY{X: float64(k) + 0.3, Y: h})
-		}
-		longest = max(longest, len(variantLabel(v)))
-		b, err := plotter.NewBarChart(vals, width)
-		if err != nil {
-			return nil, err
-		}
-		b.Color = colours[v.Name]
-		b.LineStyle.Width = 0
-		b.Offset = width * vg.Length(float64(i)-float64(len(m.Variants)-1)/2)
-		p.Add(b)
-		p.Legend.Add(variantLabel(v), b)
-	}
-	p.NominalX(names...)
-	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
-	p.Y.Min, p.Y.Max = 0, 100
-	p.Y.Tick.Marker = PlainTicks{Cap: 100}
-	slices.SortFunc(heights, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
-	placeLegend(p, []curve{{pts: heights, filled: true}}, len(m.Variants), longest, figWidth, figHeight)
-	return p, nil
-}
-
-// promptBin picks a bin width: about 45 bins over the variant, at least 5 s. The
-// counters step when requests finish, so narrower bins show mostly that
-// granularity, not the load.
-func promptBin(series []loadgen.SeriesSample) time.Duration {
-	t0 := slices.MinFunc(series, func(a, b loadgen.SeriesSample) int { return cmp.Compare(a.T, b.T) }).T
-	t1 := slices.MaxFunc(series, func(a, b loadgen.SeriesSample) int { return cmp.Compare(a.T, b.T) }).T
-	return max(5*time.Second, ((t1 - t0) / 45).Round(time.Second))
-}
-
-// promptTokensFigure draws stacked areas of prompt tokens/s read from the cache
-// (bottom) and computed (top) over the variant's run, with stage starts marked.
-func promptTokensFigure(v loadgen.Variant, series []loadgen.SeriesSample, results []loadgen.Result) (*plot.Plot, error) {
-	rates := PromptRates(series, results, promptBin(series))
-	var t0 time.Duration
-	if len(v.Stages) > 0 {
-		t0 = v.Stages[0].Start
-	} else {
-		t0 = rates[0].Start
-	}
-	var cachedSum, totalSum float64
-	var cachedPts, totalPts plotter.XYs
-	for _, r := range rates {
-		x := (r.End - t0).Minutes()
-		cachedPts = append(cachedPts, plotter.XY{X: x, Y: r.Cached})
-		totalPts = append(totalPts, plotter.XY{X: x, Y: r.Cached + r.Computed})
-		cachedSum += r.Cached
-		totalSum += r.Cached + r.Computed
-	}
-	share := "n/a"
-	if totalSum > 0 {
-		share = fmt.Sprintf("%.1f %%", 100*cachedSum/totalSum)
-	}
-	p := newPlot(fmt.Sprintf("Prompt tokens per second, %s (read from cache: %s of the run)", variantLabel(v), share),
-		"time since the first stage started (simulated min; ticks and dotted lines at stage starts)", "prompt tokens/s (all replicas)")
-	total, err := plotter.NewLine(totalPts)
-	if err != nil {
-		return nil, err
-	}
-	total.FillColor = colourComputed
-	total.Color = colourComputed
-	cachedLine, err := plotter.NewLine(cachedPts)
-	if err != nil {
-		return nil, err
-	}
-	cachedLine.FillColor = colourCached
-	cachedLine.Color = colourCached
-	p.Add(total, cachedLine)
-	p.Legend.Add("computed (prefill)", total)
-	p.Legend.Add("read from prefix cache", cachedLine)
-	p.Y.Min = 0
-	p.Y.Max = math.Max(1, maxY(totalPts))
-	placeLegend(p, []curve{{pts: totalPts, filled: true}}, 2, len("read from prefix cache"), figWidth, figHeight)
-	var ticks []plot.Tick
-	for i, st := range v.Stages {
-		x := (st.Start - t0).Minutes()
-		ticks = append(ticks, plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'f', -1, 64)})
-		if i == 0 {
-			continue
-		}
-		l, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: math.Max(1, maxY(totalPts))}})
-		if err != nil {
-			return nil, err
-		}
-		l.Color = color.Gray{Y: 96}
-		l.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
-		p.Add(l)
-	}
-	if len(ticks) > 1 {
-		p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	}
-	return p, nil
 }
 
 func maxY(pts plotter.XYs) float64 {
