@@ -41,7 +41,7 @@ const (
 	// its load (responsehome.go).
 	ReasonResponse
 	// ReasonParent: a Claude Code subagent's first call went to its parent's
-	// home, under the overflow threshold (follow_subagents; parentStep).
+	// home, under the overflow threshold (follow_subagents; stepSubagentParent).
 	ReasonParent
 
 	numReasons = int(ReasonParent) + 1
@@ -118,7 +118,7 @@ type Facts struct {
 	// conversation (a Claude Code subagent whose key was split), "" for none.
 	// While the parent has a home, admission never holds the subagent: it is
 	// part of a tree already admitted. FollowParent: a conversation without a
-	// home starts on its parent's (parentStep, follow_subagents).
+	// home starts on its parent's (stepSubagentParent, follow_subagents).
 	ParentKey    string
 	FollowParent bool
 	// Prefix holds the chained hashes of the prompt's leading pieces
@@ -281,6 +281,7 @@ type Balancer struct {
 	maxSessions int
 	outlier     OutlierConfig
 	adm         *admission
+	cur         decision // the decision acquireLocked is making (decide.go)
 
 	// Body size calibration (ObserveSize): decayed sums of body bytes and prompt
 	// tokens of finished requests, and how many were seen.
@@ -515,175 +516,6 @@ func (b *Balancer) AdmitWait(f Facts) (Decision, AdmitInfo, time.Duration, error
 	defer b.mu.Unlock()
 	d, info, _, err := b.acquireLocked(f, nil)
 	return d, info, 0, err
-}
-
-// acquireLocked is Acquire's decision under mu. sv is what the shared state said
-// (nil: no shared state, or it did not answer); it also returns what the admission
-// gate decided (AdmitInfo); with sv, the shared home is
-// adopted into the local table before the decision, and the returned plan, when
-// not nil, is the write Acquire must make to the store (the decision is then not
-// yet told to the store; without a plan it was, as Acquired).
-func (b *Balancer) acquireLocked(f Facts, sv *sharedView) (Decision, AdmitInfo, *claimPlan, error) {
-	if f.PromptTokens <= 0 && f.BodyBytes > 0 {
-		f.PromptTokens = b.estimateTokens(f.BodyBytes)
-	}
-	now := b.now()
-	b.sync(now)
-	b.sessions.expire(now)
-	b.fillView(now, f.Avoid)
-	var (
-		d    Decision
-		info AdmitInfo
-		err  error
-		plan *claimPlan
-	)
-	home := -1
-	reqSide := false
-	var shResp *SharedHome
-	if sv != nil {
-		shResp = sv.response
-	}
-	if r := b.responseHome(f.ResponseID, shResp); r >= 0 && b.view[r].Healthy {
-		d = Decision{Replica: r, Reason: ReasonResponse}
-	} else if b.affinity {
-		var h uint64
-		var lost, side bool
-		ctx := f.PromptTokens
-		over := -1
-		var g gateResult
-		gated := f.SessionKey != "" && b.adm.on()
-		if f.SessionKey != "" {
-			h = b.sessions.hash(f.SessionKey)
-			created := false
-			if sv != nil && sv.home.Replica >= 0 && sv.home.Replica < len(b.reps) {
-				created = b.sessions.adopt(now, h, sv.home.Replica)
-			}
-			ctx, side = b.sessions.contextTokens(h, now, f.PromptTokens, f.SideMeasure())
-			reqSide = side
-			f.Continuing = f.Continuing || (gated && b.inAdmittedTree(f))
-			if gated {
-				// Admission (admission.go): may hold a new conversation, or
-				// leave only the replicas with room healthy in the view.
-				var remote *RemoteAdmission
-				if b.shared != nil {
-					remote = b.shared.RemoteAdmission()
-					b.adm.remote = remote
-				}
-				b.adm.expire(now, b.sessions.LiveWindow())
-				g, err = b.adm.gate(now, f, h, b.sessions.home(h), side, ctx, b.view, remote)
-				if err != nil {
-					return Decision{}, g.info(), nil, err
-				}
-			}
-			// A session first seen here through the store has no gap to record.
-			home, lost = b.sessions.lookup(now, h, side || created)
-			over = b.sessions.overflowTarget(h)
-		}
-		b.slowStart(now, home)
-		byPrefix := false
-		if f.SessionKey == "" && b.prefix != nil && !f.NoPrefill {
-			if m, _ := b.prefix.Pick(b.view, f.Prefix, b.overflowThreshold()); m >= 0 {
-				d, byPrefix = Decision{Replica: m, Reason: ReasonPrefix}, true
-			}
-		}
-		if pd, ok := b.parentStep(f, home); ok && !byPrefix {
-			d, byPrefix = pd, true
-		}
-		if !byPrefix {
-			d, err = b.policy.Pick(now, Request{Key: f.SessionKey, Home: home, Overflow: over, HasOverflow: over >= 0, Threshold: b.overflowThreshold(), PromptTokens: ctx, HeldFor: f.HeldFor, CacheLost: lost, NoPrefill: f.NoPrefill, Side: side}, b.view)
-		}
-		if err == nil && gated {
-			b.adm.routed(now, h, SessionID(f.SessionKey), d, ctx, side, g)
-			info = g.info()
-		}
-		if err == nil && f.SessionKey != "" {
-			d, plan = b.recordSessionDecision(now, f, sv, h, home, d, side, gated, g)
-		}
-	} else {
-		d, err = b.sq.Pick(now, Request{Key: f.SessionKey, Home: -1, PromptTokens: f.PromptTokens}, b.view)
-	}
-	if err != nil {
-		return Decision{}, info, nil, err
-	}
-	if b.onDec != nil {
-		name := b.polName
-		if !b.affinity {
-			name = PolicyShortestQueue
-		}
-		b.onDec(DecisionEvent{Now: now, Facts: f, Home: home, Decision: d, Policy: name, View: b.view})
-	}
-	r := &b.reps[d.Replica]
-	r.inflight++
-	r.served[d.Reason]++
-	if b.shared != nil && plan == nil {
-		b.shared.Acquired(d.Replica)
-		if b.affinity && b.adm.on() && f.SessionKey != "" {
-			b.shared.Began(SessionID(f.SessionKey), reqSide)
-		}
-	}
-	return d, info, plan, nil
-}
-
-// inAdmittedTree reports whether f is a subagent (Facts.ParentKey) whose
-// parent has a home: part of a tree already admitted, never held, since its
-// parent waits for it (the join).
-func (b *Balancer) inAdmittedTree(f Facts) bool {
-	return f.ParentKey != "" && b.sessions.home(b.sessions.hash(f.ParentKey)) >= 0
-}
-
-// parentStep is the subagent rule "follow": a conversation without a home
-// whose parent (Facts.ParentKey) has one starts there while that replica is
-// healthy in the view (admission may have taken it out) and not over the
-// overflow threshold; otherwise the policy places it as any new conversation.
-// The subagent keeps its own key, so its context never stands in for the
-// parent's in the session table. Only this router's table is read: through
-// shared state a parent homed by another router is not seen.
-func (b *Balancer) parentStep(f Facts, home int) (Decision, bool) {
-	if !f.FollowParent || f.ParentKey == "" || f.SessionKey == "" || home >= 0 {
-		return Decision{}, false
-	}
-	p := b.sessions.home(b.sessions.hash(f.ParentKey))
-	if p < 0 || p >= len(b.view) || !b.view[p].Healthy || b.view[p].InFlight > b.overflowThreshold() {
-		return Decision{}, false
-	}
-	return Decision{Replica: p, Reason: ReasonParent}, true
-}
-
-// recordSessionDecision records decision d for the session (hash h, home
-// before the decision, side request or not) in the session table under mu: a
-// new home, an overflow target, the context estimate; with sv it returns the
-// claim the store must see (acquireLocked's plan). gated and g are the
-// admission gate's say. A rehome off a healthy home avoided for this request
-// only becomes an overflow.
-func (b *Balancer) recordSessionDecision(now time.Duration, f Facts, sv *sharedView, h uint64, home int, d Decision, side, gated bool, g gateResult) (Decision, *claimPlan) {
-	switch {
-	case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.reps[home].out.ejected && !b.view[home].Healthy:
-		// The home is healthy but was avoided for this request only.
-		d.Reason = ReasonOverflow
-	case d.Reason == ReasonPlaced || d.Reason == ReasonRehome || d.Reason == ReasonMoved || d.Reason == ReasonParent:
-		b.sessions.set(now, h, d.Replica)
-		b.countPlacement(d.Replica)
-	}
-	if d.Reason == ReasonOverflow {
-		b.sessions.setOverflow(h, d.Replica)
-	}
-	b.sessions.setTokens(h, now, f.PromptTokens, f.SideMeasure(), side)
-	var plan *claimPlan
-	if sv != nil {
-		if plan = b.plan(sv, h, d); plan != nil {
-			plan.gate, plan.side, plan.from = g, side, -1
-			if gated {
-				plan.res = b.reservation(g, d, h, SessionID(f.SessionKey), plan.cands)
-			}
-			if plan.res != nil && d.Reason == ReasonMoved {
-				plan.from = home
-			}
-			if plan.res != nil {
-				b.adm.pend(h)
-			}
-		}
-	}
-	return d, plan
 }
 
 // Release ends one in-flight request on replica i. A Release without a matching
