@@ -636,3 +636,11 @@ func at[T any](s []T, i int) T {
 	}
 	return s[i]
 }
+
+// home returns the home of hash h without touching it (-1 when unknown).
+func (t *SessionTable) home(h uint64) int {
+	if idx, ok := t.index[h]; ok {
+		return int(t.ents[idx].home)
+	}
+	return -1
+}

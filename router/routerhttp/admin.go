@@ -118,7 +118,9 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 		rt.postReplica(w, r, model, pools, all)
 	case what == "admission":
 		rt.serveAdmission(w, r, pools, all)
-	case what == "affinity" || what == "threshold" || what == "policy" || what == "reset-sessions" || what == "replicas":
+	case what == "session" && r.Method == http.MethodGet:
+		rt.serveSession(w, r, pools)
+	case what == "affinity" || what == "threshold" || what == "policy" || what == "reset-sessions" || what == "replicas" || what == "session":
 		adminError(w, http.StatusMethodNotAllowed, fmt.Errorf("%w: %s %s", errMethod, r.Method, r.URL.Path))
 	default:
 		adminError(w, http.StatusNotFound, fmt.Errorf("%w: %s", errNotFound, r.URL.Path))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/wire"
+	"github.com/lmwarden/warden/router"
 )
 
 func newAdmin(t *testing.T, token string, models ...string) (*Router, *httptest.Server) {
@@ -217,5 +218,41 @@ func TestAffinityLogNamesPools(t *testing.T) {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, log.String())
 		}
+	}
+}
+
+// GET /admin/models/{model}/session?key=K says where the router homes a
+// conversation, names the key only by its hash, and needs the key.
+func TestAdminSessionLookup(t *testing.T) {
+	rt, srv := newAdmin(t, "", "m")
+	b := rt.Pools()[0].Balancer
+	d, err := b.Acquire(router.Facts{SessionKey: "conv-1", PromptTokens: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.ReleaseSession(d.Replica, "conv-1")
+	code, body := adminDo(t, srv, "GET", "/admin/models/m/session?key=conv-1", "", "")
+	var got struct {
+		Session string        `json:"session"`
+		Pools   []sessionInfo `json:"pools"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+		t.Fatalf("%d %s %v", code, body, err)
+	}
+	want := sessionInfo{Model: "m", Known: true, Home: b.Name(d.Replica), ContextTokens: 9000, Live: true}
+	if len(got.Pools) != 1 || got.Session != KeyHash("conv-1") || strings.Contains(body, "conv-1") {
+		t.Fatalf("answer %s: want the session named by its hash %s only", body, KeyHash("conv-1"))
+	}
+	if p := got.Pools[0]; p.Known != want.Known || p.Home != want.Home || p.ContextTokens != want.ContextTokens || p.Live != want.Live || p.Overflow != "" {
+		t.Errorf("pool %+v, want %+v", p, want)
+	}
+	if _, body := adminDo(t, srv, "GET", "/admin/models/m/session?key=other", "", ""); !strings.Contains(body, `"known": false`) {
+		t.Errorf("unknown key: %s", body)
+	}
+	if code, body := adminDo(t, srv, "GET", "/admin/models/m/session", "", ""); code != 400 || !strings.Contains(body, "key") {
+		t.Errorf("no key: %d %s, want 400 naming key", code, body)
+	}
+	if code, _ := adminDo(t, srv, "PUT", "/admin/models/m/session?key=conv-1", "", ""); code != 405 {
+		t.Errorf("PUT: %d, want 405", code)
 	}
 }
