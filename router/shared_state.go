@@ -7,7 +7,7 @@ import (
 
 // SharedState is the state a Balancer shares with the Balancers of other routers
 // in front of the same replicas (`state: redis://...` in routerhttp; the
-// implementation is router/routerhttp/redisstate, never this package, which does
+// implementation is router/redisstate, never this package, which does
 // no I/O): each session's home with its idle TTL, and every router's in-flight
 // count and live working set per replica. Replicas are named by index into the
 // Balancer's replicas; the implementation maps them to keys that do not depend
