@@ -131,7 +131,7 @@ type Facts struct {
 // requests of one session (SessionTable.contextTokens): BodyBytes when known (the
 // HTTP proxy), else PromptTokens (exact in virtual mode). Either is the request's
 // own size, so the test does not drift with the bytes-per-token ratio that other
-// traffic moves (issue #19 item 3).
+// traffic moves.
 func (f Facts) SideMeasure() int {
 	if f.BodyBytes > 0 {
 		return f.BodyBytes
@@ -1005,7 +1005,7 @@ func (b *Balancer) ResetSessions() {
 
 // AddReplica appends a replica (healthy) and returns its index. Existing sessions
 // keep their homes: the session table maps keys to replicas explicitly, so adding a
-// replica moves no session (peers.md router case 8), unlike a hash ring.
+// replica moves no session (docs/router.md, failure case 8), unlike a hash ring.
 func (b *Balancer) AddReplica(name string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

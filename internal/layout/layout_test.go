@@ -20,8 +20,9 @@ const module = "github.com/lmwarden/warden"
 // designNotes holds the package table this test checks (docs/DESIGN-NOTES.md).
 const designNotes = "../../docs/DESIGN-NOTES.md"
 
-// topPackages are the four top packages a ground helper must not import (brief
-// style.md: internal/ holds ground helpers beside the orchestrators).
+// topPackages are the four top packages a ground helper must not import
+// (docs/DESIGN-NOTES.md: internal/ holds ground helpers beside the
+// orchestrators).
 var topPackages = []string{"router", "loadgen", "sim", "report"}
 
 // kinds are the values of the table's kind column.
