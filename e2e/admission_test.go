@@ -17,7 +17,7 @@ import (
 // conversation fits, the CLI's first request waits at the router for at least
 // 10 s of wall time; then the fill target is raised and the request, admitted
 // at its next ask, completes normally. Claude Code gives up after 5 minutes
-// without a byte (brief clients.md). "silent": keepalive_after negative, no
+// without a byte (docs/router.md section 4). "silent": keepalive_after negative, no
 // byte while held (a hold under 5 minutes is invisible to it but for the wait).
 // "kept alive": keepalive_after 2 s of the router's clock (the simulator's, at
 // 10x), so the 12 s of wall time are 120 s held and the CLI gets the committed
@@ -115,8 +115,8 @@ func holdThenRelease(t *testing.T, b *router.Balancer, keepAliveAfter, hold time
 	return released
 }
 
-// The harness through a router that keeps its held first turns alive (issue
-// #16 point 3), over both APIs: each turn completes, its hold and replica come
+// The harness through a router that keeps its held first turns alive, over
+// both APIs: each turn completes, its hold and replica come
 // from the trailers, and its TTFB runs to the first content token, after the
 // hold (the keep-alive events before it are not tokens).
 func TestHarnessThroughKeptAliveRouter(t *testing.T) {

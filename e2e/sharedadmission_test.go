@@ -17,8 +17,8 @@ import (
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
-// Two routers on one Redis with admission on (issue #18: "the admission queue's
-// decisions" shared): two long conversations admitted through a fill both
+// Two routers on one Redis with admission on (the admission queue's decisions
+// shared): two long conversations admitted through a fill both
 // replicas' KV caches (39,392 tokens each; ~30k-token prompts), so a new
 // conversation through b, which routed neither, waits until they end
 // (X-Warden-Admission: held). Without the exchange b would admit it at once.

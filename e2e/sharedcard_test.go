@@ -16,7 +16,7 @@ import (
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 
-// Issue 24: with state: the card's Conversations columns showed only this
+// Regression: with state: the card's Conversations columns showed only this
 // router's sessions although its legend says they are what the policies decide
 // on (with shared state, the larger of this router's and the other routers'
 // live sets). Four conversations through a: b's card shows them, marked as

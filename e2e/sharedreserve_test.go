@@ -264,7 +264,7 @@ func (w *admWorld) checkAdmission(all []turnOut) (held int) {
 	return held
 }
 
-// Issue #24 repro 1: eight conversations' turn 1 through a, turn 2 through b,
+// Repro 1 (docs/routing.md, "Admission"): eight conversations' turn 1 through a, turn 2 through b,
 // then a burst of eight new conversations through b. b's S must come from
 // true first turns (the system prompt's cached size, as a's), not from its
 // first sight of each conversation (a turn 2: ~11k cached), with which b's
@@ -299,7 +299,7 @@ func TestSharedAdmissionTurnsAlternate(t *testing.T) {
 	w.checkS()
 }
 
-// Issue #24 repro 2: conversation i's turns always through router i mod 2, 24
+// Repro 2 (docs/routing.md, "Admission"): conversation i's turns always through router i mod 2, 24
 // conversations with ~11k-token first prompts arriving 0.3 s apart (of the
 // simulator's clock), 4 replicas where 3 fit each. Each gate learned the
 // other's admissions a heartbeat late and two queue heads were admitted onto

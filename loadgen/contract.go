@@ -45,7 +45,7 @@ type Scenario struct {
 	SLO *SLO `yaml:"slo" json:"slo,omitempty"`
 	// SideRequests: short requests a session sends beside some of its turns, as
 	// Claude Code sends title and topic requests with the conversation's session id
-	// (brief clients.md). nil (the default): none.
+	// (docs/router.md section 4). nil (the default): none.
 	SideRequests *SideRequests `yaml:"side_requests" json:"side_requests,omitempty"`
 
 	// Added by the loadgen implementation (zero = default). In YAML each spread

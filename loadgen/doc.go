@@ -29,7 +29,7 @@
 // decodes to the range of its draws and ParseScenario splits it into nominal and
 // spread.
 //
-// # What the closed loop measures (coordinated omission, peers.md case 15)
+// # What the closed loop measures (coordinated omission, docs/bench.md failure case 6)
 //
 // A closed loop keeps a fixed number of sessions; each sends its next turn only when
 // the previous one ended (plus Scenario.ThinkTime). When the server slows down the
@@ -50,8 +50,8 @@
 // when the request was written; Headers when the response headers arrived (a
 // streaming server sends them before prefill, so they are not TTFB); FirstEvent the
 // first SSE event of any kind; FirstToken the first event carrying non-empty
-// content, reasoning or tool-call text (never the role-only first chunk: peers.md
-// case 10); LastToken the last such event; Done the end of the stream, an error or
+// content, reasoning or tool-call text (never the role-only first chunk:
+// docs/bench.md, failure case 1); LastToken the last such event; Done the end of the stream, an error or
 // cancellation. TTFB = FirstToken - Sent. An event's instant is when its last bytes
 // were read from the response body (the return of the Read that delivered them),
 // taken before the event is split out and decoded, so parsing costs do not delay
@@ -59,9 +59,10 @@
 // FirstEvent when the role-only chunk and the first content came together).
 // After the terminator the client reads the response to its end (at most 4 KiB,
 // 100 ms) so that net/http keeps the connection for the session's next turn. Token counts come from the server's
-// usage; usage-only, finish-only and [DONE] events carry no tokens (case 11). An
+// usage; usage-only, finish-only and [DONE] events carry no tokens (failure case 2). An
 // error event inside an HTTP 200 stream, a stream cut before its terminator
-// ([DONE] / message_stop), a non-200 status and a timeout are failed turns (case 12).
+// ([DONE] / message_stop), a non-200 status and a timeout are failed turns (failure
+// case 3).
 //
 // # Stage attribution
 //
@@ -74,7 +75,7 @@
 // manifest's per-stage accounting (StageWindow.CarriedIn, Started, Completed,
 // Failed, InFlight) follows the same rule and must satisfy CarriedIn + Started ==
 // Completed + Failed + InFlight, with CarriedIn(k+1) == InFlight(k)
-// (Manifest.Check; peers.md case 14); Started counts only the turns sent in the
+// (Manifest.Check; docs/bench.md, failure case 5); Started counts only the turns sent in the
 // window, so it sums over the stages to the turns sent.
 //
 // A failed turn ends its session (the conversation cannot continue without the
@@ -89,5 +90,6 @@
 // (PollSchedule, the same instants as the virtual world's polls, so replicas busy
 // cannot alias with a periodic load), and writes one SeriesSample per replica per
 // scrape. A required series that is missing fails the
-// run at the first scrape and is written as NaN afterwards, never as 0 (case 13).
+// run at the first scrape and is written as NaN afterwards, never as 0 (failure
+// case 4).
 package loadgen

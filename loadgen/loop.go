@@ -32,7 +32,7 @@ import (
 // replacement for a completed session likewise; sessions added at a stage start are
 // intended at the stage start.
 //
-// Accounting (peers.md case 14). For every stage window: CarriedIn = turns in
+// Accounting (docs/bench.md, failure case 5). For every stage window: CarriedIn = turns in
 // flight at the window's start (sent in an earlier window); Started = turns sent
 // inside it (a turn's window at send is the one containing its Sent instant);
 // Completed and Failed = turns that ended inside it (by their Done instant, the
@@ -449,8 +449,8 @@ func countOpenAtStop(windows []StageWindow, ws, last int) {
 var ErrAccounting = errors.New("turn accounting does not add up")
 
 // Check verifies one window's accounting: CarriedIn + Started == Completed +
-// Failed + InFlight, all non-negative (peers.md case 14: a runner that drops or
-// hangs turns must not exit 0).
+// Failed + InFlight, all non-negative (docs/bench.md, failure case 5: a runner
+// that drops or hangs turns must not exit 0).
 func (w StageWindow) Check() error {
 	if w.CarriedIn < 0 || w.Started < 0 || w.Completed < 0 || w.Failed < 0 || w.InFlight < 0 {
 		return fmt.Errorf("%w: negative count (carried in %d, started %d, completed %d, failed %d, in flight %d)",

@@ -114,7 +114,7 @@ func (s *sim) runAll() Variant {
 	return s.loop.Variant()
 }
 
-// Peers case 14: at the end, every stage satisfies started = completed + failed +
+// docs/bench.md failure case 5: at the end, every stage satisfies started = completed + failed +
 // in flight, and no turn is lost between stages.
 func TestAccountingStartedEqualsCompletedFailedInFlight(t *testing.T) {
 	for _, tc := range []struct {
@@ -235,7 +235,7 @@ func TestLoopRampCarriesOverSessions(t *testing.T) {
 	}
 }
 
-// Peers case 15: the loop intends each next turn at the previous turn's end + think
+// docs/bench.md failure case 6: the loop intends each next turn at the previous turn's end + think
 // time, and the Result keeps intended and actual send apart.
 func TestIntendedIsPreviousDonePlusThink(t *testing.T) {
 	sc := TinyScenario()

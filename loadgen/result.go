@@ -181,7 +181,7 @@ type StageWindow struct {
 	End      time.Duration `json:"end_ns"`
 	Warmup   time.Duration `json:"warmup_ns"`
 	Complete bool          `json:"complete"`
-	// Accounting at the end of the window (peers.md case 14): CarriedIn (turns in
+	// Accounting at the end of the window (docs/bench.md, failure case 5): CarriedIn (turns in
 	// flight at the window's start, the previous window's InFlight) + Started
 	// (turns sent inside the window) == Completed + Failed + InFlight (turns in
 	// flight at its end).

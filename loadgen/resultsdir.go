@@ -200,7 +200,7 @@ func WriteManifest(dir string, m *Manifest) error {
 }
 
 // formatFloat writes a series value; NaN (a series the server did not export) is
-// written as "NaN" so it can never read as 0 (peers.md case 13).
+// written as "NaN" so it can never read as 0 (docs/bench.md, failure case 4).
 func formatFloat(v float64) string {
 	if math.IsNaN(v) {
 		return "NaN"

@@ -25,7 +25,7 @@ func TestResultsRoundTrip(t *testing.T) {
 	samples := []SeriesSample{
 		{Variant: "off", T: 1500 * time.Millisecond, Replica: "r0", Running: 2, Waiting: 1, KVUsage: 0.25,
 			PrefixQueries: 1e6, PrefixHits: 8e5, PromptTokens: 1e6, GenerationTokens: 4096, Preemptions: 0, PromptComputedTokens: 2e5},
-		// A replica lacking a series: NaN, never 0 (peers.md case 13). A name with a comma is quoted.
+		// A replica lacking a series: NaN, never 0 (docs/bench.md, failure case 4). A name with a comma is quoted.
 		{Variant: "on", T: 2 * time.Second, Replica: "r,1", Running: 0, KVUsage: 0.5, PrefixQueries: math.NaN(), PrefixHits: math.NaN(), Preemptions: math.NaN(), PromptComputedTokens: math.NaN()},
 	}
 	for i := range results {

@@ -20,8 +20,8 @@ import (
 	"github.com/lmwarden/warden/loadgen/agent"
 )
 
-// Scenario defaults. They describe the reference workload (docs: brief workload.md,
-// "Workload"): a ~3.5k-token shared system prompt, a unique ~6k-token first user
+// Scenario defaults. They describe the reference workload (docs/measurements.md,
+// "The reference measurement"): a ~3.5k-token shared system prompt, a unique ~6k-token first user
 // message, five more turns of ~400 user tokens, at most 256 output tokens per turn,
 // stages of 4, 8, 16, 24 and 32 concurrent sessions of 3 minutes each, affinity off
 // then on.
@@ -48,7 +48,7 @@ const (
 	APIOpenAIResponses   = "openai-responses"   // POST /v1/responses, as the Codex CLI sends it
 )
 
-// Session key styles accepted in Scenario.SessionHeader (brief clients.md).
+// Session key styles accepted in Scenario.SessionHeader (docs/router.md section 4).
 const (
 	// SessionHeaderClaudeCode sends X-Claude-Code-Session-Id: <uuid> and, on the
 	// Anthropic API, metadata.user_id = {"device_id":..,"account_uuid":"","session_id":<uuid>}

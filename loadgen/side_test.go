@@ -41,7 +41,7 @@ func TestSideRequestsScenario(t *testing.T) {
 
 // The loop sends a side request beside each listed turn, at the same instant and
 // with the session's key, but never waits for one: finishing it changes nothing,
-// and the accounting (peers.md case 14) stays that of the turns alone.
+// and the accounting (docs/bench.md, failure case 5) stays that of the turns alone.
 func TestLoopSendsSideRequestsBesideTurns(t *testing.T) {
 	sc := TinyScenario()
 	sc.Turns, sc.Stages = 3, []int{2, 3}

@@ -20,8 +20,8 @@ type column struct {
 	prec   int                      // reference-table decimals; -1: whole, grouped by thousands
 }
 
-// columns: the metrics follow brief/workload.md "Columns the report must have",
-// plus the usage-based hit rate as a cross-check of the counter-based one.
+// columns: the metrics follow the reference measurement's columns
+// (docs/measurements.md, "The reference measurement"), plus the usage-based hit rate as a cross-check of the counter-based one.
 var columns = []column{
 	{name: "variant", cell: func(s *Summary) string { return s.Variant }},
 	intColumn("sessions", func(s *Summary) int { return s.Sessions }),

@@ -21,7 +21,7 @@
 // session is completed in the window containing the Done instant of its last turn,
 // if that turn was OK (status 200, no error).
 //
-// # Columns (brief/workload.md, "Columns the report must have")
+// # Columns (the reference measurement's, docs/measurements.md, and more)
 //
 //	sessions_per_h         completed sessions * 3600 / window seconds
 //	output_tokens_per_min  sum(OutputTokens of OK turns) * 60 / window seconds
@@ -42,7 +42,8 @@
 //	                       that reported cached tokens (per-request usage)
 //
 // plus turns OK/failed, mean server-counted and nominal prompt tokens, and the
-// harness's accounting (started = completed + failed + in flight, peers.md case 14).
+// harness's accounting (started = completed + failed + in flight; docs/bench.md,
+// failure case 5).
 //
 // # By turn index
 //
@@ -55,7 +56,8 @@
 //
 // A value that cannot be computed (no samples, no OK turn, a missing series, a zero
 // denominator) is NaN: "n/a" in tables, an empty cell in results.csv, null in
-// results.json, with a note saying why. It is never printed as 0 (peers.md case 13).
+// results.json, with a note saying why. It is never printed as 0 (docs/bench.md,
+// failure case 4).
 //
 // # Noise
 //

@@ -37,7 +37,7 @@ const z95 = 1.96
 // measured window [Start+Warmup, End) (loadgen.StageWindow). A value that cannot be
 // computed (no samples, no OK turns, a series the scraper did not find, a zero
 // denominator) is NaN, printed "n/a" and written as an empty CSV cell or JSON null;
-// it is never 0 (peers.md case 13). Notes say why.
+// it is never 0 (docs/bench.md, failure case 4). Notes say why.
 //
 // Attribution (docs/DESIGN-NOTES.md, "Stage rule"): a turn belongs to the window
 // that contains its Done instant; a session is completed in the window that
@@ -188,7 +188,7 @@ type Summary struct {
 	Concurrency Concurrency `json:"concurrency"`
 
 	// Accounting is the harness's own turn accounting at the end of the window,
-	// copied from the manifest (peers.md case 14).
+	// copied from the manifest (docs/bench.md, failure case 5).
 	Accounting Accounting `json:"accounting"`
 
 	// ByTurn breaks the window's turns (the same ones as above: Done in the window,
@@ -577,7 +577,8 @@ const coverageGaps = 3
 // in the window, or the last one more than coverageGaps typical poll intervals
 // (the median gap between consecutive samples of any replica) before its end.
 // Prefix hits and replicas busy then cover only what was sampled; the note says
-// so instead of leaving "all replicas" to be believed (peers.md case 13).
+// so instead of leaving "all replicas" to be believed (docs/bench.md, failure
+// case 4).
 func noteCoverage(s *Summary, replicas []replicaSeries) {
 	var gaps []time.Duration
 	for _, rs := range replicas {

@@ -8,7 +8,7 @@ import (
 
 // Admission: a new conversation whose expected working set fits no replica's KV
 // cache waits at the router, in FIFO order, before its first request, so the
-// conversations that run keep their prefix cache (issue #16; docs/routing.md,
+// conversations that run keep their prefix cache (docs/routing.md,
 // "Admission"). The gate is per model (one per Balancer) and pure: the HTTP proxy
 // and the virtual-time world run the same code.
 //
@@ -118,7 +118,7 @@ const (
 	DefaultMaxHold = 10 * time.Minute
 	// MaxSilentHold caps the hold of a request the proxy cannot keep alive (not
 	// streaming, or keep-alive off): Claude Code gives up after 5 minutes
-	// without a byte (brief clients.md), so the hold plus the first token's own
+	// without a byte (docs/router.md section 4), so the hold plus the first token's own
 	// wait must stay under that; 4 minutes leaves a minute.
 	MaxSilentHold = 4 * time.Minute
 	// DefaultKeepAliveAfter: a streaming request held this long gets its

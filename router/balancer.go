@@ -327,7 +327,7 @@ func (b *Balancer) ObserveSlots(i, n int, slotTokens int64) {
 
 // AddReplica appends a replica (healthy) and returns its index. Existing sessions
 // keep their homes: the session table maps keys to replicas explicitly, so adding a
-// replica moves no session (peers.md router case 8), unlike a hash ring.
+// replica moves no session (docs/router.md, failure case 8), unlike a hash ring.
 func (b *Balancer) AddReplica(name string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

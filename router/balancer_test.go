@@ -103,7 +103,7 @@ func TestStickyPick(t *testing.T) {
 			r[1].KVUsage = 0.9
 			r[0].Active, r[1].Active, r[2].Active = 3, 1, 2
 		}), Decision{1, ReasonPlaced}, nil, nil},
-		// Case 1: the replica with the biggest cache is the busiest; never chosen.
+		// docs/router.md failure case 1: the replica with the biggest cache is the busiest; never chosen.
 		{"placement ignores cache size", Request{Key: "k", Home: -1}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 4; r[0].Sessions = 40 }), Decision{1, ReasonPlaced}, nil, nil},
 		{"full tie is random among equals", Request{Key: "k", Home: -1}, idle(3), Decision{Reason: ReasonPlaced}, []int{0, 1, 2}, nil},
 		{"no key uses shortest queue", Request{Key: "", Home: -1}, with(idle(2), func(r []ReplicaState) { r[0].InFlight = 1 }), Decision{1, ReasonNoKey}, nil, nil},
@@ -208,7 +208,7 @@ func TestShortestQueueRotatesScanStart(t *testing.T) {
 }
 
 func TestShortestQueueWorksFromSnapshotNotInstantCounts(t *testing.T) {
-	// vllm.md: exact instant counts flatter "off". Within one snapshot interval a
+	// Exact instant counts flatter "off". Within one snapshot interval a
 	// replica that just finished its request still looks busy.
 	b, clk := newTestBalancer(t, 2, false, func(c *BalancerConfig) { c.SnapshotInterval = 100 * time.Millisecond })
 	clk.Advance(10 * time.Millisecond)
@@ -255,7 +255,7 @@ func TestShortestQueueScattersTurnsOfOneConversation(t *testing.T) {
 }
 
 func TestPlaceNewSessionsByLoadNotCache(t *testing.T) {
-	// Peers case 1: the replica with the biggest cache (many sessions, high KV) is
+	// docs/router.md failure case 1: the replica with the biggest cache (many sessions, high KV) is
 	// also the busiest; new sessions must go by load.
 	b, clk := newTestBalancer(t, 4, true, nil)
 	for i := range 6 {
@@ -312,7 +312,7 @@ func TestConcurrentFirstRequestsOfOneSessionLandTogether(t *testing.T) {
 }
 
 func TestStaysHomeWhileHealthyAndUnderThreshold(t *testing.T) {
-	// Peers case 4: soft affinity must not be outvoted at low load. Make the home
+	// docs/router.md failure case 4: soft affinity must not be outvoted at low load. Make the home
 	// look worse on every secondary signal; it still wins up to the threshold.
 	// Sticky: a one-off overflow keeps the home (WorkingSet moves it, see
 	// TestWorkingSetMovesOnOverflow).
@@ -348,7 +348,7 @@ func TestStaysHomeWhileHealthyAndUnderThreshold(t *testing.T) {
 }
 
 func TestStaleMetricsFallBackToRouterCounts(t *testing.T) {
-	// Peers case 5: stale gauges are neither "saturated" nor blocking; placement
+	// docs/router.md failure case 5: stale gauges are neither "saturated" nor blocking; placement
 	// works from the router's own counts.
 	b, clk := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.StaleAfter = 3 * time.Second })
 	b.ObserveEngine(0, 50, 50, 1.0, 0) // looks saturated...
@@ -414,7 +414,7 @@ func TestAvoidedHomeOverflowsWithoutRehome(t *testing.T) {
 }
 
 func TestAddingReplicaMovesNoSession(t *testing.T) {
-	// Peers case 8: a hash ring remaps sessions when a backend is added; the table
+	// docs/router.md failure case 8: a hash ring remaps sessions when a backend is added; the table
 	// does not.
 	b, _ := newTestBalancer(t, 3, true, nil)
 	homes := map[string]int{}
@@ -491,7 +491,7 @@ func TestStatusCountsServedByReason(t *testing.T) {
 	}
 }
 
-// Peers case 5, the "stale = saturated" half: a replica whose scrape went stale
+// docs/router.md failure case 5, the "stale = saturated" half: a replica whose scrape went stale
 // while a fresh one reports load must not be treated as saturated. With equal
 // router counts, vLLM's balancer (affinity off) sends the request to the stale
 // replica, whose gauges count as 0, not to the fresh one with requests waiting.

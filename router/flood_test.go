@@ -10,7 +10,7 @@ import (
 
 // A stream of one-request session ids (at least 3x the table's bound) while 64
 // conversations keep running: every one-shot id is served, and no conversation
-// with two or more requests loses its home (issue #19 item 7; Dynamo #14570).
+// with two or more requests loses its home (ai-dynamo/dynamo#14570).
 func TestSessionIDFloodKeepsLiveConversationsHomed(t *testing.T) {
 	const bound, convs, turns = 1000, 64, 6
 	b, clk := newTestBalancer(t, 4, true, func(c *BalancerConfig) {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Issue #19 item 2: under sticky, while a conversation's home stays over the
+// Under sticky, while a conversation's home stays over the
 // overflow threshold its overflow goes to one replica, turn after turn, instead
 // of one drawn at random among equally loaded ones every turn (r0 r3 r3 r0 ...);
 // when the home has room again the turn goes home, and the next overflow goes to

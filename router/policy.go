@@ -19,7 +19,7 @@ type ReplicaState struct {
 	KVUsage          float64
 	// Fresh says the gauges come from an observation no older than
 	// BalancerConfig.StaleAfter. Stale gauges are ignored, never read as "saturated"
-	// (peers.md router case 5).
+	// (docs/router.md, failure case 5).
 	Fresh bool
 	// Sessions is the number of sessions homed on the replica in the session table
 	// (idle at most the session TTL); Active those of them that sent a request
@@ -110,7 +110,8 @@ var (
 
 // Policy names, as BalancerConfig.Policy and the `policy:` YAML field take them.
 const (
-	// PolicySticky: Sticky, the reference router's rule (brief workload.md).
+	// PolicySticky: Sticky, the reference router's rule (docs/measurements.md,
+	// "The reference measurement").
 	PolicySticky = "sticky"
 	// PolicyShortestQueue: ShortestQueue, vLLM's own DP balancer (no affinity).
 	PolicyShortestQueue = "shortest-queue"

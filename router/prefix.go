@@ -9,7 +9,7 @@ import (
 // Keyless placement: where a request without a session key goes (BalancerConfig.
 // Keyless). Peer routers place such requests by an approximate prefix index
 // (SGLang router cache_aware, vLLM Router cache_aware, llm-d's prefix scorer,
-// AIBrix's prefix table; brief peers.md): remember which replica was sent which
+// AIBrix's prefix table): remember which replica was sent which
 // prompt prefixes, send a request where its longest prefix went. Design and
 // measurements: docs/routing.md "Keyless placement".
 const (

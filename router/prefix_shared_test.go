@@ -40,8 +40,9 @@ func sharedPromptBody(c, turn int) []byte {
 	return body
 }
 
-// TestBalancerKeylessSharedSystemPrompt is a user's case (brief peers.md case 1,
-// as SGLang's cache-aware router met it): keyless requests sharing a 5 KB system
+// TestBalancerKeylessSharedSystemPrompt is a user's case (docs/router.md failure
+// case 1; sgl-project/sglang#31170 met it in SGLang: agents with one big system
+// prompt collapsing onto one rank): keyless requests sharing a 5 KB system
 // prompt, with short unique first messages, each matching the prompt on the
 // replica that saw it first for well over half their pieces. 8 conversations one
 // after another then 8 at once all went to one replica by prefix while three

@@ -127,7 +127,7 @@ type Facts struct {
 // requests of one session (SessionTable.contextTokens): BodyBytes when known (the
 // HTTP proxy), else PromptTokens (exact in virtual mode). Either is the request's
 // own size, so the test does not drift with the bytes-per-token ratio that other
-// traffic moves (issue #19 item 3).
+// traffic moves.
 func (f Facts) SideMeasure() int {
 	if f.BodyBytes > 0 {
 		return f.BodyBytes

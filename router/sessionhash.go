@@ -7,7 +7,7 @@ import (
 
 // SessionHash places a conversation by a hash of its session key: replica
 // FNV-1a-64(key) mod n, the placement of the reference router's earlier version
-// (brief workload.md, "The router's rule"). It is stable (the same key always maps
+// (docs/measurements.md, "The reference measurement"). It is stable (the same key always maps
 // to the same replica while the replica count is unchanged, across router
 // restarts) and blind to load: it is kept as a baseline, not as a recommendation.
 //
@@ -18,7 +18,7 @@ import (
 //     (ReasonRehome when the session had another home, else ReasonPlaced).
 //
 // Adding a replica changes n and so remaps most sessions, the defect of hash
-// placement that peers.md router case 8 names; the Balancer's session table does
+// placement that docs/router.md failure case 8 names; the Balancer's session table does
 // not protect against it here because the hash, not the table, decides.
 type SessionHash struct {
 	NoKey *ShortestQueue // placement of keyless requests; required

@@ -8,7 +8,7 @@ import (
 // Session table defaults.
 const (
 	// DefaultSessionTTL is how long a session keeps its home without a request
-	// (the 1 h idle TTL AIBrix uses; SGLang's gateway keeps 4 h, brief peers.md).
+	// (the 1 h idle TTL AIBrix's gateway uses; SGLang's model gateway keeps 4 h).
 	DefaultSessionTTL = time.Hour
 	// DefaultMaxSessions bounds the session table; beyond it a session seen only
 	// once is forgotten first, else the least recently used (SessionTable; about
@@ -50,7 +50,7 @@ const (
 //
 // At the bound the table evicts a session seen only once (on probation: a second
 // list in creation order) before any session with two or more requests, so a flood
-// of one-request session ids (untrusted clients; Dynamo #14570 filled its table that
+// of one-request session ids (untrusted clients; ai-dynamo/dynamo#14570 filled its table that
 // way) evicts only its own kind and never a running conversation's home. Only when
 // no session is on probation does the least recently used one go.
 //
@@ -294,7 +294,7 @@ func (t *SessionTable) expireLive(now time.Duration) {
 // is a side request: one under half of the size of the session's last full-size
 // request, set within the live window. Claude Code sends its side requests (title
 // and topic classification) with the conversation's session id and a short prompt
-// (brief clients.md); the conversation's context is still what its next turn reads
+// (docs/router.md section 4); the conversation's context is still what its next turn reads
 // from the cache, so a side request keeps the estimate. After a compaction the
 // conversation really is shorter: its short turns set the estimate once the live
 // window since the last full-size request has passed. An unknown hash, no

@@ -8,7 +8,8 @@ import (
 
 // DefaultSnapshotInterval is how often ShortestQueue refreshes its view of replica
 // load: vLLM's DP coordinator (vllm/v1/engine/coordinator.py) publishes engine load
-// snapshots to the API server about every 100 ms when they change (brief vllm.md).
+// snapshots to the API server about every 100 ms when they change
+// (min_stats_update_interval_ms).
 const DefaultSnapshotInterval = 100 * time.Millisecond
 
 // ShortestQueue is the "affinity off" policy: it mimics the load balancer vLLM runs in
@@ -37,7 +38,7 @@ const DefaultSnapshotInterval = 100 * time.Millisecond
 // state at that point (state only changes at events). Working from such a snapshot,
 // not exact instant counts, matters: exact counts send a conversation's next turn to
 // the replica that just finished its previous one, which looks like affinity and
-// flatters "off" (brief vllm.md).
+// flatters "off" (TestShortestQueueWorksFromSnapshotNotInstantCounts).
 //
 // The zero value is not usable; use NewShortestQueue.
 type ShortestQueue struct {

@@ -23,7 +23,7 @@ func (p *sizePolicy) Pick(_ time.Duration, req Request, reps []ReplicaState) (De
 }
 
 // A short side request of a conversation (Claude Code's title and topic requests,
-// brief clients.md: same session id, short prompt) neither shrinks the
+// docs/router.md section 4: same session id, short prompt) neither shrinks the
 // conversation's context estimate nor is told to the policy as its size while
 // the estimate is recent; once the live window (60 s until 16 gaps are seen) has
 // passed since the last full-size request, a short request is the conversation's
@@ -224,8 +224,8 @@ func (p *sidePolicy) Pick(_ time.Duration, req Request, _ []ReplicaState) (Decis
 // The side-request test compares a request with its own session's earlier
 // requests in one unit (body bytes over HTTP), so other traffic that moves the
 // bytes-per-token ratio (4 -> ~9.3 here, as tiny requests of other sessions did in
-// an outside test) does not turn a full-size turn into a "side request" (issue #19
-// item 3: working-set then overflowed it 13 times instead of moving it).
+// an outside test) does not turn a full-size turn into a "side request" (as it
+// once did: working-set then overflowed it 13 times instead of moving it).
 func TestSideRequestTestIgnoresBytesPerTokenDrift(t *testing.T) {
 	p := &sidePolicy{}
 	b, clk := newTestBalancer(t, 2, true, func(c *BalancerConfig) { c.AffinityPolicy = p })

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Issue 24: admission counted a llama.cpp replica's KV as slots x n_ctx of
+// Regression: admission counted a llama.cpp replica's KV as slots x n_ctx of
 // tokens that any conversations could fill, but each slot holds one sequence
 // (llama-server gives every slot llama_n_ctx_seq tokens, -c / -np, of its own
 // KV stream): 4 slots of 8,192 tokens hold 4 conversations, not 32 of 1,000

@@ -23,7 +23,7 @@ func ejectAndReturn(t *testing.T, b *Balancer, clk interface{ Advance(time.Durat
 	b.EndProbe(i, true, "")
 }
 
-// Issue 24: a replica back from ejection (no conversation left, nothing in
+// Regression: a replica back from ejection (no conversation left, nothing in
 // flight) took 7 of the next 8 new conversations at once. With the slow start
 // it takes at most its ramped share; once the window is over, its fair share.
 func TestReturnedReplicaSlowStarts(t *testing.T) {

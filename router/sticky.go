@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// Sticky is the session-affinity policy (brief workload.md, "The router's rule"):
+// Sticky is the session-affinity policy (the reference router's rule,
+// docs/measurements.md "The reference measurement"):
 //
 //   - No session key: shortest-queue placement by NoKey (ReasonNoKey).
 //   - Home known and healthy, home in-flight <= Request.Threshold: the home (ReasonSticky).
 //     Nothing else is weighed while the home is under the threshold, so load scorers
-//     cannot outvote affinity at low load (peers.md router case 4).
+//     cannot outvote affinity at low load (docs/router.md, failure case 4).
 //   - Home known and healthy but over the threshold (in-flight > Request.Threshold): the
 //     least-loaded other replica if it has at least Margin fewer requests in flight
 //     than the home (ReasonOverflow), else the home (ReasonSticky). The home does
@@ -37,7 +38,7 @@ import (
 //     (fewer wins);
 //
 // and breaks remaining ties uniformly at random (Rand). Placement never looks at
-// which replica holds the most cache (peers.md router case 1).
+// which replica holds the most cache (docs/router.md, failure case 1).
 type Sticky struct {
 	Margin int            // overflow margin, in-flight requests; see DefaultOverflowMargin
 	Rand   *rand.Rand     // tie-break randomness; required

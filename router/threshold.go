@@ -10,7 +10,7 @@ import (
 const (
 	// VLLMDefaultMaxNumSeqs is the --max-num-seqs the router assumes a real server
 	// runs when not told: vLLM's default for `vllm serve` on GPUs under 70 GiB
-	// (vllm/engine/arg_utils.py; brief vllm.md "Serve defaults"). `warden route`
+	// (vllm/engine/arg_utils.py). `warden route`
 	// and `warden bench --replicas` default to it. It differs on purpose from
 	// sim.ReferenceMaxNumSeqs (32), the reference server the simulator models:
 	// with the embedded simulator the router is told the engines' value.
@@ -18,7 +18,8 @@ const (
 	VLLMDefaultMaxNumSeqs = 256
 	// DefaultOverflowDivisor gives the auto overflow threshold: a request leaves its
 	// home when the home has more than max_num_seqs / 4 requests in flight
-	// (brief workload.md, "The router's rule"; 8 at max_num_seqs 32).
+	// (the reference router's rule, docs/measurements.md "The reference
+	// measurement"; 8 at max_num_seqs 32).
 	DefaultOverflowDivisor = 4
 	// DefaultOverflowMargin: an overflowing request only moves to a replica with at
 	// least this many fewer requests in flight than its home, so two loaded

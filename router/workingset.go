@@ -77,7 +77,7 @@ var DefaultWorkingSetKeys = []LoadKey{KeyInFlight, KeyLiveTokens, KeyLive, KeySc
 //     "active" count that keeps ended conversations for minutes.
 //   - Overflow: while the home is healthy and its in-flight count is at most
 //     Request.Threshold, the request stays home (ReasonSticky), whatever else is less
-//     loaded (peers.md router case 4). Above it, the request leaves only for a
+//     loaded (docs/router.md, failure case 4). Above it, the request leaves only for a
 //     replica with at least Margin fewer requests in flight; with Move (the
 //     default of NewWorkingSet) the conversation then moves for good
 //     (ReasonMoved), so its next turn reads the cache it just built there instead

@@ -40,7 +40,7 @@ func TestWorkingSetPick(t *testing.T) {
 		anyOf []int // when set, Replica may be any of these (ties at random)
 		err   error
 	}{
-		// Peers case 4: under the threshold the home wins on every other signal.
+		// docs/router.md failure case 4: under the threshold the home wins on every other signal.
 		{"home under threshold stays", newWS(true), Request{Threshold: 8, Key: "k", Home: 1},
 			withState(healthy(3), func(r []ReplicaState) {
 				r[1].InFlight, r[1].LiveTokens, r[1].Live = 8, 400_000, 9
@@ -79,7 +79,7 @@ func TestWorkingSetPick(t *testing.T) {
 		{"stale scrape ignored", newWS(true), Request{Threshold: 8, Key: "k", Home: -1},
 			withState(healthy(2), func(r []ReplicaState) { r[0].Fresh, r[0].Waiting = true, 5 }),
 			Decision{Reason: ReasonPlaced}, []int{0, 1}, nil},
-		// Case 1: the replica with the biggest cache (most sessions) is never preferred.
+		// docs/router.md failure case 1: the replica with the biggest cache (most sessions) is never preferred.
 		{"placement ignores cache size", newWS(true), Request{Threshold: 8, Key: "k", Home: -1},
 			withState(healthy(2), func(r []ReplicaState) { r[0].InFlight, r[0].Sessions = 4, 40 }), Decision{1, ReasonPlaced}, nil, nil},
 		{"cache fit key prefers a replica with room", newWS(true, KeyFits, KeyInFlight), Request{Threshold: 8, Key: "k", Home: -1, PromptTokens: 10_000},

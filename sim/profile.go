@@ -60,26 +60,27 @@ type Profile struct {
 // kind of host, from public measurements (docs/simulator.md section 9):
 //   - TokenizePerToken 1 us: Hugging Face tokenizers (the fast tokenizer vLLM
 //     uses) encodes a byte-level BPE with a regex pre-tokenizer (llama-3) at
-//     4.1-4.2 MB/s on one thread (huggingface/tokenizers PR #1584, 10,000
+//     4.1-4.2 MB/s on one thread (huggingface/tokenizers#1584, 10,000
 //     documents of ~1,660 or ~116 bytes); Qwen3's tokenizer is the same kind.
 //     At ~4 bytes per token that is ~1 us per token (13 ms for a 13k-token
 //     prompt). An earlier run of the same benchmark read 1.3-2.1 MB/s
-//     (PR #1582: 2-3 us per token). vLLM tokenizes on one thread per API-server
-//     process (serving_engine.py: ThreadPoolExecutor(max_workers=1); vLLM issue
-//     #25301), so requests queue for it.
+//     (huggingface/tokenizers#1582: 2-3 us per token). vLLM tokenizes on one
+//     thread per API-server
+//     process (serving_engine.py: ThreadPoolExecutor(max_workers=1);
+//     vllm-project/vllm#25301), so requests queue for it.
 //   - ChatTemplate 1 ms: rendering a chat template with transformers' Jinja
-//     takes ~53 us for a short conversation (llm-d/llm-d-kv-cache PR #79,
+//     takes ~53 us for a short conversation (llm-d/llm-d-kv-cache#79,
 //     BenchmarkRenderJinjaTemplate, Apple M1 Max); a 12-message, ~55 KB
 //     conversation plus parsing and validating the request body and the
-//     messages' content format (vLLM PR #19735 calls that auto-detection
+//     messages' content format (vllm-project/vllm#19735 calls that auto-detection
 //     time-consuming: skipping it tripled the request rate of Qwen3-0.6B at
 //     max_tokens 1) is taken as 1 ms, an estimate.
 //   - EngineCoreHop 0.1 ms per step: the engine core's outputs are msgpack-encoded,
-//     sent over a ZMQ IPC socket and decoded in the API server (vLLM issue #46121
+//     sent over a ZMQ IPC socket and decoded in the API server (vllm-project/vllm#46121
 //     describes the path; no published figure was found): an estimate of a few
 //     tens of microseconds per side.
 //   - DetokenizePerToken 50 us per output token: incremental detokenization plus
-//     building, serializing and writing the OpenAI chunk in Python; vLLM PR #8335
+//     building, serializing and writing the OpenAI chunk in Python; vllm-project/vllm#8335
 //     measured streaming at 6% of a 26 ms TPOT (~1.6 ms per step for a large
 //     batch), consistent with tens of microseconds per token: an estimate.
 var VLLMFrontendCosts = FrontendCosts{
@@ -140,8 +141,8 @@ const (
 )
 
 // ProfileA4000Qwen3_4B is one RTX A4000 serving Qwen/Qwen3-4B-Instruct-2507 in bf16,
-// one DP rank of the reference server (brief: 4 x A4000, data_parallel_size 4,
-// served as "qwen3-4b-dp4").
+// one DP rank of the reference server (4 x A4000, data_parallel_size 4, served
+// as "qwen3-4b-dp4": docs/measurements.md, "The reference measurement").
 //
 // Model, from the model card and config.json of Qwen/Qwen3-4B-Instruct-2507:
 // 36 layers, hidden 2560, 32 query heads, 8 KV heads, head_dim 128, intermediate
@@ -307,7 +308,8 @@ var ProfileRTX5090Gemma3_27B = Profile{
 // 12.20e9 bytes hold 18,621 blocks = 297,936 tokens of global-layer context, and
 // decode reads half the KV bytes per step. Everything else is unchanged.
 //
-// Why a second profile: the brief's 7-GPU anecdote (workload.md) saw 81 % of
+// Why a second profile: the reference's 7-GPU anecdote (docs/measurements.md,
+// "The reference measurement") saw 81 % of
 // prompt tokens served from cache right after a restart with 26 sessions of about
 // 58k tokens, which needs the fleet to hold about 26 x 58k = 1.5M tokens; the bf16
 // profile's 7 x 148,960 = 1.04M cannot, under any placement. The anecdote does not

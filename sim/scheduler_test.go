@@ -270,7 +270,7 @@ func TestPrefixCacheEngine(t *testing.T) {
 		for i := range 60 {
 			n := 1 + rng.IntN(3000)
 			if i < 4 {
-				n = []int{1, 16, 17, 100}[i] // edges: 1 token, one full block, one over, brief's example
+				n = []int{1, 16, 17, 100}[i] // edges: 1 token, one full block, one over, a 100-token prompt (hits 96)
 			}
 			p := testPrompt(1000+i, n)
 			mustSubmit(t, e, "x", p, 2, now)

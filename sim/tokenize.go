@@ -14,7 +14,7 @@ import (
 // of the reserved range [0, NumReservedTokens). White space itself produces no token.
 //
 // With PieceLen 4 a word costs one token plus one per further 4 bytes. On the
-// project's English briefs this gives 1.57 tokens per word, 3.7 characters per
+// project's English planning notes this gives 1.57 tokens per word, 3.7 characters per
 // token, and on Go source 3.8 characters per token: the same order as BPE
 // tokenizers (about 4 characters per token for English prose). The exact ratio does
 // not matter to the engine, which only sees token ids and counts.

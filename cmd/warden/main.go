@@ -1,7 +1,22 @@
-// Command warden is LM Warden's single binary: a session-affinity router for vLLM
-// replicas (route), an embedded simulated vLLM cluster (sim), a closed-loop benchmark
-// of Claude Code-style sessions (bench), and the report and comparison tools
-// (report, compare). main only wires flags to package functions.
+// Command warden is LM Warden's single binary; main only wires flags to package
+// functions. Its commands, the whole cobra tree (TestPackageDocListsCommands
+// checks this list against it, hidden commands marked):
+//
+//	warden route                     the session-affinity router in front of vLLM replicas
+//	warden sim                       a simulated vLLM cluster on loopback
+//	warden bench                     the closed-loop Claude Code-style benchmark, affinity off vs on
+//	warden report                    results.csv, summary.md and PNG figures from a results directory
+//	warden compare                   two runs stage by stage; non-zero exit when a threshold is crossed
+//	warden study                     routing policies in virtual time over several seeds
+//	warden plan                      how many agent sessions a fleet serves under an SLO, per policy
+//	warden trace                     request traces and agent sessions (the four below)
+//	warden trace stats               a trace's requests, token means, cache ratio and conversations
+//	warden trace lru                 hit % of one LRU prefix cache per capacity
+//	warden trace slice               part of a trace: a time window, sped up, a sample
+//	warden trace agents              Claude Code session traces beside synthesized agent sessions
+//	warden version                   the version
+//	warden proxybench                (hidden) the proxy beside nginx and HAProxy (make proxy-bench)
+//	warden proxybench profile-route  (hidden) warden route under pprof
 package main
 
 import (

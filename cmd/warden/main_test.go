@@ -35,7 +35,7 @@ func run(t *testing.T, args ...string) (string, error) {
 }
 
 // A virtual smoke run passes `report --check`; the same run with one turn dropped
-// from the accounting (peers.md case 14: sessions that vanish) must exit 3.
+// from the accounting (docs/bench.md, failure case 5: sessions that vanish) must exit 3.
 func TestReportCheckFailsWhenTurnsVanish(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	if _, err := run(t, "bench", "--virtual", "--scenario", "../../scenarios/smoke.yaml", "--out", dir); err != nil {

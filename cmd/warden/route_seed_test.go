@@ -12,7 +12,7 @@ import (
 	"github.com/lmwarden/warden/router/routerhttp"
 )
 
-// Issue #19 item 6: `warden route` draws its tie-break seed from the clock
+// `warden route` draws its tie-break seed from the clock
 // unless one is set (the seed field of the config file, even 0, or --seed), so
 // restarts do not repeat the same tie-breaks (seed 0 gave r1 r1 r3 r0 r2 r1
 // after every restart).

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/internal/buildinfo"
 	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/internal/virtual"
 	"github.com/lmwarden/warden/internal/wire"
@@ -191,7 +192,7 @@ func Run(ctx context.Context, o Options) (string, error) {
 }
 
 func versions() map[string]string {
-	return map[string]string{"go": runtime.Version(), "warden": wardenVersion()}
+	return map[string]string{"go": runtime.Version(), "warden": buildinfo.Version()}
 }
 
 func runVirtual(ctx context.Context, o Options) error {

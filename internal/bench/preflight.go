@@ -18,7 +18,8 @@ import (
 
 // TokenizerAllowance is how many server tokens the pre-flight assumes per nominal
 // token when it checks that a session fits max_model_len. The reference generator
-// measured 7.2-7.5k server tokens for a nominal 6k (shared/brief/workload.md), a
+// measured 7.2-7.5k server tokens for a nominal 6k (docs/measurements.md, "The
+// reference measurement"), a
 // ratio of 1.2-1.25; 1.3 leaves a margin for a less favourable tokenizer.
 const TokenizerAllowance = 1.3
 

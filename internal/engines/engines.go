@@ -2,7 +2,8 @@
 // llama.cpp) and holds what one scrape or probe learned about a replica as
 // figures that carry their own source: every figure is a Value whose Source names
 // the series or endpoint it was read from, and a figure the engine does not have
-// has an empty Source, never a silent zero (peers.md case 13). Capability says,
+// has an empty Source, never a silent zero (docs/bench.md, failure case 4: a
+// missing series is not zero). Capability says,
 // per engine, which figures exist and where they come from, as data that the
 // router's /status and the harness's manifest can print.
 //

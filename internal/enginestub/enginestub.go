@@ -66,7 +66,7 @@ type Config struct {
 	TokenDelay time.Duration
 	// MetricsDelay is slept before answering GET /metrics (llama.cpp only; 0:
 	// none): llama-server answers /metrics from its busy loop, 1-3 s late
-	// during a long prefill (issue 24, a real 4-server fleet).
+	// during a long prefill (seen on a real 4-server fleet).
 	MetricsDelay time.Duration
 }
 

@@ -32,7 +32,8 @@ import (
 //
 // The prefix cache is one radix tree for all requests: a prompt hits the longest
 // prefix it shares with any earlier prompt+output, at most len-1 tokens. /v1/messages
-// is not served (SGLang added it in PR #18630, after the source read here).
+// is not served (SGLang added it in sgl-project/sglang#18630, after the source
+// read here).
 type sglang struct {
 	cfg Config
 

@@ -11,8 +11,8 @@ import (
 )
 
 // maxFuncLines is the longest a non-test function may be, in lines from its
-// func keyword to its closing brace (issue 25: split long orchestration into
-// named steps).
+// func keyword to its closing brace: long orchestration is split into named
+// steps.
 const maxFuncLines = 100
 
 // longFuncsAllowed names the functions (module-relative file, then function

@@ -1,7 +1,8 @@
 // Package layout holds checks of the module's layout and docs (no code of its own):
 // the package table of docs/DESIGN-NOTES.md against go list (layout_test.go) and
-// every relative link of README.md and docs/*.md (links_test.go), and that no
-// non-test function is over 100 lines (funclen_test.go).
+// every relative link of README.md and docs/*.md (links_test.go), that no
+// non-test function is over 100 lines (funclen_test.go), and that comments and
+// docs cite only what a reader can open (cite_test.go).
 package layout
 
 import (
@@ -20,8 +21,9 @@ const module = "github.com/lmwarden/warden"
 // designNotes holds the package table this test checks (docs/DESIGN-NOTES.md).
 const designNotes = "../../docs/DESIGN-NOTES.md"
 
-// topPackages are the four top packages a ground helper must not import (brief
-// style.md: internal/ holds ground helpers beside the orchestrators).
+// topPackages are the four top packages a ground helper must not import
+// (docs/DESIGN-NOTES.md: internal/ holds ground helpers beside the
+// orchestrators).
 var topPackages = []string{"router", "loadgen", "sim", "report"}
 
 // kinds are the values of the table's kind column.

@@ -1,5 +1,6 @@
 // Package proxybench measures warden's proxy path side by side with nginx and
-// HAProxy (issue 26): a paced SSE stub upstream on several loopback ports (the
+// HAProxy (docs/router.md section 10, "Side by side with nginx and HAProxy"): a
+// paced SSE stub upstream on several loopback ports (the
 // replicas), each proxy as its own process with an equivalent config (keyed on
 // the session header, keep-alive upstream connections, no buffering), and
 // phases of C concurrent paced streams sent direct and through each proxy in

@@ -12,7 +12,7 @@ import (
 // of the conversation, would serve from cache. Per turn, the cached tokens are the
 // longest reusable prefix, cut to whole blocks and to prompt - 1 tokens as vLLM's
 // lookup does (vllm/v1/core/kv_cache_manager.py get_computed_blocks: the last
-// prompt token is always recomputed; brief vllm.md "Prefix cache"):
+// prompt token is always recomputed):
 //
 //	turn 0:  the shared system prompt (sysTokens, its rendered length)
 //	turn k:  the previous turn's prompt + its output - 1 (the last sampled token

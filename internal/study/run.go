@@ -33,7 +33,7 @@ type Options struct {
 	// TraceArms limits the traces to these arms (nil: every arm).
 	TraceArms []string
 	// Signals records every decision of the TraceSeed runs and writes the signals
-	// table (signals.md).
+	// table (SignalsFile; results/study/signals.md is the committed one).
 	Signals bool
 	// NoFigures skips the per-metric figures (for studies with many arms).
 	NoFigures bool

@@ -23,7 +23,8 @@ const (
 
 // GapThinkTime and the jitters of the reference-gap setup: the reference workload
 // with a client-side gap between turns and some spread in message sizes. The
-// reference client ran over the internet (brief workload.md) and the real
+// reference client ran over the internet (docs/measurements.md, "The reference
+// measurement") and the real
 // tokenizer counted 7.2-7.5k tokens for a nominal 6k message, so turns were
 // neither back to back nor identical; these values are assumptions that break the
 // lockstep of identical sessions, not measurements.
@@ -37,7 +38,8 @@ const (
 // TokenizerFirstJitter and TokenizerTurnJitter are the size spread of the
 // reference-jitter setup, in nominal tokens either side of the message's size:
 // the reference generator's nominal 6k first message measured 7.2-7.5k real
-// tokens (brief workload.md), +-2.0 % around 7.35k, so +-120 of 6,000 nominal;
+// tokens (docs/measurements.md, "The reference measurement"), +-2.0 % around
+// 7.35k, so +-120 of 6,000 nominal;
 // the later 400-token messages get the same +-2 % (+-8). The spread of the later
 // messages was not measured; 2 % is carried over from the first.
 const (
@@ -64,7 +66,7 @@ func SetupNames() []string {
 //   - reference-gap-side: reference-gap plus a side request beside every turn
 //     (loadgen.SideRequests with its defaults: a 300-word prompt of its own, 32
 //     output tokens), as Claude Code sends title and topic requests with the
-//     conversation's session id (brief clients.md). How often the real client
+//     conversation's session id (docs/router.md section 4). How often the real client
 //     sends them was not measured; one per turn is the upper end.
 //   - reference-jitter: the reference workload with the real tokenizer's spread of
 //     sizes (TokenizerFirstJitter, TokenizerTurnJitter) and no gap: whether that

@@ -32,8 +32,9 @@ type Signal struct {
 	Get  func(*router.ReplicaState) float64
 }
 
-// Signals are the placement inputs the study measures (brief workload.md, "The
-// router's rule", and peers.md).
+// Signals are the placement inputs the study measures: those of the reference
+// router's rule (docs/measurements.md, "The reference measurement") and those
+// peer routers read (docs/routing.md, "What each placement input says").
 var Signals = []Signal{
 	{"in-flight (router, exact at decision)", func(r *router.ReplicaState) float64 { return float64(r.InFlight) }},
 	{"running+waiting (scraped, <= 1 s old)", func(r *router.ReplicaState) float64 { return float64(r.Running + r.Waiting) }},

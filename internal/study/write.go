@@ -38,7 +38,7 @@ var shortTitle = map[string]string{
 // Write writes the study's files into dir: study.csv (every metric of every row:
 // mean, sd, min, max, seeds), study.md (the table per setup and the acceptance
 // check), one figure per setup and FigureMetrics entry (fig-<setup>-<metric>.png),
-// the traces of Options.TraceSeed, and signals.md when Options.Signals.
+// the traces of Options.TraceSeed, and SignalsFile when Options.Signals.
 func Write(dir string, o Options, runs []*RunResult) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("writing study: %w", err)

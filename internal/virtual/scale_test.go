@@ -103,7 +103,8 @@ func TestScaleSmall(t *testing.T) {
 	t.Logf("%d turns completed", turns)
 }
 
-// BenchmarkScale is issue 30's scale target: 64, 256 and 1,024 replicas with 50
+// BenchmarkScale is the virtual world's scale target (results/bench/virtual-scale.md):
+// 64, 256 and 1,024 replicas with 50
 // sessions per replica (the reference workload, affinity on) for one simulated
 // hour, writing a results directory as bench --virtual does; the goal is 1,024 x
 // 51,200 sessions in under 120 s on 2 cores. Above loadgen.MaxSessions (20,000)

@@ -19,7 +19,7 @@
 // count is not.
 //
 // When vLLM runs several API servers (--api-server-count > 1) some versions export one
-// series per API-server process (a pid label; vLLM PR #28792). The parser folds such
+// series per API-server process (a pid label; vllm-project/vllm#28792). The parser folds such
 // duplicates: gauges take the largest value, counters the sum.
 package vllmmetrics
 
@@ -98,7 +98,8 @@ var ErrMissingSeries = errors.New("series missing from /metrics")
 
 // Require returns an error wrapping ErrMissingSeries that names every canonical
 // series absent from some engine, or from the snapshot as a whole when it has no
-// engine at all. A missing series must never read as zero (peers.md case 13).
+// engine at all. A missing series must never read as zero (docs/bench.md,
+// failure case 4).
 func (s *Snapshot) Require(names ...string) error {
 	if len(s.Engines) == 0 {
 		return fmt.Errorf("%w: no vllm: series at all (want %s)", ErrMissingSeries, strings.Join(names, ", "))

@@ -8,7 +8,7 @@
 // spelling (vLLM's X-data-parallel-rank) reads the same header.
 package wire
 
-// Request headers a client sets to name its session (brief clients.md).
+// Request headers a client sets to name its session (docs/router.md section 4).
 const (
 	// HeaderClaudeSession carries Claude Code's session id (a UUID), the same on
 	// every request of one session; set by Claude Code >= 2.1.86 and by the harness
@@ -76,7 +76,7 @@ const (
 const AdmissionWaiting = "waiting"
 
 // URL paths of the OpenAI- and Anthropic-compatible APIs vLLM serves
-// (vllm/entrypoints/openai/api_server.py; brief vllm.md), proxied by the router,
+// (vllm/entrypoints/openai/api_server.py), proxied by the router,
 // served by the simulator, called by the harness.
 const (
 	PathChatCompletions = "/v1/chat/completions" // OpenAI Chat Completions
@@ -92,7 +92,7 @@ const (
 // is PathHealth.
 const PathReady = "/ready"
 
-// Engine side paths (vLLM's; brief vllm.md).
+// Engine side paths (vLLM's unless noted).
 const (
 	PathHealth  = "/health"  // GET: 200 when the server is up
 	PathMetrics = "/metrics" // GET: Prometheus text exposition

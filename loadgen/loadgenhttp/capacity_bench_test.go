@@ -29,7 +29,7 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 )
 
-// Capacity benchmark parameters (issue #5, "harness capacity").
+// Capacity benchmark parameters (the harness's capacity).
 const (
 	capacitySessions = 1000             // concurrent sessions of the single stage
 	capacityStage    = 15 * time.Second // stage length (speed 1: wall = simulated)

@@ -16,7 +16,8 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 )
 
-// AnthropicVersion is the anthropic-version header Claude Code sends (brief clients.md).
+// AnthropicVersion is the anthropic-version header Claude Code sends (docs/router.md
+// section 4).
 const AnthropicVersion = "2023-06-01"
 
 // AnthropicClient sends turns as Claude Code does: POST {BaseURL}/v1/messages?beta=true

@@ -165,7 +165,8 @@ func (c *openAIChunk) reset() {
 // FirstToken, LastToken, Done, token counts, Err) and returns the reply text.
 // Content-carrying deltas are non-empty content, reasoning_content / reasoning, or a
 // tool call with a non-empty name or arguments (vLLM's first role-only chunk with
-// content "" is not one: peers.md case 10). Usage, when sent, is taken from the last
+// content "" is not one: docs/bench.md, failure case 1). Usage, when sent, is taken
+// from the last
 // event carrying it (vLLM's continuous_usage_stats repeats it on every chunk).
 func parseOpenAIStream(body io.Reader, clock simclock.Clock, r *loadgen.Result) string {
 	st := &streamState{r: r}

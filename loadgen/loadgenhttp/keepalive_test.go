@@ -49,7 +49,7 @@ func keptAliveServer(t *testing.T, keepAlive, reply string, trailers bool) *http
 	return srv
 }
 
-// Issue #16 point 3: through a router that keeps a held request alive, TTFB
+// Through a router that keeps a held request alive, TTFB
 // is still the first content token (not a ping event, not an SSE comment: go-sse
 // skips comment lines), and the hold and the replica come from the trailers,
 // else the hold from the header.

@@ -52,7 +52,8 @@ type RunConfig struct {
 
 	// Replicas are scraped every ScrapeInterval on average (each scrape jittered
 	// within its interval, loadgen.PollSchedule); a required series missing at the
-	// first scrape fails the run before any load is sent (peers.md case 13).
+	// first scrape fails the run before any load is sent (docs/bench.md, failure
+	// case 4).
 	Replicas       []ReplicaMetrics
 	ScrapeInterval time.Duration // simulated; default loadgen.DefaultScrapeInterval
 	// ResetURLs are server roots to POST /reset_prefix_cache to before each variant

@@ -369,7 +369,7 @@ func TestRunAgainstStubServer(t *testing.T) {
 	}
 }
 
-// Peers case 14 through the runner: turns that never end are canceled at the end of
+// docs/bench.md failure case 5 through the runner: turns that never end are canceled at the end of
 // the variant and counted in flight; the accounting still adds up.
 func TestRunCountsHungTurnsInFlight(t *testing.T) {
 	stub, srv := newStub(t)
@@ -442,7 +442,7 @@ func TestRunInterruptWritesCompletedStages(t *testing.T) {
 	}
 }
 
-// Peers case 13: a required series missing fails the run at the first scrape,
+// docs/bench.md failure case 4: a required series missing fails the run at the first scrape,
 // naming the series, before any load is sent.
 func TestMissingSeriesFailsRun(t *testing.T) {
 	stub, srv := newStub(t)

@@ -41,7 +41,7 @@ type ReplicaMetrics struct {
 
 // RequiredSeries are the vLLM series every scrape must find for every replica: the
 // stage figures (replicas busy, prefix hits) are computed from them, and a missing
-// one must never read as 0 (peers.md case 13). vllm:num_preemptions_total is read
+// one must never read as 0 (docs/bench.md, failure case 4). vllm:num_preemptions_total is read
 // when present and written as NaN otherwise.
 var RequiredSeries = []string{
 	vllmmetrics.NumRequestsRunning,

@@ -46,7 +46,7 @@ type wallDurationer interface {
 }
 
 // streamState accumulates what one response stream showed. Both API parsers feed
-// it; it owns the rules shared by both (peers.md cases 10-12):
+// it; it owns the rules shared by both (docs/bench.md, failure cases 1-3):
 //   - FirstEvent is the first SSE event of any kind (a ping, the role-only chunk;
 //     an SSE comment, as the router's keep-alive on OpenAI paths, is no event:
 //     go-sse skips comment lines, as the WHATWG event-stream rules say);

@@ -51,7 +51,7 @@ func content(s string) string {
 	return `{"choices":[{"index":0,"delta":{"content":` + string(b) + `},"finish_reason":null}]}`
 }
 
-// Peers case 10: vLLM's first chunk is role-only with content "": it is the first
+// docs/bench.md failure case 1: vLLM's first chunk is role-only with content "": it is the first
 // event, not the first token.
 func TestRoleOnlyFirstChunkIsNotFirstToken(t *testing.T) {
 	t.Run("fixture", func(t *testing.T) {
@@ -111,7 +111,7 @@ func TestRoleOnlyFirstChunkIsNotFirstToken(t *testing.T) {
 	})
 }
 
-// Peers case 11: usage-only, finish-only and [DONE] events are not tokens; the counts
+// docs/bench.md failure case 2: usage-only, finish-only and [DONE] events are not tokens; the counts
 // come from the server's usage when present.
 func TestUsageAndDoneEventsAreNotTokens(t *testing.T) {
 	tests := []struct {
@@ -185,7 +185,7 @@ func TestUsageAndDoneEventsAreNotTokens(t *testing.T) {
 	})
 }
 
-// Peers case 12: an error event inside an HTTP 200 stream is a failed turn.
+// docs/bench.md failure case 3: an error event inside an HTTP 200 stream is a failed turn.
 func TestErrorEventInsideOKStreamFailsTurn(t *testing.T) {
 	tests := []struct {
 		name, api, body, want string
@@ -689,7 +689,7 @@ func TestDrainAfterTerminatorIsBounded(t *testing.T) {
 	}
 }
 
-// Peers case 10's last step: TTFB runs from the request being sent to the first
+// docs/bench.md failure case 1's last step: TTFB runs from the request being sent to the first
 // token, not to the first event of any kind (a role-only chunk or headers-only
 // event arrive earlier) and not from when the turn was intended.
 func TestTTFBIsSentToFirstToken(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 // in-memory table only, the same with the shared state (home read from the
 // client-side cache), one Redis PING round trip and an uncached GET, each with
 // rueidis. Each reports p50_ns and p99_ns over its iterations (hdrhistogram), and
-// those after ping their p99 over ping's in the same run (p99/ping_p99; issue 26
-// asks sticky-redis <= 2).
+// those after ping their p99 over ping's in the same run (p99/ping_p99; the target is
+// sticky-redis <= 2).
 //
 //	go test -run '^$' -bench StickyDecision -count 5 ./router/redisstate
 func BenchmarkStickyDecision(b *testing.B) {

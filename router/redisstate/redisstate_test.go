@@ -703,7 +703,7 @@ func admitFit(kv int64) func(*router.BalancerConfig) {
 	}
 }
 
-// Issue #24 repro 2 in small: a burst of new conversations through two
+// Repro 2 (docs/routing.md, "Admission") in small: a burst of new conversations through two
 // routers at once onto one replica of 70,000 tokens, ~11k tokens each,
 // counted at their prior peak of 22,016 (nothing has ended), so three fit.
 // Each gate alone sees room for three (the heartbeat that would publish
@@ -756,7 +756,7 @@ func TestAdmissionReservationNeverOverAdmits(t *testing.T) {
 	}
 }
 
-// Issue #24 repro 1 in small: eight conversations' turn 1 through a, turn 2
+// Repro 1 (docs/routing.md, "Admission") in small: eight conversations' turn 1 through a, turn 2
 // (carrying the assistant's reply) through b. S is learned from true first
 // turns only (1,008 cached tokens: the system prompt), and both routers agree;
 // before, b took its first sight of each conversation (turn 2, 11,024 cached)
@@ -913,7 +913,7 @@ func TestAdoptingClaimCountsInFlight(t *testing.T) {
 	}
 }
 
-// Issue #24: a router restarted while Redis is down places its old
+// Regression: a router restarted while Redis is down places its old
 // conversations afresh (cold); the other router still holds their homes from
 // before the outage. When Redis comes back (empty, no persistence) and the
 // restarted router's turn of each conversation comes first, its write-back

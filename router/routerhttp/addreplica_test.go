@@ -11,7 +11,7 @@ import (
 	"github.com/lmwarden/warden/internal/wire"
 )
 
-// Peers case 8 end to end: a replica added through the admin API while the
+// docs/router.md failure case 8 end to end: a replica added through the admin API while the
 // router serves moves no existing session, takes new ones, is listed in /status,
 // and gets its health checks and scrapes at once; bad additions are refused with
 // what was wrong.

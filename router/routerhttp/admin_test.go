@@ -155,7 +155,7 @@ func TestRouterSetAffinityAllModels(t *testing.T) {
 	}
 }
 
-// Issue 24: with a "*" pool a misspelt model name was applied to "*" with 200.
+// Regression: with a "*" pool a misspelt model name was applied to "*" with 200.
 // Now the admin API takes a name a client asked the pool for and answers 404
 // naming the known models (with a did-you-mean) for any other.
 func TestAdminWildcardPoolRefusesUnknownModelName(t *testing.T) {

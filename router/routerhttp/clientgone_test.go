@@ -37,7 +37,7 @@ func routerMetrics(rt *Router) string {
 	return rec.Body.String()
 }
 
-// Issue #19 item 5: a client that sends half its body and hangs up is a client
+// A client that sends half its body and hangs up is a client
 // cancellation like any other: 499 in warden_responses_total and in the log,
 // not a 400 "bad body".
 func TestDisconnectMidBodyCountsAs499(t *testing.T) {

@@ -304,7 +304,7 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				`v1.yaml:4: models[0].replicas[0].url: "http://127.0.0.1:8101/v1" ends in /v1: give the server's root, http://127.0.0.1:8101 (`,
 				`v1.yaml:5: models[0].replicas[1].url: "http://h:8000/v1/" ends in /v1: give the server's root, http://h:8000 (`,
 			}, ""},
-		// Issue 24: a decode error in the admission mapping (max_hold: 10) hid
+		// Regression: a decode error in the admission mapping (max_hold: 10) hid
 		// the mapping's other problems.
 		{"hold.yaml", "models:\n  - name: m\n" + replicas + "    admission:\n      mode: fit\n      max_hold: 10\n      fill_target: -0.5\n      on_limit: bogus\n",
 			[]string{
@@ -312,14 +312,14 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				`hold.yaml:8: models[0].admission.fill_target: -0.5 is out of range (0 default, else (0, 4])`,
 				`hold.yaml:9: models[0].admission.on_limit: "bogus" is unknown (have admit, refuse)`,
 			}, ""},
-		// Issue 24: negative limits other than -1 were taken as "no limit".
+		// Regression: negative limits other than -1 were taken as "no limit".
 		{"neg.yaml", "models:\n  - name: m\n" + replicas + "    admission:\n      mode: fit\n      max_queue: -5\n      max_hold: -2s\n      keepalive_after: -3s\n",
 			[]string{
 				`neg.yaml:7: models[0].admission.max_queue: -5 is negative (-1 means no limit)`,
 				`neg.yaml:8: models[0].admission.max_hold: -2s is negative (-1s means no limit)`,
 				`neg.yaml:9: models[0].admission.keepalive_after: -3s is negative (-1s means never)`,
 			}, ""},
-		// Issue 24: a duplicate key added "models: at least one model is
+		// Regression: a duplicate key added "models: at least one model is
 		// required" for a file that has one; the file's other problems stay.
 		{"dup.yaml", "models:\n  - name: m\n    name: n\n    max_num_seqs: -2\n" + replicas,
 			[]string{

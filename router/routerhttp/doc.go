@@ -39,7 +39,21 @@
 //	     http://127.0.0.1:8081/admin/models/*/affinity
 //
 // Every proxied response carries X-Warden-Replica (replica name: r0, r1, ... or a
-// configured name; "<name>/rank<k>" for a DP rank) and X-Warden-Decision
-// (router.Reason: sticky, placed, overflow, rehome, no-key, balanced, moved,
-// prefix, response, parent).
+// configured name; "<name>/rank<k>" for a DP rank) and X-Warden-Decision, why
+// that replica: one value per router.Reason, in router.Reasons order
+// (TestDocListsEveryDecision checks this list against them):
+//
+//   - sticky: the session's home, under the overflow threshold
+//   - placed: a new session placed on the least-loaded replica
+//   - overflow: the home over the threshold; served elsewhere this once
+//   - rehome: the home unhealthy or gone; the session moved for good
+//   - no-key: no session key; shortest-queue placement
+//   - balanced: affinity off; vLLM-style shortest queue
+//   - moved: the home over the threshold; the conversation moved for good to a
+//     clearly less loaded replica (working-set)
+//   - prefix: no session key; the replica sent the longest part of the prompt's
+//     prefix (keyless: prefix)
+//   - response: a Responses API continuation (previous_response_id) on the
+//     replica that produced the response
+//   - parent: a subagent's first call on its parent's home (follow_subagents)
 package routerhttp

@@ -142,7 +142,7 @@ func TestCheckDPPinning(t *testing.T) {
 	}
 }
 
-// Issue 24: a DP server whose pinning check said "ignored" still got
+// Regression: a DP server whose pinning check said "ignored" still got
 // conversations pinned to its ranks. Now it is served as one replica: rank 0,
 // no rank header, the other ranks out of placement.
 func TestIgnoredPinningServesTheServerAsOneReplica(t *testing.T) {

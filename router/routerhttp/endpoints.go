@@ -12,8 +12,8 @@ import (
 )
 
 // ProxiedPaths are the POST endpoints the proxy routes. Every one of them goes
-// through Balancer.Acquire/Release, so each feeds the load counts (peers.md router
-// case 3). Query strings pass through (Claude Code calls /v1/messages?beta=true).
+// through Balancer.Acquire/Release, so each feeds the load counts (docs/router.md,
+// failure case 3). Query strings pass through (Claude Code calls /v1/messages?beta=true).
 var ProxiedPaths = []string{wire.PathChatCompletions, wire.PathCompletions, wire.PathMessages, wire.PathCountTokens, wire.PathResponses}
 
 // PrefixPieceBytes is the piece of a keyless request's body the prefix index

@@ -275,7 +275,7 @@ func (s *restartable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
-// Issue 24: the router read a llama.cpp replica's GET /props once, so a server
+// Regression: the router read a llama.cpp replica's GET /props once, so a server
 // restarted with fewer slots and a smaller context kept the old slots, capacity
 // and threshold in /status. Now /props is read again after the health check
 // recovers (and every propsInterval).
@@ -304,7 +304,7 @@ func TestRouterRereadsLlamaCppPropsAfterRestart(t *testing.T) {
 	}
 }
 
-// Issue 25: LearnSlots was "max_num_seqs == 256", so a model configured with an
+// Regression: LearnSlots was "max_num_seqs == 256", so a model configured with an
 // explicit max_num_seqs: 256 had it replaced by the slots /props reports. Now
 // only a model that leaves it unset learns it.
 func TestExplicitMaxNumSeqsIsNotLearned(t *testing.T) {

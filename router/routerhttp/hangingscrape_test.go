@@ -15,7 +15,7 @@ import (
 	"github.com/lmwarden/warden/internal/wire"
 )
 
-// Peers case 5, the "never block" half: a replica whose /metrics hangs (accepts
+// docs/router.md failure case 5, the "never block" half: a replica whose /metrics hangs (accepts
 // the connection, never answers) does not hold up routing. Requests are placed
 // and answered while every scrape of it is still waiting, and the replica is
 // not read as loaded or as idle: it has no scrape, so the router's own counts

@@ -35,7 +35,7 @@ func TestHealthCheckMarksReplicas(t *testing.T) {
 	}
 }
 
-// Peers case 5 through the scraper: a scrape feeds the Balancer; once older than 3
+// docs/router.md failure case 5 through the scraper: a scrape feeds the Balancer; once older than 3
 // scrape intervals it is ignored, and placement goes by the router's own counts.
 func TestScrapeFeedsBalancerAndStaleScrapesAreIgnored(t *testing.T) {
 	metrics, err := os.ReadFile("testdata/vllm-metrics-v1-early-2025-03-no-engine-label-excerpt.txt")

@@ -24,7 +24,7 @@ import (
 // Nothing is written while a request is held, so a short hold keeps the plain
 // HTTP answers: the retry before the first byte, 429/529 for a refusal at the
 // limit, 503 for no replica. But Claude Code gives up after 5 minutes without
-// a byte (brief clients.md), and holds on the 7-GPU fleet reach 5-8 minutes.
+// a byte (docs/router.md section 4), and holds on the 7-GPU fleet reach 5-8 minutes.
 //
 // Keep-alive. A held request that streams ("stream": true in its body) and has
 // been held keepalive_after (router.AdmissionConfig.KeepAliveAfter, default

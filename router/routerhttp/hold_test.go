@@ -133,7 +133,7 @@ func TestProxyRefusesAtLimitInAPIShape(t *testing.T) {
 	}
 }
 
-// The admission outcomes print their wire strings (issue 25): the value a
+// The admission outcomes print their wire strings: the value a
 // kept-alive response's header carries is the waiting outcome's.
 func TestAdmissionOutcomesAreTheirWireStrings(t *testing.T) {
 	for a, want := range map[router.Admission]string{

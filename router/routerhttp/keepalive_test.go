@@ -129,7 +129,7 @@ var keepAliveAPIs = []struct {
 	{"openai", "/v1/chat/completions", "data: [DONE]"},
 }
 
-// Issue #16 point 3: a streaming request held longer than keepalive_after gets
+// A streaming request held longer than keepalive_after gets
 // a committed 200 SSE response with the API's keep-alive event at once and
 // every router.KeepAliveInterval, then, once admitted, the replica's normal
 // completion; the trailers carry the final hold (>= the hold), the decision and
@@ -210,7 +210,7 @@ func TestProxyRefusesKeptAliveStreamInStream(t *testing.T) {
 			if h.resp.Trailer.Get(wire.HeaderAdmission) != "refused" || h.resp.Trailer.Get(wire.HeaderHeldMs) != "3000" {
 				t.Errorf("trailers %v", h.resp.Trailer)
 			}
-			// Issue 24: the refused stream declared X-Warden-Replica and
+			// Regression: the refused stream declared X-Warden-Replica and
 			// X-Warden-Decision without sending them (no replica was chosen).
 			for k, v := range h.resp.Trailer {
 				if len(v) == 0 {

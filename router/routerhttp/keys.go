@@ -167,7 +167,7 @@ func syntaxErrorAt(body []byte) string {
 }
 
 // ExtractKey reads the model and the session key of a request, from its headers and
-// its JSON body. Sources, first found wins (brief clients.md):
+// its JSON body. Sources, first found wins (docs/router.md section 4):
 //
 //  1. header X-Claude-Code-Session-Id (Claude Code >= 2.1.86);
 //  2. body metadata.user_id, a string: either a JSON document whose "session_id" is

@@ -227,7 +227,7 @@ func TestBadBodyErrorSaysWhere(t *testing.T) {
 	}
 }
 
-// Issue 25: the body is read once; RequestInfo says whether it streams and
+// The body is read once; RequestInfo says whether it streams and
 // whether its messages carry an assistant message (hold.go re-parsed it with
 // json.Unmarshal for both).
 func TestExtractKeyReadsStreamAndContinuing(t *testing.T) {

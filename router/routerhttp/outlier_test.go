@@ -22,7 +22,7 @@ func fail500(w http.ResponseWriter, r *http.Request) {
 	writeError(w, apiOpenAI, http.StatusInternalServerError, "EngineCore encountered an issue")
 }
 
-// Issue #19 item 1, acceptance: 3 good replicas and one (d) that answers 500
+// Acceptance (docs/router.md section 9, "Ejection"): 3 good replicas and one (d) that answers 500
 // while its /health says 200, 12 conversations x 3 turns. A 5xx before the
 // first byte is retried once elsewhere, so no turn fails; d is ejected after
 // DefaultEjectConsecutiveFailures failures, once (one log line), its
@@ -201,7 +201,7 @@ func TestReplicaThatResetsConnectionsIsEjected(t *testing.T) {
 	}
 }
 
-// Issue 24: a replica whose streams break after they started (the client gets
+// Regression: a replica whose streams break after they started (the client gets
 // the error event, nothing is retried) was never ejected; now each break
 // counts as a failure, as Envoy counts a reset after the response began.
 func TestReplicaWhoseStreamsBreakIsEjected(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"github.com/lmwarden/warden/internal/wire"
 )
 
-// Shape of BenchmarkProxyOverhead (issue #4, "router performance"): overheadStreams
+// Shape of BenchmarkProxyOverhead (docs/router.md section 10): overheadStreams
 // concurrent streamed POST /v1/chat/completions, each answered by a loopback stub
 // with overheadEvents OpenAI chat-chunk SSE events, then "data: [DONE]".
 //

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Peers case 2, "release exactly once": two streams in flight on one replica; when
+// docs/router.md failure case 2, "release exactly once": two streams in flight on one replica; when
 // the first ends the count is exactly 1 (a double release would show 0, which the
 // floor at zero would otherwise hide), and 0 after the second.
 func TestReleaseExactlyOncePerRequest(t *testing.T) {
@@ -69,7 +69,7 @@ func (f *front) endStream(t *testing.T, resp *http.Response, want int, what stri
 	}
 }
 
-// Peers case 7, "retry only if nothing was streamed yet": with a second healthy
+// docs/router.md failure case 7, "retry only if nothing was streamed yet": with a second healthy
 // replica available, a stream that breaks after its first byte reached the client
 // ends with an error event and is NOT sent again to the other replica.
 func TestNoRetryAfterBytesReachedClient(t *testing.T) {
@@ -108,7 +108,7 @@ func testGate(t *testing.T) (chan struct{}, func()) {
 	return ch, open
 }
 
-// Peers cases 2 and 9 on both APIs: a stream that ends badly (the replica breaks
+// docs/router.md failure cases 2 and 9 on both APIs: a stream that ends badly (the replica breaks
 // it mid-stream, or the client disconnects) releases its in-flight count exactly
 // once: with a second stream still open on the same replica the count is exactly
 // 1 afterwards (a double release would show 0). The client's disconnect reaches

@@ -52,7 +52,7 @@ type ProxyConfig struct {
 // may be in it; a POST body that is not a JSON object gets 400; an unknown model
 // 404 (error in the OpenAI or Anthropic shape by path). The in-flight count taken by
 // Acquire is released exactly once, when the response has been copied to the end,
-// the upstream failed, or the client went away (peers.md router case 2). The
+// the upstream failed, or the client went away (docs/router.md, failure case 2). The
 // response carries X-Warden-Replica and X-Warden-Decision (as trailers when it
 // was committed while held for admission: hold.go). Headers pass through
 // untouched (auth, anthropic-*, x-stainless-*) except X-Data-Parallel-Rank, which

@@ -381,7 +381,7 @@ func TestWrongMethodAndUnknownPath(t *testing.T) {
 	}
 }
 
-// Peers case 2: the in-flight count must be released at the end of the stream,
+// docs/router.md failure case 2: the in-flight count must be released at the end of the stream,
 // not when the headers arrive.
 func TestReleaseInFlightAtStreamEndNotHeaders(t *testing.T) {
 	up := newStub(t, "a")
@@ -446,7 +446,7 @@ func TestReleaseInFlightOnClientDisconnect(t *testing.T) {
 	}
 }
 
-// Peers case 3: every proxied path feeds the load counters.
+// docs/router.md failure case 3: every proxied path feeds the load counters.
 func TestEveryProxiedPathCountsInFlight(t *testing.T) {
 	for _, path := range ProxiedPaths {
 		t.Run(path, func(t *testing.T) {
@@ -488,7 +488,7 @@ func TestEveryProxiedPathCountsInFlight(t *testing.T) {
 	}
 }
 
-// Peers case 9: SSE passes event by event; the client sees the first event while
+// docs/router.md failure case 9: SSE passes event by event; the client sees the first event while
 // the upstream still holds the second.
 func TestSSEPassesEventByEvent(t *testing.T) {
 	for _, api := range []string{"/v1/chat/completions", "/v1/messages?beta=true"} {
@@ -585,7 +585,7 @@ func TestBrokenUpstreamStreamEndsWithErrorEvent(t *testing.T) {
 	}
 }
 
-// Peers case 7: a dead replica is retried elsewhere before the first byte, marked
+// docs/router.md failure case 7: a dead replica is retried elsewhere before the first byte, marked
 // unhealthy, and its sessions re-homed.
 func TestDeadReplicaRetriedElsewhereBeforeFirstByte(t *testing.T) {
 	a, b := newStub(t, "a"), newStub(t, "b")
@@ -699,7 +699,7 @@ func TestUpstreamHeaderTimeoutGets504(t *testing.T) {
 	}
 }
 
-// Peers case 6: DP ranks behind one URL are separate replicas, pinned with
+// docs/router.md failure case 6: DP ranks behind one URL are separate replicas, pinned with
 // X-Data-Parallel-Rank.
 func TestDPRanksAreSeparateReplicas(t *testing.T) {
 	up := newStub(t, "dp")

@@ -257,8 +257,8 @@ func newTarget(pool *Pool, rc ReplicaConfig, first int) (*target, []Upstream, er
 
 // AddReplica adds an upstream (one replica, or one per DP rank) to model's pool
 // while the router serves: the new replicas start healthy and take new sessions
-// by the pool's placement rule, no existing session moves (peers.md router case
-// 8), and, when Run is going, their health checks and scrapes start at once. rc
+// by the pool's placement rule, no existing session moves (docs/router.md,
+// failure case 8), and, when Run is going, their health checks and scrapes start at once. rc
 // is checked as in a config file (name, URL, dp_ranks); the name must be new in
 // the pool. It returns the new replicas' names.
 func (rt *Router) AddReplica(model string, rc ReplicaConfig) ([]string, error) {

@@ -22,7 +22,7 @@ import (
 	"github.com/lmwarden/warden/internal/wire"
 )
 
-// BenchmarkSlowBodies (issue #19 item 4): 1,000 clients send their bodies at 1
+// BenchmarkSlowBodies (docs/router.md, "Slow request bodies"): 1,000 clients send their bodies at 1
 // byte a second to one router (A) while a second, identical router (B) in the
 // same process gets none; a normal client alternates requests between A and B
 // (a recorded 52 KB Claude Code body each), so both TTFB figures come from the

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Issue #19 item 4: a client that sends its body at 1 byte a second is cut at
+// A client that sends its body at 1 byte a second is cut at
 // the body read timeout with 408 in the API's error shape (and counted so),
 // instead of holding a goroutine, a descriptor and its buffer for ever.
 func TestSlowBodyIsCutAtReadTimeoutWith408(t *testing.T) {
@@ -108,7 +108,7 @@ func TestBodyMemoryCapAnswers503WithRetryAfter(t *testing.T) {
 	}
 }
 
-// Issue 24: a body whose Content-Length is over the limit was refused only
+// Regression: a body whose Content-Length is over the limit was refused only
 // after limit bytes were read; now on the header, with nothing of it sent.
 func TestOversizedContentLengthRefusedOnTheHeader(t *testing.T) {
 	f := newFront(t, true, func(c *Config) { c.BodyLimit = 1 << 20 }, newStub(t, "a"))

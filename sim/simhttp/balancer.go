@@ -25,8 +25,8 @@ import (
 // its rank's stats, so the simulator refreshes every interval regardless. A request
 // sent adds one to the chosen rank's waiting count until the next snapshot and to its
 // in-flight count until it ends (vllmdp.Rank.Sent); inflight_i is the API server's own
-// exact count of requests on rank i, pinned ones included. The formula is as given in
-// the project's vLLM brief (current main); older releases used waiting*4 + running with
+// exact count of requests on rank i, pinned ones included. The formula is current
+// main's (core_client.py above); older releases used waiting*4 + running with
 // a fixed scan start.
 type dpBalancer struct {
 	mu    sync.Mutex
