@@ -195,8 +195,10 @@ type ModelConfig struct {
 	// (router.KeylessNames; docs/routing.md "Keyless placement").
 	Keyless string `yaml:"keyless"`
 	// Engine is the default engine of the model's replicas (ReplicaConfig.Engine);
-	// default vllm. A model whose replicas are all llama.cpp is slot-based: its
-	// auto threshold is router.SlotOverflowThreshold(max_num_seqs).
+	// default auto: each replica's engine is detected from its /metrics. A
+	// model whose replicas are all llama.cpp (configured, or once detected)
+	// is slot-based: its auto threshold is router.SlotOverflowThreshold(
+	// max_num_seqs), max_num_seqs learned from /props slots when not set.
 	Engine string `yaml:"engine"`
 	// Admission: the admission gate (AdmissionYAML; off by default).
 	Admission AdmissionYAML `yaml:"admission"`
@@ -212,7 +214,9 @@ type ReplicaConfig struct {
 	DPRanks int    `yaml:"dp_ranks"` // 0: one replica, not pinned; N >= 1: ranks 0..N-1
 	// Engine is the server's engine (engines.ParseKind): "vllm", "sglang",
 	// "llamacpp", or "auto" (detect from /metrics: series prefixes, or
-	// llama-server's 501). Default the model's Engine, else vllm.
+	// llama-server's 501; until then vLLM's threshold rule applies). Default
+	// the model's Engine, else auto. A replica set to vllm whose /metrics has
+	// no vllm: series is a scrape error naming the engine the series are of.
 	Engine string `yaml:"engine"`
 
 	// decodeErr holds the problems UnmarshalYAML found in this replica's

@@ -225,6 +225,7 @@ func (rt *Router) newPool(mi int, m ModelConfig) (*Pool, []*target, error) {
 		return nil, nil, fmt.Errorf("model %q: %w", m.Name, err)
 	}
 	pool.Balancer = b
+	pool.learnSlots = m.MaxNumSeqs == 0
 	return pool, targets, nil
 }
 
@@ -236,11 +237,10 @@ func newTarget(pool *Pool, rc ReplicaConfig, first int) (*target, []Upstream, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("replica %q: %w", rc.URL, err)
 	}
-	t := &target{pool: pool, url: u, ranked: rc.DPRanks > 0, healthy: true, kind: engines.KindVLLM}
-	if rc.Engine != "" {
-		if t.kind, err = engines.ParseKind(rc.Engine); err != nil {
-			return nil, nil, fmt.Errorf("replica %q: %w", rc.URL, err)
-		}
+	t := &target{pool: pool, url: u, ranked: rc.DPRanks > 0, healthy: true}
+	// "" is auto, as "auto": KindUnknown until a scrape names the engine.
+	if t.kind, err = engines.ParseKind(rc.Engine); err != nil {
+		return nil, nil, fmt.Errorf("replica %q: %w", rc.URL, err)
 	}
 	var ups []Upstream
 	if rc.DPRanks == 0 {
@@ -296,6 +296,8 @@ func (rt *Router) AddReplica(model string, rc ReplicaConfig) ([]string, error) {
 		names = append(names, up.Name)
 	}
 	rt.targets = append(rt.targets, t)
+	// A replica of another engine (or still undetected) ends a slot-based model.
+	rt.applySlotRule(pool, rt.targets)
 	if rt.runCtx != nil && rt.runCtx.Err() == nil {
 		rt.startLoops(rt.runCtx, rt.loops, t)
 	}

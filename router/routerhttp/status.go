@@ -16,7 +16,11 @@ type ModelStatus struct {
 	Policy            string `json:"policy"` // affinity-on policy (PolicyNames)
 	OverflowThreshold int    `json:"overflow_threshold"`
 	ThresholdAuto     bool   `json:"overflow_threshold_auto"`
-	Sessions          int    `json:"sessions"`
+	// SlotBased: every replica is llama.cpp (configured or detected), so the
+	// auto threshold is slots - 1 (router.SlotOverflowThreshold) rather than
+	// max_num_seqs / 4.
+	SlotBased bool `json:"slot_based"`
+	Sessions  int  `json:"sessions"`
 	// BytesPerToken is the body bytes per prompt token the policies' size
 	// estimates and the status card use; BytesPerTokenSource says where it comes
 	// from (Balancer.BytesPerToken: "responses", "metrics" or "assumed") and
@@ -64,7 +68,8 @@ func (rt *Router) Status() Status {
 	for _, pool := range rt.proxy.Pools() {
 		b := pool.Balancer
 		n, auto := b.OverflowThreshold()
-		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
+		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto,
+			SlotBased: b.SlotBased(), Sessions: b.Sessions()}
 		ms.BytesPerToken, ms.BytesPerTokenSource = b.BytesPerToken()
 		ms.BytesPerTokenMeasured = ms.BytesPerTokenSource != router.SizeAssumed
 		ms.Admission = AdmissionReport{b.Admission()}
