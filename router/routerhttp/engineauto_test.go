@@ -2,9 +2,11 @@ package routerhttp
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -119,5 +121,54 @@ func TestVLLMReplicaWithoutVLLMSeriesSaysSo(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "replica metrics cannot be read"); n != 1 || !strings.Contains(log.String(), "class=\"no series\"") {
 		t.Errorf("%d warning lines over about ten scrapes, want 1 of class \"no series\":\n%s", n, log.String())
+	}
+}
+
+// kv_usage in /status (the admin API's JSON): before, a llama-server, whose
+// recorded build has no KV usage series, read 0. Now it is null, with a
+// missing_figures line saying the server does not export it; an SGLang
+// stand-in, which exports sglang:token_usage, gives a number. The card shows
+// "–" for the llama.cpp replica, and its fleet row averages only SGLang's.
+func TestKVUsageNotExportedIsNull(t *testing.T) {
+	llama := llamaFleet(t, 1)[0]
+	sgl := httptest.NewServer(newEngineStub(t, enginestub.Config{Kind: engines.KindSGLang, Metrics: true, Slots: 8, ContextLen: 4096, KVTokens: 20000}))
+	t.Cleanup(sgl.Close)
+	rt := startYAMLRouter(t, fmt.Sprintf("models:\n  - name: m\n    replicas: [%s, %s]\n", llama, sgl.URL), io.Discard)
+	waitStatus(t, rt, "r0", "was read", func(r ReplicaReport) bool { return r.ScrapeFresh && r.Engine == "llamacpp" })
+	waitStatus(t, rt, "r1", "was read", func(r ReplicaReport) bool { return r.ScrapeFresh && r.Engine == "sglang" })
+
+	rec := httptest.NewRecorder()
+	rt.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+	var st struct {
+		Models []struct {
+			Replicas []struct {
+				Name    string          `json:"name"`
+				KVUsage json.RawMessage `json:"kv_usage"`
+				Missing []string        `json:"missing_figures"`
+			} `json:"replicas"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || len(st.Models) != 1 || len(st.Models[0].Replicas) != 2 {
+		t.Fatalf("GET /status: %v\n%s", err, rec.Body.String())
+	}
+	l, s := st.Models[0].Replicas[0], st.Models[0].Replicas[1]
+	t.Logf("llama.cpp kv_usage %s, missing %q; sglang kv_usage %s", l.KVUsage, l.Missing, s.KVUsage)
+	if string(l.KVUsage) != "null" {
+		t.Errorf("llama.cpp kv_usage %s, want null", l.KVUsage)
+	}
+	want := "kv_usage: not exported by this server: llamacpp:kv_cache_usage_ratio absent from its /metrics"
+	if !strings.Contains(strings.Join(l.Missing, "\n"), want) {
+		t.Errorf("llama.cpp missing_figures %q lack %q", l.Missing, want)
+	}
+	var kv float64
+	if err := json.Unmarshal(s.KVUsage, &kv); err != nil || lacks(s.Missing, engines.FigKVUsage) {
+		t.Errorf("SGLang kv_usage %s (missing %q), want a number", s.KVUsage, s.Missing)
+	}
+	card := rt.Card().Models[0]
+	if k := card.Replicas[0].KVUsage; k != -1 {
+		t.Errorf("card: llama.cpp KV usage %v, want -1 (shown as –)", k)
+	}
+	if f, want := card.Fleet.KVUsage, card.Replicas[1].KVUsage; f != want {
+		t.Errorf("card: fleet KV usage %v, want SGLang's %v alone", f, want)
 	}
 }

@@ -195,6 +195,44 @@ func lackedFigures(c engines.Capability) []string {
 	return out
 }
 
+// observedGauges are the vLLM gauges observe reads per replica, with the
+// figure each stands for (asVLLM maps another engine's figures onto them).
+// Counters are left out: SGLang's have no sample before their first increment
+// (prometheus_client in multiprocess mode), so absent is not "not exported".
+var observedGauges = []struct {
+	series string
+	fig    engines.Figure
+}{
+	{vllmmetrics.NumRequestsRunning, engines.FigRunning},
+	{vllmmetrics.NumRequestsWaiting, engines.FigWaiting},
+	{vllmmetrics.KVCacheUsagePerc, engines.FigKVUsage},
+}
+
+// notExported lists the gauges engine kind has (its capability names a
+// source) that snap, one read of a server's /metrics, has on none of its
+// engines, as "figure: not exported by this server: <source> absent from its
+// /metrics" (the harness's wording, loadgenhttp.EngineColumns): a build older
+// or newer than the one the capability was read from, e.g. llama.cpp's
+// kv_cache_usage_ratio, which recent builds no longer export.
+func notExported(kind engines.Kind, snap *vllmmetrics.Snapshot) []string {
+	c := engines.CapabilityOf(kind)
+	var out []string
+	for _, of := range observedGauges {
+		fs, ok := c.Source(of.fig)
+		if !ok {
+			continue // the engine lacks it: lackedFigures says why
+		}
+		found := false
+		for _, e := range snap.Engines {
+			found = found || e.Present[of.series]
+		}
+		if !found {
+			out = append(out, fmt.Sprintf("%s: not exported by this server: %s absent from its /metrics", of.fig, fs.Source))
+		}
+	}
+	return out
+}
+
 // lacks reports whether missing (ReplicaReport.Missing) names figure f.
 func lacks(missing []string, f engines.Figure) bool {
 	for _, m := range missing {

@@ -81,11 +81,13 @@ type target struct {
 	// figures ("" after a good one), scrapeClass its kind (scrapeFailed); it
 	// is logged at warning level when the class changes, not on every scrape.
 	// lacks names the figures the engine does not report, with why
-	// (engines.Capability notes).
+	// (engines.Capability notes); unexported those the engine has but this
+	// server's last /metrics read did not (notExported).
 	kind        engines.Kind
 	scrapeErr   string
 	scrapeClass string
 	lacks       []string
+	unexported  []string
 	slots       int // llama.cpp GET /props total_slots; 0 unknown
 	// propsAt is when /props was last read (wall time; zero: never, or to be
 	// read again at the next scrape: set on a health recovery).

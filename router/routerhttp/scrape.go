@@ -143,6 +143,9 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 		kvTokens             int64 // (num_gpu_blocks - 1) x block_size, summed
 	}
 	rt.recordCard(t, snap, at)
+	t.mu.Lock()
+	t.unexported = notExported(t.kind, snap)
+	t.mu.Unlock()
 	if _, src := t.pool.Balancer.BytesPerToken(); src != router.SizeResponses {
 		// The /metrics ratio is only a fallback: once the responses have
 		// calibrated the estimate, do not recompute it on every scrape.
