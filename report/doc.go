@@ -126,6 +126,12 @@
 //	prompt_tokens_<variant>.png (one per variant with series samples)
 //	trees.csv, session_time_cdf.png (agent-session replays only)
 //
+// prefix_hits.png and replica_hits.png come from the engines' prefix-cache
+// counters, or, for engines without them (llama.cpp), from the responses'
+// usage (prefix_hits.png else the computed-prompt counter); a run with none
+// of these leaves them out, and summary.md says which source each used or
+// why it is missing (hitsource.go), so no figure is empty axes.
+//
 // All are written atomically (temporary file in the same directory + rename).
 // Affinity off is drawn vermillion and on blue in every figure (Okabe-Ito palette).
 package report

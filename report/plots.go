@@ -2,9 +2,12 @@ package report
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"image/color"
+	"io/fs"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,10 +22,16 @@ import (
 	"github.com/lmwarden/warden/loadgen"
 )
 
-// Figure is one PNG written by WritePlots.
+// Figure is one PNG WritePlots wrote, or one it left out (Omitted).
 type Figure struct {
 	File  string // file name inside the results directory
 	Title string
+	// Note says where a figure's data came from when it is not the usual
+	// source (e.g. the responses' usage for an engine without a hit counter).
+	Note string
+	// Omitted, when set, says why File was not drawn: the run has none of
+	// the figure's sources (no empty axes; hitsource.go).
+	Omitted string
 }
 
 // Figure size: 8 x 5 in at vgimg.DefaultDPI (96) = 768 x 480 px. Tiled figures
@@ -233,48 +242,39 @@ func variantLabel(v loadgen.Variant) string {
 //
 //	session_time_cdf.png session completion time CDF of the complete trees, per variant (SummarizeAgents)
 //
-// Figures lacking data are still drawn (empty, titled) so the set is stable,
-// except prompt_tokens_<variant>.png, which needs series samples.
+// prefix_hits.png and replica_hits.png take the hit rate from the engines'
+// prefix-cache counters, and from what exists when no replica has them
+// (llama.cpp): the responses' usage (cached / prompt tokens), for
+// prefix_hits.png else the computed-prompt counter; with none of these they
+// are left out, returned with Omitted saying why (hitsource.go). Other figures
+// lacking data, and these two in a run with neither turns nor series, are
+// still drawn (empty, titled) so the set is stable, except
+// prompt_tokens_<variant>.png, which needs series samples.
 func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 	m := &run.Manifest
-	type fig struct {
-		file, title string
-		make        func() ([]byte, error)
-	}
-	single := func(build func() (*plot.Plot, error)) func() ([]byte, error) {
-		return func() ([]byte, error) {
-			p, err := build()
-			if err != nil {
-				return nil, err
-			}
-			return renderPNG(p)
-		}
-	}
+	single := singlePlot
 	figs := []fig{
-		{"ttfb.png", "TTFB p50 and p95 vs sessions", single(func() (*plot.Plot, error) { return ttfbFigure(m, sums) })},
+		{"ttfb.png", "TTFB p50 and p95 vs sessions", single(func() (*plot.Plot, error) { return ttfbFigure(m, sums) }), "", ""},
 		{"output_tokens.png", "Output tokens per minute vs sessions", single(func() (*plot.Plot, error) {
 			return stageFigure(m, sums, "Output tokens per minute", "output tokens/min", 0, func(s *Summary) float64 { return s.OutputTokensPerMin })
-		})},
+		}), "", ""},
 		{"sessions_per_h.png", "Completed sessions per hour vs sessions", single(func() (*plot.Plot, error) {
 			return stageFigure(m, sums, "Completed sessions per hour", "sessions/h", 0, func(s *Summary) float64 { return s.SessionsPerH })
-		})},
+		}), "", ""},
 		{"replicas_busy.png", "Replicas busy vs sessions", single(func() (*plot.Plot, error) {
 			return stageFigure(m, sums, "Replicas with running requests (mean over polls)", "replicas busy",
 				float64(len(m.Replicas)), func(s *Summary) float64 { return s.ReplicasBusy })
-		})},
-		{"prefix_hits.png", "Prefix-cache hit rate vs sessions", single(func() (*plot.Plot, error) {
-			return stageFigure(m, sums, "Prefix-cache hits (vLLM counter deltas, all replicas)", "prefix hits (% of prompt tokens)",
-				100, func(s *Summary) float64 { return s.PrefixHitsPct })
-		})},
-		{"ttfb_cdf.png", "TTFB distribution per stage", func() ([]byte, error) { return ttfbCDFFigure(run, sums) }},
-		{"replica_requests.png", "Requests per replica", func() ([]byte, error) { return replicaRequestsFigure(run) }},
-		{"replica_hits.png", "Prefix-cache hit rate per replica", single(func() (*plot.Plot, error) { return replicaHitsFigure(run) })},
+		}), "", ""},
+		prefixHitsFig(run, sums),
+		{"ttfb_cdf.png", "TTFB distribution per stage", func() ([]byte, error) { return ttfbCDFFigure(run, sums) }, "", ""},
+		{"replica_requests.png", "Requests per replica", func() ([]byte, error) { return replicaRequestsFigure(run) }, "", ""},
+		replicaHitsFig(run),
 	}
 	if len(m.AgentTraces) > 0 {
 		figs = append([]fig{{SessionTimeFigureFile, "Session completion time, complete trees", single(func() (*plot.Plot, error) {
 			_, trees := SummarizeAgents(run)
 			return sessionTimeFigure(m, trees)
-		})}}, figs...)
+		}), "", ""}}, figs...)
 	}
 	for _, v := range m.Variants {
 		series := variantSeries(run.Series, v.Name)
@@ -282,11 +282,19 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 			continue
 		}
 		figs = append(figs, fig{"prompt_tokens_" + fileSafe(v.Name) + ".png", "Prompt tokens per second, " + variantLabel(v),
-			single(func() (*plot.Plot, error) { return promptTokensFigure(v, series, variantResults(run.Results, v.Name)) })})
+			single(func() (*plot.Plot, error) { return promptTokensFigure(v, series, variantResults(run.Results, v.Name)) }), "", ""})
 	}
 
 	var out []Figure
 	for _, f := range figs {
+		if f.omitted != "" {
+			// A stale one from an earlier report of this directory goes too.
+			if err := os.Remove(filepath.Join(dir, f.file)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return out, err
+			}
+			out = append(out, Figure{File: f.file, Title: f.title, Omitted: f.omitted})
+			continue
+		}
 		b, err := f.make()
 		if err != nil {
 			return out, fmt.Errorf("drawing %s: %w", f.file, err)
@@ -294,7 +302,7 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 		if err := atomicfile.Write(filepath.Join(dir, f.file), b); err != nil {
 			return out, err
 		}
-		out = append(out, Figure{File: f.file, Title: f.title})
+		out = append(out, Figure{File: f.file, Title: f.title, Note: f.note})
 	}
 	return out, nil
 }

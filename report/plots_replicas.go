@@ -111,11 +111,13 @@ func replicaRequestsFigure(run *Run) ([]byte, error) {
 	return renderTiles([][]*plot.Plot{row}, vg.Length(len(row))*replicaPanelW, figHeight)
 }
 
-// replicaHitsFigure draws grouped bars: per replica, one bar per variant.
-func replicaHitsFigure(run *Run) (*plot.Plot, error) {
+// replicaHitsFigure draws grouped bars: per replica, one bar per variant, the
+// hit rate in percent that hits gives for a variant's name (ReplicaHitsPct,
+// or replicaUsagePct), under title and yLabel.
+func replicaHitsFigure(run *Run, title, yLabel string, hits func(variant string) map[string]float64) (*plot.Plot, error) {
 	m := &run.Manifest
 	colours := variantColours(m)
-	p := newPlot("Prefix-cache hit rate per replica (whole variant)", "replica", "prefix hits (% of prompt tokens)")
+	p := newPlot(title, "replica", yLabel)
 	names := replicaNames(run)
 	if len(names) == 0 || len(m.Variants) == 0 {
 		return p, nil
@@ -124,7 +126,7 @@ func replicaHitsFigure(run *Run) (*plot.Plot, error) {
 	var heights plotter.XYs
 	longest := 0
 	for i, v := range m.Variants {
-		hits := ReplicaHitsPct(run.Series, v.Name)
+		hits := hits(v.Name)
 		vals := make(plotter.Values, len(names))
 		for k, n := range names {
 			h, ok := hits[n]

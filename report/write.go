@@ -606,12 +606,21 @@ func mdNotesSection(b *strings.Builder, keys stageKeys, sums []Summary) {
 	}
 }
 
-// mdFiguresSection links the figures, when any.
+// mdFiguresSection links the figures, when any, each with its note (where
+// its data came from, when not the usual source); a figure left out
+// (Figure.Omitted) gets a line saying why instead.
 func mdFiguresSection(b *strings.Builder, figures []Figure) {
 	if len(figures) > 0 {
 		b.WriteString("\n## Figures\n\n")
 		for _, f := range figures {
-			fmt.Fprintf(b, "![%s](%s)\n\n", f.Title, f.File)
+			switch {
+			case f.Omitted != "":
+				fmt.Fprintf(b, "`%s` (%s): %s.\n\n", f.File, f.Title, f.Omitted)
+			case f.Note != "":
+				fmt.Fprintf(b, "![%s](%s)\n\n%s: %s.\n\n", f.Title, f.File, f.File, f.Note)
+			default:
+				fmt.Fprintf(b, "![%s](%s)\n\n", f.Title, f.File)
+			}
 		}
 	}
 }

@@ -83,6 +83,12 @@ the clock at start (and logged), so restarts do not repeat the same tie-breaks.
   warden route --replica http://gpu0:8000 --replica http://gpu1:8000
   warden route --replica http://gpu:8000,dp_ranks=4      # one DP=4 server
 
+Each replica's engine (vLLM, SGLang, llama.cpp) is detected from its /metrics
+unless the config says engine: (docs/router.md section 12); a model whose
+replicas are all llama-servers is slot-based: auto threshold slots - 1, the
+slots read from GET /props. A replica whose /metrics cannot be read says why in
+/status (scrape_error) and once in the log.
+
 --record FILE writes the requests served as a trace (Mooncake JSONL plus salted
 session ids; no text, no keys) that warden bench --trace replays: per request its
 arrival, prompt and output tokens from the usage, and a block id per 512 prompt

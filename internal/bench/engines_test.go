@@ -102,8 +102,9 @@ func runStubBenchWith(t *testing.T, urls []string, name string, sessions int, va
 // replay only llama.cpp's recorded formats (4 slots each, --metrics) runs, the
 // manifest records engine llamacpp for every replica and no column from a vLLM
 // series, usage cached % comes from the responses, replicas busy from
-// llamacpp:requests_processing, the engine hit % is n/a (no counter), and with
-// 4 sessions on 4 x 4 slots affinity keeps every turn home (slot threshold 3).
+// llamacpp:requests_processing, the engine hit % is n/a (no counter) and the
+// hit-rate figures are drawn from usage, and with 4 sessions on 4 x 4 slots
+// affinity keeps every turn home (slot threshold 3).
 func TestBenchLlamaCppOnly(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -143,6 +144,16 @@ func TestBenchLlamaCppOnly(t *testing.T) {
 	md, _ := os.ReadFile(filepath.Join(dir, "summary.md"))
 	if !strings.Contains(string(md), "no prefix-cache reset endpoint") {
 		t.Errorf("summary.md does not say llama.cpp has no reset (warm second variant)")
+	}
+	// No hit counter: the hit-rate figures come from the responses' usage
+	// (they were empty axes).
+	for _, f := range []string{"prefix_hits.png", "replica_hits.png"} {
+		if want := f + ": drawn from the responses' usage"; !strings.Contains(string(md), want) {
+			t.Errorf("summary.md lacks %q", want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }
 

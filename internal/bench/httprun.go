@@ -300,7 +300,9 @@ func (h *httpRun) embeddedRouter() error {
 	rc.Subagents = o.Subagents
 	for i := range rcfg.Models {
 		for j := range rcfg.Models[i].Replicas {
-			if j < len(h.kinds) && h.kinds[j] != engines.KindVLLM {
+			// The probed engine, vLLM included: the router's default (auto)
+			// would detect it again at its first scrape.
+			if j < len(h.kinds) && h.kinds[j] != engines.KindUnknown {
 				rcfg.Models[i].Replicas[j].Engine = string(h.kinds[j])
 			}
 		}

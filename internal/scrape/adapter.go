@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lmwarden/warden/internal/engines"
+	"github.com/lmwarden/warden/internal/vllmmetrics"
 )
 
 // Adapter reads one engine kind's /metrics families into engines.Stats. Each
@@ -100,6 +101,34 @@ func fromFamilies(fams map[string]*dto.MetricFamily, kind engines.Kind) *engines
 func FetchEngine(ctx context.Context, client *http.Client, url, userAgent string, kind engines.Kind) (*engines.Snapshot, error) {
 	return fetch(ctx, client, url, userAgent, func(r io.Reader) (*engines.Snapshot, error) { return ParseEngine(r, kind) })
 }
+
+// Families is one /metrics body parsed into its metric families by name
+// (FetchFamilies), to be read as vLLM series (VLLM), named by its engine
+// (Kind) or read by an engine's adapter (Engine) without fetching it again: a
+// router that must tell "a vLLM server" from "a server of another engine"
+// reads the body once.
+type Families map[string]*dto.MetricFamily
+
+// FetchFamilies GETs url (an engine's /metrics) and parses the body into its
+// families. Errors as Fetch's: the request, a non-200 status (*StatusError),
+// the body's transfer, or the parse (*ParseError).
+func FetchFamilies(ctx context.Context, client *http.Client, url, userAgent string) (Families, error) {
+	return fetch(ctx, client, url, userAgent, func(r io.Reader) (Families, error) { return decode(r) })
+}
+
+// VLLM is the body's vLLM series per engine (Parse's Snapshot; no Engines
+// when it has none).
+func (f Families) VLLM() *vllmmetrics.Snapshot { return parseVLLM(f) }
+
+// Kind is the engine the body names (DetectKind), KindUnknown for none or a tie.
+func (f Families) Kind() engines.Kind {
+	k, _ := DetectKind(f)
+	return k
+}
+
+// Engine is the body read as engine kind (KindUnknown: detected), as
+// ParseEngine reads it.
+func (f Families) Engine(kind engines.Kind) *engines.Snapshot { return fromFamilies(f, kind) }
 
 // labelsOf returns a metric's labels as a map.
 func labelsOf(m *dto.Metric) map[string]string {

@@ -339,3 +339,36 @@ func FuzzParseEngine(f *testing.F) {
 		}
 	})
 }
+
+// FetchFamilies reads one body three ways: a vLLM body gives the same
+// Snapshot as Fetch and names vLLM; the recorded llama-server body has no
+// vLLM series and names llama.cpp, whose adapter reads it as ParseEngine does.
+func TestFetchFamiliesReadsOneBodyThreeWays(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		kind    engines.Kind
+		vllmEng int
+	}{
+		{"vllm-metrics-v1-0.10.0-engine0-excerpt.txt", engines.KindVLLM, 1},
+		{"llamacpp/metrics.txt", engines.KindLlamaCpp, 0},
+	} {
+		text := body(t, tc.name)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, text) }))
+		fams, err := FetchFamilies(t.Context(), nil, srv.URL+"/metrics", "")
+		srv.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if k := fams.Kind(); k != tc.kind {
+			t.Errorf("%s: Kind %q, want %q", tc.name, k, tc.kind)
+		}
+		want, _ := Parse(strings.NewReader(text))
+		if got := fams.VLLM(); len(got.Engines) != tc.vllmEng || len(want.Engines) != tc.vllmEng {
+			t.Errorf("%s: VLLM %d engines (Parse %d), want %d", tc.name, len(got.Engines), len(want.Engines), tc.vllmEng)
+		}
+		pe, _ := ParseEngine(strings.NewReader(text), engines.KindUnknown)
+		if got := fams.Engine(engines.KindUnknown); got.Kind != pe.Kind || len(got.Ranks) != len(pe.Ranks) || len(got.Ranks) == 0 {
+			t.Errorf("%s: Engine %s with %d ranks, ParseEngine %s with %d", tc.name, got.Kind, len(got.Ranks), pe.Kind, len(pe.Ranks))
+		}
+	}
+}

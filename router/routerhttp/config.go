@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -194,24 +195,100 @@ type ModelConfig struct {
 	// (router.KeylessNames; docs/routing.md "Keyless placement").
 	Keyless string `yaml:"keyless"`
 	// Engine is the default engine of the model's replicas (ReplicaConfig.Engine);
-	// default vllm. A model whose replicas are all llama.cpp is slot-based: its
-	// auto threshold is router.SlotOverflowThreshold(max_num_seqs).
+	// default auto: each replica's engine is detected from its /metrics. A
+	// model whose replicas are all llama.cpp (configured, or once detected)
+	// is slot-based: its auto threshold is router.SlotOverflowThreshold(
+	// max_num_seqs), max_num_seqs learned from /props slots when not set.
 	Engine string `yaml:"engine"`
 	// Admission: the admission gate (AdmissionYAML; off by default).
 	Admission AdmissionYAML `yaml:"admission"`
 }
 
 // ReplicaConfig is one upstream URL: one replica, or DPRanks replicas (DP ranks
-// behind one endpoint, pinned with X-Data-Parallel-Rank).
+// behind one endpoint, pinned with X-Data-Parallel-Rank). In YAML a mapping,
+// or a plain URL string for a replica with the other fields at their defaults
+// (UnmarshalYAML).
 type ReplicaConfig struct {
 	URL     string `yaml:"url"`
 	Name    string `yaml:"name"`     // default "r<i>" by position in the model's list
 	DPRanks int    `yaml:"dp_ranks"` // 0: one replica, not pinned; N >= 1: ranks 0..N-1
 	// Engine is the server's engine (engines.ParseKind): "vllm", "sglang",
 	// "llamacpp", or "auto" (detect from /metrics: series prefixes, or
-	// llama-server's 501). Default the model's Engine, else vllm.
+	// llama-server's 501; until then vLLM's threshold rule applies). Default
+	// the model's Engine, else auto. A replica set to vllm whose /metrics has
+	// no vllm: series is a scrape error naming the engine the series are of.
 	Engine string `yaml:"engine"`
+
+	// decodeErr holds the problems UnmarshalYAML found in this replica's
+	// mapping, one yaml.v3 message a line, for parseConfig to report.
+	decodeErr string
 }
+
+// UnmarshalYAML accepts a replica as a mapping (url, name, dp_ranks, engine),
+// decoded strictly like the rest of the file (an unknown key is an error
+// naming the known ones), or as a plain URL string, "http://h0:8000", for a
+// replica with every other setting at its default.
+func (r *ReplicaConfig) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	switch {
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
+		*r = ReplicaConfig{URL: n.Value}
+		return nil
+	case n.Kind != yaml.MappingNode:
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a replica: want a URL string (http://host:port) or a mapping with url:", n.Line, n.Value)}}
+	}
+	// A yaml.Unmarshaler's node.Decode does not inherit the file decoder's
+	// KnownFields, so unknown keys are found here, in yaml.v3's own words
+	// (yamlpos.KnownKeys adds the did-you-mean).
+	var errs []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; k.Value != "<<" && !slices.Contains(replicaKeys, k.Value) {
+			errs = append(errs, fmt.Sprintf("line %d: field %s not found in type routerhttp.ReplicaConfig", k.Line, k.Value))
+		}
+	}
+	type plain ReplicaConfig // without this method
+	err := n.Decode((*plain)(r))
+	var te *yaml.TypeError
+	switch {
+	case errors.As(err, &te):
+		errs = append(errs, te.Errors...)
+	case err != nil:
+		return err
+	}
+	// Returned, a *yaml.TypeError would drop the replica from its list (and
+	// give "at least one replica is required" too); the file decoder keeps a
+	// mapping with a bad field. So the replica keeps its errors for
+	// parseConfig (decodeErrors), and decodes as far as it could.
+	r.decodeErr = strings.Join(errs, "\n")
+	return nil
+}
+
+// decodeErrors returns the problems UnmarshalYAML kept on c's replicas, as
+// yaml.v3 messages ("line N: ...").
+func (c Config) decodeErrors() []string {
+	var out []string
+	for _, m := range c.Models {
+		for _, r := range m.Replicas {
+			if r.decodeErr != "" {
+				out = append(out, strings.Split(r.decodeErr, "\n")...)
+			}
+		}
+	}
+	return out
+}
+
+// replicaKeys are ReplicaConfig's YAML keys (its fields' yaml tags).
+var replicaKeys = func() []string {
+	var keys []string
+	for f := range reflect.TypeFor[ReplicaConfig]().Fields() {
+		if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k != "" && k != "-" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}()
 
 // Threshold is an overflow threshold: 0 means auto.
 type Threshold int
@@ -253,9 +330,23 @@ func ParseConfig(r io.Reader) (Config, error) {
 func parseConfig(data []byte, source string) (Config, error) {
 	var cfg Config
 	lines := yamlpos.KeyLines(data)
+	urlStringLines(data, lines)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	err := dec.Decode(&cfg)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if kept := cfg.decodeErrors(); len(kept) > 0 {
+		var te *yaml.TypeError
+		switch {
+		case err == nil:
+			err = &yaml.TypeError{Errors: kept}
+		case errors.As(err, &te):
+			te.Errors = append(te.Errors, kept...)
+		}
+	}
+	if err != nil {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
 			// A syntax error: "yaml: line 2: did not find expected key".
@@ -288,6 +379,33 @@ func parseConfig(data []byte, source string) (Config, error) {
 	}
 	cfg.source, cfg.lines = source, lines
 	return cfg, nil
+}
+
+// urlStringLines adds to lines (yamlpos.KeyLines of data, which locates keys
+// only) the line of each replica given as a plain URL string, as the path
+// "models[i].replicas[j].url", so a problem with that URL names its own line.
+func urlStringLines(data []byte, lines map[string]int) {
+	var doc yaml.Node
+	if lines == nil || yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return
+	}
+	child := func(n *yaml.Node, key string) *yaml.Node {
+		for i := 0; n != nil && n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				return n.Content[i+1]
+			}
+		}
+		return nil
+	}
+	models := child(doc.Content[0], "models")
+	for i := 0; models != nil && models.Kind == yaml.SequenceNode && i < len(models.Content); i++ {
+		reps := child(models.Content[i], "replicas")
+		for j := 0; reps != nil && reps.Kind == yaml.SequenceNode && j < len(reps.Content); j++ {
+			if r := reps.Content[j]; r.Kind == yaml.ScalarNode {
+				lines[fmt.Sprintf("models[%d].replicas[%d].url", i, j)] = r.Line
+			}
+		}
+	}
 }
 
 // fileLine puts source in place of a yaml.v3 message's "line N: " ("router.yaml:N:

@@ -22,14 +22,17 @@ import (
 // GET /props total_slots x n_ctx), and what the engine lacks is listed with why.
 
 // scrapeEngine scrapes target t of kind (KindUnknown: detect) at metricsURL.
+// A detected vLLM server is read on vLLM's path (observeVLLM: DP ranks by
+// engine label) from the same body; any detection may change the model's
+// threshold rule (applySlotRule).
 func (rt *Router) scrapeEngine(ctx context.Context, t *target, kind engines.Kind, metricsURL string) {
-	snap, err := scrape.FetchEngine(ctx, rt.client, metricsURL, "", kind)
+	fams, err := scrape.FetchFamilies(ctx, rt.client, metricsURL, "")
 	var se *scrape.StatusError
 	isStatus := errors.As(err, &se)
 	if kind == engines.KindUnknown {
 		switch {
-		case snap != nil && snap.Kind != engines.KindUnknown:
-			kind = snap.Kind
+		case err == nil:
+			kind = fams.Kind()
 		case isStatus && se.Code == http.StatusNotImplemented && (se.Server == "llama.cpp" || strings.Contains(se.Body, "not_supported_error")):
 			kind = engines.KindLlamaCpp
 		}
@@ -38,16 +41,23 @@ func (rt *Router) scrapeEngine(ctx context.Context, t *target, kind engines.Kind
 			t.kind = kind
 			t.mu.Unlock()
 			rt.log.Info("replica engine detected", "model", t.pool.Model, "url", t.url.String(), "engine", string(kind))
+			rt.applySlotRule(t.pool, rt.targetList())
 		}
+	}
+	if kind == engines.KindVLLM && err == nil {
+		rt.observeVLLM(ctx, t, fams)
+		return
 	}
 	if kind == engines.KindLlamaCpp {
 		rt.readProps(ctx, t)
 	}
-	c := engines.CapabilityOf(kind)
-	lacks := lackedFigures(c)
 	t.mu.Lock()
-	t.lacks = lacks
+	t.lacks = lackedFigures(engines.CapabilityOf(kind))
 	t.mu.Unlock()
+	var snap *engines.Snapshot
+	if err == nil {
+		snap = fams.Engine(kind)
+	}
 	switch {
 	case isStatus && (se.Code == http.StatusNotImplemented || se.Code == http.StatusNotFound):
 		rt.scrapeFailed(ctx, t, "metrics off", fmt.Sprintf("metrics off: GET /metrics answered %d (%s)", se.Code, metricsFlagOf(kind)))
@@ -70,6 +80,34 @@ func (rt *Router) scrapeEngine(ctx context.Context, t *target, kind engines.Kind
 		}
 	}
 	rt.observe(t, asVLLM(st), rt.clock.Now())
+}
+
+// applySlotRule sets the auto threshold's rule of pool from the engines of
+// its replicas among targets, as now known (configured or detected): the slot
+// rule when every one is llama.cpp (learning max_num_seqs from /props unless
+// it is configured), vLLM's otherwise (a replica still undetected counts as
+// not llama.cpp). A change is logged.
+func (rt *Router) applySlotRule(pool *Pool, targets []*target) {
+	all, n := true, 0
+	for _, t := range targets {
+		if t.pool != pool {
+			continue
+		}
+		t.mu.Lock()
+		all = all && t.kind == engines.KindLlamaCpp
+		t.mu.Unlock()
+		n++
+	}
+	on := all && n > 0
+	if !pool.Balancer.SetSlotBased(on, pool.learnSlots) {
+		return
+	}
+	th, auto := pool.Balancer.OverflowThreshold()
+	if on {
+		rt.log.Info("model is slot-based: every replica is llama.cpp, auto overflow threshold = slots - 1", "model", pool.Model, "overflow_threshold", th, "auto", auto)
+	} else {
+		rt.log.Info("model is not slot-based: not every replica is llama.cpp, auto overflow threshold = max_num_seqs / 4", "model", pool.Model, "overflow_threshold", th, "auto", auto)
+	}
 }
 
 // asVLLM is st as the vLLM series it stands for (Present only where st has the
@@ -152,6 +190,44 @@ func lackedFigures(c engines.Capability) []string {
 	for _, f := range []engines.Figure{engines.FigRunning, engines.FigWaiting, engines.FigKVUsage, engines.FigKVCapacity, engines.FigPrefixQueries, engines.FigPrefixHits} {
 		if fs, ok := c.Source(f); !ok {
 			out = append(out, string(f)+": "+fs.Note)
+		}
+	}
+	return out
+}
+
+// observedGauges are the vLLM gauges observe reads per replica, with the
+// figure each stands for (asVLLM maps another engine's figures onto them).
+// Counters are left out: SGLang's have no sample before their first increment
+// (prometheus_client in multiprocess mode), so absent is not "not exported".
+var observedGauges = []struct {
+	series string
+	fig    engines.Figure
+}{
+	{vllmmetrics.NumRequestsRunning, engines.FigRunning},
+	{vllmmetrics.NumRequestsWaiting, engines.FigWaiting},
+	{vllmmetrics.KVCacheUsagePerc, engines.FigKVUsage},
+}
+
+// notExported lists the gauges engine kind has (its capability names a
+// source) that snap, one read of a server's /metrics, has on none of its
+// engines, as "figure: not exported by this server: <source> absent from its
+// /metrics" (the harness's wording, loadgenhttp.EngineColumns): a build older
+// or newer than the one the capability was read from, e.g. llama.cpp's
+// kv_cache_usage_ratio, which recent builds no longer export.
+func notExported(kind engines.Kind, snap *vllmmetrics.Snapshot) []string {
+	c := engines.CapabilityOf(kind)
+	var out []string
+	for _, of := range observedGauges {
+		fs, ok := c.Source(of.fig)
+		if !ok {
+			continue // the engine lacks it: lackedFigures says why
+		}
+		found := false
+		for _, e := range snap.Engines {
+			found = found || e.Present[of.series]
+		}
+		if !found {
+			out = append(out, fmt.Sprintf("%s: not exported by this server: %s absent from its /metrics", of.fig, fs.Source))
 		}
 	}
 	return out

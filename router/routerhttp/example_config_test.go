@@ -33,7 +33,8 @@ func TestExampleConfig(t *testing.T) {
 	if cfg.ScrapeInterval != time.Second || cfg.SnapshotInterval != 100*time.Millisecond || cfg.SessionTTL != time.Hour {
 		t.Errorf("durations: scrape %v, snapshot %v, ttl %v", cfg.ScrapeInterval, cfg.SnapshotInterval, cfg.SessionTTL)
 	}
-	if len(cfg.Models) != 3 || cfg.Models[0].OverflowThreshold != 0 || cfg.Models[1].OverflowThreshold != 12 || cfg.Models[2].Engine != "llamacpp" {
+	if len(cfg.Models) != 4 || cfg.Models[0].OverflowThreshold != 0 || cfg.Models[1].OverflowThreshold != 12 || cfg.Models[2].Engine != "llamacpp" ||
+		cfg.Models[3].Engine != "" || len(cfg.Models[3].Replicas) != 2 || cfg.Models[3].Replicas[1].URL != "http://cpu3.internal:8080" {
 		t.Fatalf("models: %+v", cfg.Models)
 	}
 
@@ -49,7 +50,7 @@ func TestExampleConfig(t *testing.T) {
 			got = append(got, m.Model+":"+r.Name)
 		}
 	}
-	want := "Qwen/Qwen3-32B:gpu0 Qwen/Qwen3-32B:gpu1 qwen3-coder:dp/rank0 qwen3-coder:dp/rank1 qwen3-coder:dp/rank2 qwen3-coder:dp/rank3 qwen2.5-coder-7b:r0 qwen2.5-coder-7b:r1"
+	want := "Qwen/Qwen3-32B:gpu0 Qwen/Qwen3-32B:gpu1 qwen3-coder:dp/rank0 qwen3-coder:dp/rank1 qwen3-coder:dp/rank2 qwen3-coder:dp/rank3 qwen2.5-coder-7b:r0 qwen2.5-coder-7b:r1 *:r0 *:r1"
 	if strings.Join(got, " ") != want {
 		t.Errorf("replicas %v, want %s", got, want)
 	}
@@ -59,6 +60,11 @@ func TestExampleConfig(t *testing.T) {
 	// All replicas llama.cpp: slot-based, auto threshold slots - 1.
 	if n, auto := rt.Pools()[2].Balancer.OverflowThreshold(); n != 3 || !auto {
 		t.Errorf("model 2 (llama.cpp, 4 slots) threshold %d (auto %v), want auto 3 (router.SlotOverflowThreshold)", n, auto)
+	}
+	// URL strings, engine auto: undetected before any scrape, so vLLM's rule
+	// (TestEngineAutoIsTheDefault shows the switch once detected).
+	if ms := rt.Status().Models[3]; ms.SlotBased || ms.OverflowThreshold != 64 || ms.Replicas[0].Engine != "unknown" {
+		t.Errorf("model 3 (auto): slot_based %v, threshold %d, engine %q; want vLLM's 64 and unknown until scraped", ms.SlotBased, ms.OverflowThreshold, ms.Replicas[0].Engine)
 	}
 
 	// Every YAML field of the schema appears in the example.

@@ -27,6 +27,11 @@ type Pool struct {
 
 	mu sync.RWMutex // guards Upstreams once the pool serves
 
+	// learnSlots: the model's max_num_seqs is not configured, so once it is
+	// slot-based (every replica llama.cpp) it is learned from /props slots
+	// (Router.applySlotRule, router.Balancer.SetSlotBased).
+	learnSlots bool
+
 	// lastModel is the latest "model" a client asked this pool for: the model
 	// an ejected replica's probe asks for when the pool serves any model.
 	lastModel atomic.Pointer[string]

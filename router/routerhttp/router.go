@@ -81,11 +81,13 @@ type target struct {
 	// figures ("" after a good one), scrapeClass its kind (scrapeFailed); it
 	// is logged at warning level when the class changes, not on every scrape.
 	// lacks names the figures the engine does not report, with why
-	// (engines.Capability notes).
+	// (engines.Capability notes); unexported those the engine has but this
+	// server's last /metrics read did not (notExported).
 	kind        engines.Kind
 	scrapeErr   string
 	scrapeClass string
 	lacks       []string
+	unexported  []string
 	slots       int // llama.cpp GET /props total_slots; 0 unknown
 	// propsAt is when /props was last read (wall time; zero: never, or to be
 	// read again at the next scrape: set on a health recovery).
@@ -225,6 +227,7 @@ func (rt *Router) newPool(mi int, m ModelConfig) (*Pool, []*target, error) {
 		return nil, nil, fmt.Errorf("model %q: %w", m.Name, err)
 	}
 	pool.Balancer = b
+	pool.learnSlots = m.MaxNumSeqs == 0
 	return pool, targets, nil
 }
 
@@ -236,11 +239,10 @@ func newTarget(pool *Pool, rc ReplicaConfig, first int) (*target, []Upstream, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("replica %q: %w", rc.URL, err)
 	}
-	t := &target{pool: pool, url: u, ranked: rc.DPRanks > 0, healthy: true, kind: engines.KindVLLM}
-	if rc.Engine != "" {
-		if t.kind, err = engines.ParseKind(rc.Engine); err != nil {
-			return nil, nil, fmt.Errorf("replica %q: %w", rc.URL, err)
-		}
+	t := &target{pool: pool, url: u, ranked: rc.DPRanks > 0, healthy: true}
+	// "" is auto, as "auto": KindUnknown until a scrape names the engine.
+	if t.kind, err = engines.ParseKind(rc.Engine); err != nil {
+		return nil, nil, fmt.Errorf("replica %q: %w", rc.URL, err)
 	}
 	var ups []Upstream
 	if rc.DPRanks == 0 {
@@ -296,6 +298,8 @@ func (rt *Router) AddReplica(model string, rc ReplicaConfig) ([]string, error) {
 		names = append(names, up.Name)
 	}
 	rt.targets = append(rt.targets, t)
+	// A replica of another engine (or still undetected) ends a slot-based model.
+	rt.applySlotRule(pool, rt.targets)
 	if rt.runCtx != nil && rt.runCtx.Err() == nil {
 		rt.startLoops(rt.runCtx, rt.loops, t)
 	}

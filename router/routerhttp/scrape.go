@@ -3,6 +3,7 @@ package routerhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"syscall"
@@ -25,13 +26,39 @@ func (rt *Router) scrape(ctx context.Context, t *target) {
 		rt.scrapeEngine(ctx, t, kind, u.String())
 		return
 	}
-	snap, err := scrape.Fetch(ctx, rt.client, u.String(), "")
+	fams, err := scrape.FetchFamilies(ctx, rt.client, u.String(), "")
 	if err != nil {
 		rt.scrapeFailed(ctx, t, scrapeErrorClass(err), err.Error())
 		return
 	}
+	rt.observeVLLM(ctx, t, fams)
+}
+
+// observeVLLM feeds fams, the /metrics body of t as a vLLM server, to t's
+// Balancer, or records why it cannot: a body without vllm: series (another
+// engine's, or none an engine names) gave no figures, so it is a scrape error
+// of class "no series" that says what the body is, not a silent zero.
+func (rt *Router) observeVLLM(ctx context.Context, t *target, fams scrape.Families) {
+	snap := fams.VLLM()
+	if len(snap.Engines) == 0 {
+		rt.scrapeFailed(ctx, t, "no series", noVLLMSeries(fams.Kind()))
+		return
+	}
+	t.mu.Lock()
+	t.lacks = lackedFigures(engines.CapabilityOf(engines.KindVLLM))
+	t.mu.Unlock()
 	rt.scrapeFailed(ctx, t, "", "")
 	rt.observe(t, snap, rt.clock.Now())
+}
+
+// noVLLMSeries is the scrape error of a replica read as vLLM whose /metrics
+// has no vllm: series; k is the engine the body names (KindUnknown: none).
+func noVLLMSeries(k engines.Kind) string {
+	if k == engines.KindUnknown {
+		return "GET /metrics has no vllm: series (nor sglang: or llamacpp: ones): not a vLLM server's /metrics; check the URL, or set engine: for this replica"
+	}
+	prefix := map[engines.Kind]string{engines.KindSGLang: engines.PrefixSGLang, engines.KindLlamaCpp: engines.PrefixLlamaCpp}[k]
+	return fmt.Sprintf("GET /metrics has no vllm: series but %s ones: the server is %s, read as vLLM (engine: vllm); set engine: %s, or auto (the default)", prefix, k, k)
 }
 
 // Classes of scrape failure (scrapeErrorClass): what a reader of the log acts
@@ -116,6 +143,9 @@ func (rt *Router) observe(t *target, snap *vllmmetrics.Snapshot, at time.Duratio
 		kvTokens             int64 // (num_gpu_blocks - 1) x block_size, summed
 	}
 	rt.recordCard(t, snap, at)
+	t.mu.Lock()
+	t.unexported = notExported(t.kind, snap)
+	t.mu.Unlock()
 	if _, src := t.pool.Balancer.BytesPerToken(); src != router.SizeResponses {
 		// The /metrics ratio is only a fallback: once the responses have
 		// calibrated the estimate, do not recompute it on every scrape.

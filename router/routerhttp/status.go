@@ -1,6 +1,7 @@
 package routerhttp
 
 import (
+	"github.com/lmwarden/warden/internal/engines"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -16,7 +17,11 @@ type ModelStatus struct {
 	Policy            string `json:"policy"` // affinity-on policy (PolicyNames)
 	OverflowThreshold int    `json:"overflow_threshold"`
 	ThresholdAuto     bool   `json:"overflow_threshold_auto"`
-	Sessions          int    `json:"sessions"`
+	// SlotBased: every replica is llama.cpp (configured or detected), so the
+	// auto threshold is slots - 1 (router.SlotOverflowThreshold) rather than
+	// max_num_seqs / 4.
+	SlotBased bool `json:"slot_based"`
+	Sessions  int  `json:"sessions"`
 	// BytesPerToken is the body bytes per prompt token the policies' size
 	// estimates and the status card use; BytesPerTokenSource says where it comes
 	// from (Balancer.BytesPerToken: "responses", "metrics" or "assumed") and
@@ -36,11 +41,20 @@ type ReplicaReport struct {
 	router.ReplicaStatus
 	URL  string `json:"url"`
 	Rank *int   `json:"dp_rank,omitempty"`
+	// KVUsage is kv_usage as /status writes it (it takes the place of
+	// ReplicaStatus.KVUsage in the JSON): the fraction last scraped, or null
+	// when it is not known: the replica was never read, or its engine or this
+	// server does not export a KV usage series (Missing then has a
+	// "kv_usage: ..." line saying which), so a missing figure never reads as 0.
+	KVUsage *float64 `json:"kv_usage"`
 	// Engine is the server's engine kind ("vllm", "sglang", "llamacpp";
 	// "unknown" while an "auto" one is undetected). ScrapeError is why its
 	// /metrics gave no figures at the last scrape ("" after a good one).
 	// Missing lists the figures the engine does not report, each with why
-	// (engines.Capability), e.g. "prefix_hits: no hit counter: ...".
+	// (engines.Capability), e.g. "prefix_hits: no hit counter: ...", then
+	// those the engine has but this server's last /metrics lacked, e.g.
+	// "kv_usage: not exported by this server: llamacpp:kv_cache_usage_ratio
+	// absent from its /metrics".
 	Engine      string   `json:"engine"`
 	ScrapeError string   `json:"scrape_error,omitempty"`
 	Missing     []string `json:"missing_figures,omitempty"`
@@ -64,7 +78,8 @@ func (rt *Router) Status() Status {
 	for _, pool := range rt.proxy.Pools() {
 		b := pool.Balancer
 		n, auto := b.OverflowThreshold()
-		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto, Sessions: b.Sessions()}
+		ms := ModelStatus{Model: pool.Model, Affinity: b.Affinity(), Policy: b.Policy(), OverflowThreshold: n, ThresholdAuto: auto,
+			SlotBased: b.SlotBased(), Sessions: b.Sessions()}
 		ms.BytesPerToken, ms.BytesPerTokenSource = b.BytesPerToken()
 		ms.BytesPerTokenMeasured = ms.BytesPerTokenSource != router.SizeAssumed
 		ms.Admission = AdmissionReport{b.Admission()}
@@ -80,6 +95,9 @@ func (rt *Router) Status() Status {
 				rep.Rank = &k
 			}
 			rt.fillPrefix(pool, i, &rep)
+			if kv := s.KVUsage; s.ScrapeAgeS >= 0 && !lacks(rep.Missing, engines.FigKVUsage) {
+				rep.KVUsage = &kv
+			}
 			ms.Replicas = append(ms.Replicas, rep)
 		}
 		st.Models = append(st.Models, ms)
@@ -99,7 +117,8 @@ func (rt *Router) fillPrefix(pool *Pool, replica int, rep *ReplicaReport) {
 			t.mu.Lock()
 			ps := t.prefix[k]
 			rep.DPPinning = t.pin
-			rep.Engine, rep.ScrapeError, rep.Missing, rep.Slots = string(t.kind), t.scrapeErr, t.lacks, t.slots
+			rep.Engine, rep.ScrapeError, rep.Slots = string(t.kind), t.scrapeErr, t.slots
+			rep.Missing = append(append([]string(nil), t.lacks...), t.unexported...)
 			t.mu.Unlock()
 			if ps.have && ps.windowQueries > 0 {
 				rep.PrefixHitRate = ps.windowHit / ps.windowQueries

@@ -45,7 +45,7 @@ type CardModel struct {
 	// CardReplica.Conversations) while its last request is at most this old.
 	LiveWindowS float64
 	Replicas    []CardReplica
-	Fleet       CardReplica // sums over the replicas (KVUsage: mean; hit rates: pooled)
+	Fleet       CardReplica // sums over the replicas (KVUsage: mean of those reporting it, -1 none; hit rates: pooled)
 	Capacity    CardCapacity
 	// PinningIgnored names the replicas (DP ranks) whose server does not honour
 	// X-Data-Parallel-Rank (ReplicaReport.DPPinning "ignored"): the server's own
@@ -172,9 +172,12 @@ func (rt *Router) Card() Card {
 		fr.ok, fr.hasPrefix, fr.prefixTokens, fr.hasSource = true, true, true, true
 		var sinceQ, sinceH float64
 		var usageP, usageC uint64
-		ratesKnown := 0
+		ratesKnown, kvKnown := 0, 0
 		for i, rep := range ms.Replicas {
 			cr := newCardReplica(&rep)
+			if cr.KVUsage >= 0 {
+				kvKnown++
+			}
 			usageP += rep.UsagePromptTokens
 			usageC += rep.UsageCachedTokens
 			cm.noteProblems(&rep)
@@ -215,8 +218,10 @@ func (rt *Router) Card() Card {
 		// context estimates were made with it (or the ratio in force then).
 		bpt, src := pool.Balancer.BytesPerToken()
 		n := len(cm.Replicas)
-		if n > 0 {
-			fleet.KVUsage /= float64(n)
+		if kvKnown > 0 {
+			fleet.KVUsage /= float64(kvKnown) // the mean of the replicas that report it
+		} else {
+			fleet.KVUsage = -1 // none does (llama.cpp: not exported)
 		}
 		fleet.HitRate, fleet.HitRateSince = -1, -1
 		if fr.hasPrefix && fr.dQueries > 0 {
@@ -252,7 +257,7 @@ func newCardReplica(rep *ReplicaReport) CardReplica {
 		// Arrived by overflow: served away from home once, or moved here for good.
 		Overflow:      rep.ServedBy[router.ReasonOverflow.String()] + rep.ServedBy[router.ReasonMoved.String()],
 		SessionsHomed: rep.Sessions, InFlight: rep.InFlight,
-		Running: rep.Running, Waiting: rep.Waiting, KVUsage: rep.KVUsage,
+		Running: rep.Running, Waiting: rep.Waiting, KVUsage: -1,
 		HitRate: -1, HitRateSince: rep.PrefixHitRate, CachedPerS: -1, ComputedPerS: -1,
 		UsageHitRate: usageRate(rep.UsageCachedTokens, rep.UsagePromptTokens),
 		Shared:       rep.SharedLive > rep.Live || rep.SharedLiveTokens > rep.LiveTokens,
@@ -261,10 +266,10 @@ func newCardReplica(rep *ReplicaReport) CardReplica {
 	cr.Conversations, cr.ContextTokens = rep.DecidedLive()
 	cr.Other, cr.OtherBy = otherReasons(rep.ServedBy)
 	if rep.ScrapeAgeS < 0 {
-		cr.Running, cr.Waiting, cr.KVUsage = -1, -1, -1
+		cr.Running, cr.Waiting = -1, -1
 	}
-	if lacks(rep.Missing, engines.FigKVUsage) {
-		cr.KVUsage = -1
+	if rep.KVUsage != nil { // nil: never read, or not reported (ReplicaReport.KVUsage)
+		cr.KVUsage = *rep.KVUsage
 	}
 	if lacks(rep.Missing, engines.FigRunning) {
 		cr.Running, cr.Waiting = -1, -1
