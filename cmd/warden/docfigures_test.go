@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The figures docs/planning.md shows come from committed directories under
+// results/plan, and today's code still gives the reference one: a change
+// that moves the plan fails here until the directory and the doc are
+// regenerated (docs/planning.md, "Worked example").
+const planningDoc = "../../docs/planning.md"
+
+// readPlanCSV reads a committed plan.csv into rows keyed by policy, each a
+// map from column name to cell.
+func readPlanCSV(t *testing.T, path string) map[string]map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("%v (regenerate it: docs/planning.md names the command)", err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(recs) < 2 {
+		t.Fatalf("%s: %d rows, %v", path, len(recs), err)
+	}
+	out := map[string]map[string]string{}
+	for _, r := range recs[1:] {
+		row := map[string]string{}
+		for i, h := range recs[0] {
+			row[h] = r[i]
+		}
+		out[r[0]] = row
+	}
+	return out
+}
+
+// docSection returns the text of the docs/planning.md section under heading.
+func docSection(t *testing.T, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(planningDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "\n"+heading+"\n")
+	if i < 0 {
+		t.Fatalf("%s has no %q section", planningDoc, heading)
+	}
+	s = s[i+len(heading)+2:]
+	if j := strings.Index(s, "\n## "); j >= 0 {
+		s = s[:j]
+	}
+	return s
+}
+
+func TestPlanningWorkedExampleIsTheCommittedPlan(t *testing.T) {
+	const dir = "results/plan/reference"
+	sec := docSection(t, "## Worked example: the reference cluster")
+	if !strings.Contains(sec, dir) {
+		t.Errorf("the worked example does not name %s, the directory its figures come from", dir)
+	}
+	want := readPlanCSV(t, filepath.Join("../..", dir, "plan.csv"))
+	var header []string
+	rows := 0
+	for _, line := range strings.Split(sec, "\n") {
+		if !strings.HasPrefix(line, "│") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "│"), "│")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if header == nil {
+			header = cells
+			continue
+		}
+		row, ok := want[cells[0]]
+		if !ok || len(cells) != len(header) {
+			break // the next table (the cliff)
+		}
+		rows++
+		for i, h := range header {
+			if row[h] != cells[i] {
+				t.Errorf("docs/planning.md %s %q = %q, %s/plan.csv has %q", cells[0], h, cells[i], dir, row[h])
+			}
+		}
+	}
+	if rows != len(want) {
+		t.Errorf("the worked example's table has %d of the %d policies of %s/plan.csv", rows, len(want), dir)
+	}
+}
+
+func TestPlanningFleetTableIsTheCommittedPlans(t *testing.T) {
+	sec := docSection(t, "## The 7 x RTX 5090 fleet")
+	plans := map[string]map[string]map[string]string{}
+	for _, kv := range []string{"bf16", "fp8"} {
+		dir := "results/plan/fleet-" + kv
+		if !strings.Contains(sec, dir) {
+			t.Errorf("the fleet section does not name %s", dir)
+		}
+		plans[kv] = readPlanCSV(t, filepath.Join("../..", dir, "plan.csv"))
+	}
+	kv, rows := "", 0
+	for _, line := range strings.Split(sec, "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if !strings.HasPrefix(line, "| ") || len(cells) != 8 {
+			continue
+		}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if k, _, ok := strings.Cut(cells[0], " "); ok && plans[k] != nil {
+			kv = k
+		}
+		row := plans[kv][cells[1]]
+		if row == nil {
+			continue
+		}
+		rows++
+		got := []string{cells[2], cells[3], cells[4], cells[5], cells[7]}
+		want := []string{row["knee sessions"], "", "", "", row["KV-fit sessions"]}
+		if row["knee sessions"] != "none" {
+			want[1] = fmt.Sprintf("%s / %s / %s", round(t, row["TTFB p50 s"], 1), round(t, row["TTFB p95 s"], 0), round(t, row["TTFB p99 s"], 0))
+			want[2], want[3] = row["goodput"], round(t, row["prefix hits %"], 0)
+		}
+		for i, name := range []string{"knee", "TTFB p50 / p95 / p99", "goodput", "prefix hits %", "KV-fit"} {
+			if got[i] != want[i] {
+				t.Errorf("docs/planning.md fleet %s %s %s = %q, results/plan/fleet-%s gives %q", kv, cells[1], name, got[i], kv, want[i])
+			}
+		}
+	}
+	if rows != 6 {
+		t.Errorf("the fleet table has %d policy rows matched to the committed plans, want 6", rows)
+	}
+}
+
+// round formats the number s with digits decimals.
+func round(t *testing.T, s string, digits int) string {
+	t.Helper()
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return strconv.FormatFloat(v, 'f', digits, 64)
+}
+
+// Today's code gives the committed reference plan byte for byte (the virtual
+// world is deterministic; 18 points, a few seconds).
+func TestReferencePlanIsToday(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "plan")
+	if stdout, err := run(t, "plan", "--out", out); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	for _, f := range []string{"plan.csv", "points.csv"} {
+		got, err := os.ReadFile(filepath.Join(out, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join("../../results/plan/reference", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("results/plan/reference/%s is not what today's code gives: regenerate it with\n  ./bin/warden plan --out results/plan/reference\nand update docs/planning.md's worked example", f)
+		}
+	}
+}
