@@ -9,7 +9,7 @@
 // results (package report reads what this package writes). It imports neither
 // router nor sim.
 //
-// # Two worlds, one controller
+// # Two worlds, one controller interface
 //
 // The same workload and closed loop run in the HTTP world (Run: goroutines, real
 // streaming clients, a scaled wall clock) and in the virtual-time world
@@ -19,11 +19,13 @@
 //   - Workload / Session: deterministic content. Session i's text depends only on
 //     (Scenario.Seed, i); every turn re-sends the whole history, so turn n+1's
 //     messages are turn n's plus its reply plus one new user message.
-//   - Loop: which sessions run, which turn is sent next and when, and the per-stage
-//     accounting. Callers pass the simulated instant of each event.
+//   - Controller (NewController): which sessions run, which turn is sent next and
+//     when, and the per-window accounting; one of Loop (the closed loop of
+//     synthetic sessions), TraceLoop (a Mooncake trace replay) or AgentLoop (agent
+//     session trees). Callers pass the simulated instant of each event.
 //
-// loadgenhttp.Run is a thin driver around them; internal/virtual calls the same
-// methods.
+// loadgenhttp.Run is a thin driver around a Controller; internal/virtual calls
+// the same methods. Neither world asks which controller it has.
 //
 // A scenario decodes through Scenario's yaml tags; a token count or think time
 // decodes to the range of its draws and ParseScenario splits it into nominal and

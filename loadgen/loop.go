@@ -195,12 +195,17 @@ func (l *Loop) StageConcurrency(k int, now time.Duration) (achieved, target floa
 	return busy.Seconds() / (hi - lo).Seconds(), ConcurrencyTarget(l.windows[k].Sessions, turn, l.sc.ThinkTime)
 }
 
-// ConcurrencyWarning returns the warning for stage k of l at the simulated
-// instant now (its end) when its achieved concurrency (StageConcurrency) is below
-// MinConcurrencyPct of the level the loop can hold, "" otherwise: e.g. "1.26
-// turns in flight on average, 32 % of the 4.00 the loop can hold (below 90 %)".
-// Both worlds print it to stderr at the stage's end.
-func ConcurrencyWarning(l *Loop, k int, now time.Duration) string {
+// ConcurrencyWarning returns the warning for stage k of controller c at the
+// simulated instant now (its end) when c is a closed loop (Loop) whose achieved
+// concurrency (StageConcurrency) is below MinConcurrencyPct of the level it can
+// hold, "" otherwise (a replay has no such level): e.g. "1.26 turns in flight
+// on average, 32 % of the 4.00 the loop can hold (below 90 %)". Both worlds
+// print it to stderr at the stage's end.
+func ConcurrencyWarning(c Controller, k int, now time.Duration) string {
+	l, ok := c.(*Loop)
+	if !ok {
+		return ""
+	}
 	achieved, target := l.StageConcurrency(k, now)
 	return ConcurrencyShortfall(achieved, target)
 }

@@ -803,11 +803,7 @@ func (r *run) stageProgress(k int) {
 	}
 	fmt.Fprintf(r.cfg.Progress, "virtual %-4s stage %d/%d  %3d sessions  t=%6.0fs  turns ok=%d failed=%d  wall %.1fs\n",
 		r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, ws[k].End.Seconds(), r.stageOK[k], r.stageKO[k], time.Since(r.wall).Seconds())
-	loop, ok := r.loop.(*loadgen.Loop)
-	if !ok {
-		return // a trace replay has no closed-loop level to fall short of
-	}
-	if msg := loadgen.ConcurrencyWarning(loop, k, ws[k].End); msg != "" {
+	if msg := loadgen.ConcurrencyWarning(r.loop, k, ws[k].End); msg != "" {
 		fmt.Fprintf(r.cfg.Progress, "warning: [%s] stage %d/%d (%d sessions): %s\n", r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, msg)
 	}
 }

@@ -285,11 +285,7 @@ func (vr *variantRun) settle(stopAt time.Duration) {
 // loadgen.MinConcurrencyPct of the level the loop can hold; summary.md says the
 // same from turns.jsonl.
 func (vr *variantRun) warnConcurrency(k int) {
-	loop, ok := vr.loop.(*loadgen.Loop)
-	if !ok {
-		return // a trace replay has no closed-loop level
-	}
-	if msg := loadgen.ConcurrencyWarning(loop, k, vr.windows[k].End); msg != "" {
+	if msg := loadgen.ConcurrencyWarning(vr.loop, k, vr.windows[k].End); msg != "" {
 		fmt.Fprintf(vr.rn.progress, "warning: [%s] stage %d/%d (%d sessions): %s\n",
 			vr.name, k+1, len(vr.windows), vr.windows[k].Sessions, msg)
 	}
