@@ -248,7 +248,7 @@ func Compare(a, b string, w io.Writer, opts CompareOptions) (*Comparison, error)
 			strings.Join(runA.Manifest.Scenario.Variants, ","), strings.Join(runB.Manifest.Scenario.Variants, ",")))
 	}
 	if d := fleetDiff(&runA.Manifest, &runB.Manifest); d != "" {
-		c.Notes = append(c.Notes, "the runs served different fleets ("+d+"): the differences include the fleet's")
+		c.Notes = append(c.Notes, "the runs served different fleets ("+d+"): the differences include the fleet's own effect, not only the change under test")
 	}
 	if pair {
 		return c, c.comparePair(runA, runB, sumsA, sumsB, w, opts)

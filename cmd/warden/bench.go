@@ -115,6 +115,12 @@ Targets:
                          replicas busy and prefix hits % are n/a (stayed %
                          from the router's X-Warden-Replica header)
 
+API: the sessions speak the scenario's api: (scenarios/README.md):
+openai-chat (POST /v1/chat/completions, the default), anthropic-messages
+(POST /v1/messages, as Claude Code sends it) or openai-responses (POST
+/v1/responses, as Codex sends it); the session key travels as the scenario's
+session_header (or --session-header: claude-code, x-session-id, codex, none).
+
 Simulated network and API server: a scenario's rtt (client-server round trip)
 and api_servers (vLLM's API-server processes doing tokenization, the chat
 template and output handling) are applied in simulated time by the simulator's
