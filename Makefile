@@ -46,7 +46,7 @@ test: fmt-check vet unit race smoke regression
 # Not in `make test` (about 4 minutes of wall time): the "off" variant's
 # HTTP/virtual agreement over 12-minute stages (docs/simulator.md, "Agreement").
 agreement-off:
-	WARDEN_AGREEMENT_OFF=1 $(GO) test -count=1 -timeout 20m -run TestVirtualAgreesWithHTTPOffLongStages -v ./internal/bench/
+	WARDEN_AGREEMENT_OFF=1 $(GO) test -count=1 -timeout 20m -run TestVirtualAgreesWithHTTPOffLongStages -v ./internal/run/bench/
 
 # Not in `make test` (about 5 minutes): warden's proxy path side by side with
 # nginx and HAProxy (docs/router.md, "Side by side with nginx and HAProxy"); PROXY_OUT is
@@ -63,7 +63,7 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-# -parallel 4 and -p 4 (the default of both is the core count): internal/bench's
+# -parallel 4 and -p 4 (the default of both is the core count): internal/run/bench's
 # tests (t.Parallel) and e2e's mostly wait on wall time (HTTP worlds on loopback),
 # so CPU-bound packages (sim's trace check) run beside them, not after them.
 unit:
@@ -72,7 +72,7 @@ unit:
 # The race detector over the concurrent packages: the router and its shared
 # state, the HTTP runner, the simulator's server, the benches over HTTP, and
 # e2e's shared-state tests (two routers, one redis-server).
-RACE_PKGS := ./router/... ./loadgen/loadgenhttp ./sim/simhttp ./internal/bench
+RACE_PKGS := ./router/... ./loadgen/loadgenhttp ./sim/simhttp ./internal/run/bench
 RACE_E2E  := TestResponseContinuationAcrossRouters|TestTwoRoutersShareAdmission|TestSharedStateCardShowsWhatPoliciesDecideOn|TestSharedAdmission|TestTwoRoutersSharedState
 race:
 	$(GO) test -race -count=1 -p 4 -parallel 4 -timeout 15m $(RACE_PKGS)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/engineapi"
-	"github.com/lmwarden/warden/internal/testredis"
+	"github.com/lmwarden/warden/internal/testkit/testredis"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/sim/simhttp"

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/engineapi"
-	"github.com/lmwarden/warden/internal/testredis"
+	"github.com/lmwarden/warden/internal/testkit/testredis"
 	"github.com/lmwarden/warden/sim/simhttp"
 )
 

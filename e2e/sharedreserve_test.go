@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/lmwarden/warden/internal/engineapi"
-	"github.com/lmwarden/warden/internal/testredis"
+	"github.com/lmwarden/warden/internal/testkit/testredis"
 	"github.com/lmwarden/warden/internal/vllmmetrics"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/routerhttp"

@@ -1,6 +1,6 @@
 package loadgen
 
-// This file holds the types other packages (cmd/warden, internal/virtual, report)
+// This file holds the types other packages (cmd/warden, internal/run/virtual, report)
 // use most: Scenario, TurnRequest, Message.
 
 import (

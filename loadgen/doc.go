@@ -13,7 +13,7 @@
 //
 // The same workload and closed loop run in the HTTP world (Run: goroutines, real
 // streaming clients, a scaled wall clock) and in the virtual-time world
-// (internal/virtual: one discrete-event loop, no goroutines, no HTTP). So the
+// (internal/run/virtual: one discrete-event loop, no goroutines, no HTTP). So the
 // decisions live in pure types with no clock and no I/O:
 //
 //   - Workload / Session: deterministic content. Session i's text depends only on
@@ -24,7 +24,7 @@
 //     synthetic sessions), TraceLoop (a Mooncake trace replay) or AgentLoop (agent
 //     session trees). Callers pass the simulated instant of each event.
 //
-// loadgenhttp.Run is a thin driver around a Controller; internal/virtual calls
+// loadgenhttp.Run is a thin driver around a Controller; internal/run/virtual calls
 // the same methods. Neither world asks which controller it has.
 //
 // A scenario decodes through Scenario's yaml tags; a token count or think time

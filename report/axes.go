@@ -11,7 +11,7 @@ import (
 
 // TickLabel formats an axis value without trailing zeros and with thousands
 // grouped: 50000 -> "50,000", 0.5 -> "0.5". It is the one tick format of every
-// figure: the run figures here and the study figures (internal/study).
+// figure: the run figures here and the study figures (internal/run/study).
 func TickLabel(v float64) string {
 	if math.Abs(v) >= 1000 && v == math.Round(v) {
 		return fmtThousands(v)

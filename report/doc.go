@@ -6,7 +6,7 @@
 // off -> on deltas with a noise verdict (NewDelta, Delta), the output files
 // (Generate, ResultsCSV, TurnsByIndexCSV, ResultsJSON, SummaryMarkdown, WritePlots),
 // the one axis format of every figure, run and study alike (PlainTicks, LogTicks,
-// TickLabel in axes.go; internal/study draws with them),
+// TickLabel in axes.go; internal/run/study draws with them),
 // the breakdown of each stage by turn index (Summary.ByTurn, TurnStats), the
 // whole-run figures of agent-session replays (SummarizeAgents, TreesCSV), the terminal
 // table (WriteTable) and run-to-run comparison with regression gates (Compare,

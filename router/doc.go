@@ -2,7 +2,7 @@
 // or one data-parallel rank behind one endpoint) serves each request of a Claude
 // Code-style conversation so that the conversation keeps its prefix cache. It does
 // no I/O and links no net/http (internal/layout's test checks), so the HTTP proxy
-// (router/routerhttp) and the virtual-time world (internal/virtual) run the same
+// (router/routerhttp) and the virtual-time world (internal/run/virtual) run the same
 // decisions.
 //
 // # Layers
@@ -48,7 +48,7 @@
 // score lives in internal/vllmdp; replica names come from ReplicaName and
 // RankName (names.go).
 //
-// Using it without HTTP (what internal/virtual does):
+// Using it without HTTP (what internal/run/virtual does):
 //
 //	b, err := router.NewBalancer(router.BalancerConfig{
 //		Replicas: []string{"r0", "r1"}, Affinity: true, MaxNumSeqs: 32, Now: clock.Now})

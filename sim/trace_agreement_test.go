@@ -2,7 +2,7 @@ package sim
 
 import (
 	"fmt"
-	"github.com/lmwarden/warden/internal/sharedtrace"
+	"github.com/lmwarden/warden/internal/testkit/sharedtrace"
 	"math"
 	"os"
 	"strconv"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lmwarden/warden/internal/bench"
+	"github.com/lmwarden/warden/internal/run/bench"
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/loadgen/loadgenhttp"
 	"github.com/lmwarden/warden/router"

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/internal/engines"
-	"github.com/lmwarden/warden/internal/enginestub"
+	"github.com/lmwarden/warden/internal/testkit/enginestub"
 )
 
 // TestBenchServersWithoutMetrics: warden bench --replicas against a

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lmwarden/warden/internal/bench"
-	"github.com/lmwarden/warden/internal/plan"
+	"github.com/lmwarden/warden/internal/run/bench"
+	"github.com/lmwarden/warden/internal/run/plan"
 	"github.com/lmwarden/warden/loadgen"
 	"github.com/lmwarden/warden/sim"
 )

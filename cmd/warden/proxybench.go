@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lmwarden/warden/internal/proxybench"
+	"github.com/lmwarden/warden/internal/run/proxybench"
 )
 
 // newProxyBenchCmd is the hidden dev tool behind `make proxy-bench`.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lmwarden/warden/internal/study"
+	"github.com/lmwarden/warden/internal/run/study"
 	"github.com/lmwarden/warden/report"
 )
 
@@ -105,7 +105,7 @@ fleet-fp8kv (the same on rtx5090-27b-fp8kv: an fp8 KV cache, twice the tokens).
 // seeds and stage durations looked up and study.Run.
 func runStudy(cmd *cobra.Command, sf *studyFlags) error {
 	if sf.list {
-		fmt.Fprintf(cmd.OutOrStdout(), "setups: %s\narms: %s\n(what each arm does: docs/routing.md, the arm tables of \"How it is measured\" and \"What did not work\"; code in internal/study/arms.go)\n",
+		fmt.Fprintf(cmd.OutOrStdout(), "setups: %s\narms: %s\n(what each arm does: docs/routing.md, the arm tables of \"How it is measured\" and \"What did not work\"; code in internal/run/study/arms.go)\n",
 			strings.Join(study.SetupNames(), ", "), strings.Join(study.ArmNames(), ", "))
 		return nil
 	}

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/lmwarden/warden/internal/sharedtrace"
+	"github.com/lmwarden/warden/internal/testkit/sharedtrace"
 	"os"
 	"path/filepath"
 	"strings"

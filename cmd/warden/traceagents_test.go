@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lmwarden/warden/internal/sharedtrace"
+	"github.com/lmwarden/warden/internal/testkit/sharedtrace"
 	"github.com/lmwarden/warden/loadgen/agent"
 )
 

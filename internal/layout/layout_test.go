@@ -1,5 +1,6 @@
 // Package layout holds checks of the module's layout and docs (no code of its own):
-// the package table of docs/DESIGN-NOTES.md against go list (layout_test.go) and
+// the package table of docs/DESIGN-NOTES.md against go list and the kind each
+// package's path gives (layout_test.go) and
 // every relative link of README.md and docs/*.md (links_test.go), that no
 // non-test function is over 100 lines (funclen_test.go), and that comments and
 // docs cite only what a reader can open (cite_test.go).
@@ -22,9 +23,50 @@ const module = "github.com/lmwarden/warden"
 const designNotes = "../../docs/DESIGN-NOTES.md"
 
 // topPackages are the four top packages a ground helper must not import
-// (docs/DESIGN-NOTES.md: internal/ holds ground helpers beside the
-// orchestrators).
+// (docs/DESIGN-NOTES.md).
 var topPackages = []string{"router", "loadgen", "sim", "report"}
+
+// Folders of internal/ that group packages by kind (docs/DESIGN-NOTES.md):
+// orchestrators under runDir, ground packages used by tests only under
+// testkitDir; the other ground packages sit directly under internal/.
+const (
+	runDir     = "internal/run"
+	testkitDir = "internal/testkit"
+)
+
+// testsPackages are the packages of kind tests, named by path.
+var testsPackages = []string{"e2e", "internal/layout"}
+
+// pathKinds returns the kinds a package's module-relative path allows
+// (docs/DESIGN-NOTES.md, "The path gives the kind"), or none when the path
+// fits no group.
+func pathKinds(pkg string) []string {
+	parts := strings.Split(pkg, "/")
+	switch {
+	case slices.Contains(testsPackages, pkg):
+		return []string{"tests"}
+	case parts[0] == "cmd" && len(parts) == 2:
+		return []string{"main"}
+	case strings.HasPrefix(pkg, runDir+"/") && len(parts) == 3:
+		return []string{"orchestrator"}
+	case strings.HasPrefix(pkg, testkitDir+"/") && len(parts) == 3:
+		return []string{"ground"}
+	case parts[0] == "internal" && len(parts) == 2 && pkg != runDir && pkg != testkitDir:
+		return []string{"ground"}
+	case parts[0] == "internal", parts[0] == "cmd", parts[0] == "e2e", pkg == ".":
+		return nil
+	case len(parts) == 1:
+		return []string{"core"}
+	default:
+		return []string{"core", "shell"}
+	}
+}
+
+// testOnly reports whether pkg may import internal/testkit/ packages from its
+// non-test files: a testkit package itself, or a tests package.
+func testOnly(pkg string) bool {
+	return strings.HasPrefix(pkg, testkitDir+"/") || slices.Contains(testsPackages, pkg)
+}
 
 // kinds are the values of the table's kind column.
 var kinds = []string{"core", "shell", "ground", "orchestrator", "main", "tests"}
@@ -89,19 +131,24 @@ func parseTable(t *testing.T, path string) []row {
 }
 
 // moduleDeps returns every package of the module (relative path) with its
-// dependencies, direct and indirect, as go list -deps reports them (.Deps).
-func moduleDeps(t *testing.T) map[string][]string {
+// dependencies, direct and indirect, as go list -deps reports them (.Deps), and
+// with the packages its non-test files import directly (.Imports).
+func moduleDeps(t *testing.T) (deps, imports map[string][]string) {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", module+"/...").CombinedOutput()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}\t{{join .Deps \" \"}}\t{{join .Imports \" \"}}", module+"/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	deps := map[string][]string{}
+	deps, imports = map[string][]string{}, map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		deps[rel(f[0])] = f[1:]
+		f := strings.Split(line, "\t")
+		if len(f) != 3 {
+			t.Fatalf("go list: line %q, want 3 tab-separated fields", line)
+		}
+		deps[rel(f[0])] = strings.Fields(f[1])
+		imports[rel(f[0])] = strings.Fields(f[2])
 	}
-	return deps
+	return deps, imports
 }
 
 // rel strips the module path: "github.com/lmwarden/warden/router" -> "router".
@@ -127,12 +174,14 @@ func reaches(deps []string, forbidden string) (string, bool) {
 }
 
 // TestDesignNotesTable checks docs/DESIGN-NOTES.md's package table against the
-// module: every package has a row and every row a package; no package reaches
-// what its row forbids; ground packages reach no top package; core rows forbid
-// net/http. A failure names the package, the dependency and the table line.
+// module: every package has a row and every row a package; a row's kind is one
+// its path allows (pathKinds); no package reaches what its row forbids; ground
+// packages reach no top package; core rows forbid net/http; no package but a
+// testkit or tests one imports internal/testkit/ from its non-test files. A
+// failure names the package, the dependency and the table line.
 func TestDesignNotesTable(t *testing.T) {
 	rows := parseTable(t, designNotes)
-	deps := moduleDeps(t)
+	deps, imports := moduleDeps(t)
 	seen := map[string]int{}
 	for _, r := range rows {
 		if prev, dup := seen[r.pkg]; dup {
@@ -143,6 +192,22 @@ func TestDesignNotesTable(t *testing.T) {
 		if !ok {
 			t.Errorf("%s:%d: row for %s, which is not a package of the module (go list %s/...)", designNotes, r.line, r.pkg, module)
 			continue
+		}
+		if want := pathKinds(r.pkg); want == nil {
+			t.Errorf("%s:%d: %s: its path gives no kind: put an orchestrator under %s/, a ground package used by tests only under %s/, another ground package directly under internal/ (docs/DESIGN-NOTES.md)", designNotes, r.line, r.pkg, runDir, testkitDir)
+		} else if !slices.Contains(want, r.kind) {
+			t.Errorf("%s:%d: %s is marked %s, but its path gives %s: move the package or correct the row (docs/DESIGN-NOTES.md, \"The path gives the kind\")", designNotes, r.line, r.pkg, r.kind, strings.Join(want, " or "))
+		}
+		if !testOnly(r.pkg) {
+			// Direct imports suffice: a chain of non-test imports into
+			// testkit/ enters it where a package that is not testOnly
+			// imports a testkit one (no package imports a tests package),
+			// and that package is reported.
+			for _, imp := range imports[r.pkg] {
+				if dep, bad := reaches([]string{imp}, testkitDir); bad {
+					t.Errorf("%s imports %s from its non-test files (%s:%d), a package for tests only: import it from _test.go files only, or move it out of %s/", r.pkg, dep, designNotes, r.line, testkitDir)
+				}
+			}
 		}
 		rules := r.forbidden
 		switch r.kind {
@@ -165,6 +230,33 @@ func TestDesignNotesTable(t *testing.T) {
 	for pkg := range deps {
 		if _, ok := seen[pkg]; !ok {
 			t.Errorf("package %s has no row in %s's package table: classify it (kind, what it owns, what it must not import)", pkg, designNotes)
+		}
+	}
+}
+
+// TestPathKinds pins the kind each kind of path gives, and the paths that give
+// none.
+func TestPathKinds(t *testing.T) {
+	for pkg, want := range map[string]string{
+		"internal/run/bench":           "orchestrator",
+		"internal/testkit/testredis":   "ground",
+		"internal/wire":                "ground",
+		"internal/layout":              "tests",
+		"e2e":                          "tests",
+		"cmd/warden":                   "main",
+		"router":                       "core",
+		"router/routerhttp":            "core or shell",
+		"loadgen/trace":                "core or shell",
+		"internal/run":                 "",
+		"internal/testkit":             "",
+		"internal/engines/x":           "",
+		"internal/run/bench/x":         "",
+		"internal/testkit/testredis/x": "",
+		"cmd/warden/x":                 "",
+		"e2e/x":                        "",
+	} {
+		if got := strings.Join(pathKinds(pkg), " or "); got != want {
+			t.Errorf("pathKinds(%q) = %q, want %q", pkg, got, want)
 		}
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/internal/sharedtrace"
+	"github.com/lmwarden/warden/internal/testkit/sharedtrace"
 )
 
 func readFile(t *testing.T, path string) *Tree {

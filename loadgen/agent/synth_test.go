@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/internal/sharedtrace"
+	"github.com/lmwarden/warden/internal/testkit/sharedtrace"
 )
 
 // readTraces reads every session of the shared Claude Code traces.

@@ -1,8 +1,8 @@
 // Package loadgenhttp is the HTTP shell of the benchmark harness around the pure
 // core in package loadgen: Run drives loadgen.Loop over real streaming clients,
 // scrapes every replica's /metrics through internal/scrape (Scraper) and writes
-// the results directory. `warden bench` (internal/bench) calls Run; the
-// virtual-time world (internal/virtual) calls the same loadgen types without this
+// the results directory. `warden bench` (internal/run/bench) calls Run; the
+// virtual-time world (internal/run/virtual) calls the same loadgen types without this
 // package.
 //
 // The clients, each a Client (TestDocListsEveryClient checks this list against

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
-	"github.com/lmwarden/warden/internal/enginestub"
 	"github.com/lmwarden/warden/internal/scrape"
 	"github.com/lmwarden/warden/internal/simclock"
+	"github.com/lmwarden/warden/internal/testkit/enginestub"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
 )

@@ -13,5 +13,5 @@
 // (Chainer), an LRU over block ids at a token capacity (the prefix-hit ceiling of a
 // cache of that size) and Slice (time window, speedup, sampling by conversation).
 // It is pure: no net/http, no clock, no goroutines. It does not send requests
-// (internal/bench and internal/virtual do) and does not draw figures (report does).
+// (internal/run/bench and internal/run/virtual do) and does not draw figures (report does).
 package trace

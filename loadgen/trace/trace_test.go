@@ -3,7 +3,7 @@ package trace
 import (
 	"container/list"
 	"errors"
-	"github.com/lmwarden/warden/internal/sharedtrace"
+	"github.com/lmwarden/warden/internal/testkit/sharedtrace"
 	"io"
 	"math"
 	"os"

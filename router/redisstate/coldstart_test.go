@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/internal/testredis"
+	"github.com/lmwarden/warden/internal/testkit/testredis"
 	"github.com/lmwarden/warden/router"
 )
 

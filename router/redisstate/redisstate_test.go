@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/lmwarden/warden/internal/testredis"
+	"github.com/lmwarden/warden/internal/testkit/testredis"
 	"github.com/lmwarden/warden/router"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
-	"github.com/lmwarden/warden/internal/enginestub"
+	"github.com/lmwarden/warden/internal/testkit/enginestub"
 )
 
 // startYAMLRouter starts a Router from a YAML config (every scrape and health

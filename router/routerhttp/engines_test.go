@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/engines"
-	"github.com/lmwarden/warden/internal/enginestub"
+	"github.com/lmwarden/warden/internal/testkit/enginestub"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 )

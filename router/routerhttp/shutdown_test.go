@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/internal/testredis"
+	"github.com/lmwarden/warden/internal/testkit/testredis"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/redisstate"
