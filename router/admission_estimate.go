@@ -115,8 +115,7 @@ func (c counts) used(i int, s int64) int64 {
 // sums counts the conversations on each replica of view, each at its expected
 // peak P on it: this gate's and, with shared state, the other routers' gates'
 // (remote, nil none: the union by SessionID, so a conversation both count
-// counts once: on this gate's replica unless the other gate saw a later turn,
-// a larger context, while none is in flight here). A conversation's P comes from the
+// counts once, on this gate's replica). A conversation's P comes from the
 // union of what the gates know of it, the largest context and the first
 // prompt of the gate that admitted it, so every gate and the store count it
 // alike.
@@ -132,22 +131,16 @@ func (a *admission) sums(x estimates, remote *RemoteAdmission, view []ReplicaSta
 		if !cv.counted || cv.replica >= nrep {
 			continue
 		}
-		ctx, rep := cv.ctx, cv.replica
+		ctx := cv.ctx
 		if rc, ok := remote.conv(cv.sid); ok {
 			// Another gate saw its first turn: this one learns it.
 			ctx, cv.first = max(ctx, rc.Tokens), minFirst(cv.first, rc.First)
-			if rc.Tokens > cv.ctx && cv.inflight == 0 && rc.Replica < nrep {
-				// It saw a later turn (contexts grow turn by turn): the
-				// conversation is where that turn went, not where this
-				// gate last sent it.
-				rep = rc.Replica
-			}
 		}
 		if local != nil {
 			local[cv.sid] = true
 		}
-		c.n[rep]++
-		c.sum[rep] += capped(ctx, x.running(cv.first), x.cap(fit(rep)))
+		c.n[cv.replica]++
+		c.sum[cv.replica] += capped(ctx, x.running(cv.first), x.cap(fit(cv.replica)))
 	}
 	if remote != nil {
 		for id, rc := range remote.Convs {

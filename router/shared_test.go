@@ -130,32 +130,3 @@ func TestAdmissionCountsOtherRoutersConversations(t *testing.T) {
 		t.Fatalf("a counted larger by the other gate: counted %v at %v tokens, want 1 at 11000", st.Counted, st.WorkingTokens)
 	}
 }
-
-// A conversation this gate last sent to replica 0 whose later, longer turn
-// another router's gate sent to replica 1 is counted on replica 1: the
-// later turn is where it is. Counting it on replica 0 showed three
-// conversations there in the two-router e2e test with turns alternating,
-// where the other router had moved one away (63,148 counted tokens on a
-// 43,440-token replica, no preemption).
-func TestAdmissionCountsWhereTheLaterTurnWent(t *testing.T) {
-	st := &admissionState{countingState: countingState{inflight: make([]int, 2)}}
-	b, _ := newTestBalancer(t, 2, true, func(c *BalancerConfig) {
-		c.Shared, c.KVCapacityTokens = st, 40_000
-		c.Admission = AdmissionConfig{Mode: AdmissionFit, FillTarget: 1, MaxHold: -1}
-	})
-	d, _, err := b.Admit(Facts{SessionKey: "x", PromptTokens: 6000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.ReleaseSession(d.Replica, "x")
-	other := 1 - d.Replica
-	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{SessionID("x"): {Replica: other, Tokens: 7000, First: 6000}}}
-	if s := b.Admission(); s.Counted[d.Replica] != 0 || s.Counted[other] != 1 {
-		t.Errorf("x's turn 1 here on %d, turn 2 through another router on %d: counted %v, want it on %d", d.Replica, other, s.Counted, other)
-	}
-	// An earlier (shorter) copy elsewhere does not move it.
-	st.remote = &RemoteAdmission{Convs: map[uint64]RemoteConv{SessionID("x"): {Replica: other, Tokens: 5000, First: 5000}}}
-	if s := b.Admission(); s.Counted[d.Replica] != 1 {
-		t.Errorf("another gate's older copy on %d: counted %v, want x on %d", other, s.Counted, d.Replica)
-	}
-}

@@ -991,30 +991,3 @@ func TestHomeFromBeforeOutageWins(t *testing.T) {
 	}
 	t.Logf("%d of %d placed elsewhere by the restarted router during the outage; %d of %d back on their home from before it", moved, n, kept, n)
 }
-
-// A conversation two gates count on different replicas is counted where the
-// gate with the larger context put it: that gate saw its latest turn. Here
-// the caller's gate last sent x to replica 0 (turn 1, 6,000 tokens) and
-// another router's gate sent its turn 2 (7,000) to replica 1, so replica 0
-// has room for z (6,000 of 12,000). Counting the caller's stale copy held z
-// and, through the other router, left a third conversation counted on a
-// replica where two fit (e2e TestTwoRouteProcessesTurnsAlternate).
-func TestLaterTurnsReplicaWinsInTheUnion(t *testing.T) {
-	srv, _, p := twoKeyPool(t)
-	c := rawClient(t, srv.Addr)
-	x, z := router.SessionID("x"), router.SessionID("z")
-	ctx := context.Background()
-	for _, cmd := range []rueidis.Completed{
-		c.B().Zadd().Key(p.regKey).ScoreMember().ScoreMember(float64(time.Now().Add(time.Minute).UnixMilli()), "other").Build(),
-		c.B().Hset().Key(p.admPrefix+"other").FieldValue().FieldValue("c:"+strconv.FormatUint(x, 16), testKeys[1]+" 7000 6000").Build(),
-	} {
-		if err := c.Do(ctx, cmd).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cr, _, ok := p.Claim("z", "", []int{0}, false, false, &router.Reservation{ID: z, Tokens: 6000, Expected: 6000, Fit: []int64{12_000},
-		Own: []router.SharedConv{{ID: x, Replica: 0, Tokens: 6000, First: 6000}}})
-	if !ok || cr.Full || cr.Replica != 0 {
-		t.Errorf("z on replica 0, x's latest turn on replica 1: %+v ok %v, want placed on 0", cr, ok)
-	}
-}

@@ -54,9 +54,7 @@ end
 // unexpired reservation (field id -> "<replica key> <tokens> <first> <expiry
 // ms>"; expired ones are deleted), each conversation once with the largest
 // context and the smallest first context any of them gives it, the new one
-// left out, on the replica of the largest context (the gate that saw its
-// latest turn: contexts grow turn by turn; ties keep the caller's); a
-// reservation's replica wins over all, being the store's latest placement
+// left out; a reservation's replica wins, being the store's latest placement
 // (a gate counts a conversation whose claim has not returned yet on the
 // policy's pick, which the claim may have changed). On a candidate of room
 // fit a conversation counts at its expected peak P = max(tokens, min(G, C)),
@@ -86,7 +84,7 @@ if res then
     if c == nil then
       convs[id] = {key, tok, first}
     else
-      if placed or tok > c[2] then c[1] = key end
+      if placed then c[1] = key end
       c[2] = math.max(c[2], tok)
       if c[3] <= 0 or (first > 0 and first < c[3]) then c[3] = first end
     end
