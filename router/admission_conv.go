@@ -21,6 +21,10 @@ type admConv struct {
 	// trueFirst (shared state): its request in flight is the conversation's
 	// first placement in the store with no assistant message, a sample of S.
 	trueFirst bool
+	// parent: the hash of the conversation this subagent is a child of (0:
+	// none); kids: its own children counted now (admission_tree.go).
+	parent uint64
+	kids   int
 }
 
 type idleMark struct {
@@ -42,8 +46,8 @@ func (a *admission) expire(now, liveWin time.Duration) {
 		m := a.idleQ[k]
 		k++
 		c := a.convs[m.h]
-		if c == nil || c.inflight > 0 || c.lastEnd != m.at {
-			continue
+		if c == nil || c.inflight > 0 || c.lastEnd != m.at || c.kids > 0 {
+			continue // a parent waits for its subagents: childEnded marks it again
 		}
 		a.uncount(c)
 		a.endQ = append(a.endQ, m)
@@ -63,8 +67,10 @@ func (a *admission) expire(now, liveWin time.Duration) {
 		if c == nil || c.inflight > 0 || c.counted || c.lastEnd != m.at {
 			continue
 		}
-		a.ended.add(endedSample{peak: c.peak, at: now})
-		a.endedN++
+		if c.parent == 0 {
+			a.ended.add(endedSample{peak: c.peak, at: now})
+			a.endedN++
+		}
 		delete(a.convs, m.h)
 	}
 	if k > 0 {
@@ -86,6 +92,7 @@ func (a *admission) uncount(c *admConv) {
 		return
 	}
 	c.counted = false
+	a.kidsOf(c, -1)
 }
 
 func (a *admission) count(c *admConv) {
@@ -93,13 +100,14 @@ func (a *admission) count(c *admConv) {
 		return
 	}
 	c.counted = true
+	a.kidsOf(c, 1)
 }
 
 // routed records a routed request of the session with hash h (a new
-// conversation admitted, or one that passed) on decision d; ctx is its context
-// estimate (the policy's Request.PromptTokens), side whether it was a side
-// request.
-func (a *admission) routed(now time.Duration, h, sid uint64, d Decision, ctx int, side bool, g gateResult) {
+// conversation admitted, or one that passed) on decision d; parent is the hash
+// of the conversation it is a subagent of (0 none), ctx its context estimate
+// (the policy's Request.PromptTokens), side whether it was a side request.
+func (a *admission) routed(now time.Duration, h, parent, sid uint64, d Decision, ctx int, side bool, g gateResult) {
 	switch g.outcome {
 	case AdmitAdmitted:
 		a.out.Admitted++
@@ -112,7 +120,7 @@ func (a *admission) routed(now time.Duration, h, sid uint64, d Decision, ctx int
 	}
 	c := a.convs[h]
 	if c == nil {
-		c = &admConv{replica: d.Replica, sid: sid}
+		c = &admConv{replica: d.Replica, sid: sid, parent: parent}
 		a.convs[h] = c
 	} else if c.inflight == 0 && c.lastEnd > 0 && !side {
 		a.recordGap(now - c.lastEnd)
@@ -181,6 +189,7 @@ func (a *admission) released(now time.Duration, h uint64) {
 	if c.inflight == 0 {
 		c.lastEnd = now
 		a.idleQ = append(a.idleQ, idleMark{h: h, at: now})
+		a.childEnded(c, now)
 	}
 }
 
@@ -195,7 +204,7 @@ func (a *admission) observeCache(h uint64, prompt, cached int) bool {
 		return false
 	}
 	c.firstDone = true
-	if c.requests != 1 || prompt <= 0 || (a.shared && !c.trueFirst) {
+	if c.requests != 1 || prompt <= 0 || c.parent != 0 || (a.shared && !c.trueFirst) {
 		return false
 	}
 	a.prefix.add(cached)

@@ -140,6 +140,12 @@ func (a *admission) sums(x estimates, remote *RemoteAdmission, view []ReplicaSta
 			local[cv.sid] = true
 		}
 		c.n[cv.replica]++
+		if cv.parent != 0 {
+			// A subagent: its largest prompt, whole (admission_tree.go);
+			// used takes S off every counted conversation, so S is added back.
+			c.sum[cv.replica] += cv.peak + x.s
+			continue
+		}
 		c.sum[cv.replica] += capped(ctx, x.running(cv.first), x.cap(fit(cv.replica)))
 	}
 	if remote != nil {

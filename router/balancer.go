@@ -360,6 +360,14 @@ func (b *Balancer) Name(i int) string {
 // request ending starts its idle window (admission.go). Callers that know the
 // request's session use it instead of Release.
 func (b *Balancer) ReleaseSession(i int, sessionKey string) {
+	b.ReleaseConv(i, ConvRef{Key: sessionKey})
+}
+
+// ReleaseConv ends one in-flight request on replica i, as ReleaseSession, of
+// the conversation c (Facts.Conv of its request): a subagent's request ends in
+// its own count of the session's tree (admission_tree.go).
+func (b *Balancer) ReleaseConv(i int, c ConvRef) {
+	sessionKey := c.Key
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if i < 0 || i >= len(b.reps) || b.reps[i].inflight == 0 {
@@ -372,7 +380,11 @@ func (b *Balancer) ReleaseSession(i int, sessionKey string) {
 		b.shared.Released(i)
 	}
 	if sessionKey != "" && b.adm.on() {
-		b.adm.released(now, b.sessions.hash(sessionKey))
+		h, parent, _ := b.admKeys(c)
+		if parent == 0 || b.adm.convs[h] == nil {
+			h = b.sessions.hash(sessionKey)
+		}
+		b.adm.released(now, h)
 		if b.shared != nil {
 			b.shared.Ended(SessionID(sessionKey))
 		}

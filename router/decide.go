@@ -168,6 +168,10 @@ func (b *Balancer) stepSessionContext(x *decision) error {
 		x.created = b.sessions.adopt(x.now, x.h, sv.home.Replica)
 	}
 	x.ctx, x.side = b.sessions.contextTokens(x.h, x.now, x.f.PromptTokens, x.f.SideMeasure())
+	if x.side && x.f.Tools && x.f.Agent == "" {
+		// The session's own agent's main-loop call: shorter after a compaction.
+		x.ctx, x.side = x.f.PromptTokens, false
+	}
 	x.f.Continuing = x.f.Continuing || (x.gated && b.inAdmittedTree(x.f))
 	return nil
 }
@@ -232,7 +236,13 @@ func (b *Balancer) stepPolicy(x *decision) (err error) {
 
 // stepAdmissionRecord: the gate counts the conversation where it went.
 func (b *Balancer) stepAdmissionRecord(x *decision) error {
-	b.adm.routed(x.now, x.h, SessionID(x.f.SessionKey), x.d, x.ctx, x.side, x.g)
+	if h, parent, sid := b.admKeys(x.f.Conv()); parent != 0 && b.adm.convs[parent] != nil {
+		// A subagent of a conversation the gate counts: a child of its tree,
+		// at its own prompt.
+		b.adm.routed(x.now, h, parent, sid, x.d, x.f.PromptTokens, false, x.g)
+	} else {
+		b.adm.routed(x.now, x.h, 0, SessionID(x.f.SessionKey), x.d, x.ctx, x.side, x.g)
+	}
 	x.info = x.g.info()
 	return nil
 }

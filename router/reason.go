@@ -117,6 +117,17 @@ type Facts struct {
 	// home starts on its parent's (stepSubagentParent, follow_subagents).
 	ParentKey    string
 	FollowParent bool
+	// Agent is the agent id a Claude Code subagent's request carries
+	// (X-Claude-Code-Agent-Id), "" for none, whatever the subagent rule. With
+	// the key kept (no split) admission counts the subagent's calls as a child
+	// of the session's conversation, beside it (admission_tree.go).
+	Agent string
+	// Tools: the body carries a non-empty tool list. A coding agent's
+	// main-loop call does; its side requests (title, topic, quota probe) send
+	// none, so a shorter main-loop call of the session's own agent (Agent "")
+	// is never taken for a side request: its context really shrank (a
+	// compaction) and it sets the estimate.
+	Tools bool
 	// Prefix holds the chained hashes of the prompt's leading pieces
 	// (PrefixHashes), for keyless placement (BalancerConfig.Keyless); read only
 	// when SessionKey is "". nil: unknown.

@@ -56,7 +56,7 @@ func (b *Balancer) reservation(g gateResult, d Decision, h, sid uint64, cands []
 		r.Fit = append(r.Fit, int64(float64(b.reps[i].kvCapacity)*a.cfg.FillTarget))
 	}
 	for _, cv := range a.convs {
-		if cv.counted && cv.sid != sid {
+		if cv.counted && cv.sid != sid && cv.parent == 0 {
 			r.Own = append(r.Own, SharedConv{ID: cv.sid, Replica: cv.replica, Tokens: cv.ctx, First: cv.first})
 		}
 	}

@@ -16,7 +16,7 @@ func (b *Balancer) AdmissionShare() AdmissionShare {
 		out.OldestHeld = now - a.queue[0].issued
 	}
 	for _, c := range a.convs {
-		if c.counted {
+		if c.counted && c.parent == 0 { // children stay local (admission_tree.go)
 			out.Convs = append(out.Convs, SharedConv{ID: c.sid, Replica: c.replica, Tokens: c.ctx, First: c.first})
 		}
 	}

@@ -79,7 +79,7 @@ func (c *call) upstream() Upstream { return c.pool.Upstream(c.dec.Replica) }
 func (c *call) release() {
 	if c.inFlight {
 		c.inFlight = false
-		c.pool.Balancer.ReleaseSession(c.dec.Replica, c.facts.SessionKey)
+		c.pool.Balancer.ReleaseConv(c.dec.Replica, c.facts.Conv())
 	}
 }
 
@@ -105,7 +105,7 @@ func (p *Proxy) acquire(w http.ResponseWriter, r *http.Request, api apiKind, bod
 		pool.noteModel(info.Model)
 	}
 	c := &call{pool: pool, api: api, body: body, inURL: *r.URL, routed: true, stream: info.Stream, learn: api == apiResponses && !info.NoStore,
-		facts: router.Facts{SessionKey: info.SessionKey, ParentKey: info.ParentKey, FollowParent: info.FollowParent, ResponseID: info.ResponseID, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens, Continuing: info.Continuing}}
+		facts: router.Facts{SessionKey: info.SessionKey, ParentKey: info.ParentKey, FollowParent: info.FollowParent, Agent: info.Agent, Tools: info.Tools, ResponseID: info.ResponseID, BodyBytes: len(body), NoPrefill: r.URL.Path == wire.PathCountTokens, Continuing: info.Continuing}}
 	if info.SessionKey == "" && pool.Balancer.KeylessPrefix() {
 		// Keyless placement by prefix: the body's leading bytes stand for the
 		// prompt's (model, then messages / input, as clients send them).

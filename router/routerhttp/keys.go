@@ -81,6 +81,11 @@ type RequestInfo struct {
 	// FollowSubagents.
 	ParentKey    string
 	FollowParent bool
+	// Agent: the X-Claude-Code-Agent-Id header of a subagent's request (""
+	// none), whatever the subagent rule; Tools: the body's "tools" is a
+	// non-empty list (router.Facts.Agent, router.Facts.Tools).
+	Agent string
+	Tools bool
 }
 
 // CodexSessionHeaders are the headers the Codex CLI names its conversation
@@ -107,6 +112,9 @@ type requestBody struct {
 	// element of "messages" (or of the Responses API's "input") has "role":
 	// "assistant" (a conversation past its first turn).
 	Stream, Assistant bool
+	// Tools: "tools" is a non-empty array (a coding agent's main-loop call;
+	// Claude Code's side requests send none or [], its captured requests show).
+	Tools bool
 }
 
 // readRequestBody checks that body is one valid JSON object (scanJSON, which
@@ -138,6 +146,8 @@ func readRequestBody(body []byte) (requestBody, error) {
 			rb.Store = value
 		case "stream":
 			rb.Stream = string(value) == "true"
+		case "tools":
+			rb.Tools = nonEmptyArray(value)
 		}
 	}, func(top, name, value []byte) {
 		// Chat completions and Messages send "messages": [{"role": ...}]; the
@@ -194,7 +204,7 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 		info.Model = jsonString(rb.Model)
 		info.ResponseID = cleanKey(jsonString(rb.PreviousResponseID))
 		info.NoStore = string(bytes.TrimSpace(rb.Store)) == "false"
-		info.Stream, info.Continuing = rb.Stream, rb.Assistant
+		info.Stream, info.Continuing, info.Tools = rb.Stream, rb.Assistant, rb.Tools
 	}
 	mdKey, mdSrc := metadataSession(rb.Metadata)
 	switch {
@@ -216,8 +226,11 @@ func ExtractKey(h http.Header, body []byte, cfg KeyConfig) (RequestInfo, error) 
 			setKey(&info, jsonString(rb.User), KeyOpenAIUser)
 		}
 	}
+	if info.SessionKey != "" {
+		info.Agent = cleanKey(h.Get(wire.HeaderClaudeAgent))
+	}
 	if (cfg.SplitSubagents || cfg.FollowSubagents) && info.SessionKey != "" {
-		if agent := cleanKey(h.Get(wire.HeaderClaudeAgent)); agent != "" {
+		if agent := info.Agent; agent != "" {
 			info.ParentKey, info.FollowParent = info.SessionKey, cfg.FollowSubagents
 			info.SessionKey = cleanKey(info.SessionKey + "/agent/" + agent)
 		}
@@ -356,4 +369,11 @@ func Redact(key string) string {
 		return fmt.Sprintf("…(%d)", len(key))
 	}
 	return fmt.Sprintf("%s…(%d)", cutRunes(key, 6), len(key))
+}
+
+// nonEmptyArray reports whether the JSON value v (valid, as scanJSON checked)
+// is an array with at least one element.
+func nonEmptyArray(v []byte) bool {
+	v = bytes.TrimSpace(v)
+	return len(v) > 1 && v[0] == '[' && len(bytes.TrimSpace(v[1:len(v)-1])) > 0
 }

@@ -135,11 +135,11 @@ func TestExtractKey(t *testing.T) {
 		{"openai user configured", nil, `{"model":"m","user":"u1"}`, KeyConfig{UseOpenAIUser: true},
 			RequestInfo{Model: "m", SessionKey: "u1", Source: KeyOpenAIUser}, false},
 		{"subagent keeps parent's session", hdr(wire.HeaderClaudeSession, "p", wire.HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{},
-			RequestInfo{Model: "", SessionKey: "p", Source: KeyClaudeHeader}, false},
+			RequestInfo{Model: "", SessionKey: "p", Source: KeyClaudeHeader, Agent: "agent-7"}, false},
 		{"subagent split when configured", hdr(wire.HeaderClaudeSession, "p", wire.HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{SplitSubagents: true},
-			RequestInfo{Model: "", SessionKey: "p/agent/agent-7", Source: KeyClaudeHeader, ParentKey: "p"}, false},
+			RequestInfo{Model: "", SessionKey: "p/agent/agent-7", Source: KeyClaudeHeader, ParentKey: "p", Agent: "agent-7"}, false},
 		{"subagent follows its parent", hdr(wire.HeaderClaudeSession, "p", wire.HeaderClaudeAgent, "agent-7"), `{}`, KeyConfig{FollowSubagents: true},
-			RequestInfo{Model: "", SessionKey: "p/agent/agent-7", Source: KeyClaudeHeader, ParentKey: "p", FollowParent: true}, false},
+			RequestInfo{Model: "", SessionKey: "p/agent/agent-7", Source: KeyClaudeHeader, ParentKey: "p", FollowParent: true, Agent: "agent-7"}, false},
 		{"parent under follow has no parent", hdr(wire.HeaderClaudeSession, "p"), `{}`, KeyConfig{FollowSubagents: true},
 			RequestInfo{Model: "", SessionKey: "p", Source: KeyClaudeHeader}, false},
 		{"blank header skipped", hdr(wire.HeaderClaudeSession, "  "), `{"metadata":{"user_id":"{\"session_id\":\"s\"}"}}`, KeyConfig{},
@@ -253,5 +253,51 @@ func TestExtractKeyReadsStreamAndContinuing(t *testing.T) {
 				t.Errorf("stream %v continuing %v, want %v %v", got.Stream, got.Continuing, tc.stream, tc.continuing)
 			}
 		})
+	}
+}
+
+// Recorded Claude Code requests: the main-loop calls carry tools, the side
+// requests (title and topic classification, the quota probe) none, and a
+// subagent's agent id is read with the key kept (router.Facts.Tools, Agent).
+func TestExtractKeyReadsToolsAndAgent(t *testing.T) {
+	bodies := map[string][]json.RawMessage{}
+	for _, name := range []string{"claude-code-2.1.328-turn1.json", "claude-code-2.1.328-turn2.json", "claude-code-request-1.json", "claude-code-request-3.json"} {
+		bodies[name] = append(bodies[name], loadFixture(t, name).Body)
+	}
+	raw, err := os.ReadFile("testdata/claude-code-request-2.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var side struct {
+		Requests []struct {
+			Body json.RawMessage `json:"body"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal(raw, &side); err != nil || len(side.Requests) == 0 {
+		t.Fatalf("claude-code-request-2.json: %v", err)
+	}
+	for _, r := range side.Requests {
+		bodies["claude-code-request-2.json"] = append(bodies["claude-code-request-2.json"], r.Body)
+	}
+	want := map[string]bool{"claude-code-2.1.328-turn1.json": true, "claude-code-2.1.328-turn2.json": true,
+		"claude-code-request-1.json": true, "claude-code-request-2.json": false, "claude-code-request-3.json": false}
+	for name, bs := range bodies {
+		for i, b := range bs {
+			info, err := ExtractKey(http.Header{}, b, KeyConfig{})
+			if err != nil || info.Tools != want[name] {
+				t.Errorf("%s request %d: tools %v, want %v (%v)", name, i, info.Tools, want[name], err)
+			}
+		}
+	}
+	h := http.Header{}
+	h.Set(wire.HeaderClaudeSession, "s1")
+	h.Set(wire.HeaderClaudeAgent, "agent-7")
+	info, err := ExtractKey(h, []byte(`{"model":"m","tools":[ ]}`), KeyConfig{})
+	if err != nil || info.SessionKey != "s1" || info.Agent != "agent-7" || info.ParentKey != "" || info.Tools {
+		t.Fatalf("kept key: %+v %v", info, err)
+	}
+	info, err = ExtractKey(h, []byte(`{"model":"m"}`), KeyConfig{SplitSubagents: true})
+	if err != nil || info.SessionKey != "s1/agent/agent-7" || info.ParentKey != "s1" || info.Agent != "agent-7" {
+		t.Fatalf("split key: %+v %v", info, err)
 	}
 }
