@@ -30,7 +30,7 @@ type Scenario struct {
 	Warmup             time.Duration `yaml:"warmup" json:"warmup"`                       // excluded start of each stage; default 0
 	Variants           []string      `yaml:"variants" json:"variants"`                   // default ["off","on"]
 	ResetCache         *bool         `yaml:"reset_cache" json:"reset_cache"`             // POST /reset_prefix_cache before each variant; default true
-	RequestTimeout     time.Duration `yaml:"request_timeout" json:"request_timeout"`     // per turn, simulated; default 10m
+	RequestTimeout     time.Duration `yaml:"request_timeout" json:"request_timeout"`     // no byte of a turn's response for this long fails it (simulated time; default 10m)
 	// Trace replays a request trace instead of synthetic sessions (TraceSpec;
 	// docs/traces.md); stages, turns and token sizes are then unused.
 	Trace *TraceSpec `yaml:"trace" json:"trace,omitempty"`

@@ -219,17 +219,23 @@ type httpTurn struct {
 
 func (h httpTurn) do(ctx context.Context, clock simclock.Clock, r *loadgen.Result, req *http.Request,
 	parse func(body io.Reader, r *loadgen.Result) string) string {
-	var cancel context.CancelFunc
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	cancel := func() { cancelCause(nil) }
+	defer cancel()
+	// request_timeout is a no-byte timeout, as clients keep it: the Anthropic
+	// SDK's timeout runs until the response headers (fetchWithTimeout in
+	// anthropic-sdk-typescript src/client.ts), httpx's read timeout between
+	// reads; a router's keep-alive events while it holds a request are bytes.
+	active := func() {}
 	if h.Timeout > 0 {
 		d := h.Timeout
 		if wd, ok := clock.(wallDurationer); ok {
 			d = wd.WallDuration(d)
 		}
-		ctx, cancel = context.WithTimeoutCause(ctx, d, errTurnTimeout)
-	} else {
-		ctx, cancel = context.WithCancel(ctx)
+		t := time.AfterFunc(d, func() { cancelCause(errTurnTimeout) })
+		defer t.Stop()
+		active = func() { t.Reset(d) }
 	}
-	defer cancel()
 	// Sent is the instant the request was fully written (httptrace WroteRequest),
 	// falling back to the instant it was handed to the transport.
 	var wrote atomic.Int64
@@ -257,16 +263,18 @@ func (h httpTurn) do(ctx context.Context, clock simclock.Clock, r *loadgen.Resul
 		return ""
 	}
 	defer resp.Body.Close()
+	active()
+	body := io.Reader(activeReader{resp.Body, active})
 	r.Headers = now
 	r.Status = resp.StatusCode
 	takeRouterHeaders(resp.Header, r)
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		b, _ := io.ReadAll(io.LimitReader(body, 2048))
 		r.Done = clock.Now()
 		r.Err = fmt.Sprintf("http %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
 		return ""
 	}
-	reply := parse(resp.Body, r)
+	reply := parse(body, r)
 	if r.Err != "" && ctx.Err() != nil {
 		r.Err = h.describe(ctx, errors.New(r.Err))
 		return reply
@@ -274,7 +282,7 @@ func (h httpTurn) do(ctx context.Context, clock simclock.Clock, r *loadgen.Resul
 	// The Result is settled: draining lets the connection be reused, and
 	// brings the trailers of a response the router kept alive while it held
 	// the request (also one that ended with an error event).
-	drainBody(resp.Body, cancel)
+	drainBody(body, cancel)
 	takeRouterHeaders(resp.Trailer, r)
 	return reply
 }
@@ -296,9 +304,23 @@ func takeRouterHeaders(h http.Header, r *loadgen.Result) {
 func (h httpTurn) describe(ctx context.Context, err error) string {
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errTurnTimeout):
-		return fmt.Sprintf("timeout: no complete response within %s (request_timeout): %v", h.Timeout, err)
+		return fmt.Sprintf("timeout: no byte for %s (request_timeout): %v", h.Timeout, err)
 	case cause != nil:
 		return fmt.Sprintf("canceled: %v", err)
 	}
 	return err.Error()
+}
+
+// activeReader calls active after every read that brought bytes.
+type activeReader struct {
+	r      io.Reader
+	active func()
+}
+
+func (a activeReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if n > 0 {
+		a.active()
+	}
+	return n, err
 }

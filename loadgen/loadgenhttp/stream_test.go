@@ -321,6 +321,46 @@ func TestTimeoutIsFailedTurnWithReason(t *testing.T) {
 	}
 }
 
+// request_timeout is a no-byte timeout, as clients keep it: a stream that
+// takes twice the timeout in all but sends a token every third of it
+// succeeds; one whose bytes stop for longer fails, naming the timeout.
+func TestTimeoutCountsFromTheLastByte(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	for _, stall := range []bool{false, true} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, sseOpenAI(roleChunk))
+			w.(http.Flusher).Flush()
+			for range 6 {
+				pause := timeout / 3
+				if stall {
+					pause = 2 * timeout
+				}
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(pause):
+				}
+				io.WriteString(w, sseOpenAI(content("hi")))
+				w.(http.Flusher).Flush()
+			}
+			io.WriteString(w, sseOpenAI(finishChunk, usageChunk, "[DONE]"))
+		}))
+		sc := loadgen.TinyScenario()
+		sc.RequestTimeout = timeout
+		c := NewClient(sc, srv.URL, srv.Client(), nil)
+		tr, _ := loadgen.NewWorkload(sc).Session(0).NextTurn(0)
+		r, _ := c.Do(context.Background(), tr, newStepClock())
+		srv.Close()
+		if !stall && !r.OK() {
+			t.Errorf("tokens every %v: %q, want the turn done", timeout/3, r.Err)
+		}
+		if stall && (r.OK() || !strings.HasPrefix(r.Err, "timeout: no byte for")) {
+			t.Errorf("a %v stall: ok %v %q, want a timeout", 2*timeout, r.OK(), r.Err)
+		}
+	}
+}
+
 func TestNonOKStatusIsFailedTurn(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(wire.HeaderReplica, "r3")

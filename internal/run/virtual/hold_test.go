@@ -2,6 +2,7 @@ package virtual
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +75,42 @@ func TestHeldTurnIsRetriedAndTimedFromFirstSend(t *testing.T) {
 	// Each placed first turn was refused hold/HoldRetry times before it went.
 	if want := first * int(hold/HoldRetry); pol.holds < want {
 		t.Errorf("ErrHold answers = %d, want at least %d for %d first turns", pol.holds, want, first)
+	}
+}
+
+// request_timeout counts from the client's last byte: a turn held longer than
+// it succeeds when the router keeps the hold alive (held at least
+// keepalive_after: headers and keep-alive events), and fails when it does not.
+func TestHoldKeptAliveDoesNotTimeOut(t *testing.T) {
+	const hold = 3 * time.Second
+	prof, err := sim.LookupProfile("a4000-qwen3-4b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keepAlive := range []time.Duration{time.Second, router.NoLimitDuration} {
+		sc := smokeScenario(t)
+		sc.Variants = []string{"on"}
+		sc.RequestTimeout = 2 * time.Second
+		pol := &holdFirst{hold: hold, inner: router.NewWorkingSet(2, 1, router.NewShortestQueue(0))}
+		var results []loadgen.Result
+		if _, err := Run(context.Background(), Config{
+			Scenario: sc, Replicas: 4, Engine: sim.EngineConfig{Profile: prof}, RunID: "hold",
+			Balancer: router.BalancerConfig{AffinityPolicy: pol, Admission: router.AdmissionConfig{KeepAliveAfter: keepAlive}},
+			OnResult: func(r loadgen.Result) { results = append(results, r) },
+		}); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		timedOut := 0
+		for _, r := range results {
+			if r.Turn == 0 && strings.HasPrefix(r.Err, "timeout:") {
+				timedOut++
+			}
+		}
+		if keepAlive > 0 && timedOut > 0 {
+			t.Errorf("kept alive after %v: %d held first turns timed out", keepAlive, timedOut)
+		}
+		if keepAlive < 0 && timedOut == 0 {
+			t.Errorf("never kept alive: no held first turn timed out after %v", sc.RequestTimeout)
+		}
 	}
 }

@@ -411,7 +411,7 @@ func (r *run) stopVariant(t time.Duration) {
 	for _, id := range ids {
 		f := r.flights[id]
 		r.engines[f.replica].Abort(id)
-		r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
+		r.bal.ReleaseConv(f.replica, r.convOf(f.tr.Session))
 		delete(r.flights, id)
 	}
 	// Finished on their engine, not yet at the client: in flight at the end.
@@ -422,7 +422,7 @@ func (r *run) stopVariant(t time.Duration) {
 	sort.Strings(ids)
 	for _, id := range ids {
 		if f := r.ending[id]; !f.released {
-			r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
+			r.bal.ReleaseConv(f.replica, r.convOf(f.tr.Session))
 		}
 		delete(r.ending, id)
 	}
@@ -546,7 +546,8 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 		prompt, hashes = r.prompt(tr.Session, maxTokens)
 		keep = true
 	}
-	facts := router.Facts{SessionKey: r.keyOf(tr.Session), ParentKey: r.parentKeyOf(tr.Session), FollowParent: r.cfg.Subagents == router.SubagentsFollow, PromptTokens: len(prompt), HeldFor: t - h.arrived,
+	conv := r.convOf(tr.Session)
+	facts := router.Facts{SessionKey: conv.Key, ParentKey: conv.Parent, Agent: conv.Agent, Tools: tr.Trace != nil && tr.Trace.Agent != nil, FollowParent: r.cfg.Subagents == router.SubagentsFollow, PromptTokens: len(prompt), HeldFor: t - h.arrived,
 		Ticket: h.ticket, Continuing: tr.Turn > 0 && tr.Side == nil}
 	if facts.SessionKey == "" {
 		// What a keyless router can know of the prompt: its leading pieces.
@@ -607,7 +608,7 @@ func (r *run) toEngine(id string, f *flight, t time.Duration) {
 	f.req = nil
 	if err := r.engines[f.replica].Submit(req, t); err != nil {
 		delete(r.flights, id)
-		r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
+		r.bal.ReleaseConv(f.replica, r.convOf(f.tr.Session))
 		f.res.PromptTokens = 0
 		f.res.Done, f.res.Status, f.res.Err = t, 400, err.Error()
 		r.finish(&f.res, t, f.tr.Session)
@@ -629,7 +630,7 @@ func (r *run) release(f *flight) {
 	}
 	f.released = true
 	r.bal.ObserveCache(r.keyOf(f.tr.Session), f.replica, f.res.PromptTokens, f.res.CachedTokens)
-	r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
+	r.bal.ReleaseConv(f.replica, r.convOf(f.tr.Session))
 }
 
 // deliver is the client receiving a finished request's end at t.
@@ -703,19 +704,24 @@ func (r *run) stepEvents(t time.Duration, events []sim.Event) {
 	}
 }
 
-// timeout ends a turn still in flight at its request_timeout, as the HTTP client
-// does: the request is aborted on its engine and the turn fails (the loop then ends
-// its session and starts a replacement after the failure backoff).
+// timeout ends a turn still in flight that has had no byte for its
+// request_timeout, as the HTTP client does: the request is aborted on its
+// engine and the turn fails (the loop then ends its session and starts a
+// replacement after the failure backoff). A byte came later: the check moves.
 func (r *run) timeout(id string, t time.Duration) {
 	f := r.flights[id]
 	if f == nil {
 		return // finished in time
 	}
+	if due := r.lastByte(f) + r.sc.RequestTimeout; due > t {
+		r.sched.at(event{at: due, kind: evTimeout, variant: r.variant, req: id})
+		return
+	}
 	delete(r.flights, id)
 	r.engines[f.replica].Abort(id)
-	r.bal.ReleaseSession(f.replica, r.keyOf(f.tr.Session))
+	r.bal.ReleaseConv(f.replica, r.convOf(f.tr.Session))
 	f.res.Done, f.res.Status = t, 200
-	f.res.Err = fmt.Sprintf("timeout: no complete response within %s (request_timeout)", r.sc.RequestTimeout)
+	f.res.Err = fmt.Sprintf("timeout: no byte for %s (request_timeout)", r.sc.RequestTimeout)
 	r.finish(&f.res, t, f.tr.Session)
 }
 
@@ -808,6 +814,18 @@ func (r *run) stageProgress(k int) {
 	}
 }
 
+// lastByte is when the client last had a byte of f's response: its last token,
+// or, for a turn the router held at least keepalive_after, the end of the hold
+// (the router sent the headers and keep-alive events meanwhile:
+// router.AdmissionConfig.KeepAliveAfter); else when it was sent.
+func (r *run) lastByte(f *flight) time.Duration {
+	last := max(f.res.Sent, f.res.LastToken)
+	if ka := r.bcfg.Admission.WithDefaults().KeepAliveAfter; ka > 0 && f.res.Held >= ka {
+		last = max(last, f.res.Headers)
+	}
+	return last
+}
+
 // ManifestAdmission is a router admission config as a run's manifest records
 // it (loadgen.Admission), defaults resolved: the one conversion for both
 // worlds (the HTTP bench configures its embedded router with the same config).
@@ -833,6 +851,16 @@ func (r *run) keyOf(s *loadgen.Session) string {
 		return s.Key + "/agent/" + s.Agent
 	}
 	return s.Key
+}
+
+// convOf is the conversation of session s as the router's facts name it
+// (router.Facts.Conv): its key, its parent's and its agent id.
+func (r *run) convOf(s *loadgen.Session) router.ConvRef {
+	c := router.ConvRef{Key: r.keyOf(s), Parent: r.parentKeyOf(s)}
+	if s != nil && c.Key != "" {
+		c.Agent = s.Agent
+	}
+	return c
 }
 
 // parentKeyOf is the parent's key of a subagent's session whose key is split
