@@ -117,6 +117,10 @@ type Facts struct {
 	// home starts on its parent's (stepSubagentParent, follow_subagents).
 	ParentKey    string
 	FollowParent bool
+	// Process is the simulated vLLM API-server process that accepted the
+	// request (virtual world with BalancerConfig.VLLMRelease set), passed on as
+	// Request.Process; 0 otherwise.
+	Process int
 	// Prefix holds the chained hashes of the prompt's leading pieces
 	// (PrefixHashes), for keyless placement (BalancerConfig.Keyless); read only
 	// when SessionKey is "". nil: unknown.
