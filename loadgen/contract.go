@@ -75,6 +75,15 @@ type Scenario struct {
 	// the front end is not modelled (requests reach the engine at once). Ignored
 	// against real servers.
 	APIServers int `yaml:"api_servers" json:"api_servers,omitzero"`
+	// VLLMBalancer selects an older vLLM release's internal DP balancer for
+	// the "affinity off" policy in the virtual world, with one balancer per
+	// API-server process (api_servers of them, required): "v0.24" (fixed scan
+	// start per process), "v0.26" (rotating start), "v0.26-dense" (v0.26
+	// without engine counts in the coordinator's publications, as for a dense
+	// model before vLLM vllm-project/vllm#49204); docs/simulator.md section 11. "" (default):
+	// the router's current-main rule with one balancer. The HTTP world does
+	// not model it and refuses it.
+	VLLMBalancer string `yaml:"vllm_balancer" json:"vllm_balancer,omitzero"`
 
 	source string         // file it was loaded from, for error messages
 	lines  map[string]int // YAML key path -> line (yamlpos.KeyLines), for error messages

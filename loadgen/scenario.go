@@ -16,6 +16,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/lmwarden/warden/internal/vllmdp"
 	"github.com/lmwarden/warden/internal/yamlpos"
 	"github.com/lmwarden/warden/loadgen/agent"
 )
@@ -224,14 +225,14 @@ func (sc *Scenario) WithDefaults() *Scenario {
 // API-server time (RTT, RTTSpread, APIServers), which only the simulator's worlds
 // apply.
 func (sc *Scenario) SimulatesServerSide() bool {
-	return sc.RTT != 0 || !sc.RTTSpread.IsFixed() || sc.APIServers != 0
+	return sc.RTT != 0 || !sc.RTTSpread.IsFixed() || sc.APIServers != 0 || sc.VLLMBalancer != ""
 }
 
 // ForRealServers returns a copy of sc without the simulated network and API-server
 // time: against real servers the real network and API server provide them.
 func (sc *Scenario) ForRealServers() *Scenario {
 	c := *sc
-	c.RTT, c.RTTSpread, c.APIServers = 0, DurationRange{}, 0
+	c.RTT, c.RTTSpread, c.APIServers, c.VLLMBalancer = 0, DurationRange{}, 0, ""
 	return &c
 }
 
@@ -301,6 +302,13 @@ func (sc *Scenario) problems() []problem {
 	ps.duration("rtt", c.RTT, c.RTTSpread)
 	if c.APIServers < 0 {
 		ps.bad("api_servers", "must not be negative, got %d", c.APIServers)
+	}
+	if c.VLLMBalancer != "" {
+		if err := vllmdp.ValidRelease(c.VLLMBalancer); err != nil {
+			ps.bad("vllm_balancer", "%v", err)
+		} else if c.APIServers < 1 {
+			ps.bad("vllm_balancer", "needs api_servers (the processes that each run a balancer), got %d", c.APIServers)
+		}
 	}
 	if c.FailureBackoff < 0 {
 		ps.bad("failure_backoff", "must not be negative, got %s", c.FailureBackoff)

@@ -302,6 +302,21 @@ func TestNetworkAndAPIServerFields(t *testing.T) {
 	}
 }
 
+func TestVLLMBalancerField(t *testing.T) {
+	sc, err := ParseScenario([]byte("name: x\napi_servers: 4\nvllm_balancer: v0.26\n"), "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.VLLMBalancer != "v0.26" || !sc.SimulatesServerSide() || sc.ForRealServers().VLLMBalancer != "" {
+		t.Fatalf("vllm_balancer %q, simulates server side %v", sc.VLLMBalancer, sc.SimulatesServerSide())
+	}
+	for _, bad := range []string{"vllm_balancer: v0.26\n", "api_servers: 4\nvllm_balancer: v9\n"} {
+		if _, err := ParseScenario([]byte("name: x\n"+bad), "x.yaml"); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
 // A key given twice makes yaml.v3 skip its whole mapping, so every other check
 // would report a field as missing or empty: the duplicate is the one message.
 func TestParseScenarioDuplicateKeyGivesOneMessage(t *testing.T) {

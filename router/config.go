@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/lmwarden/warden/internal/vllmdp"
 )
 
 // Balancer defaults.
@@ -66,6 +68,16 @@ type BalancerConfig struct {
 	// load, as vLLM's DP coordinator does (~100 ms); between snapshots it adds +1 per
 	// request it sent. Default 100ms.
 	SnapshotInterval time.Duration
+	// VLLMRelease, when set, makes the shortest-queue balancer follow an older
+	// vLLM release's rule with one balancer per API-server process
+	// (ShortestQueue.Release, vllmdp.Releases; docs/simulator.md section 11).
+	// "" (default): current main's rule, one balancer. With
+	// vllmdp.ReleaseV026Dense and no SnapshotInterval, snapshots come every
+	// vllmdp.IdlePublishInterval.
+	VLLMRelease string
+	// APIServerProcesses is the number of API-server processes VLLMRelease
+	// models (ShortestQueue.Processes); requests name theirs in Facts.Process.
+	APIServerProcesses int
 	// StaleAfter: observations (ObserveEngine) older than this are ignored.
 	// Default DefaultStaleAfter.
 	StaleAfter time.Duration
@@ -118,6 +130,12 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	if err := ValidKeyless(cfg.Keyless); err != nil {
 		errs = append(errs, err)
 	}
+	if err := vllmdp.ValidRelease(cfg.VLLMRelease); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.APIServerProcesses < 0 {
+		errs = append(errs, fmt.Errorf("api-server processes: %d is negative", cfg.APIServerProcesses))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("building balancer: %w", err)
 	}
@@ -144,6 +162,12 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 		affinity:   cfg.Affinity,
 		sessions:   NewSessionTable(cfg.Now, cfg.SessionTTL, cfg.MaxSessions, cfg.ActiveWindow),
 		sq:         NewShortestQueue(cfg.SnapshotInterval),
+	}
+	if cfg.VLLMRelease != "" {
+		if cfg.VLLMRelease == vllmdp.ReleaseV026Dense && cfg.SnapshotInterval == 0 {
+			b.sq.Interval = vllmdp.IdlePublishInterval
+		}
+		b.sq.Release, b.sq.Processes = cfg.VLLMRelease, cfg.APIServerProcesses
 	}
 	b.sticky = &Sticky{
 		Margin: margin,

@@ -153,7 +153,7 @@ func (b *Balancer) stepResponseHome(x *decision) error {
 // stepBalanced: affinity off, vLLM's shortest queue; the session table is
 // left alone.
 func (b *Balancer) stepBalanced(x *decision) (err error) {
-	x.d, err = b.sq.Pick(x.now, Request{Key: x.f.SessionKey, Home: -1, PromptTokens: x.f.PromptTokens}, b.view)
+	x.d, err = b.sq.Pick(x.now, Request{Key: x.f.SessionKey, Home: -1, PromptTokens: x.f.PromptTokens, Process: x.f.Process}, b.view)
 	x.picked, x.final = true, true
 	return err
 }

@@ -47,6 +47,10 @@ type ReplicaState struct {
 type Request struct {
 	Key  string // session key; "" when the request carries none
 	Home int    // the session's home replica, or -1 when it has none (or Key is "")
+	// Process is the vLLM API-server process that handles the request, when
+	// the caller models them (Facts.Process); ShortestQueue reads it under an
+	// older release's rule (ShortestQueue.Release). 0 otherwise.
+	Process int
 	// Overflow is the replica the session's latest overflow (ReasonOverflow)
 	// went to, when HasOverflow (false: none, so a zero Request names no
 	// replica); it is forgotten when the home changes. Sticky sends the next

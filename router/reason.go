@@ -128,6 +128,10 @@ type Facts struct {
 	// is never taken for a side request: its context really shrank (a
 	// compaction) and it sets the estimate.
 	Tools bool
+	// Process is the simulated vLLM API-server process that accepted the
+	// request (virtual world with BalancerConfig.VLLMRelease set), passed on as
+	// Request.Process; 0 otherwise.
+	Process int
 	// Prefix holds the chained hashes of the prompt's leading pieces
 	// (PrefixHashes), for keyless placement (BalancerConfig.Keyless); read only
 	// when SessionKey is "". nil: unknown.

@@ -46,9 +46,30 @@ type ShortestQueue struct {
 	// sees an exact snapshot.
 	Interval time.Duration
 
+	// Release selects an older vLLM release's rule (vllmdp.ReleaseV024,
+	// ReleaseV026, ReleaseV026Dense) with one balancer per API-server process
+	// (Processes, Request.Process); "" is current main's rule with one
+	// balancer, as described above. Set before the first Pick.
+	Release string
+	// Processes is the number of vLLM API-server processes when Release is
+	// set, each with its own scan start (vllmdp.StartIndex) and its own count
+	// of what it sent since the last snapshot; 0 or 1 is one process.
+	Processes int
+
 	epoch int64         // grid index of the current snapshot; -1 before the first
 	snap  []vllmdp.Rank // the snapshot, plus what was sent since
 	start int           // scan start; rotates by one after every decision
+
+	procs     []sqProcess // per API-server process, when Release is set
+	procEpoch int64       // snapshot the procs' sent counts are relative to
+}
+
+// sqProcess is one API-server process's own balancer state under an older
+// release's rule: its scan start and what it sent to each replica since the
+// last snapshot (its local increments of lb_engines' waiting counts).
+type sqProcess struct {
+	start int
+	sent  []int
 }
 
 // NewShortestQueue returns a ShortestQueue with the given snapshot interval
@@ -106,7 +127,10 @@ func (q *ShortestQueue) Score(i int) float64 {
 // Pick chooses the healthy replica with the lowest score, counts one request sent to
 // it, and rotates the scan start. req is ignored: shortest-queue has no affinity.
 // Reason is ReasonBalanced.
-func (q *ShortestQueue) Pick(now time.Duration, _ Request, reps []ReplicaState) (Decision, error) {
+func (q *ShortestQueue) Pick(now time.Duration, req Request, reps []ReplicaState) (Decision, error) {
+	if q.Release != "" {
+		return q.pickRelease(now, req, reps)
+	}
 	q.Sync(now, reps)
 	n := len(reps)
 	if n == 0 {
@@ -133,5 +157,59 @@ func (q *ShortestQueue) Pick(now time.Duration, _ Request, reps []ReplicaState) 
 		return Decision{}, ErrNoReplica
 	}
 	q.snap[best].Sent()
+	return Decision{Replica: best, Reason: ReasonBalanced}, nil
+}
+
+// pickRelease is Pick under an older release's rule (Release): the process
+// req.Process (clamped to the processes) scans from its own start, scores
+// each healthy replica with vllmdp.LegacyScore from the snapshot's waiting
+// and running counts (none when the release publishes none) and its own sends
+// since the snapshot, keeps the first strictly lowest, counts the send, and
+// rotates its start when the release does. A new snapshot clears every
+// process's sends, as a coordinator publication replaces each client's
+// lb_engines.
+func (q *ShortestQueue) pickRelease(now time.Duration, req Request, reps []ReplicaState) (Decision, error) {
+	q.Sync(now, reps)
+	n := len(reps)
+	if n == 0 {
+		return Decision{}, ErrNoReplica
+	}
+	procs := max(q.Processes, 1)
+	if len(q.procs) != procs || len(q.procs[0].sent) != n {
+		q.procs = make([]sqProcess, procs)
+		for k := range q.procs {
+			q.procs[k] = sqProcess{start: vllmdp.StartIndex(n, k, procs), sent: make([]int, n)}
+		}
+		q.procEpoch = q.epoch
+	}
+	if q.procEpoch != q.epoch {
+		for k := range q.procs {
+			clear(q.procs[k].sent)
+		}
+		q.procEpoch = q.epoch
+	}
+	p := &q.procs[min(max(req.Process, 0), procs-1)]
+	counts := vllmdp.PublishesCounts(q.Release)
+	best, bestScore := -1, 0
+	for k := 0; k < n; k++ {
+		i := (p.start + k) % n
+		if !reps[i].Healthy {
+			continue
+		}
+		w, r := 0, 0
+		if counts {
+			w, r = q.snap[i].Waiting, q.snap[i].Running
+		}
+		if s := vllmdp.LegacyScore(w, r, p.sent[i], procs); best < 0 || s < bestScore {
+			best, bestScore = i, s
+		}
+	}
+	if vllmdp.RotatesStart(q.Release) {
+		p.start = (p.start + 1) % n
+	}
+	if best < 0 {
+		return Decision{}, ErrNoReplica
+	}
+	p.sent[best]++
 	return Decision{Replica: best, Reason: ReasonBalanced}, nil
 }

@@ -53,15 +53,23 @@ func (f *Frontend) Processes() int { return len(f.free) }
 // Costs returns the per-request and per-step costs.
 func (f *Frontend) Costs() FrontendCosts { return f.costs }
 
-// Admit preprocesses a request of promptTokens tokens that reaches the server at
-// now. It returns the process that handles the request and the instant the engine
-// receives it (at or after now).
-func (f *Frontend) Admit(now time.Duration, promptTokens int) (proc int, ready time.Duration) {
+// Next returns the process that Admit would choose now: the one that frees
+// first (lowest index on a tie). It changes nothing.
+func (f *Frontend) Next() int {
+	proc := 0
 	for i, t := range f.free {
 		if t < f.free[proc] {
 			proc = i
 		}
 	}
+	return proc
+}
+
+// Admit preprocesses a request of promptTokens tokens that reaches the server at
+// now. It returns the process that handles the request and the instant the engine
+// receives it (at or after now).
+func (f *Frontend) Admit(now time.Duration, promptTokens int) (proc int, ready time.Duration) {
+	proc = f.Next()
 	start := max(now, f.free[proc])
 	ready = start + f.costs.ChatTemplate + time.Duration(promptTokens)*f.costs.TokenizePerToken
 	f.free[proc] = ready

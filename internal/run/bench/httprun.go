@@ -128,6 +128,9 @@ func (h *httpRun) target() error {
 		h.specs = withDPRanks(o.Replicas, o.DPRanks)
 		rc.Target = "vllm " + strings.Join(h.specs, " ")
 	default:
+		if o.Scenario.VLLMBalancer != "" {
+			return fmt.Errorf("bench: the scenario's vllm_balancer %q is modelled in the virtual world only (--virtual)", o.Scenario.VLLMBalancer)
+		}
 		h.clock = simclock.NewScaled(o.Speed)
 		rc.Clock = h.clock
 		cl, err := simhttp.Start(h.runCtx, simhttp.Config{

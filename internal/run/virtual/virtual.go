@@ -197,6 +197,11 @@ func Run(ctx context.Context, cfg Config) (*loadgen.Manifest, error) {
 		ec := r.engines[0].Config()
 		bcfg.KVCapacityTokens = int64(ec.NumGPUBlocks-1) * int64(ec.BlockSize)
 	}
+	if sc.VLLMBalancer != "" {
+		// One vLLM balancer per API-server process (docs/simulator.md section
+		// 11): each request's process is known before its rank is chosen.
+		bcfg.VLLMRelease, bcfg.APIServerProcesses = sc.VLLMBalancer, sc.APIServers
+	}
 	if bcfg.PrefixPieceTokens == 0 {
 		// A piece is one KV block: the unit the engine's prefix cache hits in.
 		bcfg.PrefixPieceTokens = r.engines[0].Config().BlockSize
@@ -549,6 +554,11 @@ func (r *run) submit(tr loadgen.TurnRequest, t time.Duration, h held) {
 	conv := r.convOf(tr.Session)
 	facts := router.Facts{SessionKey: conv.Key, ParentKey: conv.Parent, Agent: conv.Agent, Tools: tr.Trace != nil && tr.Trace.Agent != nil, FollowParent: r.cfg.Subagents == router.SubagentsFollow, PromptTokens: len(prompt), HeldFor: t - h.arrived,
 		Ticket: h.ticket, Continuing: tr.Turn > 0 && tr.Side == nil}
+	if r.fe != nil && r.sc.VLLMBalancer != "" {
+		// The process that will accept it (sim.Frontend.Admit below, at the same
+		// instant) balances it with its own state.
+		facts.Process = r.fe.Next()
+	}
 	if facts.SessionKey == "" {
 		// What a keyless router can know of the prompt: its leading pieces.
 		r.prefix = router.PrefixHashes(r.prefix, prompt, r.pieceTokens, 0)
