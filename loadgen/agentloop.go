@@ -486,8 +486,10 @@ func (l *AgentLoop) ready(p *treePlay, i int, at, now time.Duration, out []TurnR
 	if st.Index == 0 && st.Agent != 0 {
 		l.rep.SubagentsStarted++
 	}
+	// Last marks the tree's end (its parent's last call), not a subagent's:
+	// a session completed is a tree (report SessionsCompleted).
 	tr := TurnRequest{
-		Session: p.sessions[st.Agent], Turn: st.Index, Intended: at, Variant: l.variant, Last: st.Last,
+		Session: p.sessions[st.Agent], Turn: st.Index, Intended: at, Variant: l.variant, Last: st.Last && st.Agent == 0,
 		NominalPromptTokens: req.InputLength,
 		Trace: &TraceTurn{Index: k, Request: req,
 			Agent: &AgentCall{Tree: p.n, File: fileID(p.tree), Agent: a.ID, Type: a.Type, Call: st.Index, Round: p.round}},

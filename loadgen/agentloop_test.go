@@ -49,6 +49,13 @@ func TestAgentLoopFailuresAndJoin(t *testing.T) {
 		t.Fatalf("first calls %+v: want the parent's first call, 640 tokens scaled to 320", first)
 	}
 	subs := finish(first[0], 0, 2*s, true)
+	// a2's only call is its agent's last, but not the tree's: a completed
+	// session is a tree (report SessionsCompleted counts Last).
+	for _, tr := range subs {
+		if tr.Last {
+			t.Errorf("subagent %s's call marked the session's last", tr.Session.Agent)
+		}
+	}
 	if len(subs) != 2 || subs[0].Session.Agent != "a1" || subs[1].Session.Agent != "a2" || subs[0].Session.Key != first[0].Session.Key {
 		t.Fatalf("after the spawning call: %+v, want a1 and a2's first calls with the parent's key", subs)
 	}
@@ -70,6 +77,9 @@ func TestAgentLoopFailuresAndJoin(t *testing.T) {
 	// + 3 s, earlier.
 	if join[0].Intended != 9*s {
 		t.Errorf("the join is intended at %v, want 4s + 5s", join[0].Intended)
+	}
+	if join[0].Last {
+		t.Error("the parent's second call marked last; its third is")
 	}
 	if rest := finish(join[0], 9*s, 10*s, false); len(rest) != 0 {
 		t.Errorf("a failed parent call released %+v", rest)

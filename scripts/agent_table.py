@@ -3,7 +3,10 @@
 markdown table of results/agents/README.md: per fleet, rule and admission,
 mean and range over seeds of output tokens/min (over the variant's span),
 session completion time p50/p95 (trees.csv, complete trees), parent TTFB
-p50/p95, usage-cached share, and calls not sent (manifest agent_traces)."""
+p50/p95, usage-cached share, and calls not sent (manifest agent_traces: for a
+trace, calls of trees cut by a failure; for synthesized sessions also the calls
+of trees the 30-minute window cut). Run names: [WORKLOAD_]FLEET-VARIANT-sSEED,
+workload trace when none."""
 import csv, json, statistics, sys, collections, os
 
 raw = sys.argv[1] if len(sys.argv) > 1 else "results/agents-raw"
@@ -18,6 +21,9 @@ for name in sorted(os.listdir(raw)):
     if not os.path.isfile(os.path.join(d, "manifest.json")):
         continue
     fleet, rest = name.split("-", 1)
+    wl = "trace"
+    if "_" in fleet:
+        wl, fleet = fleet.split("_", 1)
     cfg, seed = rest.rsplit("-s", 1)
     m = json.load(open(os.path.join(d, "manifest.json")))
     rs = [json.loads(l) for l in open(os.path.join(d, "turns.jsonl"))]
@@ -28,17 +34,17 @@ for name in sorted(os.listdir(raw)):
     par = [(r["first_token_ns"] - r["sent_ns"]) / 1e9 for r in ok if not r["trace"]["agent"].get("agent")]
     cached = 100 * sum(r["cached_tokens"] for r in ok) / max(1, sum(r["prompt_tokens"] for r in ok))
     a = m["agent_traces"][0]
-    rows[(fleet, cfg)].append([60 * sum(r["output_tokens"] for r in ok) / span, q(dur, .5), q(dur, .95),
+    rows[(wl, fleet, cfg)].append([60 * sum(r["output_tokens"] for r in ok) / span, q(dur, .5), q(dur, .95),
                                q(par, .5), q(par, .95), cached, a["not_sent"], len(rs) - len(ok)])
 
 cols = ["out tok/min", "session p50 (s)", "session p95 (s)", "parent TTFB p50 (s)", "parent TTFB p95 (s)",
         "usage cached %", "calls not sent", "calls failed"]
-print("| fleet | variant | " + " | ".join(cols) + " |")
-print("|" + "---|" * (len(cols) + 2))
-for (fleet, cfg), v in sorted(rows.items()):
+print("| workload | fleet | variant | " + " | ".join(cols) + " |")
+print("|" + "---|" * (len(cols) + 3))
+for (wl, fleet, cfg), v in sorted(rows.items()):
     cells = []
     for i in range(len(cols)):
         xs = [r[i] for r in v]
         fmt = "{:.0f}" if i in (0, 1, 2, 6, 7) else "{:.2f}" if i in (3, 4) else "{:.1f}"
         cells.append(fmt.format(statistics.mean(xs)) + " (" + fmt.format(min(xs)) + "-" + fmt.format(max(xs)) + ")")
-    print(f"| {fleet} | {cfg} | " + " | ".join(cells) + " |")
+    print(f"| {wl} | {fleet} | {cfg} | " + " | ".join(cells) + " |")
