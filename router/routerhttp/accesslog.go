@@ -6,13 +6,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 	"time"
+
+	"github.com/lmwarden/warden/internal/wire"
 )
 
-// AccessLog writes one JSON line per routed request as it ends (warden route
+// AccessLog writes one JSON line per request as it ends (warden route
 // --access-log): which replica served which conversation, why, and how it
-// went. No request text and no key is written: the session key and the agent
+// went; a request the router answered itself (a bad body, an unknown model,
+// admission refused) gets a line with decision "rejected" and the error. No request text and no key is written: the session key and the agent
 // id appear as KeyHash of them, so an operator who knows a session id can find
 // its lines (`printf %s "$id" | sha256sum | cut -c1-16`). Each line is one
 // Write, so a crash loses at most the line being written. Safe for
@@ -46,6 +50,10 @@ type AccessEntry struct {
 	StreamBroken bool    `json:"stream_broken"`  // the upstream broke the stream after it started
 	Shared       bool    `json:"shared_state"`   // the pool's state is shared with other routers (Redis)
 	Path         string  `json:"path,omitempty"` // the request path
+	// Error: why the router answered the request itself without a replica
+	// (decision "rejected": a bad body, an unknown model, admission refused,
+	// no healthy replica), the error message the client got; "" otherwise.
+	Error string `json:"error,omitempty"`
 }
 
 // NewAccessLog returns an AccessLog writing to w.
@@ -114,3 +122,40 @@ func (p *Proxy) logAccess(c *call, agent, path string, status int, start, firstB
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// rejectWriter keeps the status and the start of the body of a response the
+// router writes itself (an API error), for the access log.
+type rejectWriter struct {
+	statusWriter
+	body []byte
+}
+
+// maxRejectBody bounds what rejectWriter keeps of an error body.
+const maxRejectBody = 1024
+
+func (w *rejectWriter) Write(b []byte) (int, error) {
+	if n := min(len(b), maxRejectBody-len(w.body)); n > 0 {
+		w.body = append(w.body, b[:n]...)
+	}
+	return w.statusWriter.Write(b)
+}
+
+// logRejected writes the line of a request the router answered itself,
+// before or instead of routing it (info as far as it was read).
+func (p *Proxy) logRejected(r *http.Request, info RequestInfo, w *rejectWriter, start time.Time) {
+	l := p.access.Load()
+	if l == nil {
+		return
+	}
+	status := w.status
+	if status == 0 {
+		status = 499 // nothing was written: the client went away
+	}
+	now := time.Now()
+	l.Write(AccessEntry{
+		Time: now.UTC().Format(time.RFC3339Nano), Model: info.Model,
+		Session: KeyHash(info.SessionKey), Agent: KeyHash(r.Header.Get(wire.HeaderClaudeAgent)),
+		Decision: "rejected", Admission: "none", Status: status, TTFBMs: -1,
+		DurationMs: ms(now.Sub(start)), Path: r.URL.Path, Error: errorMessage(w.body), // hold.go
+	})
+}

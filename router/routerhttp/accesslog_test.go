@@ -66,6 +66,49 @@ func TestAccessLogOneLinePerRequest(t *testing.T) {
 	}
 }
 
+// A request the router answers itself gets a line too: invalid JSON (400) and
+// an unknown model (404), with decision "rejected", no replica and the error
+// the client got; nothing of the body.
+func TestAccessLogRejectedRequests(t *testing.T) {
+	_, stubs := simFront(t, 1)
+	f := newFront(t, true, func(c *Config) { c.Models[0].Name = "m" }, stubs...)
+	var out syncBuffer
+	l := NewAccessLog(&out)
+	f.rt.Proxy().SetAccessLog(l)
+	hdr := map[string]string{wire.HeaderClaudeSession: "secret-session"}
+	if resp, _ := f.post(t, wire.PathMessages, hdr, `{"model":"m","messages":[secret`); resp.StatusCode != 400 {
+		t.Fatalf("invalid JSON: status %d", resp.StatusCode)
+	}
+	if resp, _ := f.post(t, wire.PathMessages, hdr, `{"model":"no-such-model","max_tokens":4,"messages":[{"role":"user","content":"secret"}]}`); resp.StatusCode != 404 {
+		t.Fatalf("unknown model: status %d", resp.StatusCode)
+	}
+	var lines []AccessEntry
+	sc := bufio.NewScanner(strings.NewReader(out.String()))
+	for sc.Scan() {
+		var e AccessEntry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		lines = append(lines, e)
+	}
+	if len(lines) != 2 || strings.Contains(out.String(), "secret") {
+		t.Fatalf("want 2 lines without the body or key:\n%s", out.String())
+	}
+	for i, want := range []struct {
+		status      int
+		model, text string
+	}{{400, "", "invalid JSON"}, {404, "no-such-model", "no-such-model"}} {
+		e := lines[i]
+		if e.Status != want.status || e.Decision != "rejected" || e.Replica != "" || e.Model != want.model ||
+			!strings.Contains(e.Error, want.text) || e.Path != wire.PathMessages || e.TTFBMs != -1 {
+			t.Errorf("line %d: %+v, want status %d, model %q, an error naming %q", i+1, e, want.status, want.model, want.text)
+		}
+	}
+	if lines[1].Session != KeyHash("secret-session") {
+		t.Errorf("unknown model: session %q, want the key's hash", lines[1].Session)
+	}
+}
+
 // KeyHash is the first 16 hex digits of SHA-256, as the log's doc says an
 // operator computes it (printf %s id | sha256sum | cut -c1-16).
 func TestKeyHash(t *testing.T) {

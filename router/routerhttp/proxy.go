@@ -294,15 +294,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	api := apiFor(r.URL.Path)
-	body, info, ok := p.readRequest(w, r, api)
-	if !ok {
-		return
-	}
-	c, ok := p.acquire(w, r, api, body, info)
-	if !ok {
-		return
-	}
 	start := time.Now()
+	rw := &rejectWriter{statusWriter: statusWriter{ResponseWriter: w}}
+	body, info, ok := p.readRequest(rw, r, api)
+	if !ok {
+		p.logRejected(r, info, rw, start)
+		return
+	}
+	c, ok := p.acquire(rw, r, api, body, info)
+	if !ok {
+		p.logRejected(r, info, rw, start)
+		return
+	}
+	start = time.Now()
 	sw := &statusWriter{ResponseWriter: w}
 	rec := p.recorder.Load()
 	var recording *Recording
