@@ -172,3 +172,35 @@ func TestKVUsageNotExportedIsNull(t *testing.T) {
 		t.Errorf("card: fleet KV usage %v, want SGLang's %v alone", f, want)
 	}
 }
+
+// A replica that stops answering: its last kv_usage was a number, and once
+// its scrape is stale (scrape_fresh false) /status says null, not the figure
+// of a cache that may be gone.
+func TestKVUsageOfADeadReplicaIsNull(t *testing.T) {
+	sgl := httptest.NewServer(newEngineStub(t, enginestub.Config{Kind: engines.KindSGLang, Metrics: true, Slots: 8, ContextLen: 4096, KVTokens: 20000}))
+	rt := startYAMLRouter(t, fmt.Sprintf("models:\n  - name: m\n    replicas: [%s]\n", sgl.URL), io.Discard)
+	kv := func() string {
+		rec := httptest.NewRecorder()
+		rt.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+		var st struct {
+			Models []struct {
+				Replicas []struct {
+					KVUsage json.RawMessage `json:"kv_usage"`
+				} `json:"replicas"`
+			} `json:"models"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || len(st.Models) != 1 || len(st.Models[0].Replicas) != 1 {
+			t.Fatalf("GET /status: %v\n%s", err, rec.Body.String())
+		}
+		return string(st.Models[0].Replicas[0].KVUsage)
+	}
+	waitStatus(t, rt, "r0", "was read", func(r ReplicaReport) bool { return r.ScrapeFresh })
+	if v := kv(); v == "null" {
+		t.Fatalf("live replica: kv_usage null, want a number")
+	}
+	sgl.Close()
+	waitStatus(t, rt, "r0", "went stale", func(r ReplicaReport) bool { return !r.ScrapeFresh })
+	if v := kv(); v != "null" {
+		t.Errorf("dead replica: kv_usage %s, want null", v)
+	}
+}

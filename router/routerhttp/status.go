@@ -43,7 +43,9 @@ type ReplicaReport struct {
 	Rank *int   `json:"dp_rank,omitempty"`
 	// KVUsage is kv_usage as /status writes it (it takes the place of
 	// ReplicaStatus.KVUsage in the JSON): the fraction last scraped, or null
-	// when it is not known: the replica was never read, or its engine or this
+	// when it is not known now: the replica was never read, its last scrape is
+	// stale (scrape_fresh false: a dead replica's last figure is no reading of
+	// its cache today), or its engine or this
 	// server does not export a KV usage series (Missing then has a
 	// "kv_usage: ..." line saying which), so a missing figure never reads as 0.
 	KVUsage *float64 `json:"kv_usage"`
@@ -95,7 +97,7 @@ func (rt *Router) Status() Status {
 				rep.Rank = &k
 			}
 			rt.fillPrefix(pool, i, &rep)
-			if kv := s.KVUsage; s.ScrapeAgeS >= 0 && !lacks(rep.Missing, engines.FigKVUsage) {
+			if kv := s.KVUsage; s.ScrapeFresh && !lacks(rep.Missing, engines.FigKVUsage) {
 				rep.KVUsage = &kv
 			}
 			ms.Replicas = append(ms.Replicas, rep)
