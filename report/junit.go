@@ -152,14 +152,19 @@ func stageLabel(stage, sessions int) string {
 }
 
 // deltaText is one metric's numbers: "ttfb_p95_s A 5.97 -> B 5.32 (-0.647, -10.8%,
-// 95% CI +-1.613, within noise)".
+// 95% CI +-1.613, within noise)"; "no noise estimate" for a stage under two
+// sub-windows.
 func deltaText(d Delta) string {
 	f, df := formatFor(d.Metric), diffFormatFor(d.Metric)
 	rel := "n/a"
 	if !math.IsNaN(d.RelPct) {
 		rel = fmt.Sprintf("%+.1f%%", d.RelPct)
 	}
-	return fmt.Sprintf("%s A %s -> B %s (%s, %s, 95%% CI +-%s, %s)", d.Metric, f(d.Base), f(d.Value), df(d.Diff), rel, df(d.CIHalf), verdict(d))
+	ci := "no noise estimate"
+	if !math.IsNaN(d.CIHalf) {
+		ci = "95% CI +-" + df(d.CIHalf)
+	}
+	return fmt.Sprintf("%s A %s -> B %s (%s, %s, %s, %s)", d.Metric, f(d.Base), f(d.Value), df(d.Diff), rel, ci, verdict(d))
 }
 
 // JUnitRefused is the JUnit XML of a comparison that did not run (the runs

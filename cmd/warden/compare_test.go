@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,7 +115,11 @@ func TestCompareJUnit(t *testing.T) {
 		case gc.Failed != (c.Failure != nil):
 			t.Errorf("testcase %q: failure %v, want failed=%v", key, c.Failure, gc.Failed)
 		case gc.Failed:
-			for _, s := range []string{gc.Delta.Metric + " A ", " -> B ", "95% CI", "beyond limit " + gc.Gate.String()} {
+			noise := "95% CI +-"
+			if math.IsNaN(gc.Delta.CIHalf) {
+				noise = "no noise estimate"
+			}
+			for _, s := range []string{gc.Delta.Metric + " A ", " -> B ", noise, "beyond limit " + gc.Gate.String()} {
 				if !strings.Contains(c.Failure.Message, s) {
 					t.Errorf("testcase %q: failure message %q does not say %q", key, c.Failure.Message, s)
 				}
