@@ -164,6 +164,19 @@ type Violation struct {
 	Reason   string
 }
 
+// GateCheck is one gate checked on one stage of one variant (Comparison.Checks).
+type GateCheck struct {
+	Gate     Gate
+	Variant  string // the stage's variant (a pair: the affinity-on one)
+	Stage    int    // stage index; -1 when the gate could not be checked
+	Sessions int
+	Delta    Delta
+	// Failed: the check is a violation (Reason says why). WithinNoise: the
+	// change is past the limit but within the stage's noise, so it passed.
+	Failed, WithinNoise bool
+	Reason              string
+}
+
 // Comparison is the result of Compare: run A as base, run B as candidate.
 type Comparison struct {
 	A, B       string // directories
@@ -174,6 +187,10 @@ type Comparison struct {
 	// act in their affinity-on variants (policy, admission: settingsDiff),
 	// printed first: the differences include their effect.
 	Settings []string
+	// Checks lists every (gate, stage) pair checked against opts.FailOn, in
+	// the order checked, with its verdict, then a failed check for each gate
+	// naming a variant not in both runs (Stage -1): what --junit writes.
+	Checks []GateCheck
 	// GateChecks counts the (gate, stage) pairs checked against opts.FailOn;
 	// GatesWithinNoise those of them past their limit that passed because the
 	// change was within the stage's noise (never with StrictGates).
@@ -299,25 +316,30 @@ func (c *Comparison) compareStage(variant string, sa, sb *Summary, opts CompareO
 	for _, name := range Metrics {
 		d, _ := NewDelta(name, sa, sb) // names from Metrics are known
 		sc.Deltas = append(sc.Deltas, d)
-		c.checkGates(opts, name, d, sa.Sessions, variant)
+		c.checkGates(opts, name, d, sa.Stage, sa.Sessions, variant)
 	}
 	return sc
 }
 
 // checkGates checks opts.FailOn's gates on metric name against d, the delta of
-// a stage of sessions sessions, into c: a gate applies when it names no variant
-// or one of variants; a violation is recorded under variants[0].
-func (c *Comparison) checkGates(opts CompareOptions, name string, d Delta, sessions int, variants ...string) {
+// stage stage (of sessions sessions), into c: a gate applies when it names no
+// variant or one of variants; a check and a violation are recorded under
+// variants[0].
+func (c *Comparison) checkGates(opts CompareOptions, name string, d Delta, stage, sessions int, variants ...string) {
 	for _, t := range opts.FailOn {
 		if t.Metric != name || (t.Variant != "" && !slices.Contains(variants, t.Variant)) {
 			continue
 		}
 		c.GateChecks++
+		gc := GateCheck{Gate: t, Variant: variants[0], Stage: stage, Sessions: sessions, Delta: d}
 		if bad, why := t.check(d, opts.StrictGates); bad {
+			gc.Failed, gc.Reason = true, why
 			c.Violations = append(c.Violations, Violation{Gate: t, Variant: variants[0], Sessions: sessions, Delta: d, Reason: why})
 		} else if bad, _ := t.check(d, true); bad {
+			gc.WithinNoise = true
 			c.GatesWithinNoise++
 		}
+		c.Checks = append(c.Checks, gc)
 	}
 }
 
@@ -340,7 +362,9 @@ func (c *Comparison) checkGateVariants(ma, mb *loadgen.Manifest, opts CompareOpt
 	}
 	for _, t := range opts.FailOn {
 		if t.Variant != "" && !slices.ContainsFunc(c.Stages, func(s StageComparison) bool { return s.Variant == t.Variant }) {
-			c.Violations = append(c.Violations, Violation{Gate: t, Reason: fmt.Sprintf("variant %q not in both runs: gate cannot be checked", t.Variant)})
+			why := fmt.Sprintf("variant %q not in both runs: gate cannot be checked", t.Variant)
+			c.Violations = append(c.Violations, Violation{Gate: t, Reason: why})
+			c.Checks = append(c.Checks, GateCheck{Gate: t, Variant: t.Variant, Stage: -1, Failed: true, Reason: why})
 		}
 	}
 	return nil

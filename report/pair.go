@@ -143,7 +143,7 @@ func (c *Comparison) comparePair(runA, runB *Run, sumsA, sumsB []Summary, w io.W
 		for _, name := range Metrics {
 			d, _ := NewDelta(name, row.cells[0], row.cells[1]) // names from Metrics are known
 			sc.Deltas = append(sc.Deltas, d)
-			c.checkGates(opts, name, d, row.sessions, on, off)
+			c.checkGates(opts, name, d, row.stage, row.sessions, on, off)
 		}
 		c.Stages = append(c.Stages, sc)
 	}

@@ -19,6 +19,7 @@ func newCompareCmd() *cobra.Command {
 		mismatch bool
 		strict   bool
 		mdOut    string
+		junitOut string
 	)
 	cmd := &cobra.Command{
 		Use:   "compare RUN_A RUN_B",
@@ -56,7 +57,13 @@ either way.
 Examples:
   warden compare results/baseline/virtual-reference results/ci-virtual \
       --fail-on output_tokens_per_min:-5% --fail-on ttfb_p95_s:+20%
-  warden compare results/llama-off results/llama-on --out results/llama-off-on.md`,
+  warden compare results/llama-off results/llama-on --out results/llama-off-on.md
+
+--junit FILE writes the verdicts as JUnit XML for a CI system: a testsuite per
+variant, a testcase per stage and gate (failing when the gate failed, with A, B,
+the change and its 95 % interval in the message), a passing "compared" case for
+a stage no gate applied to; runs that could not be compared give one case in
+error. The exit codes stay as above.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := report.CompareOptions{Force: force || mismatch, StrictGates: strict}
@@ -72,6 +79,11 @@ Examples:
 				opts.Markdown = &md
 			}
 			c, err := report.Compare(args[0], args[1], cmd.OutOrStdout(), opts)
+			if junitOut != "" {
+				if jerr := writeJUnit(junitOut, args[0], args[1], c, err); jerr != nil {
+					return errors.Join(err, jerr)
+				}
+			}
 			if mdOut != "" && c != nil {
 				if len(c.Pair) != 2 {
 					return errors.Join(err, fmt.Errorf("--out %s: the runs are not an off -> on pair (RUN_A's variants all affinity off, RUN_B's all on): nothing written", mdOut))
@@ -94,6 +106,31 @@ Examples:
 	cmd.Flags().BoolVar(&mismatch, "allow-scenario-mismatch", false, "compare runs of different scenarios anyway")
 	_ = cmd.Flags().MarkDeprecated("allow-scenario-mismatch", "use --force")
 	cmd.Flags().StringVar(&mdOut, "out", "", "for an off -> on pair of runs: write the off -> on table as markdown to this file")
+	cmd.Flags().StringVar(&junitOut, "junit", "", "write the verdicts as JUnit XML to this file: a testcase per stage and gate, failures for the gates that fail")
 	cmd.Flags().BoolVar(&strict, "strict-gates", false, "fail on a change past a limit even when it is within the run's noise")
 	return cmd
+}
+
+// writeJUnit writes the JUnit XML of c to path; when the comparison failed
+// for any reason but a gate (err, c possibly partial), one case in error.
+func writeJUnit(path, a, b string, c *report.Comparison, err error) error {
+	var (
+		doc  []byte
+		jerr error
+	)
+	switch {
+	case err != nil && !errors.Is(err, report.ErrThresholdExceeded):
+		doc, jerr = report.JUnitRefused(a, b, err)
+	case c != nil:
+		doc, jerr = c.JUnit()
+	default:
+		return nil
+	}
+	if jerr == nil {
+		jerr = atomicfile.Write(path, doc)
+	}
+	if jerr != nil {
+		return fmt.Errorf("--junit: %w", jerr)
+	}
+	return nil
 }

@@ -35,7 +35,7 @@ const (
 )
 
 // testsPackages are the packages of kind tests, named by path.
-var testsPackages = []string{"e2e", "internal/layout"}
+var testsPackages = []string{"e2e", "internal/layout", "deploy"}
 
 // pathKinds returns the kinds a package's module-relative path allows
 // (docs/DESIGN-NOTES.md, "The path gives the kind"), or none when the path
@@ -243,6 +243,7 @@ func TestPathKinds(t *testing.T) {
 		"internal/wire":                "ground",
 		"internal/layout":              "tests",
 		"e2e":                          "tests",
+		"deploy":                       "tests",
 		"cmd/warden":                   "main",
 		"router":                       "core",
 		"router/routerhttp":            "core or shell",

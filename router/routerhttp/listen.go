@@ -35,6 +35,16 @@ var ErrDrainCut = errors.New("requests in flight cut at drain_timeout")
 // write their error event and return before their connections are closed.
 const cutGrace = time.Second
 
+// ShutdownBound is the longest Serve takes from the end of its context (SIGTERM)
+// to its return with c's settings (WithDefaults applied): drain_delay, drain_timeout, then cutGrace
+// for the API listener's cut requests and cutGrace for the admin listener. A
+// supervisor's stop timeout (Kubernetes terminationGracePeriodSeconds less
+// the preStop hook, systemd TimeoutStopSec) at least this long never kills a
+// drain (deploy/).
+func (c Config) ShutdownBound() time.Duration {
+	return c.DrainDelay + c.DrainTimeout + 2*cutGrace
+}
+
 // Serve serves Handler on api and AdminHandler on admin (nil: none), and runs
 // the background loops, until ctx ends; then it shuts down in order
 // (drain.go): /ready answers 503 at once while the API listener still serves
