@@ -46,9 +46,9 @@ const MaxConcurrencyPct = 110.0
 
 // summarizeConcurrency fills s.Concurrency from the variant's results, its
 // series (grouped by replica) and the stage's manifest window, and notes a stage
-// below loadgen.MinConcurrencyPct. A report window of an agent replay (windows)
+// below loadgen.MinConcurrencyPct. A report window of a trace replay (windows)
 // holds no level: its Target and Pct are NaN, without notes (the whole-run
-// table has the live trees and calls).
+// table of an agent replay has the live trees and calls).
 func summarizeConcurrency(s *Summary, results []*loadgen.Result, replicas []replicaSeries, st loadgen.StageWindow, sc *loadgen.Scenario, windows bool) {
 	nan := math.NaN()
 	c := Concurrency{TurnsInFlightMean: nan, Target: nan, Pct: nan, EngineRequestsMean: nan}

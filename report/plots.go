@@ -276,6 +276,13 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 			return sessionTimeFigure(m, trees)
 		}), "", ""}}, figs...)
 	}
+	if k := keysOf(m); k.windows && !k.agent {
+		for i := range figs {
+			if figs[i].file == "sessions_per_h.png" {
+				figs[i].omitted = "left out: a request trace marks no conversation's last turn, so no session completes"
+			}
+		}
+	}
 	for _, v := range m.Variants {
 		series := variantSeries(run.Series, v.Name)
 		if len(series) == 0 {

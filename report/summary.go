@@ -289,7 +289,7 @@ func Summarize(run *Run) ([]Summary, error) {
 			summarizeGoodput(&s, results, run.Manifest.Scenario)
 			summarizeSeries(&s, replicas)
 			summarizeComputed(&s, results, replicas)
-			summarizeConcurrency(&s, results, replicas, st, run.Manifest.Scenario, len(run.Manifest.AgentTraces) > 0)
+			summarizeConcurrency(&s, results, replicas, st, run.Manifest.Scenario, keysOf(&run.Manifest).windows)
 			switch {
 			case !s.Complete && run.Manifest.Stopped != nil:
 				s.note(fmt.Sprintf("stage did not complete (run stopped: %s): figures cover a partial window", run.Manifest.Stopped.Reason))

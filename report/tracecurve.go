@@ -89,6 +89,7 @@ func traceSection(b *strings.Builder, m *loadgen.Manifest, sums []Summary) {
 	// Per window: what the block ids allow the requests recorded in it, beside
 	// what the engines achieved on the requests done in it.
 	rows = nil
+	keys := keysOf(m)
 	for _, t := range m.Traces {
 		k := 0
 		for _, s := range sums {
@@ -101,7 +102,7 @@ func traceSection(b *strings.Builder, m *loadgen.Manifest, sums []Summary) {
 				if t.SharedLRUTokens > 0 {
 					shared = fmtPrec(1)(w.SharedLRUPct)
 				}
-				rows = append(rows, []string{t.Variant, fmt.Sprintf("%v-%v", s.WindowStart.Round(time.Second), s.WindowEnd.Round(time.Second)),
+				rows = append(rows, []string{t.Variant, keys.window(&s),
 					strconv.Itoa(w.Requests), strconv.Itoa(s.TurnsOK + s.TurnsFailed), fmtPrec(1)(s.PrefixHitsPct), fmtPrec(1)(s.UsageCachedPct),
 					fmtPrec(1)(w.CeilingPct), shared})
 			}
@@ -110,7 +111,7 @@ func traceSection(b *strings.Builder, m *loadgen.Manifest, sums []Summary) {
 	}
 	if len(rows) > 0 {
 		b.WriteString("\nPer report window: requests recorded in it and the hit % their block ids allow, beside the turns done in it and the hits the engines reported.\n\n")
-		mdTable(b, []string{"variant", "window", "requests recorded", "turns done", "prefix hits %", "usage cached %", "reuse ceiling %", "shared LRU %"}, rows)
+		mdTable(b, []string{"variant", "window (min)", "requests recorded", "turns done", "prefix hits %", "usage cached %", "reuse ceiling %", "shared LRU %"}, rows)
 	}
 }
 

@@ -11,22 +11,25 @@ import (
 
 // stageKeys says how the per-stage tables name a stage. The zero value is the
 // closed loop's layout: a stage is its concurrent sessions, and the variants'
-// stages pair when index and sessions agree. An agent-session replay
-// (manifest agent_traces) has report windows instead: a stage is its window in
-// minutes since its variant's start ("window (min)", e.g. "0-5"), paired by
-// index, and its manifest "sessions" are the session trees started in it
-// ("trees started"), not a level held.
+// stages pair when index and sessions agree. A trace replay has report windows
+// instead (windows): a stage is its window in minutes since its variant's
+// start ("window (min)", e.g. "0-5"), paired by index, and its manifest
+// "sessions" are what started in it, not a level held: the session trees of
+// an agent-session replay (manifest agent_traces: agent, "trees started"),
+// the conversations of a request trace ("conversations started").
 type stageKeys struct {
-	agent bool
-	start map[string]time.Duration // variant -> its first window's start
+	windows bool
+	agent   bool
+	start   map[string]time.Duration // variant -> its first window's start
 }
 
 // keysOf returns the layout of m's per-stage tables.
 func keysOf(m *loadgen.Manifest) stageKeys {
-	if len(m.AgentTraces) == 0 {
+	agent := len(m.AgentTraces) > 0
+	if !agent && (m.Scenario == nil || m.Scenario.Trace == nil) {
 		return stageKeys{}
 	}
-	k := stageKeys{agent: true, start: map[string]time.Duration{}}
+	k := stageKeys{windows: true, agent: agent, start: map[string]time.Duration{}}
 	for _, v := range m.Variants {
 		if len(v.Stages) > 0 {
 			k.start[v.Name] = v.Stages[0].Start
@@ -37,15 +40,18 @@ func keysOf(m *loadgen.Manifest) stageKeys {
 
 // header returns the columns that name a stage.
 func (k stageKeys) header() []string {
-	if k.agent {
+	switch {
+	case k.agent:
 		return []string{"window (min)", "trees started"}
+	case k.windows:
+		return []string{"window (min)", "conversations started"}
 	}
 	return []string{"sessions"}
 }
 
 // cells returns the naming cells of one variant's stage s.
 func (k stageKeys) cells(s *Summary) []string {
-	if k.agent {
+	if k.windows {
 		return []string{k.window(s), strconv.Itoa(s.Sessions)}
 	}
 	return []string{strconv.Itoa(s.Sessions)}
@@ -53,7 +59,7 @@ func (k stageKeys) cells(s *Summary) []string {
 
 // label names stage s in a sentence: "8 sessions", or "window 0-5 min".
 func (k stageKeys) label(s *Summary) string {
-	if k.agent {
+	if k.windows {
 		return "window " + k.window(s) + " min"
 	}
 	return strconv.Itoa(s.Sessions) + " sessions"
@@ -75,11 +81,13 @@ func minutes(d time.Duration) string {
 // variants' windows differ, as a last window cut at each variant's end does)
 // and the trees started in each variant ("9 -> 8").
 func (k stageKeys) rowCells(r stageRow) []string {
-	if !k.agent {
+	if !k.windows {
 		return []string{strconv.Itoa(r.sessions)}
 	}
 	var wins, trees []string
+	drain := !k.agent
 	for _, s := range r.cells {
+		drain = drain && s != nil && s.Sessions == 0
 		if s == nil {
 			trees = append(trees, "n/a")
 			continue
@@ -89,19 +97,27 @@ func (k stageKeys) rowCells(r stageRow) []string {
 		}
 		trees = append(trees, strconv.Itoa(s.Sessions))
 	}
-	return []string{strings.Join(wins, " -> "), strings.Join(trees, " -> ")}
+	w := strings.Join(wins, " -> ")
+	if drain {
+		w += " (drain)" // no conversation started: the tail of the last ones
+	}
+	return []string{w, strings.Join(trees, " -> ")}
 }
 
 // rowLabel names a paired row in a sentence: "8 sessions", "window 0-5 min".
 func (k stageKeys) rowLabel(r stageRow) string {
-	if !k.agent {
+	if !k.windows {
 		return strconv.Itoa(r.sessions) + " sessions"
 	}
-	return "window " + k.rowCells(r)[0] + " min"
+	w, drain := strings.CutSuffix(k.rowCells(r)[0], " (drain)")
+	if drain {
+		return "window " + w + " min (drain)"
+	}
+	return "window " + w + " min"
 }
 
 // rows lines up the stages of variants: by index and sessions for the closed
 // loop (stageRows), by index alone for windows.
 func (k stageKeys) rows(variants []string, sums []Summary) []stageRow {
-	return stageRowsBy(variants, sums, k.agent)
+	return stageRowsBy(variants, sums, k.windows)
 }

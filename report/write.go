@@ -481,7 +481,7 @@ func versionList(versions map[string]string) string {
 
 // mdStageSection writes the reference-style table, one row per stage, cells "off -> on", and its legend.
 func mdStageSection(b *strings.Builder, keys stageKeys, pair []string, sums []Summary) {
-	if keys.agent {
+	if keys.windows {
 		fmt.Fprintf(b, "\n## Per report window, %s\n\n", strings.Join(pair, " -> "))
 	} else {
 		fmt.Fprintf(b, "\n## Per stage, %s\n\n", strings.Join(pair, " -> "))
@@ -489,8 +489,11 @@ func mdStageSection(b *strings.Builder, keys stageKeys, pair []string, sums []Su
 	header, rows := referenceTableBy(keys, pair, sums)
 	mdTable(b, header, rows)
 	b.WriteString("\n")
-	if keys.agent {
+	switch {
+	case keys.agent:
 		b.WriteString(windowLegend + "\n\n")
+	case keys.windows:
+		b.WriteString(traceWindowLegend + "\n\n")
 	}
 	if line := beyondNoiseBy(keys, pair, sums); len(pair) == 2 && line != "" {
 		fmt.Fprintf(b, "%s\n\n", line)
@@ -511,13 +514,24 @@ const windowLegend = "Window: minutes since the variant's start (each variant st
 	"trees started: session trees whose play started in the window; sessions/h: n/a (session trees are in the whole-run table); " +
 	"conv: per agent conversation (the parent, or one subagent), not per tree."
 
+// traceWindowLegend says what the per-window table of a request trace's
+// replay shows.
+const traceWindowLegend = "Window: minutes since the variant's start (each variant starts its own windows, so the same " +
+	"trace minute has the same label in both); conversations started: trace conversations whose first request was sent in the " +
+	"window (an open loop: the trace's arrivals, not a level held); sessions/h and conv: n/a (a trace marks no conversation's last turn); (drain): no conversation started in the " +
+	"window, which holds the tail of the last ones (few turns: read its figures with care)."
+
 // mdVariantSection writes the per-variant table: turns, prompt sizes, send lag, concurrency and accounting.
 func mdVariantSection(b *strings.Builder, keys stageKeys, sums []Summary) {
 	done := "sessions done"
-	if keys.agent {
+	switch {
+	case keys.agent:
 		b.WriteString("\n## Per variant and report window\n\n")
 		done = "agent conversations done"
-	} else {
+	case keys.windows:
+		b.WriteString("\n## Per variant and report window\n\n")
+		done = "conversations done"
+	default:
 		b.WriteString("\n## Per variant and stage\n\n")
 	}
 	vh := append(append([]string{"variant"}, keys.header()...), "window (s)", done, "turns ok", "turns failed",
@@ -530,7 +544,7 @@ func mdVariantSection(b *strings.Builder, keys stageKeys, sums []Summary) {
 			acc = fmt.Sprintf("**%d + %d != %d + %d + %d**", a.CarriedIn, a.Started, a.Completed, a.Failed, a.InFlight)
 		}
 		vrows = append(vrows, append(append([]string{s.Variant}, keys.cells(&s)...),
-			fmtPrec(0)(s.WindowSeconds()), strconv.Itoa(s.SessionsCompleted),
+			fmtPrec(0)(s.WindowSeconds()), sessionsDone(keys, &s),
 			strconv.Itoa(s.TurnsOK), strconv.Itoa(s.TurnsFailed),
 			fmtThousands(s.PromptTokensMean), fmtThousands(s.NominalPromptTokensMean),
 			fmtPrec(1)(1000*s.SendLagP50S)+" / "+fmtPrec(1)(1000*s.SendLagP99S),
@@ -538,6 +552,13 @@ func mdVariantSection(b *strings.Builder, keys stageKeys, sums []Summary) {
 		))
 	}
 	mdTable(b, vh, vrows)
+	if keys.windows && !keys.agent {
+		b.WriteString("\nAccounting: carried in = turns in flight at the window's start, started = turns sent in the window; " +
+			"completed and failed by their end instant. Turns in flight: client side the time-average over the window of the " +
+			"turns sent and not done (turns.jsonl), no target (an open loop holds no level); engines: running + waiting summed " +
+			"over replicas, mean per poll. Send lag: how late the harness sent requests after the trace's instants (sent - intended).\n")
+		return
+	}
 	b.WriteString("\nAccounting: carried in = turns in flight at the window's start (the previous stage's in flight), " +
 		"started = turns sent in the window; completed and failed by their end instant. ")
 	b.WriteString("Turns in flight: client side the time-average over the window of the turns sent and not done (turns.jsonl), " +
@@ -545,6 +566,15 @@ func mdVariantSection(b *strings.Builder, keys stageKeys, sums []Summary) {
 		strconv.FormatFloat(loadgen.MinConcurrencyPct, 'f', 0, 64) + " %; engines: running + waiting summed over replicas, mean per poll. ")
 	b.WriteString("Send lag: how late the harness sent turns after the closed loop wanted them (sent - intended); " +
 		"a closed loop measures the latency of the sessions it holds, not of an arrival rate: when the server slows, sessions send less often.\n")
+}
+
+// sessionsDone is the "done" cell of s: n/a for a request trace (no
+// conversation is marked ended).
+func sessionsDone(keys stageKeys, s *Summary) string {
+	if keys.windows && !keys.agent {
+		return "n/a"
+	}
+	return strconv.Itoa(s.SessionsCompleted)
 }
 
 // mdHeldSection writes the turns the admission gate held, when any.
@@ -653,6 +683,13 @@ func WriteTable(w io.Writer, m *loadgen.Manifest, sums []Summary, agents []Agent
 	}
 	if err := terminalTable(w, header, rows); err != nil {
 		return err
+	}
+	if len(pair) == 2 && keys.windows && !keys.agent {
+		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0); ? no noise estimate (window under two sub-windows)\n"+
+			"conversations started: trace conversations whose first request was sent in the window; sessions/h, conv: n/a for a trace\n"); err != nil {
+			return fmt.Errorf("printing table: %w", err)
+		}
+		return nil
 	}
 	if len(pair) == 2 && keys.agent {
 		if _, err := fmt.Fprintf(w, "* within noise (95%% interval of the difference contains 0); ? no noise estimate (window under two sub-windows)\n"+
