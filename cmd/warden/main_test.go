@@ -537,3 +537,25 @@ func TestAccessLogFlagOpensForAppend(t *testing.T) {
 		t.Errorf("the file was not kept: %q", b)
 	}
 }
+
+// A two-request recording replays and passes: its trailing window, after the
+// last request, has nothing sent, done or in flight, which is no failure (it
+// exited 3, "no successful turn (0 failed)"); a closed-loop stage without a
+// successful turn still fails the check (TestReportCheckFailsWhenTurnsVanish).
+func TestTwoRequestTraceReplays(t *testing.T) {
+	tmp := t.TempDir()
+	tr := filepath.Join(tmp, "two.jsonl")
+	body := `{"timestamp":0,"input_length":600,"output_length":20,"hash_ids":[1,2],"session_id":"a"}
+{"timestamp":3000,"input_length":700,"output_length":20,"hash_ids":[1,2],"session_id":"a"}
+`
+	if err := os.WriteFile(tr, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(tmp, "run")
+	if out, err := run(t, "bench", "--virtual", "--trace", tr, "--trace-mode", "session", "--out", dir); err != nil {
+		t.Fatalf("bench --virtual --trace: %v\n%s", err, out)
+	}
+	if out, err := run(t, "report", dir, "--check"); err != nil {
+		t.Fatalf("report --check: %v\n%s", err, out)
+	}
+}
