@@ -42,6 +42,73 @@ func (t PlainTicks) Ticks(lo, hi float64) []plot.Tick {
 	return out
 }
 
+// RoundTicks label a linear axis at a round step, 1, 2 or 5 x 10^k: the
+// smallest such step that gives at most MaxRoundTicks labels in [lo, hi], with
+// unlabelled minor ticks between (5 per step of 1 or 5, 4 per step of 2).
+// gonum's DefaultTicks (Talbot's extended algorithm) also takes steps of 2.5, 3
+// and 4 x 10^k and labels that need not start at a multiple of the step, which
+// gave 25 / 100 / 175 and 5 / 25 / 45 / 65 on plan.png. Labels are TickLabel's.
+type RoundTicks struct{}
+
+// MaxRoundTicks is the most labelled ticks RoundTicks puts on an axis.
+const MaxRoundTicks = 6
+
+var _ plot.Ticker = RoundTicks{}
+
+// Ticks implements plot.Ticker.
+func (RoundTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) || math.IsInf(lo, 0) || math.IsInf(hi, 0) {
+		return nil
+	}
+	m, e := roundStep(lo, hi)
+	// at(i) is i x 10^e, from integers so that a 0.1 step labels 0.3, not
+	// 0.30000000000000004.
+	at := func(i int64) float64 {
+		if e >= 0 {
+			return float64(i) * math.Pow(10, float64(e))
+		}
+		return float64(i) / math.Pow(10, float64(-e))
+	}
+	minor := int64(5)
+	if m == 2 {
+		minor = 4
+	}
+	// Tick n (minor or labelled) is at n x step / minor; every minor-th is
+	// labelled, its value computed exactly from integers.
+	fine := at(m) / float64(minor)
+	var out []plot.Tick
+	for n := int64(math.Ceil(lo/fine - 1e-9)); n <= int64(math.Floor(hi/fine+1e-9)); n++ {
+		tk := plot.Tick{Value: float64(n) * fine}
+		if n%minor == 0 {
+			tk.Value = at(n / minor * m)
+			tk.Label = TickLabel(tk.Value)
+		}
+		if tk.Value < lo || tk.Value > hi {
+			continue // n x fine rounded past an end
+		}
+		out = append(out, tk)
+	}
+	return out
+}
+
+// roundStep picks RoundTicks' step m x 10^e (m in 1, 2, 5) for [lo, hi].
+func roundStep(lo, hi float64) (m int64, e int) {
+	e = int(math.Floor(math.Log10(hi-lo))) - 2
+	for {
+		for _, mm := range []int64{1, 2, 5} {
+			step := float64(mm) * math.Pow(10, float64(e))
+			if n := math.Floor(hi/step+1e-9) - math.Ceil(lo/step-1e-9) + 1; n <= MaxRoundTicks {
+				return mm, e
+			}
+		}
+		e++
+	}
+}
+
+// TitlePadding is the space between a figure's title and its axes (gonum's
+// default is none, so a title touched the data area's top edge).
+const TitlePadding = 3 * vg.Millimeter
+
 // LogTicks label 1, 2 and 5 times each power of ten in range (TickLabel), with
 // minor ticks at the other integers (gonum's LogTicks labels powers of ten only).
 // Use it on every plot.LogScale axis.

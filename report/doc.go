@@ -132,6 +132,10 @@
 // of these leaves them out, and summary.md says which source each used or
 // why it is missing (hitsource.go), so no figure is empty axes.
 //
+// sessions_per_h.png draws each stage's exact Poisson 95 % interval of its
+// completed-sessions count as error bars (Summary.SessionsPerHInterval), and
+// summary.md's line under it says so: a short window completes few sessions.
+//
 // All are written atomically (temporary file in the same directory + rename).
 // Affinity off is drawn vermillion and on blue in every figure (Okabe-Ito palette).
 package report

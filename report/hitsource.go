@@ -61,7 +61,7 @@ func prefixHitsFig(run *Run, sums []Summary) fig {
 	m := &run.Manifest
 	const file, title = "prefix_hits.png", "Prefix-cache hit rate vs sessions"
 	stage := func(plotTitle, yLabel string, value func(*Summary) float64) func() ([]byte, error) {
-		return singlePlot(func() (*plot.Plot, error) { return stageFigure(m, sums, plotTitle, yLabel, 100, value) })
+		return singlePlot(func() (*plot.Plot, error) { return stageFigure(m, sums, plotTitle, yLabel, 100, value, nil) })
 	}
 	counters := func(s *Summary) float64 { return s.PrefixHitsPct }
 	usage := func(s *Summary) float64 { return s.UsageCachedPct }

@@ -83,14 +83,21 @@ func variantColours(m *loadgen.Manifest) map[string]color.RGBA {
 	return out
 }
 
+// figMargin is the space left free at a single figure's top edge, so its
+// title does not touch the image's frame (renderTiles pads its tiles alike).
+const figMargin = 2 * vg.Millimeter
+
 // renderPNG draws p into a PNG of the figure size.
 func renderPNG(p *plot.Plot) ([]byte, error) {
-	wt, err := p.WriterTo(figWidth, figHeight, "png")
-	if err != nil {
-		return nil, err
+	img := vgimg.New(figWidth, figHeight)
+	dc := draw.New(img)
+	if p.BackgroundColor != nil {
+		dc.SetColor(p.BackgroundColor)
+		dc.Fill(dc.Rectangle.Path())
 	}
+	p.Draw(draw.Crop(dc, 0, 0, 0, -figMargin))
 	var buf bytes.Buffer
-	if _, err := wt.WriteTo(&buf); err != nil {
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
@@ -128,6 +135,8 @@ type lineSpec struct {
 	dashed bool
 	glyph  draw.GlyphDrawer
 	pts    plotter.XYs
+	// errs, when set, are pts' intervals, drawn as error bars.
+	errs plotter.YErrors
 }
 
 // addLines adds lines with glyphs and legend entries to p. Lines without points
@@ -153,6 +162,17 @@ func addLines(p *plot.Plot, lines []lineSpec) error {
 			sc.Shape = l.glyph
 		}
 		p.Add(ln, sc)
+		if l.errs != nil {
+			eb, err := plotter.NewYErrorBars(struct {
+				plotter.XYs
+				plotter.YErrors
+			}{l.pts, l.errs})
+			if err != nil {
+				return err
+			}
+			eb.Color, eb.Width, eb.CapWidth = l.colour, vg.Points(1.5), vg.Points(8)
+			p.Add(eb)
+		}
 		p.Legend.Add(l.label, ln, sc)
 	}
 	return nil
@@ -161,6 +181,7 @@ func addLines(p *plot.Plot, lines []lineSpec) error {
 func newPlot(title, xLabel, yLabel string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
+	p.Title.Padding = TitlePadding
 	p.X.Label.Text = xLabel
 	p.Y.Label.Text = yLabel
 	p.Add(plotter.NewGrid())
@@ -180,6 +201,15 @@ func legendFor(p *plot.Plot, lines []lineSpec) {
 			continue
 		}
 		curves = append(curves, curve{pts: l.pts})
+		if l.errs != nil {
+			// The bars' ends, so the legend keeps clear of them too.
+			lo, hi := make(plotter.XYs, len(l.pts)), make(plotter.XYs, len(l.pts))
+			for i, pt := range l.pts {
+				lo[i] = plotter.XY{X: pt.X, Y: pt.Y - l.errs[i].Low}
+				hi[i] = plotter.XY{X: pt.X, Y: pt.Y + l.errs[i].High}
+			}
+			curves = append(curves, curve{pts: lo}, curve{pts: hi})
+		}
 		n++
 		longest = max(longest, len(l.label))
 	}
@@ -256,14 +286,15 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 	figs := []fig{
 		{"ttfb.png", "TTFB p50 and p95 vs sessions", single(func() (*plot.Plot, error) { return ttfbFigure(m, sums) }), "", ""},
 		{"output_tokens.png", "Output tokens per minute vs sessions", single(func() (*plot.Plot, error) {
-			return stageFigure(m, sums, "Output tokens per minute", "output tokens/min", 0, func(s *Summary) float64 { return s.OutputTokensPerMin })
+			return stageFigure(m, sums, "Output tokens per minute", "output tokens/min", 0, func(s *Summary) float64 { return s.OutputTokensPerMin }, nil)
 		}), "", ""},
 		{"sessions_per_h.png", "Completed sessions per hour vs sessions", single(func() (*plot.Plot, error) {
-			return stageFigure(m, sums, "Completed sessions per hour", "sessions/h", 0, func(s *Summary) float64 { return s.SessionsPerH })
-		}), "", ""},
+			return stageFigure(m, sums, "Completed sessions per hour (bars: Poisson 95 % interval of the count)", "sessions/h", 0,
+				func(s *Summary) float64 { return s.SessionsPerH }, (*Summary).SessionsPerHInterval)
+		}), sessionsPerHNote, ""},
 		{"replicas_busy.png", "Replicas busy vs sessions", single(func() (*plot.Plot, error) {
 			return stageFigure(m, sums, "Replicas with running requests (mean over polls)", "replicas busy",
-				float64(len(m.Replicas)), func(s *Summary) float64 { return s.ReplicasBusy })
+				float64(len(m.Replicas)), func(s *Summary) float64 { return s.ReplicasBusy }, nil)
 		}), "", ""},
 		prefixHitsFig(run, sums),
 		{"ttfb_cdf.png", "TTFB distribution per stage", func() ([]byte, error) { return ttfbCDFFigure(run, sums) }, "", ""},
@@ -313,6 +344,12 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 	}
 	return out, nil
 }
+
+// sessionsPerHNote is sessions_per_h.png's line in summary.md: what its error
+// bars are (Summary.SessionsPerHInterval).
+const sessionsPerHNote = "the bars are the exact (Garwood) Poisson 95 % interval of each stage's " +
+	"completed-sessions count, x 3600 / window s (a short window completes few sessions, " +
+	"so a stage-to-stage zigzag inside the bars is noise)"
 
 // fileSafe maps a variant name to a file-name fragment.
 func fileSafe(s string) string {

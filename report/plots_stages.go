@@ -58,6 +58,31 @@ func stagePoints(sums []Summary, variant string, x func(*Summary) float64, value
 	return pts
 }
 
+// stageBars returns a variant's stage points (as stagePoints, no floor) with
+// each point's interval from bounds as error bars: the data sessions_per_h.png
+// draws. A stage whose value or bounds are not finite is left out.
+func stageBars(sums []Summary, variant string, x func(*Summary) float64, value func(*Summary) float64,
+	bounds func(*Summary) (lo, hi float64)) (plotter.XYs, plotter.YErrors) {
+	var pts plotter.XYs
+	var errs plotter.YErrors
+	for i := range sums {
+		s := &sums[i]
+		if s.Variant != variant {
+			continue
+		}
+		v := value(s)
+		lo, hi := bounds(s)
+		if !finite(v) || !finite(lo) || !finite(hi) {
+			continue
+		}
+		pts = append(pts, plotter.XY{X: x(s), Y: v})
+		errs = append(errs, struct{ Low, High float64 }{max(v-lo, 0), max(hi-v, 0)})
+	}
+	return pts, errs
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
 // sessionTicks puts a tick at every stage level on the x axis.
 func sessionTicks(sums []Summary) plot.Ticker {
 	var levels []float64
@@ -75,15 +100,24 @@ func sessionTicks(sums []Summary) plot.Ticker {
 
 // stageFigure draws one per-stage metric, one line per variant, from 0 up to the
 // data (or to yMax when yMax > 0, e.g. 100 for a percentage).
-func stageFigure(m *loadgen.Manifest, sums []Summary, title, yLabel string, yMax float64, value func(*Summary) float64) (*plot.Plot, error) {
+//
+// bounds, when not nil, gives each stage's interval, drawn as error bars
+// (stageBars).
+func stageFigure(m *loadgen.Manifest, sums []Summary, title, yLabel string, yMax float64, value func(*Summary) float64,
+	bounds func(*Summary) (lo, hi float64)) (*plot.Plot, error) {
 	colours := variantColours(m)
 	ax := stageAxisOf(m, sums)
 	p := newPlot(title, ax.label, yLabel)
 	p.X.Tick.Marker = ax.ticker
 	var lines []lineSpec
 	for _, v := range m.Variants {
-		lines = append(lines, lineSpec{label: variantLabel(v), colour: colours[v.Name],
-			pts: stagePoints(sums, v.Name, ax.x, value, math.NaN())})
+		l := lineSpec{label: variantLabel(v), colour: colours[v.Name]}
+		if bounds != nil {
+			l.pts, l.errs = stageBars(sums, v.Name, ax.x, value, bounds)
+		} else {
+			l.pts = stagePoints(sums, v.Name, ax.x, value, math.NaN())
+		}
+		lines = append(lines, l)
 	}
 	if err := addLines(p, lines); err != nil {
 		return nil, err

@@ -50,9 +50,11 @@ type routeOpts struct {
 const routeLong = `Proxies OpenAI (/v1/chat/completions, /v1/completions, /v1/responses) and
 Anthropic (/v1/messages, /v1/messages/count_tokens) requests to vLLM replicas. A new
 conversation goes to the least-loaded replica and stays there, keyed by the session
-id the client sends (Claude Code: X-Claude-Code-Session-Id or metadata.user_id;
-Codex: session-id / thread-id headers, else prompt_cache_key; others: X-Session-ID;
-a Responses continuation follows its previous_response_id); a
+id the client sends, first found (Claude Code: X-Claude-Code-Session-Id or
+metadata.user_id; Codex: session-id / thread-id headers, from older releases
+session_id / conversation_id, else the body's prompt_cache_key; others:
+X-Session-ID or the config's session_headers, then the OpenAI user field with
+use_openai_user; a Responses continuation follows its previous_response_id); a
 request leaves its replica when that replica has more requests in flight than the
 overflow threshold (auto: max_num_seqs/4), and, under the default working-set
 policy, a conversation also moves when its replica holds more live context than

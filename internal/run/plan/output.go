@@ -284,7 +284,8 @@ func sortedPoints(pts []*Point, inverse bool) []*Point {
 
 // figure draws one panel per SLO term: the term's metric (mean over seeds, with
 // the seeds' 95 % interval as error bars) vs sessions (or replicas) per policy, the
-// threshold as a dashed line and each policy's knee as a larger ring.
+// threshold as a dashed line and each policy's knee as a larger ring. Each
+// panel's legend sits in a strip under its axes (legendBelow), off the data.
 func (r *Result) figure() ([]byte, error) {
 	terms := r.Config.SLO.terms()
 	xLabel, xWord := "concurrent sessions", "sessions"
@@ -292,26 +293,96 @@ func (r *Result) figure() ([]byte, error) {
 		xLabel, xWord = fmt.Sprintf("replicas (%d sessions)", r.Config.InverseSessions), "replicas"
 	}
 	var row []*plot.Plot
+	var legends [][]legendEntry
 	for ti, t := range terms {
-		p, err := r.panel(ti, t, xLabel, xWord)
+		p, entries, err := r.panel(ti, t, xLabel, xWord)
 		if err != nil {
 			return nil, err
 		}
 		row = append(row, p)
+		legends = append(legends, entries)
 	}
 	const panelW, h = 16 * vg.Centimeter, 11 * vg.Centimeter
-	img := vgimg.New(panelW*vg.Length(len(row)), h)
+	stripH := vg.Length(0)
+	for _, e := range legends {
+		stripH = max(stripH, legendHeight(e))
+	}
+	img := vgimg.New(panelW*vg.Length(len(row)), h+stripH)
 	dc := draw.New(img)
+	plots, strips := legendBelow(dc, stripH)
 	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align([][]*plot.Plot{row}, tiles, dc)
+	canvases := plot.Align([][]*plot.Plot{row}, tiles, plots)
 	for i, p := range row {
 		p.Draw(canvases[0][i])
+		// The strip under this panel, from its data area's left edge.
+		c := strips
+		c.Min.X, c.Max.X = p.DataCanvas(canvases[0][i]).Min.X, canvases[0][i].Max.X
+		drawLegend(c, legends[i])
 	}
 	var buf bytes.Buffer
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// legendEntry is one line of a panel's legend.
+type legendEntry struct {
+	name   string
+	thumbs []plot.Thumbnailer
+}
+
+// legendColumns is how many columns a panel's legend takes in its strip.
+const legendColumns = 2
+
+// legendColumn returns column k's entries of a legend laid out column by
+// column in legendColumns columns.
+func legendColumn(entries []legendEntry, k int) []legendEntry {
+	rows := (len(entries) + legendColumns - 1) / legendColumns
+	lo, hi := min(k*rows, len(entries)), min((k+1)*rows, len(entries))
+	return entries[lo:hi]
+}
+
+func newLegend(entries []legendEntry) plot.Legend {
+	l := plot.NewLegend()
+	l.Top, l.Left = true, true
+	for _, e := range entries {
+		l.Add(e.name, e.thumbs...)
+	}
+	return l
+}
+
+// legendHeight is the height of the strip entries need, with a margin above
+// (clear of the x axis label) and below.
+func legendHeight(entries []legendEntry) vg.Length {
+	if len(entries) == 0 {
+		return 0
+	}
+	l := newLegend(legendColumn(entries, 0))
+	r := l.Rectangle(draw.Canvas{Rectangle: vg.Rectangle{Max: vg.Point{X: 1000, Y: 1000}}})
+	return r.Size().Y + 4*vg.Millimeter
+}
+
+// legendBelow splits c into the plots' canvas above and the legend strip of
+// height stripH below it.
+func legendBelow(c draw.Canvas, stripH vg.Length) (plots, strip draw.Canvas) {
+	plots = draw.Crop(c, 0, 0, stripH, 0)
+	strip = c
+	strip.Max.Y = c.Min.Y + stripH
+	return plots, strip
+}
+
+// drawLegend draws entries into the strip c, column by column.
+func drawLegend(c draw.Canvas, entries []legendEntry) {
+	w := (c.Max.X - c.Min.X) / legendColumns
+	for k := range legendColumns {
+		col := c
+		col.Min.X = c.Min.X + vg.Length(k)*w
+		col.Max.X = col.Min.X + w
+		col.Max.Y -= 2 * vg.Millimeter
+		l := newLegend(legendColumn(entries, k))
+		l.Draw(col)
+	}
 }
 
 func thresholdText(t term) string {
@@ -321,21 +392,22 @@ func thresholdText(t term) string {
 	return "<= " + strconv.FormatFloat(t.Threshold, 'g', -1, 64) + " s"
 }
 
-// panel is the figure's panel of SLO term ti.
-func (r *Result) panel(ti int, t term, xLabel, xWord string) (*plot.Plot, error) {
+// panel is the figure's panel of SLO term ti, and its legend, which figure
+// draws outside the panel's data area (the plot's own legend stays empty).
+func (r *Result) panel(ti int, t term, xLabel, xWord string) (*plot.Plot, []legendEntry, error) {
 	p := plot.New()
+	var legend []legendEntry
 	unit := " (s)"
 	if t.AtLeast {
 		unit = fmt.Sprintf(" (TTFB <= %s)", r.Config.SLO.GoodputTTFB)
 	}
 	p.Title.Text = fmt.Sprintf("%s vs %s, SLO %s", t.Name, xWord, thresholdText(t))
+	p.Title.Padding = report.TitlePadding
 	p.X.Label.Text = xLabel
 	p.Y.Label.Text = t.Name + unit
 	p.Add(plotter.NewGrid())
-	p.X.Tick.Marker = report.PlainTicks{}
-	p.Y.Tick.Marker = report.PlainTicks{}
-	p.Legend.Top = !t.AtLeast
-	p.Legend.Left = t.AtLeast
+	p.X.Tick.Marker = report.RoundTicks{}
+	p.Y.Tick.Marker = report.RoundTicks{}
 	xmin, xmax := math.Inf(1), math.Inf(-1)
 	for pi, pr := range r.Policies {
 		col := report.Palette(pi)
@@ -363,7 +435,7 @@ func (r *Result) panel(ti int, t term, xLabel, xWord string) (*plot.Plot, error)
 		}
 		ln, sc, err := plotter.NewLinePoints(xys)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ln.Color, ln.Width = col, vg.Points(1.5)
 		sc.Color, sc.Shape, sc.Radius = col, draw.CircleGlyph{}, vg.Points(2.5)
@@ -372,11 +444,11 @@ func (r *Result) panel(ti int, t term, xLabel, xWord string) (*plot.Plot, error)
 			plotter.YErrors
 		}{xys, errs})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		eb.Color = col
 		p.Add(ln, sc, eb)
-		p.Legend.Add(pr.Policy, ln, sc)
+		legend = append(legend, legendEntry{pr.Policy, []plot.Thumbnailer{ln, sc}})
 		if k := pr.Knee; k != nil && !math.IsNaN(k.Terms[ti].Delta.Value) {
 			x := float64(k.Sessions)
 			if r.inverse() {
@@ -384,7 +456,7 @@ func (r *Result) panel(ti int, t term, xLabel, xWord string) (*plot.Plot, error)
 			}
 			knee, err := plotter.NewScatter(plotter.XYs{{X: x, Y: k.Terms[ti].Delta.Value}})
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			knee.Color, knee.Shape, knee.Radius = col, draw.RingGlyph{}, vg.Points(7)
 			p.Add(knee)
@@ -393,11 +465,11 @@ func (r *Result) panel(ti int, t term, xLabel, xWord string) (*plot.Plot, error)
 	if !math.IsInf(xmin, 0) {
 		thr, err := plotter.NewLine(plotter.XYs{{X: xmin, Y: t.Threshold}, {X: xmax, Y: t.Threshold}})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		thr.Color, thr.Dashes, thr.Width = color.Gray{Y: 80}, []vg.Length{vg.Points(5), vg.Points(3)}, vg.Points(1)
 		p.Add(thr)
-		p.Legend.Add("SLO "+thresholdText(t)+" (ring: knee)", thr)
+		legend = append(legend, legendEntry{"SLO " + thresholdText(t) + " (ring: knee)", []plot.Thumbnailer{thr}})
 	}
-	return p, nil
+	return p, legend, nil
 }
