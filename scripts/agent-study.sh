@@ -4,7 +4,9 @@
 # (scenarios/agent-sessions.yaml, shape: agent; once at the traces' fan-out and
 # once at fan_out 0.1, a spawn every tenth parent call, ~20x the traces'), on
 # two fleets, affinity off and on, subagent rule keep / split / follow,
-# admission off / fit, seeds 1-3. Run names: [synth_|fanout_]FLEET-VARIANT-sSEED.
+# admission off / fit, seeds 1-3 (FLEET_SYNTH_SEEDS="1" runs the 7 x 5090
+# synthesized workloads on seed 1 only: each run takes minutes there).
+# Run names: [synth_|fanout_]FLEET-VARIANT-sSEED.
 # Usage: scripts/agent-study.sh [OUT_DIR] [WARDEN_BINARY]
 #   OUT_DIR default results/agents-raw (full run directories, not committed);
 #   results/agents/ keeps each run's manifest.json, results.csv, summary.md and
@@ -44,7 +46,9 @@ for f in "${fleets[@]}"; do
 	for wl in trace synth fanout; do
 		src="--trace $traces --max-gap 60s --live 24 --token-scale $scale" pre=""
 		if [ "$wl" != trace ]; then src="--scenario $out/scenarios/$wl-$fleet.yaml" pre="${wl}_"; fi
-		for seed in 1 2 3; do
+		seeds="1 2 3"
+		if [ "$wl" != trace ] && [ "$fleet" != ref ]; then seeds=${FLEET_SYNTH_SEEDS:-1 2 3}; fi
+		for seed in $seeds; do
 			# shellcheck disable=SC2086
 			jobs+=("$pre$fleet-off-s$seed $src --seed $seed --variants off $extra")
 			for rule in keep split follow; do

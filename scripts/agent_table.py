@@ -6,10 +6,13 @@ session completion time p50/p95 (trees.csv, complete trees), parent TTFB
 p50/p95, usage-cached share, and calls not sent (manifest agent_traces: for a
 trace, calls of trees cut by a failure; for synthesized sessions also the calls
 of trees the 30-minute window cut). Run names: [WORKLOAD_]FLEET-VARIANT-sSEED,
-workload trace when none."""
+workload trace when none. --csv=FILE also writes the means, one row per
+(workload, fleet, variant), as printed (the doc-figure test reads it)."""
 import csv, json, statistics, sys, collections, os
 
-raw = sys.argv[1] if len(sys.argv) > 1 else "results/agents-raw"
+args = [a for a in sys.argv[1:] if not a.startswith("--csv=")]
+raw = args[0] if args else "results/agents-raw"
+csv_out = next((a[len("--csv="):] for a in sys.argv[1:] if a.startswith("--csv=")), None)
 
 def q(v, p):
     v = sorted(v)
@@ -48,3 +51,14 @@ for (wl, fleet, cfg), v in sorted(rows.items()):
         fmt = "{:.0f}" if i in (0, 1, 2, 6, 7) else "{:.2f}" if i in (3, 4) else "{:.1f}"
         cells.append(fmt.format(statistics.mean(xs)) + " (" + fmt.format(min(xs)) + "-" + fmt.format(max(xs)) + ")")
     print(f"| {wl} | {fleet} | {cfg} | " + " | ".join(cells) + " |")
+
+if csv_out:
+    with open(csv_out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["workload", "fleet", "variant", "seeds"] + cols)
+        for (wl, fleet, cfg), v in sorted(rows.items()):
+            means = []
+            for i in range(len(cols)):
+                fmt = "{:.0f}" if i in (0, 1, 2, 6, 7) else "{:.2f}" if i in (3, 4) else "{:.1f}"
+                means.append(fmt.format(statistics.mean(r[i] for r in v)))
+            w.writerow([wl, fleet, cfg, len(v)] + means)

@@ -20,9 +20,17 @@ const planningDoc = "../../docs/planning.md"
 // map from column name to cell.
 func readPlanCSV(t *testing.T, path string) map[string]map[string]string {
 	t.Helper()
+	return readCSVByKey(t, path, "regenerate it: docs/planning.md names the command", 1)
+}
+
+// readCSVByKey reads a committed CSV into rows keyed by their first keyCols
+// cells joined by "|", each a map from column name to cell; how says how to
+// regenerate a missing file.
+func readCSVByKey(t *testing.T, path, how string, keyCols int) map[string]map[string]string {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatalf("%v (regenerate it: docs/planning.md names the command)", err)
+		t.Fatalf("%v (%s)", err, how)
 	}
 	defer f.Close()
 	recs, err := csv.NewReader(f).ReadAll()
@@ -35,7 +43,7 @@ func readPlanCSV(t *testing.T, path string) map[string]map[string]string {
 		for i, h := range recs[0] {
 			row[h] = r[i]
 		}
-		out[r[0]] = row
+		out[strings.Join(r[:keyCols], "|")] = row
 	}
 	return out
 }
