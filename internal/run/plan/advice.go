@@ -54,14 +54,17 @@ func (r *Result) TailWarning(pr PolicyResult) string {
 	if len(over) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("warning: %s at its knee (%s) has TTFB %s, past %dx the SLO's %s limit of %s: the SLO holds while the slowest turns wait far longer (goodput within %s: %s)",
-		pr.Policy, r.at(k), strings.Join(over, ", "), TailFactor, name, seconds(lim), r.Config.SLO.GoodputTTFB, f3(k.Goodput))
+	return fmt.Sprintf("warning: %s at its knee (%s) has TTFB %s, past %dx the SLO's %s limit of %s: the SLO holds while the slowest %s wait far longer (goodput within %s: %s)",
+		pr.Policy, r.at(k), strings.Join(over, ", "), TailFactor, name, seconds(lim), r.turns(), r.Config.SLO.GoodputTTFB, f3(k.Goodput))
 }
 
 // at names a point by what the search varies: "32 sessions", "9 replicas".
 func (r *Result) at(p *Point) string {
-	if r.inverse() {
+	switch {
+	case r.inverse():
 		return plural(p.Replicas, "replica")
+	case r.trees():
+		return plural(p.Sessions, "live tree")
 	}
 	return plural(p.Sessions, "session")
 }
@@ -163,9 +166,13 @@ func (r *Result) WhyFails(pr PolicyResult) string {
 		return r.whyNoFail(pr)
 	}
 	var causes []string
+	turns, turn, conv := "turns", "turn", "their session's first"
+	if r.trees() {
+		turns, turn, conv = "calls", "call", "their conversation's first (the parent's or the subagent's)"
+	}
 	if f.StayedPct < MovedStayedPct {
-		causes = append(causes, fmt.Sprintf("%.0f %% of later turns ran on another replica than their session's first (stayed %.0f %%, prefix hits %.0f %%): each such turn prefills its whole context again",
-			100-f.StayedPct, f.StayedPct, f.HitsPct))
+		causes = append(causes, fmt.Sprintf("%.0f %% of later %s ran on another replica than %s (stayed %.0f %%, prefix hits %.0f %%): each such %s prefills its whole context again",
+			100-f.StayedPct, turns, conv, f.StayedPct, f.HitsPct, turn))
 	}
 	var best *Point
 	for _, p := range pr.Points {
@@ -174,14 +181,14 @@ func (r *Result) WhyFails(pr PolicyResult) string {
 		}
 	}
 	if best != nil && best.HitsPct-f.HitsPct >= EvictedHitsDrop && f.StayedPct >= MovedStayedPct {
-		causes = append(causes, fmt.Sprintf("turns stayed (%.0f %%) but prefix hits fell to %.0f %% from %.0f %% at %s: the working sets no longer fit in the KV cache and are evicted between turns",
-			f.StayedPct, f.HitsPct, best.HitsPct, r.at(best)))
+		causes = append(causes, fmt.Sprintf("%s stayed (%.0f %%) but prefix hits fell to %.0f %% from %.0f %% at %s: the working sets no longer fit in the KV cache and are evicted between %s",
+			turns, f.StayedPct, f.HitsPct, best.HitsPct, r.at(best), turns))
 	}
 	if f.HeldPct >= HeldPct {
-		causes = append(causes, fmt.Sprintf("the admission gate held %.0f %% of the turns (the hold counts in their TTFB)", f.HeldPct))
+		causes = append(causes, fmt.Sprintf("the admission gate held %.0f %% of the %s (the hold counts in their TTFB)", f.HeldPct, turns))
 	}
 	if len(causes) == 0 {
-		causes = append(causes, fmt.Sprintf("turns stayed (%.0f %%) with prefix hits at %.0f %%: the wait is queueing for compute", f.StayedPct, f.HitsPct))
+		causes = append(causes, fmt.Sprintf("%s stayed (%.0f %%) with prefix hits at %.0f %%: the wait is queueing for compute", turns, f.StayedPct, f.HitsPct))
 	}
 	return fmt.Sprintf("%s fails at %s: %s; %s", pr.Policy, r.at(f), f.Failed(), strings.Join(causes, "; "))
 }
@@ -199,7 +206,8 @@ func (r *Result) whyNoFail(pr PolicyResult) string {
 	}
 	s := fmt.Sprintf("%s meets the SLO at every point tried, %s %s", pr.Policy, bound, r.at(k))
 	if k.HeldPct >= HeldPct {
-		s += fmt.Sprintf("; there the admission gate held %.0f %% of the turns: held conversations send few turns, so a quantile over turns stays low while their wait grows (TTFB p95 %s)", k.HeldPct, seconds(k.TTFBP95S))
+		t := r.turns()
+		s += fmt.Sprintf("; there the admission gate held %.0f %% of the %s: held conversations send few %s, so a quantile over %s stays low while their wait grows (TTFB p95 %s)", k.HeldPct, t, t, t, seconds(k.TTFBP95S))
 	}
 	return s
 }
