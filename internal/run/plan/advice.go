@@ -127,8 +127,22 @@ func (r *Result) Recommend() (rec Recommendation, ok bool) {
 	if len(all) == 1 {
 		reason = fmt.Sprintf("the only knee, and its tail is past %dx the %s limit (goodput %s)", TailFactor, name, f3(best.Knee.Goodput))
 	}
-	reason += "; to bound the tail, add a ttfb_p95 or goodput term to the SLO"
+	reason += "; " + r.Config.SLO.boundTail()
 	return Recommendation{best.Policy, best.Knee, reason}, true
+}
+
+// boundTail is the advice when every knee's tail warns: add the terms that
+// bound it, or, when the SLO has them, tighten them.
+func (o SLO) boundTail() string {
+	switch {
+	case o.TTFBP95 == 0 && o.Goodput == 0:
+		return "to bound the tail, add a ttfb_p95 or goodput term to the SLO"
+	case o.TTFBP95 == 0:
+		return "to bound the tail, add a ttfb_p95 term to the SLO or raise goodput"
+	case o.Goodput == 0:
+		return "to bound the tail, add a goodput term to the SLO or lower ttfb_p95"
+	}
+	return "to bound the tail, raise goodput or lower goodput_ttfb (the SLO already has ttfb_p95 and goodput terms)"
 }
 
 // betterKnee: a is the larger knee (inverse: fewer replicas), then the better
@@ -168,11 +182,15 @@ func (r *Result) WhyFails(pr PolicyResult) string {
 	var causes []string
 	turns, turn, conv := "turns", "turn", "their session's first"
 	if r.trees() {
-		turns, turn, conv = "calls", "call", "their conversation's first (the parent's or the subagent's)"
+		turns, turn, conv = "calls", "call", "their conversation's first (a subagent being a conversation of its own;"
 	}
 	if f.StayedPct < MovedStayedPct {
-		causes = append(causes, fmt.Sprintf("%.0f %% of later %s ran on another replica than %s (stayed %.0f %%, prefix hits %.0f %%): each such %s prefills its whole context again",
-			100-f.StayedPct, turns, conv, f.StayedPct, f.HitsPct, turn))
+		open := " ("
+		if r.trees() {
+			open = " "
+		}
+		causes = append(causes, fmt.Sprintf("%.0f %% of later %s ran on another replica than %s%sstayed %.0f %%, prefix hits %.0f %%): each such %s prefills its whole context again",
+			100-f.StayedPct, turns, conv, open, f.StayedPct, f.HitsPct, turn))
 	}
 	var best *Point
 	for _, p := range pr.Points {
@@ -228,6 +246,7 @@ func (r *Result) advice() string {
 	}
 	if rec, ok := r.Recommend(); ok {
 		fmt.Fprintf(&b, "recommended: %s at %s: %s\n", rec.Policy, r.at(rec.Knee), rec.Reason)
+		b.WriteString(r.treesThroughput(rec))
 	}
 	return b.String()
 }
@@ -274,4 +293,38 @@ func (r *Result) word() string {
 		return "replicas: knee -> largest failing"
 	}
 	return "sessions: knee -> first failing"
+}
+
+// treesThroughput, for session trees, sets the knees' work beside the
+// recommendation: a live tree is a concurrency, not a rate, and a tree the
+// admission gate holds counts as live while it waits, so the largest knee
+// need not complete the most trees. "" for the chain.
+func (r *Result) treesThroughput(rec Recommendation) string {
+	if !r.trees() || r.inverse() {
+		return ""
+	}
+	var s []string
+	var more []string
+	for _, pr := range r.Policies {
+		k := pr.Knee
+		if k == nil {
+			continue
+		}
+		s = append(s, fmt.Sprintf("%s %s trees done/h, %s out tok/min (%s)", pr.Policy, f1(k.SessionsPerH), fmtFloat(k.OutputTokensPerMin, 0), r.at(k)))
+		if pr.Policy != rec.Policy && k.SessionsPerH > rec.Knee.SessionsPerH {
+			more = append(more, pr.Policy)
+		}
+	}
+	line := "work at the knees: " + strings.Join(s, "; ")
+	if len(more) > 0 {
+		verb := "completes"
+		if len(more) > 1 {
+			verb = "complete"
+		}
+		line += fmt.Sprintf("; %s %s more trees per hour than %s: a knee counts live trees, not their rate", strings.Join(more, " and "), verb, rec.Policy)
+		if rec.Knee.HeldPct > 0 {
+			line += fmt.Sprintf(", and a tree whose call the admission gate holds (%.1f %% of the calls at %s's knee) is live while it waits", rec.Knee.HeldPct, rec.Policy)
+		}
+	}
+	return line + "\n"
 }
