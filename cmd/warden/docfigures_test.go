@@ -140,6 +140,59 @@ func TestPlanningFleetTableIsTheCommittedPlans(t *testing.T) {
 	}
 }
 
+// The "Agent sessions" table of docs/planning.md: one row per policy of each
+// committed plan over session trees, every cell as the directory's plan.csv
+// gives it (session times rounded to whole seconds).
+func TestPlanningAgentTableIsTheCommittedPlans(t *testing.T) {
+	sec := docSection(t, "## Agent sessions")
+	plans := map[string]map[string]map[string]string{}
+	for _, d := range []string{"agent-reference", "agent-fleet"} {
+		dir := "results/plan/" + d
+		if !strings.Contains(sec, dir) {
+			t.Errorf("the agent section does not name %s", dir)
+		}
+		plans[dir] = readPlanCSV(t, filepath.Join("../..", dir, "plan.csv"))
+	}
+	dir, rows := "", 0
+	for _, line := range strings.Split(sec, "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if !strings.HasPrefix(line, "| ") || len(cells) != 10 {
+			continue
+		}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		for d := range plans {
+			if strings.Contains(cells[0], d) {
+				dir = d
+			}
+		}
+		row := plans[dir][cells[1]]
+		if row == nil {
+			continue
+		}
+		rows++
+		want := []string{row["knee sessions"], "", "", "", "", "", "", row["first failing"]}
+		if row["failed term"] != "" {
+			want[7] += " (" + row["failed term"] + ")"
+		}
+		if row["knee sessions"] != "none" {
+			want[1] = row["TTFB p95 s"] + " / " + row["TTFB p99 s"]
+			want[2], want[3], want[4] = row["goodput"], row["out tok/min"], row["trees done/h"]
+			want[5] = round(t, row["session p50 s"], 0) + " / " + round(t, row["session p95 s"], 0)
+			want[6] = row["prefix hits %"]
+		}
+		for i, name := range []string{"knee", "TTFB p95 / p99", "goodput", "out tok/min", "trees done/h", "session p50 / p95", "prefix hits %", "first failing"} {
+			if cells[i+2] != want[i] {
+				t.Errorf("docs/planning.md agent table, %s %s %s = %q, %s/plan.csv gives %q", dir, cells[1], name, cells[i+2], dir, want[i])
+			}
+		}
+	}
+	if rows != 6 {
+		t.Errorf("the agent table has %d policy rows matched to the committed plans, want 6", rows)
+	}
+}
+
 // round formats the number s with digits decimals.
 func round(t *testing.T, s string, digits int) string {
 	t.Helper()
