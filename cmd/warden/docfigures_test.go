@@ -224,3 +224,51 @@ func TestReferencePlanIsToday(t *testing.T) {
 		}
 	}
 }
+
+// Today's code gives the committed plans over session trees, for working-set
+// (its points and its plan.csv row, byte for byte): a policy's search does
+// not depend on the others', and working-set's is the cheap one (about 15 s
+// each on 2 cores; admission-fit's high points take minutes).
+func TestAgentPlansAreToday(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: reruns two plans over session trees (about 30 s)")
+	}
+	t.Parallel()
+	for _, tc := range []struct{ dir, args string }{
+		{"agent-reference", "--scenario ../../scenarios/agent-sessions.yaml"},
+		{"agent-fleet", "--scenario ../../scenarios/agent-sessions-5090.yaml --profile rtx5090-27b-fp8kv --replicas 7"},
+	} {
+		out := filepath.Join(t.TempDir(), "plan")
+		args := append(append([]string{"plan"}, strings.Fields(tc.args)...), "--policies", "working-set", "--out", out)
+		if stdout, err := run(t, args...); err != nil {
+			t.Fatalf("%s: %v\n%s", tc.dir, err, stdout)
+		}
+		for _, f := range []string{"plan.csv", "points.csv"} {
+			got := policyLines(t, filepath.Join(out, f), "working-set")
+			want := policyLines(t, filepath.Join("../../results/plan", tc.dir, f), "working-set")
+			if strings.Count(want, "\n") == 0 {
+				t.Errorf("results/plan/%s/%s has no working-set row", tc.dir, f)
+			}
+			if got != want {
+				t.Errorf("results/plan/%s/%s: working-set's rows are not what today's code gives:\n%s\nwant\n%s\nregenerate with the command on the first line of its stdout.txt and update docs/planning.md's \"Agent sessions\"", tc.dir, f, got, want)
+			}
+		}
+	}
+}
+
+// policyLines returns the header and the rows of policy of a plan CSV file.
+func policyLines(t *testing.T, path, policy string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	out := []string{lines[0]}
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, policy+",") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
