@@ -148,6 +148,59 @@ func TestPlanningFleetTableIsTheCommittedPlans(t *testing.T) {
 	}
 }
 
+// The "Agent sessions" table of docs/planning.md: one row per policy of each
+// committed plan over session trees, every cell as the directory's plan.csv
+// gives it (session times rounded to whole seconds).
+func TestPlanningAgentTableIsTheCommittedPlans(t *testing.T) {
+	sec := docSection(t, "## Agent sessions")
+	plans := map[string]map[string]map[string]string{}
+	for _, d := range []string{"agent-reference", "agent-fleet"} {
+		dir := "results/plan/" + d
+		if !strings.Contains(sec, dir) {
+			t.Errorf("the agent section does not name %s", dir)
+		}
+		plans[dir] = readPlanCSV(t, filepath.Join("../..", dir, "plan.csv"))
+	}
+	dir, rows := "", 0
+	for _, line := range strings.Split(sec, "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if !strings.HasPrefix(line, "| ") || len(cells) != 10 {
+			continue
+		}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		for d := range plans {
+			if strings.Contains(cells[0], d) {
+				dir = d
+			}
+		}
+		row := plans[dir][cells[1]]
+		if row == nil {
+			continue
+		}
+		rows++
+		want := []string{row["knee sessions"], "", "", "", "", "", "", row["first failing"]}
+		if row["failed term"] != "" {
+			want[7] += " (" + row["failed term"] + ")"
+		}
+		if row["knee sessions"] != "none" {
+			want[1] = row["TTFB p95 s"] + " / " + row["TTFB p99 s"]
+			want[2], want[3], want[4] = row["goodput"], row["out tok/min"], row["trees done/h"]
+			want[5] = round(t, row["session p50 s"], 0) + " / " + round(t, row["session p95 s"], 0)
+			want[6] = row["prefix hits %"]
+		}
+		for i, name := range []string{"knee", "TTFB p95 / p99", "goodput", "out tok/min", "trees done/h", "session p50 / p95", "prefix hits %", "first failing"} {
+			if cells[i+2] != want[i] {
+				t.Errorf("docs/planning.md agent table, %s %s %s = %q, %s/plan.csv gives %q", dir, cells[1], name, cells[i+2], dir, want[i])
+			}
+		}
+	}
+	if rows != 6 {
+		t.Errorf("the agent table has %d policy rows matched to the committed plans, want 6", rows)
+	}
+}
+
 // round formats the number s with digits decimals.
 func round(t *testing.T, s string, digits int) string {
 	t.Helper()
@@ -178,4 +231,52 @@ func TestReferencePlanIsToday(t *testing.T) {
 			t.Errorf("results/plan/reference/%s is not what today's code gives: regenerate it with\n  ./bin/warden plan --out results/plan/reference\nand update docs/planning.md's worked example", f)
 		}
 	}
+}
+
+// Today's code gives the committed plans over session trees, for working-set
+// (its points and its plan.csv row, byte for byte): a policy's search does
+// not depend on the others', and working-set's is the cheap one (about 15 s
+// each on 2 cores; admission-fit's high points take minutes).
+func TestAgentPlansAreToday(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: reruns two plans over session trees (about 30 s)")
+	}
+	t.Parallel()
+	for _, tc := range []struct{ dir, args string }{
+		{"agent-reference", "--scenario ../../scenarios/agent-sessions.yaml"},
+		{"agent-fleet", "--scenario ../../scenarios/agent-sessions-5090.yaml --profile rtx5090-27b-fp8kv --replicas 7"},
+	} {
+		out := filepath.Join(t.TempDir(), "plan")
+		args := append(append([]string{"plan"}, strings.Fields(tc.args)...), "--policies", "working-set", "--out", out)
+		if stdout, err := run(t, args...); err != nil {
+			t.Fatalf("%s: %v\n%s", tc.dir, err, stdout)
+		}
+		for _, f := range []string{"plan.csv", "points.csv"} {
+			got := policyLines(t, filepath.Join(out, f), "working-set")
+			want := policyLines(t, filepath.Join("../../results/plan", tc.dir, f), "working-set")
+			if strings.Count(want, "\n") == 0 {
+				t.Errorf("results/plan/%s/%s has no working-set row", tc.dir, f)
+			}
+			if got != want {
+				t.Errorf("results/plan/%s/%s: working-set's rows are not what today's code gives:\n%s\nwant\n%s\nregenerate with the command on the first line of its stdout.txt and update docs/planning.md's \"Agent sessions\"", tc.dir, f, got, want)
+			}
+		}
+	}
+}
+
+// policyLines returns the header and the rows of policy of a plan CSV file.
+func policyLines(t *testing.T, path, policy string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	out := []string{lines[0]}
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, policy+",") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

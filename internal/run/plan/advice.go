@@ -54,14 +54,17 @@ func (r *Result) TailWarning(pr PolicyResult) string {
 	if len(over) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("warning: %s at its knee (%s) has TTFB %s, past %dx the SLO's %s limit of %s: the SLO holds while the slowest turns wait far longer (goodput within %s: %s)",
-		pr.Policy, r.at(k), strings.Join(over, ", "), TailFactor, name, seconds(lim), r.Config.SLO.GoodputTTFB, f3(k.Goodput))
+	return fmt.Sprintf("warning: %s at its knee (%s) has TTFB %s, past %dx the SLO's %s limit of %s: the SLO holds while the slowest %s wait far longer (goodput within %s: %s)",
+		pr.Policy, r.at(k), strings.Join(over, ", "), TailFactor, name, seconds(lim), r.turns(), r.Config.SLO.GoodputTTFB, f3(k.Goodput))
 }
 
 // at names a point by what the search varies: "32 sessions", "9 replicas".
 func (r *Result) at(p *Point) string {
-	if r.inverse() {
+	switch {
+	case r.inverse():
 		return plural(p.Replicas, "replica")
+	case r.trees():
+		return plural(p.Sessions, "live tree")
 	}
 	return plural(p.Sessions, "session")
 }
@@ -124,8 +127,22 @@ func (r *Result) Recommend() (rec Recommendation, ok bool) {
 	if len(all) == 1 {
 		reason = fmt.Sprintf("the only knee, and its tail is past %dx the %s limit (goodput %s)", TailFactor, name, f3(best.Knee.Goodput))
 	}
-	reason += "; to bound the tail, add a ttfb_p95 or goodput term to the SLO"
+	reason += "; " + r.Config.SLO.boundTail()
 	return Recommendation{best.Policy, best.Knee, reason}, true
+}
+
+// boundTail is the advice when every knee's tail warns: add the terms that
+// bound it, or, when the SLO has them, tighten them.
+func (o SLO) boundTail() string {
+	switch {
+	case o.TTFBP95 == 0 && o.Goodput == 0:
+		return "to bound the tail, add a ttfb_p95 or goodput term to the SLO"
+	case o.TTFBP95 == 0:
+		return "to bound the tail, add a ttfb_p95 term to the SLO or raise goodput"
+	case o.Goodput == 0:
+		return "to bound the tail, add a goodput term to the SLO or lower ttfb_p95"
+	}
+	return "to bound the tail, raise goodput or lower goodput_ttfb (the SLO already has ttfb_p95 and goodput terms)"
 }
 
 // betterKnee: a is the larger knee (inverse: fewer replicas), then the better
@@ -163,9 +180,17 @@ func (r *Result) WhyFails(pr PolicyResult) string {
 		return r.whyNoFail(pr)
 	}
 	var causes []string
+	turns, turn, conv := "turns", "turn", "their session's first"
+	if r.trees() {
+		turns, turn, conv = "calls", "call", "their conversation's first (a subagent being a conversation of its own;"
+	}
 	if f.StayedPct < MovedStayedPct {
-		causes = append(causes, fmt.Sprintf("%.0f %% of later turns ran on another replica than their session's first (stayed %.0f %%, prefix hits %.0f %%): each such turn prefills its whole context again",
-			100-f.StayedPct, f.StayedPct, f.HitsPct))
+		open := " ("
+		if r.trees() {
+			open = " "
+		}
+		causes = append(causes, fmt.Sprintf("%.0f %% of later %s ran on another replica than %s%sstayed %.0f %%, prefix hits %.0f %%): each such %s prefills its whole context again",
+			100-f.StayedPct, turns, conv, open, f.StayedPct, f.HitsPct, turn))
 	}
 	var best *Point
 	for _, p := range pr.Points {
@@ -174,14 +199,14 @@ func (r *Result) WhyFails(pr PolicyResult) string {
 		}
 	}
 	if best != nil && best.HitsPct-f.HitsPct >= EvictedHitsDrop && f.StayedPct >= MovedStayedPct {
-		causes = append(causes, fmt.Sprintf("turns stayed (%.0f %%) but prefix hits fell to %.0f %% from %.0f %% at %s: the working sets no longer fit in the KV cache and are evicted between turns",
-			f.StayedPct, f.HitsPct, best.HitsPct, r.at(best)))
+		causes = append(causes, fmt.Sprintf("%s stayed (%.0f %%) but prefix hits fell to %.0f %% from %.0f %% at %s: the working sets no longer fit in the KV cache and are evicted between %s",
+			turns, f.StayedPct, f.HitsPct, best.HitsPct, r.at(best), turns))
 	}
 	if f.HeldPct >= HeldPct {
-		causes = append(causes, fmt.Sprintf("the admission gate held %.0f %% of the turns (the hold counts in their TTFB)", f.HeldPct))
+		causes = append(causes, fmt.Sprintf("the admission gate held %.0f %% of the %s (the hold counts in their TTFB)", f.HeldPct, turns))
 	}
 	if len(causes) == 0 {
-		causes = append(causes, fmt.Sprintf("turns stayed (%.0f %%) with prefix hits at %.0f %%: the wait is queueing for compute", f.StayedPct, f.HitsPct))
+		causes = append(causes, fmt.Sprintf("%s stayed (%.0f %%) with prefix hits at %.0f %%: the wait is queueing for compute", turns, f.StayedPct, f.HitsPct))
 	}
 	return fmt.Sprintf("%s fails at %s: %s; %s", pr.Policy, r.at(f), f.Failed(), strings.Join(causes, "; "))
 }
@@ -199,7 +224,8 @@ func (r *Result) whyNoFail(pr PolicyResult) string {
 	}
 	s := fmt.Sprintf("%s meets the SLO at every point tried, %s %s", pr.Policy, bound, r.at(k))
 	if k.HeldPct >= HeldPct {
-		s += fmt.Sprintf("; there the admission gate held %.0f %% of the turns: held conversations send few turns, so a quantile over turns stays low while their wait grows (TTFB p95 %s)", k.HeldPct, seconds(k.TTFBP95S))
+		t := r.turns()
+		s += fmt.Sprintf("; there the admission gate held %.0f %% of the %s: held conversations send few %s, so a quantile over %s stays low while their wait grows (TTFB p95 %s)", k.HeldPct, t, t, t, seconds(k.TTFBP95S))
 	}
 	return s
 }
@@ -220,6 +246,7 @@ func (r *Result) advice() string {
 	}
 	if rec, ok := r.Recommend(); ok {
 		fmt.Fprintf(&b, "recommended: %s at %s: %s\n", rec.Policy, r.at(rec.Knee), rec.Reason)
+		b.WriteString(r.treesThroughput(rec))
 	}
 	return b.String()
 }
@@ -266,4 +293,38 @@ func (r *Result) word() string {
 		return "replicas: knee -> largest failing"
 	}
 	return "sessions: knee -> first failing"
+}
+
+// treesThroughput, for session trees, sets the knees' work beside the
+// recommendation: a live tree is a concurrency, not a rate, and a tree the
+// admission gate holds counts as live while it waits, so the largest knee
+// need not complete the most trees. "" for the chain.
+func (r *Result) treesThroughput(rec Recommendation) string {
+	if !r.trees() || r.inverse() {
+		return ""
+	}
+	var s []string
+	var more []string
+	for _, pr := range r.Policies {
+		k := pr.Knee
+		if k == nil {
+			continue
+		}
+		s = append(s, fmt.Sprintf("%s %s trees done/h, %s out tok/min (%s)", pr.Policy, f1(k.SessionsPerH), fmtFloat(k.OutputTokensPerMin, 0), r.at(k)))
+		if pr.Policy != rec.Policy && k.SessionsPerH > rec.Knee.SessionsPerH {
+			more = append(more, pr.Policy)
+		}
+	}
+	line := "work at the knees: " + strings.Join(s, "; ")
+	if len(more) > 0 {
+		verb := "completes"
+		if len(more) > 1 {
+			verb = "complete"
+		}
+		line += fmt.Sprintf("; %s %s more trees per hour than %s: a knee counts live trees, not their rate", strings.Join(more, " and "), verb, rec.Policy)
+		if rec.Knee.HeldPct > 0 {
+			line += fmt.Sprintf(", and a tree whose call the admission gate holds (%.1f %% of the calls at %s's knee) is live while it waits", rec.Knee.HeldPct, rec.Policy)
+		}
+	}
+	return line + "\n"
 }

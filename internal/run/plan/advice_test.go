@@ -196,3 +196,22 @@ func TestFleetWhyAndTail(t *testing.T) {
 		t.Errorf("table lacks the p50 column or the why line:\n%s", b.String())
 	}
 }
+
+// When every knee's tail warns, the advice names the terms the SLO lacks, and
+// does not tell an SLO that has ttfb_p95 and goodput to add them.
+func TestBoundTailAdvice(t *testing.T) {
+	for _, tc := range []struct{ slo, want string }{
+		{"ttfb_p50=10s", "add a ttfb_p95 or goodput term"},
+		{"goodput=0.9", "add a ttfb_p95 term"},
+		{"ttfb_p95=10s", "add a goodput term"},
+		{"ttfb_p95=10s,goodput=0.9", "raise goodput or lower goodput_ttfb"},
+	} {
+		o, err := ParseSLO(tc.slo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.boundTail(); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q in it", tc.slo, got, tc.want)
+		}
+	}
+}

@@ -82,6 +82,9 @@ func (r *Result) planRows() (header []string, rows [][]string) {
 		qh = append(qh, "TTFB "+q.Name+" s")
 	}
 	metrics := append(qh, "goodput", "out tok/min", "sessions/h", "prefix hits %")
+	if r.trees() {
+		metrics = append(qh, "goodput", "out tok/min", "trees done/h", "session p50 s", "session p95 s", "prefix hits %")
+	}
 	if r.inverse() {
 		header = append(append([]string{"policy", "sessions", "replicas needed"}, metrics...), "largest failing", "failed term", "KV-fit replicas")
 	} else {
@@ -118,7 +121,11 @@ func (r *Result) planRows() (header []string, rows [][]string) {
 			for _, q := range qs {
 				row = append(row, f2(q.Get(k)))
 			}
-			row = append(row, f3(k.Goodput), fmtFloat(k.OutputTokensPerMin, 0), f1(k.SessionsPerH), f1(k.HitsPct))
+			row = append(row, f3(k.Goodput), fmtFloat(k.OutputTokensPerMin, 0), f1(k.SessionsPerH))
+			if r.trees() {
+				row = append(row, f1(k.SessionP50S), f1(k.SessionP95S))
+			}
+			row = append(row, f1(k.HitsPct))
 		}
 		if f := pr.FirstFail; f != nil {
 			row = append(row, strconv.Itoa(r.count(f)), f.Failed())
@@ -129,9 +136,12 @@ func (r *Result) planRows() (header []string, rows [][]string) {
 		} else {
 			row = append(row, fmt.Sprintf("none <= %d", r.Config.MaxSessions), "")
 		}
-		if r.inverse() {
+		switch {
+		case r.trees():
+			row = append(row, "n/a")
+		case r.inverse():
 			row = append(row, strconv.Itoa(r.Fit.Replicas))
-		} else {
+		default:
 			row = append(row, strconv.Itoa(r.Fit.Sessions))
 		}
 		if pr.Budget {
@@ -161,6 +171,9 @@ func WriteTable(w io.Writer, r *Result) error {
 		q, c.Scenario.Name, c.SLO, c.Seeds, r.points(), r.Wall.Seconds()); err != nil {
 		return err
 	}
+	if _, err := io.WriteString(w, r.treesLine()); err != nil {
+		return err
+	}
 	header, rows := r.planRows()
 	t := newTable(w)
 	t.Header(toAny(header)...)
@@ -185,6 +198,9 @@ func WriteTable(w io.Writer, r *Result) error {
 // fitLine is the KV-fit rule of thumb in tokens and what it gives.
 func (r *Result) fitLine() string {
 	f, c := r.Fit, r.Config
+	if r.trees() {
+		return treesFitLine()
+	}
 	if r.inverse() {
 		return fmt.Sprintf("KV-fit rule of thumb: %d sessions x %.0f tokens of peak context per session (%s) = %.0f KV tokens, against %d per replica: %d replicas",
 			c.InverseSessions, f.PeakContextTokens, f.PeakSource, float64(c.InverseSessions)*f.PeakContextTokens, f.KVTokensReplica, f.Replicas)
@@ -223,22 +239,41 @@ func (r *Result) files() (map[string][]byte, error) {
 		return nil, err
 	}
 	out[FilePlan] = b
-	ph := []string{"policy", "sessions", "replicas", "seeds", "ttfb_p50_s", "ttfb_p95_s", "ttfb_p99_s", "goodput", "output_tokens_per_min", "sessions_per_h", "prefix_hits_pct", "stayed_pct", "held_pct", "meets_slo", "failed_terms", "marginal_terms"}
-	var prow [][]string
-	for _, pr := range r.Policies {
-		for _, p := range sortedPoints(pr.Points, r.inverse()) {
-			prow = append(prow, []string{p.Policy, strconv.Itoa(p.Sessions), strconv.Itoa(p.Replicas), strconv.Itoa(len(p.Samples)),
-				fmtFloat(p.TTFBP50S, 4), fmtFloat(p.TTFBP95S, 4), fmtFloat(p.TTFBP99S, 4), fmtFloat(p.Goodput, 4), fmtFloat(p.OutputTokensPerMin, 1),
-				fmtFloat(p.SessionsPerH, 2), fmtFloat(p.HitsPct, 2), fmtFloat(p.StayedPct, 2), fmtFloat(p.HeldPct, 2), strconv.FormatBool(p.OK), p.Failed(), strings.Join(p.Marginal(), " ")})
-		}
-	}
-	if out[FilePoints], err = csvBytes(ph, prow); err != nil {
+	if out[FilePoints], err = r.pointsCSV(); err != nil {
 		return nil, err
 	}
 	if out[FileFigure], err = r.figure(); err != nil {
 		return nil, fmt.Errorf("drawing %s: %w", FileFigure, err)
 	}
 	return out, nil
+}
+
+// pointsCSV is points.csv: one row per point, sorted by what the search
+// varies; for session trees sessions_per_h is trees_done_per_h and the
+// session times and tree counts follow it.
+func (r *Result) pointsCSV() ([]byte, error) {
+	perH := "sessions_per_h"
+	if r.trees() {
+		perH = "trees_done_per_h"
+	}
+	ph := []string{"policy", "sessions", "replicas", "seeds", "ttfb_p50_s", "ttfb_p95_s", "ttfb_p99_s", "goodput", "output_tokens_per_min", perH}
+	if r.trees() {
+		ph = append(ph, "session_p50_s", "session_p95_s", "trees_done", "trees_cut")
+	}
+	ph = append(ph, "prefix_hits_pct", "stayed_pct", "held_pct", "meets_slo", "failed_terms", "marginal_terms")
+	var prow [][]string
+	for _, pr := range r.Policies {
+		for _, p := range sortedPoints(pr.Points, r.inverse()) {
+			row := []string{p.Policy, strconv.Itoa(p.Sessions), strconv.Itoa(p.Replicas), strconv.Itoa(len(p.Samples)),
+				fmtFloat(p.TTFBP50S, 4), fmtFloat(p.TTFBP95S, 4), fmtFloat(p.TTFBP99S, 4), fmtFloat(p.Goodput, 4), fmtFloat(p.OutputTokensPerMin, 1),
+				fmtFloat(p.SessionsPerH, 2)}
+			if r.trees() {
+				row = append(row, fmtFloat(p.SessionP50S, 2), fmtFloat(p.SessionP95S, 2), fmtFloat(p.TreesDone, 2), fmtFloat(p.TreesCut, 2))
+			}
+			prow = append(prow, append(row, fmtFloat(p.HitsPct, 2), fmtFloat(p.StayedPct, 2), fmtFloat(p.HeldPct, 2), strconv.FormatBool(p.OK), p.Failed(), strings.Join(p.Marginal(), " ")))
+		}
+	}
+	return csvBytes(ph, prow)
 }
 
 // Write writes plan.csv, points.csv and plan.png into dir, all rendered before
@@ -289,6 +324,9 @@ func sortedPoints(pts []*Point, inverse bool) []*Point {
 func (r *Result) figure() ([]byte, error) {
 	terms := r.Config.SLO.terms()
 	xLabel, xWord := "concurrent sessions", "sessions"
+	if r.trees() {
+		xLabel = "concurrent sessions (live session trees)"
+	}
 	if r.inverse() {
 		xLabel, xWord = fmt.Sprintf("replicas (%d sessions)", r.Config.InverseSessions), "replicas"
 	}

@@ -140,7 +140,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if budget {
 		return res, fmt.Errorf("%w: the --budget of %s ran out after %d points before any point met the SLO (%s); the closest: %s", ErrBudget, c.Budget, res.points(), c.SLO, closest(res))
 	}
-	what := fmt.Sprintf("on %d replicas at %s", c.Fleet.Replicas, tried(res, func(p *Point) int { return p.Sessions }, "session count"))
+	counted := "session count"
+	if c.trees() {
+		counted = "live tree count"
+	}
+	what := fmt.Sprintf("on %d replicas at %s", c.Fleet.Replicas, tried(res, func(p *Point) int { return p.Sessions }, counted))
 	if c.InverseSessions > 0 {
 		what = fmt.Sprintf("with %d sessions at %s", c.InverseSessions, tried(res, func(p *Point) int { return p.Replicas }, "replica count"))
 	}
@@ -196,14 +200,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Scenario.Trace != nil {
 		return c, fmt.Errorf("plan: scenario %q replays a trace (trace.file %q): the planner searches session counts of a synthetic workload and cannot yet scale a trace's rate", c.Scenario.Name, c.Scenario.Trace.File)
 	}
-	if c.Scenario.Shape == loadgen.ShapeAgent {
-		return c, fmt.Errorf("plan: scenario %q is of shape agent: the planner's context and working-set figures are the chain's and do not fit session trees yet", c.Scenario.Name)
-	}
 	if c.Fleet.Replicas < 1 {
 		return c, fmt.Errorf("plan: fleet of %d replicas", c.Fleet.Replicas)
 	}
 	if len(c.SLO.terms()) == 0 {
 		return c, fmt.Errorf("plan: %w", errNoTerm)
+	}
+	if err := c.agentProblems(); err != nil {
+		return c, err
 	}
 	if len(c.Policies) == 0 {
 		for _, n := range DefaultPolicies {
@@ -381,6 +385,10 @@ func kvFit(c Config, res *Result) (KVFit, error) {
 		return KVFit{}, err
 	}
 	f := KVFit{KVTokensReplica: kv, FleetKVTokens: kv * int64(c.Fleet.Replicas)}
+	if c.trees() {
+		f.PeakContextTokens, f.PeakSource = math.NaN(), "n/a: session trees"
+		return f, nil
+	}
 	var sum, n float64
 	for _, pr := range res.Policies {
 		for _, pt := range pr.Points {

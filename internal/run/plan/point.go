@@ -71,8 +71,15 @@ type sample struct {
 	StayedPct, HeldPct float64
 	TurnsOK, Failed    int
 	// PeakContext is the mean over sessions that finished of their largest
-	// prompt + output tokens (the context a session holds at its end).
+	// prompt + output tokens (the context a session holds at its end); NaN
+	// for session trees (KVFit).
 	PeakContext float64
+	// Session trees (shape agent) only, else NaN: the report's whole-run
+	// figures of the point's run (report.AgentSummary, warmup included):
+	// completion time p50/p95 of the trees completed in it (first call sent
+	// to last call done), the trees completed and cut.
+	SessionP50S, SessionP95S float64
+	TreesDone, TreesCut      float64
 }
 
 // pointScenario is the scenario of one point: n sessions in one stage of the
@@ -138,12 +145,41 @@ func runSample(ctx context.Context, f Fleet, p Policy, sc *loadgen.Scenario, wit
 	if n := s.TurnsOK + s.TurnsFailed; n > 0 {
 		held = 100 * float64(s.HeldTurns) / float64(n)
 	}
-	return sample{
+	nan := math.NaN()
+	smp := sample{
 		Seed: sc.Seed, TTFBP50S: s.TTFBP50S, TTFBP95S: s.TTFBP95S, TTFBP99S: q[2], StayedPct: s.StayedPct, HeldPct: held,
 		Goodput:            Goodput(run.Results, cut, s.Variant, s.WindowStart, s.WindowEnd, within),
 		OutputTokensPerMin: s.OutputTokensPerMin, SessionsPerH: s.SessionsPerH, PrefixHitsPct: s.PrefixHitsPct,
 		TurnsOK: s.TurnsOK, Failed: s.TurnsFailed, PeakContext: peakContext(run.Results),
-	}, nil
+		SessionP50S: nan, SessionP95S: nan, TreesDone: nan, TreesCut: nan,
+	}
+	if sc.Shape == loadgen.ShapeAgent {
+		if err := treeFigures(&smp, run); err != nil {
+			return fail(err)
+		}
+	}
+	return smp, nil
+}
+
+// treeFigures fills a sample of session trees (shape agent) from the report's
+// agent summary of the point's one variant: a session is a live tree, so
+// sessions/h counts trees completed (per hour of the point's run), not the
+// parent and subagent conversations the stage summary counts; the session
+// completion times are the report's; no peak context (KVFit).
+func treeFigures(s *sample, run *report.Run) error {
+	aggs, _ := report.SummarizeAgents(run)
+	if len(aggs) != 1 {
+		return fmt.Errorf("%d agent summaries for a point of session trees, want 1", len(aggs))
+	}
+	a := &aggs[0]
+	s.SessionP50S, s.SessionP95S = a.SessionP50S, a.SessionP95S
+	s.TreesDone, s.TreesCut = float64(a.SessionsCompleted), float64(a.SessionsCut)
+	s.SessionsPerH = math.NaN()
+	if w := a.RunSeconds(); w > 0 {
+		s.SessionsPerH = float64(a.SessionsCompleted) * 3600 / w
+	}
+	s.PeakContext = math.NaN()
+	return nil
 }
 
 // ttfbQuantiles returns the TTFB quantiles qs (percent) in seconds over the turns
@@ -208,6 +244,8 @@ type Point struct {
 	TTFBP50S, TTFBP95S, TTFBP99S, Goodput     float64
 	OutputTokensPerMin, SessionsPerH, HitsPct float64
 	StayedPct, HeldPct                        float64
+	// Session trees only (sample), else NaN.
+	SessionP50S, SessionP95S, TreesDone, TreesCut float64
 	// Terms: the SLO verdict per term, in SLO order.
 	Terms []TermResult
 	OK    bool // every term met (on the means)
@@ -312,6 +350,10 @@ func judge(policy string, n, replicas int, ss []sample, slo SLO) *Point {
 	pt.HitsPct = mean(func(s *sample) float64 { return s.PrefixHitsPct })
 	pt.StayedPct = mean(func(s *sample) float64 { return s.StayedPct })
 	pt.HeldPct = mean(func(s *sample) float64 { return s.HeldPct })
+	pt.SessionP50S = mean(func(s *sample) float64 { return s.SessionP50S })
+	pt.SessionP95S = mean(func(s *sample) float64 { return s.SessionP95S })
+	pt.TreesDone = mean(func(s *sample) float64 { return s.TreesDone })
+	pt.TreesCut = mean(func(s *sample) float64 { return s.TreesCut })
 	for _, t := range slo.terms() {
 		d := report.ThresholdDelta(t.Name, t.Threshold, col(t.metric))
 		met := d.Value <= t.Threshold
