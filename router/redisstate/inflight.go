@@ -295,6 +295,9 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 	if err := p.publishEvents(cctx, c); err != nil {
 		return err
 	}
+	if err := p.beatDrains(cctx, c); err != nil {
+		return err
+	}
 	var others []string
 	for j := 0; j+2 < len(arr); j += 3 {
 		if id, err := arr[j].ToString(); err == nil {
