@@ -228,7 +228,7 @@ type ReplicaConfig struct {
 	decodeErr string
 }
 
-// UnmarshalYAML accepts a replica as a mapping (url, name, dp_ranks, engine),
+// UnmarshalYAML accepts a replica as a mapping (url, name, dp_ranks, engine, drain),
 // decoded strictly like the rest of the file (an unknown key is an error
 // naming the known ones), or as a plain URL string, "http://h0:8000", for a
 // replica with every other setting at its default.
