@@ -10,6 +10,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/testkit/testredis"
 	"github.com/lmwarden/warden/internal/wire"
+	"github.com/lmwarden/warden/router"
 )
 
 // drainAnswer is the admin API's answer on .../drain.
@@ -222,5 +223,20 @@ func TestDrainSharedThroughAdmin(t *testing.T) {
 			t.Fatal("router b's /status never showed r1 draining")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The card names a draining replica with what is left on it.
+func TestCardShowsDrain(t *testing.T) {
+	f := newFront(t, true, nil, newStub(t, "a"), newStub(t, "b"))
+	f.pool().Balancer.SetDrain(1, router.DrainMove)
+	cm := f.rt.Card().Models[0]
+	if len(cm.Draining) != 1 || cm.Draining[0].Name != "b" || cm.Draining[0].Mode != "move" {
+		t.Fatalf("card drains %+v, want b move", cm.Draining)
+	}
+	rec := httptest.NewRecorder()
+	f.rt.CardHandler().ServeHTTP(rec, httptest.NewRequest("GET", CardPath, nil))
+	if body := rec.Body.String(); !strings.Contains(body, `data-draining="b"`) || !strings.Contains(body, "b is draining (move)") {
+		t.Errorf("card HTML has no drain line for b")
 	}
 }
