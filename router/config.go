@@ -196,14 +196,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	b.sessions.grow(len(b.reps))
 	b.adm = newAdmission(cfg.Admission)
 	b.adm.shared = cfg.Shared != nil
-	for i, m := range cfg.Drains {
-		if i < len(b.reps) && m != DrainNone {
-			b.reps[i].drain = m
-			if cfg.Shared != nil {
-				cfg.Shared.SetDrain(i, m)
-			}
-		}
-	}
+	b.startDrains(cfg.Drains)
 	if keyless := cfg.Keyless; keyless == KeylessPrefix || (keyless == "" && DefaultKeyless == KeylessPrefix) {
 		piece := cfg.PrefixPieceTokens
 		if piece <= 0 {

@@ -69,6 +69,19 @@ func (b *Balancer) SetDrain(i int, m DrainMode) (wait time.Duration, ok bool) {
 	return b.shared.SetDrain(i, m)
 }
 
+// startDrains puts the replicas in the drain modes of BalancerConfig.Drains
+// (NewBalancer), told to the shared state too.
+func (b *Balancer) startDrains(modes []DrainMode) {
+	for i, m := range modes {
+		if i < len(b.reps) && m != DrainNone {
+			b.reps[i].drain = m
+			if b.shared != nil {
+				b.shared.SetDrain(i, m)
+			}
+		}
+	}
+}
+
 // Drain returns replica i's drain mode in force (the shared state's with
 // BalancerConfig.Shared).
 func (b *Balancer) Drain(i int) DrainMode {
