@@ -295,14 +295,16 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 	if err := p.publishEvents(cctx, c); err != nil {
 		return err
 	}
-	if err := p.beatDrains(cctx, c); err != nil {
-		return err
-	}
 	var others []string
 	for j := 0; j+2 < len(arr); j += 3 {
 		if id, err := arr[j].ToString(); err == nil {
 			others = append(others, id)
 		}
 	}
-	return p.beatAdmission(cctx, c, others)
+	if err := p.beatAdmission(cctx, c, others); err != nil {
+		return err
+	}
+	// Last, so the counts and the admission gate go out when they did
+	// before drains were shared.
+	return p.beatDrains(cctx, c)
 }
