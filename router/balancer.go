@@ -75,6 +75,8 @@ type replica struct {
 	usagePrompt, usageCached uint64 // ObserveCache totals
 
 	out outlierState // ejection (outlier.go)
+
+	drain DrainMode // SetDrain; without shared state the one in force (drain.go)
 }
 
 // overflowThreshold is the threshold in force: the configured one, or the auto

@@ -92,6 +92,10 @@ type BalancerConfig struct {
 	// session homes, in-flight counts, live working sets). nil: this Balancer's
 	// own state only (one router, the virtual world).
 	Shared SharedState
+	// Drains are the replicas' drain modes at start, in Replicas order (nil or
+	// shorter: the rest DrainNone); with Shared they are written to the store
+	// (SetDrain).
+	Drains []DrainMode
 	// Keyless is the placement of requests without a session key while affinity
 	// is on: KeylessPrefix or KeylessShortestQueue ("" = DefaultKeyless,
 	// prefix; prefix.go).
@@ -192,6 +196,7 @@ func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
 	b.sessions.grow(len(b.reps))
 	b.adm = newAdmission(cfg.Admission)
 	b.adm.shared = cfg.Shared != nil
+	b.startDrains(cfg.Drains)
 	if keyless := cfg.Keyless; keyless == KeylessPrefix || (keyless == "" && DefaultKeyless == KeylessPrefix) {
 		piece := cfg.PrefixPieceTokens
 		if piece <= 0 {

@@ -23,6 +23,10 @@ type decision struct {
 	created bool
 	ctx     int
 
+	// drained: the session's home, taken out of the view by a drain in move
+	// mode (stepDrain); -1 none.
+	drained int
+
 	gated bool       // the admission gate decides on this request
 	g     gateResult // what it decided
 
@@ -47,8 +51,9 @@ type step struct {
 // placed", lists it; TestDecisionStepsDocumented checks the two agree).
 var decisionSteps = [...]step{
 	{"response-home", always, (*Balancer).stepResponseHome},
-	{"balanced", (*Balancer).affinityOff, (*Balancer).stepBalanced},
 	{"session-context", (*Balancer).keyed, (*Balancer).stepSessionContext},
+	{"drain", (*Balancer).draining, (*Balancer).stepDrain},
+	{"balanced", (*Balancer).affinityOff, (*Balancer).stepBalanced},
 	{"admission-gate", gated, (*Balancer).stepAdmissionGate},
 	{"session-home", (*Balancer).keyed, (*Balancer).stepSessionHome},
 	{"slow-start", (*Balancer).affinityOn, (*Balancer).stepSlowStart},
@@ -100,7 +105,7 @@ func (b *Balancer) begin(f Facts, sv *sharedView) *decision {
 	b.sync(now)
 	b.sessions.expire(now)
 	b.fillView(now, f.Avoid)
-	b.cur = decision{f: f, sv: sv, now: now, home: -1, over: -1, ctx: f.PromptTokens}
+	b.cur = decision{f: f, sv: sv, now: now, home: -1, over: -1, drained: -1, ctx: f.PromptTokens}
 	return &b.cur
 }
 
@@ -261,6 +266,12 @@ func (b *Balancer) stepSessionRecord(x *decision) error {
 func (b *Balancer) recordSessionDecision(x *decision) (Decision, *claimPlan) {
 	d, h, home := x.d, x.h, x.home
 	switch {
+	case x.drained >= 0 && home == x.drained && d.Replica != home:
+		// The home drains in move mode (stepDrain): the conversation moves for
+		// good, and its next prefill is cold.
+		d.Reason = ReasonDrainMove
+		b.sessions.set(x.now, h, d.Replica)
+		b.countPlacement(d.Replica)
 	case d.Reason == ReasonRehome && home >= 0 && home < len(b.reps) && b.reps[home].healthy && !b.reps[home].out.ejected && !b.view[home].Healthy:
 		// The home is healthy but was avoided for this request only.
 		d.Reason = ReasonOverflow

@@ -39,15 +39,19 @@ const (
 	// ReasonParent: a Claude Code subagent's first call went to its parent's
 	// home, under the overflow threshold (follow_subagents; stepSubagentParent).
 	ReasonParent
+	// ReasonDrainMove: the session's home drains in move mode (SetDrain,
+	// DrainMove): the conversation moved for good to another replica, which
+	// does not hold its prefix (its next prefill is cold).
+	ReasonDrainMove
 
-	numReasons = int(ReasonParent) + 1
+	numReasons = int(ReasonDrainMove) + 1
 )
 
 // Reasons lists every Reason in order, for metrics and status output.
-var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved, ReasonPrefix, ReasonResponse, ReasonParent}
+var Reasons = [...]Reason{ReasonSticky, ReasonPlaced, ReasonOverflow, ReasonRehome, ReasonNoKey, ReasonBalanced, ReasonMoved, ReasonPrefix, ReasonResponse, ReasonParent, ReasonDrainMove}
 
 // String returns the header/metric value: sticky, placed, overflow, rehome, no-key,
-// balanced, moved, prefix, response, parent.
+// balanced, moved, prefix, response, parent, drain-move.
 func (r Reason) String() string {
 	switch r {
 	case ReasonSticky:
@@ -70,6 +74,8 @@ func (r Reason) String() string {
 		return "response"
 	case ReasonParent:
 		return "parent"
+	case ReasonDrainMove:
+		return "drain-move"
 	}
 	return "unknown"
 }

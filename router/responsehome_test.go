@@ -41,6 +41,7 @@ func TestResponseContinuationGoesToItsReplica(t *testing.T) {
 type homeStore struct {
 	homes    map[string]int
 	inflight []int
+	drains   map[int]DrainMode // nil: none
 }
 
 func (s *homeStore) Home(k string) (SharedHome, time.Duration, bool) {
@@ -49,8 +50,8 @@ func (s *homeStore) Home(k string) (SharedHome, time.Duration, bool) {
 	}
 	return SharedHome{Replica: -1}, 0, true
 }
-func (s *homeStore) Claim(k, _ string, cands []int, _, _ bool, _ *Reservation) (ClaimResult, time.Duration, bool) {
-	if r, ok := s.homes[k]; ok {
+func (s *homeStore) Claim(k, expect string, cands []int, _, _ bool, _ *Reservation) (ClaimResult, time.Duration, bool) {
+	if r, ok := s.homes[k]; ok && expect != "t" { // another router wrote first
 		s.inflight[r]++
 		return ClaimResult{Replica: r, Adopted: true}, 0, true
 	}
@@ -68,6 +69,14 @@ func (s *homeStore) RemoteAdmission() *RemoteAdmission        { return nil }
 func (s *homeStore) ObserveFirstTurn(int)                     {}
 func (s *homeStore) Began(uint64, bool)                       {}
 func (s *homeStore) Ended(uint64)                             {}
+func (s *homeStore) Drain(i int) DrainMode                    { return s.drains[i] }
+func (s *homeStore) SetDrain(i int, m DrainMode) (time.Duration, bool) {
+	if s.drains == nil {
+		s.drains = map[int]DrainMode{}
+	}
+	s.drains[i] = m
+	return 0, true
+}
 
 // TestResponseHomeSharedThroughState: router A learns a response; router B,
 // which never saw it, sends its continuation to the same replica; learning

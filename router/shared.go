@@ -31,10 +31,10 @@ func (b *Balancer) reservation(g gateResult, d Decision, h, sid uint64, cands []
 	if !b.adm.on() {
 		return nil
 	}
-	force := g.outcome == AdmitLimit || d.Reason == ReasonRehome
+	force := g.outcome == AdmitLimit || d.Reason == ReasonRehome || d.Reason == ReasonDrainMove
 	switch {
 	case d.Reason == ReasonPlaced && (g.outcome == AdmitAdmitted || g.outcome == AdmitHeld || g.outcome == AdmitLimit):
-	case (d.Reason == ReasonMoved || d.Reason == ReasonRehome) && g.outcome == AdmitPass:
+	case (d.Reason == ReasonMoved || d.Reason == ReasonRehome || d.Reason == ReasonDrainMove) && g.outcome == AdmitPass:
 	default:
 		return nil
 	}
@@ -116,7 +116,7 @@ func (b *Balancer) acquireShared(f Facts) (d Decision, info AdmitInfo, wait time
 	d, info, plan, err := b.acquireLocked(f, view)
 	if err == nil && f.SessionKey != "" && b.affinity && (view == nil || plan == nil) {
 		switch d.Reason {
-		case ReasonPlaced, ReasonRehome, ReasonMoved:
+		case ReasonPlaced, ReasonRehome, ReasonMoved, ReasonDrainMove:
 			if view == nil {
 				b.sessions.setOffline(b.sessions.hash(f.SessionKey), true)
 			}
@@ -285,7 +285,7 @@ type sharedView struct {
 func (b *Balancer) plan(sv *sharedView, h uint64, d Decision) *claimPlan {
 	p := &claimPlan{hash: h, expect: sv.home.Token, cands: []int{d.Replica}, weak: b.sessions.offline(h)}
 	switch d.Reason {
-	case ReasonPlaced, ReasonRehome:
+	case ReasonPlaced, ReasonRehome, ReasonDrainMove:
 		if b.polName != PolicySessionHash {
 			p.pickLeast = true
 			for i := range b.view {

@@ -88,6 +88,15 @@ type SharedState interface {
 	ObserveFirstTurn(cachedTokens int)
 	Began(id uint64, side bool)
 	Ended(id uint64)
+	// Drain returns replica i's drain mode as the store holds it (the last
+	// read, with this router's own writes applied at once); the drain in
+	// force on every router sharing the store. Called under the lock: it
+	// must not block.
+	Drain(i int) DrainMode
+	// SetDrain writes replica i's drain mode to the store (DrainNone ends the
+	// drain), outside the lock; Drain gives it at once. ok false: the store
+	// did not answer now, and the write is made when it does.
+	SetDrain(i int, m DrainMode) (wait time.Duration, ok bool)
 }
 
 // ClaimResult is what SharedState.Claim did.

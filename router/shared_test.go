@@ -27,6 +27,10 @@ func (c *countingState) Released(i int)                           { c.inflight[i
 func (c *countingState) Claimed(i int)                            { c.inflight[i]++ }
 func (c *countingState) Remote(int) RemoteLoad                    { return RemoteLoad{} }
 func (c *countingState) RemoteAdmission() *RemoteAdmission        { return nil }
+func (c *countingState) Drain(int) DrainMode                      { return DrainNone }
+func (c *countingState) SetDrain(int, DrainMode) (time.Duration, bool) {
+	return 0, false
+}
 
 // Every way a request ends (Release, or ReleaseSession as the proxy calls it)
 // tells the shared state, so the counts other routers see return to 0; a

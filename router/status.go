@@ -50,6 +50,10 @@ type ReplicaStatus struct {
 	// Live, LiveTokens (DecidedLive). Absent without shared state.
 	SharedLive       int   `json:"shared_live_conversations,omitempty"`
 	SharedLiveTokens int64 `json:"shared_live_tokens,omitempty"`
+	// Draining is the replica's drain mode ("move" or "finish", SetDrain;
+	// with shared state the store's), absent when it is not draining. What
+	// is left on it: InFlight (+ SharedInFlight) and Sessions.
+	Draining string `json:"draining,omitempty"`
 }
 
 // DecidedLive returns the live conversations and live tokens the policies
@@ -89,6 +93,7 @@ func (b *Balancer) Status() []ReplicaStatus {
 		if r.out.ejected && r.out.until > now {
 			s.EjectedForS = (r.out.until - now).Seconds()
 		}
+		s.Draining = b.drainOf(i).String()
 		if b.shared != nil {
 			rl := b.shared.Remote(i)
 			s.SharedInFlight, s.SharedLive, s.SharedLiveTokens = rl.InFlight, rl.Live, rl.LiveTokens

@@ -97,7 +97,7 @@ func (p *Pool) Claim(session, expect string, cands []int, pickLeast, weak bool, 
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
 	defer cancel()
-	arr, err := claimScript.Exec(ctx, c, []string{p.homeKey(session), p.flightKey, p.regKey, p.resKey}, args).ToArray()
+	arr, err := claimScript.Exec(ctx, c, []string{p.homeKey(session), p.flightKey, p.regKey, p.resKey, p.drainKey}, args).ToArray()
 	wait := time.Since(t0)
 	if err == nil && len(arr) != 3 {
 		err = fmt.Errorf("claim script returned %d values", len(arr))

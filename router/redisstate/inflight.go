@@ -301,5 +301,10 @@ func (p *Pool) beat(ctx context.Context, c rueidis.Client, abs bool) error {
 			others = append(others, id)
 		}
 	}
-	return p.beatAdmission(cctx, c, others)
+	if err := p.beatAdmission(cctx, c, others); err != nil {
+		return err
+	}
+	// Last, so the counts and the admission gate go out when they did
+	// before drains were shared.
+	return p.beatDrains(cctx, c)
 }

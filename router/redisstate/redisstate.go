@@ -26,6 +26,11 @@
 //     "<replica key> <context tokens>" for every conversation it counts
 //     (router.Balancer.AdmissionShare); replaced by every heartbeat (admScript),
 //     PX KeyTTL.
+//   - P d:M            hash replica key -> "move" or "finish": the replicas
+//     draining (router.DrainMode; Pool.SetDrain writes it, every heartbeat
+//     reads it back and refreshes its TTL, DrainTTL), so every router sees a
+//     drain set through any of them; claimScript never picks a draining
+//     candidate while another is left.
 //   - P r:M            sorted set router id -> expiry (Unix ms); PX KeyTTL. The
 //     routers alive are the members whose score is in the future.
 //   - P v:M            hash SessionID hex -> "<replica key> <tokens> <expiry
@@ -285,6 +290,8 @@ func (s *Store) Pool(model string, keys []string, live func() []router.LiveSet) 
 	p.prefixKey = pre + "s:" + model
 	p.gapKey = pre + "g:" + model
 	p.convPrefix = pre + "c:" + model + ":"
+	p.drainKey = pre + "d:" + model
+	p.drain = drainState{read: map[string]router.DrainMode{}, pending: map[string]router.DrainMode{}}
 	p.setKeys(keys)
 	s.pmu.Lock()
 	s.pools = append(s.pools, p)
@@ -385,6 +392,13 @@ type Pool struct {
 	pending []int64
 
 	remote atomic.Pointer[[]router.RemoteLoad]
+
+	// dmu guards drain and serializes the drain hash's writes and reads
+	// (drain.go); drains is what Drain reads, by replica index.
+	dmu      sync.Mutex
+	drain    drainState
+	drains   atomic.Pointer[[]router.DrainMode]
+	drainKey string
 }
 
 var _ router.SharedState = (*Pool)(nil)
@@ -411,6 +425,9 @@ func (p *Pool) AddReplica(key string) {
 	keys := append(p.keys[:len(p.keys):len(p.keys)], key)
 	p.kmu.RUnlock()
 	p.setKeys(keys)
+	p.dmu.Lock()
+	p.publishDrains()
+	p.dmu.Unlock()
 }
 
 func (p *Pool) key(i int) string {

@@ -466,9 +466,10 @@ func TestEveryKeyHasATTL(t *testing.T) {
 			a.b.ReleaseSession(d.Replica, k)
 		}
 	}
+	a.b.SetDrain(0, router.DrainFinish)
 	time.Sleep(3 * DefaultHeartbeat)
 	c := rawClient(t, srv.Addr)
-	for _, kind := range []string{"v:", "s:", "g:", "c:", "a:"} {
+	for _, kind := range []string{"v:", "s:", "g:", "c:", "a:", "d:"} {
 		if n, _ := c.Do(context.Background(), c.B().Keys().Pattern("wx:"+kind+"*").Build()).AsStrSlice(); len(n) == 0 {
 			t.Errorf("no %s key written: the TTL check below would not see one", kind)
 		}

@@ -27,7 +27,7 @@ end
 // also checks and reserves room for a new conversation in the same step.
 //
 //	KEYS[1] home key, KEYS[2] this router's in-flight hash, KEYS[3] registry,
-//	KEYS[4] reservation hash
+//	KEYS[4] reservation hash, KEYS[5] drain hash
 //	ARGV[1] the home the caller read ("" none), ARGV[2] session TTL ms,
 //	ARGV[3] key TTL ms, ARGV[4] "1": pick the least loaded candidate,
 //	ARGV[5] in-flight hash prefix, ARGV[6] the reservation as JSON ("" none:
@@ -46,7 +46,9 @@ end
 // Redis runs a script alone, so 8 concurrent first requests of one
 // conversation through any number of routers get one home, concurrent
 // placements each see the ones before them, and two routers' admissions each
-// see the other's reservation.
+// see the other's reservation. A candidate in the drain hash (a replica
+// draining) is dropped while another is left, so no router places a
+// conversation there even before its heartbeat has read the drain.
 //
 // The union (router/admission.go's rule): the reservation's own conversations
 // (the caller's gate, exact), every other live router's published gate (P
@@ -133,6 +135,13 @@ if res then
   end
   if #room == 0 then return {'', 0, 1} end
   cands = room
+end
+if #cands > 1 and redis.call('EXISTS', KEYS[5]) == 1 then
+  local open = {}
+  for _, key in ipairs(cands) do
+    if redis.call('HEXISTS', KEYS[5], key) == 0 then table.insert(open, key) end
+  end
+  if #open > 0 then cands = open end
 end
 pick = cands[1]
 if ARGV[4] == '1' and #cands > 1 then

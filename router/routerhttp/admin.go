@@ -31,6 +31,10 @@ import (
 //	POST /admin/models/{model}/replicas       body {"name":n,"url":u,"dp_ranks":k}: add
 //	                                          an upstream while serving (Router.AddReplica);
 //	                                          201 {"model":m,"added":[names]}
+//	POST /admin/models/{model}/replicas/{name}/drain  body {"mode":"move"|"finish"} (or ?mode=):
+//	                                          drain a replica (a DP server's name: all its ranks);
+//	                                          {"model":m,"replicas":[DrainView]}
+//	DELETE /admin/models/{model}/replicas/{name}/drain  end the drain; GET reports it
 //	GET  /admin/record                        {"enabled":bool,"written":n,"dropped":n} (warden route --record)
 //	PUT  /admin/record                        body {"enabled":bool}: pause or resume the recording
 //
@@ -89,6 +93,10 @@ func (rt *Router) serveAdminModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	model, what := rest[:i], rest[i+1:]
+	if j := strings.LastIndex(model, "/replicas/"); what == "drain" && j >= 0 {
+		rt.serveDrain(w, r, model[:j], model[j+len("/replicas/"):])
+		return
+	}
 	pools, err := rt.poolsFor(model)
 	if err != nil {
 		adminError(w, http.StatusNotFound, err)

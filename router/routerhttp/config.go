@@ -218,13 +218,17 @@ type ReplicaConfig struct {
 	// the model's Engine, else auto. A replica set to vllm whose /metrics has
 	// no vllm: series is a scrape error naming the engine the series are of.
 	Engine string `yaml:"engine"`
+	// Drain starts the replica draining (router.ParseDrainMode): "move" or
+	// "finish"; "" none. With `state:` it is written to the shared state at
+	// start, so every router sees it (docs/router.md, "Draining a replica").
+	Drain string `yaml:"drain"`
 
 	// decodeErr holds the problems UnmarshalYAML found in this replica's
 	// mapping, one yaml.v3 message a line, for parseConfig to report.
 	decodeErr string
 }
 
-// UnmarshalYAML accepts a replica as a mapping (url, name, dp_ranks, engine),
+// UnmarshalYAML accepts a replica as a mapping (url, name, dp_ranks, engine, drain),
 // decoded strictly like the rest of the file (an unknown key is an error
 // naming the known ones), or as a plain URL string, "http://h0:8000", for a
 // replica with every other setting at its default.
@@ -629,6 +633,11 @@ func replicaProblems(p string, replicas []ReplicaConfig, bad func(path, format s
 		}
 		if _, err := engines.ParseKind(r.Engine); err != nil {
 			bad(rp+".engine", "%v", err)
+		}
+		if r.Drain != "" {
+			if _, err := router.ParseDrainMode(r.Drain); err != nil {
+				bad(rp+".drain", "%v", err)
+			}
 		}
 		if r.DPRanks < 0 || r.DPRanks > MaxDPRanks {
 			bad(rp+".dp_ranks", "%d is out of range 0..%d", r.DPRanks, MaxDPRanks)

@@ -295,7 +295,7 @@ func TestConfigErrorsNameFileLineAndKey(t *testing.T) {
 				"multi.yaml:3: models[0].max_num_seqs: -1 is negative",
 				`multi.yaml:4: models[0].overflow_threshold "lots": want "auto", 0 (auto) or a positive integer`,
 				`multi.yaml:6: models[0].replicas[0].url: "ftp://x": scheme must be http or https`,
-				"multi.yaml:7: models[0].replicas[0].dp_rank: field dp_rank not found (did you mean dp_ranks? have url, name, dp_ranks, engine)",
+				"multi.yaml:7: models[0].replicas[0].dp_rank: field dp_rank not found (did you mean dp_ranks? have url, name, dp_ranks, engine, drain)",
 			}, ""},
 		// A replica written as an OpenAI base_url (…/v1)
 		// started and answered 503 "no healthy replica" (/v1/health 404).

@@ -56,4 +56,6 @@
 //   - response: a Responses API continuation (previous_response_id) on the
 //     replica that produced the response
 //   - parent: a subagent's first call on its parent's home (follow_subagents)
+//   - drain-move: the home drains in move mode; the conversation moved for good
+//     and its next prefill is cold (docs/router.md, "Draining a replica")
 package routerhttp

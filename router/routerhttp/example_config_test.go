@@ -50,9 +50,12 @@ func TestExampleConfig(t *testing.T) {
 			got = append(got, m.Model+":"+r.Name)
 		}
 	}
-	want := "Qwen/Qwen3-32B:gpu0 Qwen/Qwen3-32B:gpu1 qwen3-coder:dp/rank0 qwen3-coder:dp/rank1 qwen3-coder:dp/rank2 qwen3-coder:dp/rank3 qwen2.5-coder-7b:r0 qwen2.5-coder-7b:r1 *:r0 *:r1"
+	want := "Qwen/Qwen3-32B:gpu0 Qwen/Qwen3-32B:gpu1 Qwen/Qwen3-32B:gpu9 qwen3-coder:dp/rank0 qwen3-coder:dp/rank1 qwen3-coder:dp/rank2 qwen3-coder:dp/rank3 qwen2.5-coder-7b:r0 qwen2.5-coder-7b:r1 *:r0 *:r1"
 	if strings.Join(got, " ") != want {
 		t.Errorf("replicas %v, want %s", got, want)
+	}
+	if d := rt.Status().Models[0].Replicas[2].Draining; d != "finish" {
+		t.Errorf("gpu9 draining %q, want finish (drain: finish)", d)
 	}
 	if n, auto := rt.Pools()[0].Balancer.OverflowThreshold(); n != 8 || !auto {
 		t.Errorf("model 0 threshold %d (auto %v), want auto 8", n, auto)

@@ -28,6 +28,7 @@ const (
 	MetricDecisionTotal = "warden_decisions_by_reason_total" // counter{model,replica,decision} from the Balancer
 	MetricEjections     = "warden_ejections_total"           // counter{model,replica}: ReplicaStatus.Ejections
 	MetricEjected       = "warden_replica_ejected"           // gauge{model,replica}: 1 while ejected
+	MetricDraining      = "warden_replica_draining"          // gauge{model,replica}: 1 while draining (ReplicaStatus.Draining)
 
 	// The working set the policies compare with the KV cache, and the per-request
 	// prefix-cache view (ReplicaStatus fields of the same meaning).
@@ -136,12 +137,13 @@ var (
 	descUsageP    = prometheus.NewDesc(MetricUsagePrompt, "Prompt tokens of responses whose usage carried a cached-token count.", []string{"model", "replica"}, nil)
 	descEjections = prometheus.NewDesc(MetricEjections, "Times the replica was ejected after consecutive failed requests (a failed probe ejects it again).", []string{"model", "replica"}, nil)
 	descEjected   = prometheus.NewDesc(MetricEjected, "1 while the replica is ejected (out of placement until a probe succeeds).", []string{"model", "replica"}, nil)
+	descDraining  = prometheus.NewDesc(MetricDraining, "1 while the replica is draining (no new conversation placed there; warden_in_flight and warden_sessions say what is left).", []string{"model", "replica"}, nil)
 	descUsageC    = prometheus.NewDesc(MetricUsageCached, "Of those prompt tokens, the ones the replica read from its prefix cache (per-request usage).", []string{"model", "replica"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descSessions, descHealthy, descScrapeAge, descAffinity, descDecisions,
-		descLive, descLiveTok, descKVCap, descUsageP, descUsageC, descEjections, descEjected} {
+		descLive, descLiveTok, descKVCap, descUsageP, descUsageC, descEjections, descEjected, descDraining} {
 		ch <- d
 	}
 }
@@ -181,6 +183,11 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descEjections, prometheus.CounterValue, float64(s.Ejections), pool.Model, s.Name)
 			ch <- prometheus.MustNewConstMetric(descEjected, prometheus.GaugeValue, ej, pool.Model, s.Name)
+			dr := 0.0
+			if s.Draining != "" {
+				dr = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, dr, pool.Model, s.Name)
 		}
 	}
 }

@@ -56,7 +56,7 @@ func TestReplicaAsURLString(t *testing.T) {
 	}
 	for _, want := range []string{
 		`line 5: models[0].replicas[1].url: "host:8102" has no scheme`,
-		`line 7: models[0].replicas[2].nmae: field nmae not found (did you mean name? have url, name, dp_ranks, engine)`,
+		`line 7: models[0].replicas[2].nmae: field nmae not found (did you mean name? have url, name, dp_ranks, engine, drain)`,
 		`line 8: models[0].replicas[3].url: "42" is not a replica: want a URL string (http://host:port) or a mapping with url:`,
 	} {
 		if !strings.Contains(err.Error(), want) {

@@ -169,6 +169,7 @@ func New(cfg Config) (*Router, error) {
 func (rt *Router) newPool(mi int, m ModelConfig) (*Pool, []*target, error) {
 	pool := &Pool{Model: m.Name}
 	var names []string
+	var drains []router.DrainMode
 	var targets []*target
 	slotBased := len(m.Replicas) > 0
 	for _, rc := range m.Replicas {
@@ -182,8 +183,10 @@ func (rt *Router) newPool(mi int, m ModelConfig) (*Pool, []*target, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("model %q: %w", m.Name, err)
 		}
+		drain, _ := router.ParseDrainMode(rc.Drain) // validated: "" is none
 		for _, up := range ups {
 			names = append(names, up.Name)
+			drains = append(drains, drain)
 			pool.Upstreams = append(pool.Upstreams, up)
 		}
 		targets = append(targets, t)
@@ -222,6 +225,7 @@ func (rt *Router) newPool(mi int, m ModelConfig) (*Pool, []*target, error) {
 		},
 		Admission: router.AdmissionConfig(m.Admission),
 		Shared:    shared,
+		Drains:    drains,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("model %q: %w", m.Name, err)

@@ -56,6 +56,9 @@ type CardModel struct {
 	// Ejected lists the replicas ejected after consecutive failed requests,
 	// each with why and how long until its probe ("d: status 500, probe in 25 s").
 	Ejected []CardEjection
+	// Draining lists the replicas draining (docs/router.md "Draining a
+	// replica") with what is left on them.
+	Draining []CardDrain
 	// Admission is the admission gate (router.AdmissionStatus; State "off"
 	// when not on).
 	Admission router.AdmissionStatus
@@ -142,6 +145,13 @@ type CardCapacity struct {
 }
 
 // Ratio is Demand / Capacity, or -1 when the capacity is unknown.
+// CardDrain is one draining replica on the card: its mode, the requests in
+// flight there over every router and the conversations homed there.
+type CardDrain struct {
+	Name, Mode         string
+	InFlight, Sessions int
+}
+
 // CardEjection is one ejected replica on the card.
 type CardEjection struct {
 	Name, Reason string
@@ -282,6 +292,9 @@ func newCardReplica(rep *ReplicaReport) CardReplica {
 func (cm *CardModel) noteProblems(rep *ReplicaReport) {
 	if rep.Ejected {
 		cm.Ejected = append(cm.Ejected, CardEjection{Name: rep.Name, Reason: rep.EjectReason, ProbeInS: rep.EjectedForS})
+	}
+	if rep.Draining != "" {
+		cm.Draining = append(cm.Draining, CardDrain{Name: rep.Name, Mode: rep.Draining, InFlight: rep.InFlight + rep.SharedInFlight, Sessions: rep.Sessions})
 	}
 	if p := rep.DPPinning; p != nil {
 		switch p.Verdict {
