@@ -218,7 +218,7 @@ type subagentRun struct {
 	out    string                   // what the CLI printed
 	calls  []stubCall               // as the stubs received them, in arrival order
 	reqs   []routed                 // as the router answered them
-	access []routerhttp.AccessEntry // the router's access log
+	access []routerhttp.AccessEntry // the router's access log, its routed requests
 	status routerhttp.ModelStatus   // the router's status afterwards
 	script *subagentScript          // the tool the launch named
 }
@@ -294,6 +294,12 @@ func runSubagent(t *testing.T, bin string, split bool) subagentRun {
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("access log line %d: %v: %s", i+1, err, line)
 		}
+		if e.Decision == "rejected" {
+			// The router answered it itself (the CLI probes "/", which it does
+			// not proxy): no routed call, logged only.
+			t.Logf("access log line %d: rejected %s %d: %s", i+1, e.Path, e.Status, e.Error)
+			continue
+		}
 		run.access = append(run.access, e)
 	}
 	script.mu.Lock()
@@ -307,7 +313,7 @@ func runSubagent(t *testing.T, bin string, split bool) subagentRun {
 		t.Logf("router request %d: %s", i+1, r)
 	}
 	for i, e := range run.access {
-		t.Logf("access log %d: session=%s agent=%s replica=%s decision=%s status=%d", i+1, e.Session, e.Agent, e.Replica, e.Decision, e.Status)
+		t.Logf("access log %d: session=%s agent=%s replica=%s decision=%s status=%d path=%s error=%q", i+1, e.Session, e.Agent, e.Replica, e.Decision, e.Status, e.Path, e.Error)
 	}
 	for _, r := range run.status.Replicas {
 		t.Logf("router status %s: served %d %v, sessions homed %d, live tokens %d", r.Name, r.ServedTotal, r.ServedBy, r.Sessions, r.LiveTokens)
