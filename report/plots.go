@@ -307,10 +307,14 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 			return sessionTimeFigure(m, trees)
 		}), "", ""}}, figs...)
 	}
-	if k := keysOf(m); k.windows && !k.agent {
+	if k := keysOf(m); k.windows {
+		why := "left out: a request trace marks no conversation's last turn, so no session completes"
+		if k.agent {
+			why = "left out: per report window it is n/a; completed session trees are in the whole-run table (trees.csv)"
+		}
 		for i := range figs {
 			if figs[i].file == "sessions_per_h.png" {
-				figs[i].omitted = "left out: a request trace marks no conversation's last turn, so no session completes"
+				figs[i].omitted = why
 			}
 		}
 	}

@@ -69,3 +69,39 @@ func TestTraceReportIsLaidOutByWindow(t *testing.T) {
 		t.Log(md)
 	}
 }
+
+// sessions_per_h.png is left out, with the reason, for any trace replay: a
+// request trace marks no conversation's end, and an agent replay's windows
+// have n/a (its trees are in the whole-run table); a closed-loop run draws it.
+func TestSessionsPerHLeftOutForTraces(t *testing.T) {
+	stages := []loadgen.StageWindow{{Start: 0}}
+	sums := []Summary{{Variant: "on", Sessions: 3, WindowEnd: 5 * time.Minute, Complete: true, TurnsOK: 1}}
+	for _, c := range []struct {
+		name    string
+		m       loadgen.Manifest
+		omitted string
+	}{
+		{"trace", loadgen.Manifest{Scenario: &loadgen.Scenario{Trace: &loadgen.TraceSpec{File: "x.jsonl"}}}, "request trace"},
+		{"agent", loadgen.Manifest{Scenario: &loadgen.Scenario{Trace: &loadgen.TraceSpec{File: "d/"}}, AgentTraces: []loadgen.AgentReplay{{Variant: "on"}}}, "whole-run table"},
+		{"closed loop", loadgen.Manifest{Scenario: loadgen.DefaultScenario()}, ""},
+	} {
+		c.m.Variants = []loadgen.Variant{{Name: "on", Affinity: true, Stages: stages}}
+		figs, err := WritePlots(t.TempDir(), &Run{Manifest: c.m}, sums)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		found := false
+		for _, f := range figs {
+			if f.File != "sessions_per_h.png" {
+				continue
+			}
+			found = true
+			if c.omitted == "" && f.Omitted != "" || c.omitted != "" && !strings.Contains(f.Omitted, c.omitted) {
+				t.Errorf("%s: sessions_per_h.png omitted %q, want %q", c.name, f.Omitted, c.omitted)
+			}
+		}
+		if !found {
+			t.Errorf("%s: no sessions_per_h.png figure", c.name)
+		}
+	}
+}
