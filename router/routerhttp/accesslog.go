@@ -32,24 +32,27 @@ type AccessLog struct {
 // AccessEntry is one line of the access log. Durations are milliseconds;
 // TTFBMs is -1 when no response byte came back.
 type AccessEntry struct {
-	Time         string  `json:"time"`           // when the request ended, RFC 3339 with nanoseconds, UTC
-	Model        string  `json:"model"`          // the pool's model ("*" for a catch-all pool)
-	Session      string  `json:"session"`        // KeyHash of the session key, "" when the request had none
-	Agent        string  `json:"agent"`          // KeyHash of X-Claude-Code-Agent-Id, "" when absent
-	Replica      string  `json:"replica"`        // the replica that served the last attempt
-	Decision     string  `json:"decision"`       // the routing reason (X-Warden-Decision)
-	Admission    string  `json:"admission"`      // what the admission gate did ("none" when off)
-	HeldMs       float64 `json:"held_ms"`        // time held by the admission gate
-	Status       int     `json:"status"`         // the status the client got (499: it went away first)
-	Attempts     int     `json:"attempts"`       // upstream attempts (retries on another replica add one)
-	TTFBMs       float64 `json:"ttfb_ms"`        // from the last attempt's send to its first response byte
-	DurationMs   float64 `json:"duration_ms"`    // from routing to the end of the response
-	PromptTokens int     `json:"prompt_tokens"`  // the response's usage; 0 when it had none
-	CachedTokens int     `json:"cached_tokens"`  // usage prompt_tokens_details.cached_tokens (messages: cache_read_input_tokens)
-	OutputTokens int     `json:"output_tokens"`  // usage completion / output tokens
-	StreamBroken bool    `json:"stream_broken"`  // the upstream broke the stream after it started
-	Shared       bool    `json:"shared_state"`   // the pool's state is shared with other routers (Redis)
-	Path         string  `json:"path,omitempty"` // the request path
+	Time         string  `json:"time"`          // when the request ended, RFC 3339 with nanoseconds, UTC
+	Model        string  `json:"model"`         // the pool's model ("*" for a catch-all pool)
+	Session      string  `json:"session"`       // KeyHash of the session key, "" when the request had none
+	Agent        string  `json:"agent"`         // KeyHash of X-Claude-Code-Agent-Id, "" when absent
+	Replica      string  `json:"replica"`       // the replica that served the last attempt
+	Decision     string  `json:"decision"`      // the routing reason (X-Warden-Decision)
+	Admission    string  `json:"admission"`     // what the admission gate did ("none" when off)
+	HeldMs       float64 `json:"held_ms"`       // time held by the admission gate
+	Status       int     `json:"status"`        // the status the client got (499: it went away first)
+	Attempts     int     `json:"attempts"`      // upstream attempts (retries on another replica add one)
+	TTFBMs       float64 `json:"ttfb_ms"`       // from the last attempt's send to its first response byte
+	DurationMs   float64 `json:"duration_ms"`   // from routing to the end of the response
+	PromptTokens int     `json:"prompt_tokens"` // the response's usage; 0 when it had none
+	CachedTokens int     `json:"cached_tokens"` // usage prompt_tokens_details.cached_tokens (messages: cache_read_input_tokens)
+	OutputTokens int     `json:"output_tokens"` // usage completion / output tokens
+	StreamBroken bool    `json:"stream_broken"` // the upstream broke the stream after it started
+	// StreamError: the message of an error event the upstream sent inside a 200
+	// stream (the engine failed the request after the headers); "" none.
+	StreamError string `json:"stream_error,omitempty"`
+	Shared      bool   `json:"shared_state"`   // the pool's state is shared with other routers (Redis)
+	Path        string `json:"path,omitempty"` // the request path
 	// Error: why the router answered the request itself without a replica
 	// (decision "rejected": a bad body, an unknown model, admission refused,
 	// no healthy replica), the error message the client got; "" otherwise.
@@ -117,7 +120,7 @@ func (p *Proxy) logAccess(c *call, agent, path string, status int, start, firstB
 		Admission: c.adm.Admission.String(), HeldMs: ms(c.adm.Held),
 		Status: status, Attempts: c.attempts, TTFBMs: ttfb, DurationMs: ms(now.Sub(start)),
 		PromptTokens: c.usage.prompt, CachedTokens: c.usage.cached, OutputTokens: c.usage.output,
-		StreamBroken: c.streamBroken != nil, Shared: c.pool.Balancer.Shared(), Path: path,
+		StreamBroken: c.streamBroken != nil, StreamError: c.usage.streamErr, Shared: c.pool.Balancer.Shared(), Path: path,
 	})
 }
 

@@ -223,6 +223,8 @@ func (p *Proxy) settleOutcomes(r *http.Request, c *call) {
 		// Ended by the router's shutdown (CutInFlight): not the replica's fault.
 	case c.streamBroken != nil:
 		observe(c.dec.Replica, true, "stream broke: "+c.streamBroken.Error())
+	case c.usage.streamErr != "":
+		observe(c.dec.Replica, true, "error event in the stream: "+c.usage.streamErr)
 	case c.upStatus > 0 && !final && c.streamBroken == nil && r.Context().Err() == nil:
 		observe(c.dec.Replica, false, "")
 	}
@@ -241,7 +243,7 @@ func (p *Proxy) logEjection(pool *Pool, e router.Ejection) {
 // upstream refused with a 4xx is undone (Unplace).
 func (c *call) feedback() {
 	b := c.pool.Balancer
-	complete := c.status == http.StatusOK && c.streamBroken == nil
+	complete := c.status == http.StatusOK && c.streamBroken == nil && c.usage.streamErr == ""
 	if prompt, cached, ok := c.usage.result(); ok && complete {
 		b.ObserveCache(c.facts.SessionKey, c.dec.Replica, prompt, cached)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -225,5 +226,48 @@ func TestReplicaWhoseStreamsBreakIsEjected(t *testing.T) {
 	}
 	if st := f.rt.Status().Models[0].Replicas[3]; !st.Ejected || !strings.Contains(st.EjectReason, "stream broke") {
 		t.Errorf("d: ejected %v, reason %q; want ejected for its broken streams", st.Ejected, st.EjectReason)
+	}
+}
+
+// A replica that answers 200 and then an error event in the stream (vLLM's
+// `data: {"error": ...}` when the engine fails a request after the headers):
+// each such request's access-log line has
+// stream_error with the message, and the failures eject the replica as 5xx
+// would. Before, the router logged them as plain successes and kept placing
+// new conversations there.
+func TestErrorEventInAStreamCountsAsAFailure(t *testing.T) {
+	stubs := []*stub{newStub(t, "a"), newStub(t, "b")}
+	stubs[1].setHandler(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`+"\n\n")
+		io.WriteString(w, `data: {"error":{"message":"engine died","type":"InternalServerError","code":500}}`+"\n\n")
+		io.WriteString(w, "data: [DONE]\n\n")
+	})
+	f := newFront(t, true, nil, stubs...)
+	var out syncBuffer
+	f.rt.Proxy().SetAccessLog(NewAccessLog(&out))
+	for s := range 12 {
+		resp, _ := f.post(t, "/v1/chat/completions", map[string]string{"X-Session-ID": fmt.Sprintf("conv-%d", s)}, chatBody("m"))
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	errs := 0
+	sc := bufio.NewScanner(strings.NewReader(out.String()))
+	for sc.Scan() {
+		var e AccessEntry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.Replica == "b" {
+			if e.StreamError != "engine died" {
+				t.Errorf("b's line: stream_error %q, want \"engine died\"", e.StreamError)
+			}
+			errs++
+		} else if e.StreamError != "" {
+			t.Errorf("a's line: stream_error %q", e.StreamError)
+		}
+	}
+	if st := f.rt.Status().Models[0].Replicas[1]; !st.Ejected || errs != router.DefaultEjectConsecutiveFailures {
+		t.Errorf("b: ejected %v after %d error streams; want ejected after %d", st.Ejected, errs, router.DefaultEjectConsecutiveFailures)
 	}
 }

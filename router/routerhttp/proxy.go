@@ -317,7 +317,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		v := recover()
 		p.settle(r, c, sw, start, v != nil)
 		if recording != nil {
-			rec.End(recording, c.status == http.StatusOK && c.streamBroken == nil && v == nil && r.Context().Err() == nil, c.usage.prompt, c.usage.output)
+			rec.End(recording, c.status == http.StatusOK && c.streamBroken == nil && c.usage.streamErr == "" && v == nil && r.Context().Err() == nil, c.usage.prompt, c.usage.output)
 		}
 		if v != nil {
 			panic(v) // http.ErrAbortHandler from ReverseProxy: the server drops the connection

@@ -39,7 +39,11 @@ type usageScanner struct {
 	prompt     int
 	cached     int
 	haveCached bool
-	output     int    // completion / output tokens, for the trace recorder
+	output     int // completion / output tokens, for the trace recorder
+	// streamErr is the message of an error event in a 200 stream (vLLM's
+	// `data: {"error": {...}}`, Anthropic's `{"type": "error", ...}`), ""
+	// when none came: the engine failed the request after the headers.
+	streamErr  string
 	responseID string // a Responses API response's id, "" when none was seen
 	// onID, when set, is called when responseID is first seen or changes, from
 	// inside feed/feedJSON: before the bytes that carry it reach the client.
@@ -136,7 +140,17 @@ func (u *usageScanner) feed(b []byte) {
 var (
 	dataPrefix  = []byte("data:")
 	usageMarker = []byte(`"usage"`)
+	errorMarker = []byte(`"error"`)
 )
+
+// errorProbe is what marks an SSE data line as an error event: a top-level
+// "error" object or string (OpenAI and vLLM streams), or "type" / "object"
+// "error" (Anthropic's error event, older vLLM).
+type errorProbe struct {
+	Error  json.RawMessage `json:"error"`
+	Type   string          `json:"type"`
+	Object string          `json:"object"`
+}
 
 type usageFields struct {
 	PromptTokens  *int `json:"prompt_tokens"`
@@ -172,7 +186,19 @@ type usageProbe struct {
 // line handles one complete line (without its newline).
 func (u *usageScanner) line(l []byte) {
 	l = bytes.TrimSuffix(l, []byte{'\r'})
-	if !bytes.HasPrefix(l, dataPrefix) || !bytes.Contains(l, usageMarker) {
+	if !bytes.HasPrefix(l, dataPrefix) {
+		return
+	}
+	if u.streamErr == "" && bytes.Contains(l, errorMarker) {
+		data := bytes.TrimSpace(l[len(dataPrefix):])
+		var e errorProbe
+		if json.Unmarshal(data, &e) == nil && (len(e.Error) > 0 && string(e.Error) != "null" || e.Type == "error" || e.Object == "error") {
+			if u.streamErr = errorMessage(data); u.streamErr == "" {
+				u.streamErr = "error event"
+			}
+		}
+	}
+	if !bytes.Contains(l, usageMarker) {
 		return
 	}
 	var p usageProbe
