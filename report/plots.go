@@ -308,6 +308,10 @@ func WritePlots(dir string, run *Run, sums []Summary) ([]Figure, error) {
 		}), "", ""}}, figs...)
 	}
 	if k := keysOf(m); k.windows {
+		for i := range figs {
+			// The x axis is the replay's time (stageAxisOf), not sessions held.
+			figs[i].title = strings.Replace(figs[i].title, " vs sessions", " vs replay time", 1)
+		}
 		why := "left out: a request trace marks no conversation's last turn, so no session completes"
 		if k.agent {
 			why = "left out: per report window it is n/a; completed session trees are in the whole-run table (trees.csv)"

@@ -92,6 +92,9 @@ func TestSessionsPerHLeftOutForTraces(t *testing.T) {
 		}
 		found := false
 		for _, f := range figs {
+			if c.omitted != "" && strings.Contains(f.Title, "vs sessions") {
+				t.Errorf("%s: figure %s titled %q: its x axis is the replay's time", c.name, f.File, f.Title)
+			}
 			if f.File != "sessions_per_h.png" {
 				continue
 			}
