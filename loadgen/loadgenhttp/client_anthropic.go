@@ -14,6 +14,7 @@ import (
 	"github.com/lmwarden/warden/internal/simclock"
 	"github.com/lmwarden/warden/internal/wire"
 	"github.com/lmwarden/warden/loadgen"
+	"github.com/lmwarden/warden/loadgen/trace"
 )
 
 // AnthropicVersion is the anthropic-version header Claude Code sends (docs/router.md
@@ -31,6 +32,11 @@ type AnthropicClient struct {
 	Header        http.Header   // extra request headers (e.g. x-api-key); may be nil
 	HTTP          *http.Client  // nil = http.DefaultClient
 	Timeout       time.Duration // per turn, simulated; 0 = none
+	// Synth writes a trace replay's prompt (TurnRequest.Trace; nil = the
+	// simulator's default, as OpenAIClient.Synth). The Messages API has no
+	// min_tokens or ignore_eos, so a trace call's output_length is only its
+	// max_tokens: the server's model may stop earlier.
+	Synth *trace.Synth
 }
 
 var _ Client = (*AnthropicClient)(nil)
@@ -70,9 +76,22 @@ func (c *AnthropicClient) Do(ctx context.Context, tr loadgen.TurnRequest, clock 
 			body.Metadata = &anthropicMetadata{UserID: tr.Session.UserID()}
 		}
 	}
-	body.Messages = make([]anthropicMessage, 0, len(tr.Messages))
-	for _, m := range tr.Messages {
-		body.Messages = append(body.Messages, anthropicMessage{Role: m.Role, Content: []anthropicBlock{{Type: "text", Text: m.Content}}})
+	if tt := tr.Trace; tt != nil {
+		// One user message synthesized now, as OpenAIClient.traceBody.
+		synth := c.Synth
+		if synth == nil {
+			synth = &trace.Synth{}
+		}
+		var sb strings.Builder
+		sb.Grow(5 * synth.Words(&tt.Request))
+		_ = synth.WriteContent(&sb, &tt.Request, tt.Index) // a Builder does not fail
+		body.Messages = []anthropicMessage{{Role: "user", Content: []anthropicBlock{{Type: "text", Text: sb.String()}}}}
+		body.MaxTokens, body.System = max(1, tt.Request.OutputLength), nil
+	} else {
+		body.Messages = make([]anthropicMessage, 0, len(tr.Messages))
+		for _, m := range tr.Messages {
+			body.Messages = append(body.Messages, anthropicMessage{Role: m.Role, Content: []anthropicBlock{{Type: "text", Text: m.Content}}})
+		}
 	}
 	req, err := newJSONRequest(ctx, strings.TrimSuffix(c.BaseURL, "/")+wire.PathMessages+"?beta=true", body, c.Header)
 	if err != nil {

@@ -335,9 +335,10 @@ func NewClient(sc *loadgen.Scenario, baseURL string, hc *http.Client, header htt
 		SessionHeader: sc.SessionHeader, Header: header, HTTP: hc, Timeout: sc.RequestTimeout}
 }
 
-// traceClients gives the OpenAI clients the trace replay's prompt synthesis
-// and output forcing; a trace replay needs them (the Anthropic Messages API
-// has no way to force the output length).
+// traceClients gives the clients the trace replay's prompt synthesis, and
+// the OpenAI ones its output forcing. The Anthropic Messages API has no way to
+// force the output length: over it a call's output_length is its max_tokens,
+// and the manifest says so. The Responses API is refused.
 func (rn *runner) traceClients() error {
 	var cs []Client
 	if rr, ok := rn.client.(*RoundRobin); ok {
@@ -345,12 +346,19 @@ func (rn *runner) traceClients() error {
 	} else {
 		cs = []Client{rn.client}
 	}
+	anthropic := false
 	for _, c := range cs {
-		oc, ok := c.(*OpenAIClient)
-		if !ok {
-			return fmt.Errorf("running benchmark: a trace replay needs the OpenAI chat API (api: %s): only it can force the output length (min_tokens / n_predict with ignore_eos)", loadgen.APIOpenAIChat)
+		switch oc := c.(type) {
+		case *OpenAIClient:
+			oc.Synth, oc.Force = rn.cfg.TraceSynth, rn.cfg.TraceForce
+		case *AnthropicClient:
+			oc.Synth, anthropic = rn.cfg.TraceSynth, true
+		default:
+			return fmt.Errorf("running benchmark: a trace replay needs the OpenAI chat API (api: %s, which forces the output length with min_tokens / n_predict and ignore_eos) or the Anthropic Messages API (api: %s, unforced)", loadgen.APIOpenAIChat, loadgen.APIAnthropicMessages)
 		}
-		oc.Synth, oc.Force = rn.cfg.TraceSynth, rn.cfg.TraceForce
+	}
+	if anthropic {
+		rn.note("trace replay over the Anthropic Messages API: outputs are not forced (it has no min_tokens or ignore_eos); each call's output_length is its max_tokens and the server's model may stop earlier, so output sums can fall below the trace's")
 	}
 	return nil
 }

@@ -17,12 +17,15 @@ import (
 // runTraceBench replays 30 recorded seconds of the Mooncake trace (a fifth of
 // its conversations, 10x faster) over HTTP in report windows of window (the
 // last one drains) and returns the manifest and the OK results.
-func runTraceBench(t *testing.T, name string, window time.Duration, o Options) (loadgen.Manifest, []loadgen.Result) {
+func runTraceBench(t *testing.T, name string, window time.Duration, o Options, mods ...func(*loadgen.Scenario)) (loadgen.Manifest, []loadgen.Result) {
 	t.Helper()
 	sc := loadgen.DefaultScenario()
 	sc.Name, sc.Variants = name, []string{"on"}
 	sc.Trace = &loadgen.TraceSpec{File: sharedtrace.Path(t, sharedtrace.Mooncake), Mode: loadgen.TraceSession, To: 30 * time.Second, Sample: 0.2,
 		Speedup: 10, Window: window}
+	for _, m := range mods {
+		m(sc)
+	}
 	o.Scenario, o.OutDir, o.RunID = sc, filepath.Join(t.TempDir(), name), name
 	var progress strings.Builder
 	o.Progress = &progress
@@ -63,6 +66,27 @@ func TestTraceReplayHTTPSimulator(t *testing.T) {
 		if r.PromptTokens != r.Trace.InputLength || r.OutputTokens != max(1, r.Trace.OutputLength) {
 			t.Errorf("request %d: %d prompt / %d output tokens, trace %d / %d", r.Trace.Index, r.PromptTokens, r.OutputTokens, r.Trace.InputLength, r.Trace.OutputLength)
 		}
+	}
+}
+
+// Over the Anthropic Messages API (as Claude Code sends): the same
+// calibrated prompts, each call's max_tokens its output_length, not forced
+// (the simulator, as a model, stops at its natural reply length), and the
+// manifest says the outputs are not forced.
+func TestTraceReplayHTTPAnthropic(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("short: runs the HTTP world")
+	}
+	m, ok := runTraceBench(t, "trace-anthropic", 30*time.Second, Options{SimReplicas: 4, Profile: DefaultProfile, Speed: 5.0 / raceSlowdown},
+		func(sc *loadgen.Scenario) { sc.API = loadgen.APIAnthropicMessages })
+	for _, r := range ok {
+		if r.PromptTokens != r.Trace.InputLength || r.OutputTokens < 1 || r.OutputTokens > max(1, r.Trace.OutputLength) {
+			t.Errorf("request %d: %d prompt / %d output tokens, trace %d / at most %d", r.Trace.Index, r.PromptTokens, r.OutputTokens, r.Trace.InputLength, r.Trace.OutputLength)
+		}
+	}
+	if !strings.Contains(strings.Join(m.Notes, "\n"), "outputs are not forced") {
+		t.Errorf("manifest notes %q: want the unforced-output note", m.Notes)
 	}
 }
 
