@@ -162,11 +162,13 @@ type Summary struct {
 	// over the window, summed over replicas, as counterDelta takes it; and
 	// ComputedCachedPct the cached share it implies against the prompt tokens
 	// the responses reported: 100 * (P - computed) / P, P the sum of usage
-	// prompt_tokens of the OK turns and side requests done in the window (side
-	// requests too: the counter counts them). A cross-check of PrefixHitsPct and
+	// prompt_tokens of the OK turns and side requests whose first token fell in
+	// the window (side requests too: the counter counts them; the first token,
+	// because the engines count then). A cross-check of PrefixHitsPct and
 	// UsageCachedPct that holds when nothing else uses the servers (llama.cpp's
-	// capability HitRate); requests whose prefill and end fall on either side of
-	// a window edge make it approximate. NaN when a replica lacks the counter.
+	// capability HitRate). NaN when a replica lacks the counter, and in a
+	// variant's last window when turns were in flight at its end (they reached
+	// their first token, counted, but left no usage).
 	ComputedPromptTokens float64 `json:"computed_prompt_tokens"`
 	ComputedCachedPct    float64 `json:"computed_cached_pct"`
 
@@ -289,6 +291,12 @@ func Summarize(run *Run) ([]Summary, error) {
 			summarizeGoodput(&s, results, run.Manifest.Scenario)
 			summarizeSeries(&s, replicas)
 			summarizeComputed(&s, results, replicas)
+			if i == len(v.Stages)-1 && st.InFlight > 0 && !math.IsNaN(s.ComputedCachedPct) {
+				// Turns cut at the variant's end reached their first token
+				// (counted) but left no record with usage.
+				s.ComputedCachedPct = math.NaN()
+				s.note(fmt.Sprintf("computed_cached_pct n/a: %d turns were in flight at the variant's end; the engines counted their prompt tokens, but they left no usage to set beside", st.InFlight))
+			}
 			summarizeConcurrency(&s, results, replicas, st, run.Manifest.Scenario, keysOf(&run.Manifest).windows)
 			switch {
 			case !s.Complete && run.Manifest.Stopped != nil:
@@ -697,7 +705,11 @@ func summarizeComputed(s *Summary, results []*loadgen.Result, replicas []replica
 	}
 	var prompt int64
 	for _, r := range results {
-		if r.OK() && r.PromptTokens > 0 && contains(s.WindowStart, s.WindowEnd, r.Done) {
+		// The engines count prompt tokens by source when a request emits its
+		// first token (vLLM IterationStats; sim.Engine likewise), so P is
+		// taken over the requests whose first token fell in the window, not
+		// those done in it: the same requests as the counter's delta.
+		if r.OK() && r.PromptTokens > 0 && r.FirstToken > 0 && contains(s.WindowStart, s.WindowEnd, r.FirstToken) {
 			prompt += int64(r.PromptTokens)
 		}
 	}

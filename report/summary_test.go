@@ -431,3 +431,29 @@ func TestComputedCachedPct(t *testing.T) {
 		t.Errorf("a replica without the counter: cached %v %%, want NaN", s.ComputedCachedPct)
 	}
 }
+
+// computed_cached_pct takes P over the requests whose first token fell in the
+// window, as the engines count prompt tokens by source then: a turn that
+// prefilled in this window (1,000 prompt tokens, 400 computed) and finished in
+// the next is this window's, so the figure matches its 60 % usage share. Over
+// the turns done in the window (the old rule) it read 0 % here and 100 % in
+// the next window.
+func TestComputedCachedCountsTurnsByFirstToken(t *testing.T) {
+	s := time.Second
+	results := []*loadgen.Result{
+		{Status: 200, Sent: 1 * s, FirstToken: 2 * s, Done: 12 * s, PromptTokens: 1000, CachedTokens: 600},
+	}
+	reps := []replicaSeries{{name: "r0", samples: []loadgen.SeriesSample{
+		{T: 0, PromptComputedTokens: 0}, {T: 10 * s, PromptComputedTokens: 400}, {T: 20 * s, PromptComputedTokens: 400},
+	}}}
+	first := Summary{WindowStart: 0, WindowEnd: 10 * s}
+	summarizeComputed(&first, results, reps)
+	next := Summary{WindowStart: 10 * s, WindowEnd: 20 * s}
+	summarizeComputed(&next, results, reps)
+	if math.Abs(first.ComputedCachedPct-60) > 1e-9 {
+		t.Errorf("the window of the first token: computed cached %.1f %%, want 60", first.ComputedCachedPct)
+	}
+	if !math.IsNaN(next.ComputedCachedPct) {
+		t.Errorf("the window it finished in: computed cached %.1f %%, want n/a (no first token there)", next.ComputedCachedPct)
+	}
+}

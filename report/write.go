@@ -50,7 +50,7 @@ const (
 //	concurrency_pct             100 * turns_in_flight_mean / the level the closed loop can hold
 //	engine_requests_mean        achieved concurrency, server side: running + waiting summed over replicas, mean per poll
 //	held_turns, hold_p50_s, _p95_s  turns the router's admission gate held, and their hold, seconds
-//	computed_cached_pct         100 * (usage prompt tokens - delta prompt_computed_tokens) / usage prompt tokens
+//	computed_cached_pct         100 * (P - delta prompt_computed_tokens) / P, P the usage prompt tokens of the turns whose first token fell in the window
 //	conversation_p50_s, _p95_s  conversation completion time (first send to last turn's end), seconds
 var CSVColumns = columnNames(filterColumns(func(*column) bool { return true }))
 
