@@ -108,3 +108,25 @@ func TestSessionsPerHLeftOutForTraces(t *testing.T) {
 		}
 	}
 }
+
+// A synthesized agent run's header says what ran: the shape, its stages in
+// live trees, its token scale and gap cap, and none of the chain's prompt
+// sizes, turns or think time (which it printed before, from the defaults).
+func TestSynthesizedAgentHeader(t *testing.T) {
+	sc := loadgen.DefaultScenario()
+	sc.Name, sc.Shape, sc.Stages = "agent-sessions", loadgen.ShapeAgent, []int{8}
+	m := &loadgen.Manifest{Scenario: sc, Seed: 1, AgentTraces: []loadgen.AgentReplay{{Variant: "on", Format: "synthesized", TokenScale: 0.125, BlockSize: 8, MaxGap: time.Minute}}}
+	var b strings.Builder
+	mdScenarioLines(&b, m)
+	got := b.String()
+	for _, want := range []string{"shape agent (synthesized session trees), stages 8 live trees", "format synthesized, token scale 0.125", "max gap 1m0s"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("header lacks %q:\n%s", want, got)
+		}
+	}
+	for _, bad := range []string{"first turn", "think time", "0 files", "live trees, each session"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("header has %q:\n%s", bad, got)
+		}
+	}
+}

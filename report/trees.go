@@ -558,6 +558,11 @@ func agentScenarioLine(m *loadgen.Manifest) string {
 	if rule == "" {
 		rule = "keep (the parent's key)"
 	}
+	if t.Files == 0 {
+		// Synthesized trees (shape agent): no files, the stages set the live trees.
+		return fmt.Sprintf("- agent sessions: format %s, token scale %g (%d-token blocks), %s, over max_model_len %d: %s; subagents: %s\n",
+			t.Format, t.TokenScale, t.BlockSize, gap, t.MaxModelLen, t.OverLength, rule)
+	}
 	return fmt.Sprintf("- agent sessions: format %s, %d files, token scale %g (%d-token blocks), %s, speedup %g, %d live trees, %s; "+
 		"over max_model_len %d: %s; subagents: %s\n",
 		t.Format, t.Files, t.TokenScale, t.BlockSize, gap, t.Speedup, t.Live, plays, t.MaxModelLen, t.OverLength, rule)

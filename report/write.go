@@ -448,6 +448,16 @@ func mdScenarioLines(b *strings.Builder, m *loadgen.Manifest) {
 		}
 		return
 	}
+	if sc.Shape == loadgen.ShapeAgent && len(m.AgentTraces) > 0 {
+		// Synthesized trees: no chain prompts, turns or think time.
+		fmt.Fprintf(b, "- scenario: `%s`, seed %d; shape agent (synthesized session trees), stages %s live trees, %s each, warm-up %s\n",
+			sc.Name, m.Seed, intList(sc.Stages), sc.StageDuration, sc.Warmup)
+		b.WriteString(agentScenarioLine(m))
+		if sc.API != "" || sc.SessionHeader != "" {
+			fmt.Fprintf(b, "- API: %s; session id: %s\n", sc.API, sc.SessionHeader)
+		}
+		return
+	}
 	think := sc.ThinkTime.String()
 	if r := sc.ThinkSpread; !r.IsFixed() {
 		think = fmt.Sprintf("%s to %s (uniform)", r.Min, r.Max)

@@ -314,8 +314,13 @@ func (vr *variantRun) progressLine(stage int, what string) {
 	if what != "" {
 		what = " " + what
 	}
-	fmt.Fprintf(rn.progress, "[%s] stage %d/%d (%d sessions)%s  t=%s/%s  sessions %d  turns ok %d failed %d in flight %d waiting %d  sessions done %d  TTFB p50 %s\n",
-		vr.loop.Name(), stage+1, len(windows), w.Sessions, what,
+	label := fmt.Sprintf("stage %d/%d (%d sessions)", stage+1, len(windows), w.Sessions)
+	if rn.sc.Trace != nil {
+		// A trace replay's report windows, to its end or the duration cap.
+		label = fmt.Sprintf("window %d (of at most %d; %d started)", stage+1, len(windows), w.Sessions)
+	}
+	fmt.Fprintf(rn.progress, "[%s] %s%s  t=%s/%s  sessions %d  turns ok %d failed %d in flight %d waiting %d  sessions done %d  TTFB p50 %s\n",
+		vr.loop.Name(), label, what,
 		el.Round(time.Second), (w.End - w.Start).Round(time.Second),
 		vr.loop.Active(), st.stageOK[stage], st.stageFailed[stage], vr.loop.InFlightAt(now), vr.loop.Waiting(now), st.stageSessionsDone[stage], p50)
 }

@@ -817,8 +817,14 @@ func (r *run) stageProgress(k int) {
 	if k >= len(ws) {
 		return
 	}
-	fmt.Fprintf(r.cfg.Progress, "virtual %-4s stage %d/%d  %3d sessions  t=%6.0fs  turns ok=%d failed=%d  wall %.1fs\n",
-		r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, ws[k].End.Seconds(), r.stageOK[k], r.stageKO[k], time.Since(r.wall).Seconds())
+	label := fmt.Sprintf("stage %d/%d  %3d sessions", k+1, len(ws), ws[k].Sessions)
+	if r.sc.Trace != nil {
+		// A trace replay's report windows, to its end or the duration cap;
+		// its "sessions" are the conversations (or trees) started in one.
+		label = fmt.Sprintf("window %d (of at most %d)  %3d started", k+1, len(ws), ws[k].Sessions)
+	}
+	fmt.Fprintf(r.cfg.Progress, "virtual %-4s %s  t=%6.0fs  turns ok=%d failed=%d  wall %.1fs\n",
+		r.sc.Variants[r.variant], label, ws[k].End.Seconds(), r.stageOK[k], r.stageKO[k], time.Since(r.wall).Seconds())
 	if msg := loadgen.ConcurrencyWarning(r.loop, k, ws[k].End); msg != "" {
 		fmt.Fprintf(r.cfg.Progress, "warning: [%s] stage %d/%d (%d sessions): %s\n", r.sc.Variants[r.variant], k+1, len(ws), ws[k].Sessions, msg)
 	}
