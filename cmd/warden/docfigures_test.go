@@ -106,31 +106,9 @@ func TestPlanningWorkedExampleIsTheCommittedPlan(t *testing.T) {
 
 func TestPlanningFleetTableIsTheCommittedPlans(t *testing.T) {
 	sec := docSection(t, "## The 7 x RTX 5090 fleet")
-	plans := map[string]map[string]map[string]string{}
-	for _, kv := range []string{"bf16", "fp8"} {
-		dir := "results/plan/fleet-" + kv
-		if !strings.Contains(sec, dir) {
-			t.Errorf("the fleet section does not name %s", dir)
-		}
-		plans[kv] = readPlanCSV(t, filepath.Join("../..", dir, "plan.csv"))
-	}
-	kv, rows := "", 0
-	for _, line := range strings.Split(sec, "\n") {
-		cells := strings.Split(strings.Trim(line, "|"), "|")
-		if !strings.HasPrefix(line, "| ") || len(cells) != 8 {
-			continue
-		}
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		if k, _, ok := strings.Cut(cells[0], " "); ok && plans[k] != nil {
-			kv = k
-		}
-		row := plans[kv][cells[1]]
-		if row == nil {
-			continue
-		}
-		rows++
+	plans := committedPlans(t, sec, map[string]string{"bf16": "results/plan/fleet-bf16", "fp8": "results/plan/fleet-fp8"})
+	group := func(first string) string { k, _, _ := strings.Cut(first, " "); return k }
+	rows := planTableRows(sec, 8, plans, group, func(kv string, cells []string, row map[string]string) {
 		got := []string{cells[2], cells[3], cells[4], cells[5], cells[7]}
 		want := []string{row["knee sessions"], "", "", "", row["KV-fit sessions"]}
 		if row["knee sessions"] != "none" {
@@ -142,7 +120,7 @@ func TestPlanningFleetTableIsTheCommittedPlans(t *testing.T) {
 				t.Errorf("docs/planning.md fleet %s %s %s = %q, results/plan/fleet-%s gives %q", kv, cells[1], name, got[i], kv, want[i])
 			}
 		}
-	}
+	})
 	if rows != 6 {
 		t.Errorf("the fleet table has %d policy rows matched to the committed plans, want 6", rows)
 	}
@@ -153,33 +131,17 @@ func TestPlanningFleetTableIsTheCommittedPlans(t *testing.T) {
 // gives it (session times rounded to whole seconds).
 func TestPlanningAgentTableIsTheCommittedPlans(t *testing.T) {
 	sec := docSection(t, "## Agent sessions")
-	plans := map[string]map[string]map[string]string{}
-	for _, d := range []string{"agent-reference", "agent-fleet"} {
-		dir := "results/plan/" + d
-		if !strings.Contains(sec, dir) {
-			t.Errorf("the agent section does not name %s", dir)
-		}
-		plans[dir] = readPlanCSV(t, filepath.Join("../..", dir, "plan.csv"))
-	}
-	dir, rows := "", 0
-	for _, line := range strings.Split(sec, "\n") {
-		cells := strings.Split(strings.Trim(line, "|"), "|")
-		if !strings.HasPrefix(line, "| ") || len(cells) != 10 {
-			continue
-		}
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		for d := range plans {
-			if strings.Contains(cells[0], d) {
-				dir = d
+	dirs := map[string]string{"results/plan/agent-reference": "results/plan/agent-reference", "results/plan/agent-fleet": "results/plan/agent-fleet"}
+	plans := committedPlans(t, sec, dirs)
+	group := func(first string) string {
+		for d := range dirs {
+			if strings.Contains(first, d) {
+				return d
 			}
 		}
-		row := plans[dir][cells[1]]
-		if row == nil {
-			continue
-		}
-		rows++
+		return ""
+	}
+	rows := planTableRows(sec, 10, plans, group, func(dir string, cells []string, row map[string]string) {
 		want := []string{row["knee sessions"], "", "", "", "", "", "", row["first failing"]}
 		if row["failed term"] != "" {
 			want[7] += " (" + row["failed term"] + ")"
@@ -195,7 +157,7 @@ func TestPlanningAgentTableIsTheCommittedPlans(t *testing.T) {
 				t.Errorf("docs/planning.md agent table, %s %s %s = %q, %s/plan.csv gives %q", dir, cells[1], name, cells[i+2], dir, want[i])
 			}
 		}
-	}
+	})
 	if rows != 6 {
 		t.Errorf("the agent table has %d policy rows matched to the committed plans, want 6", rows)
 	}
@@ -279,4 +241,45 @@ func policyLines(t *testing.T, path, policy string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// committedPlans reads the plan.csv of each directory (by group name) and
+// fails when sec does not name the directory.
+func committedPlans(t *testing.T, sec string, dirs map[string]string) map[string]map[string]map[string]string {
+	t.Helper()
+	plans := map[string]map[string]map[string]string{}
+	for g, dir := range dirs {
+		if !strings.Contains(sec, dir) {
+			t.Errorf("the section does not name %s", dir)
+		}
+		plans[g] = readPlanCSV(t, filepath.Join("../..", dir, "plan.csv"))
+	}
+	return plans
+}
+
+// planTableRows calls check for each row of sec's pipe tables with n cells
+// whose policy (second cell) is in the plan of its group: the group a first
+// cell names (group; "" none), else the last one named. It returns how many.
+func planTableRows(sec string, n int, plans map[string]map[string]map[string]string, group func(first string) string,
+	check func(g string, cells []string, row map[string]string)) int {
+	g, rows := "", 0
+	for _, line := range strings.Split(sec, "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if !strings.HasPrefix(line, "| ") || len(cells) != n {
+			continue
+		}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if k := group(cells[0]); plans[k] != nil {
+			g = k
+		}
+		row := plans[g][cells[1]]
+		if row == nil {
+			continue
+		}
+		rows++
+		check(g, cells, row)
+	}
+	return rows
 }
