@@ -281,7 +281,7 @@ func renderedConfig(t *testing.T, o *objects, router *appsv1.Deployment) routerh
 
 // checkRouterPod checks the router's container against its config cfg: the
 // command runs `warden route`, the probes call wire.PathReady (readiness) and
-// wire.PathHealth (liveness) on the port of cfg.Listen, the preStop hook is a
+// wire.PathLive (liveness) on the port of cfg.Listen, the preStop hook is a
 // sleep and the grace period covers it and cfg.ShutdownBound.
 func checkRouterPod(t *testing.T, d *appsv1.Deployment, cfg routerhttp.Config) {
 	t.Helper()
@@ -302,7 +302,7 @@ func checkRouterPod(t *testing.T, d *appsv1.Deployment, cfg routerhttp.Config) {
 		what  string
 		probe *corev1.Probe
 		path  string
-	}{{"readinessProbe", c.ReadinessProbe, wire.PathReady}, {"livenessProbe", c.LivenessProbe, wire.PathHealth}} {
+	}{{"readinessProbe", c.ReadinessProbe, wire.PathReady}, {"livenessProbe", c.LivenessProbe, wire.PathLive}} {
 		if p.probe == nil || p.probe.HTTPGet == nil {
 			t.Errorf("router %s: want an httpGet probe on %s", p.what, p.path)
 			continue

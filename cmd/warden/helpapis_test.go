@@ -17,7 +17,7 @@ import (
 // drifts from the code.
 func TestHelpListsTheAPIs(t *testing.T) {
 	routeHelp, _ := run(t, "route", "--help")
-	for _, p := range append([]string{wire.PathHealth, wire.PathReady}, routerhttp.ProxiedPaths...) {
+	for _, p := range append([]string{wire.PathHealth, wire.PathReady, wire.PathLive}, routerhttp.ProxiedPaths...) {
 		if !strings.Contains(routeHelp, p) {
 			t.Errorf("route --help does not name %s, which the router proxies", p)
 		}

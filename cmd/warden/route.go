@@ -63,9 +63,11 @@ vLLM's data-parallel balancer (shortest queue).
 
 Every response carries X-Warden-Replica (who served it) and X-Warden-Decision
 (sticky, placed, overflow, moved, rehome, no-key, balanced). /metrics has the router's
-Prometheus metrics. GET /health is liveness (503 only while a model has no healthy
-replica); GET /ready is readiness: 200 while the router takes new work, 503 once
-its shutdown began or while a model has no healthy replica. With affinity on the policy is working-set (docs/routing.md);
+Prometheus metrics. GET /livez is process liveness (200 while the router serves,
+whatever its replicas do: the one for a probe that restarts it); GET /health is
+200, or 503 while a model has no healthy replica; GET /ready is readiness: 200
+while the router takes new work, 503 once its shutdown began or while a model has
+no healthy replica. With affinity on the policy is working-set (docs/routing.md);
 cold-move, sticky, session-hash and shortest-queue are selectable per model, in the YAML
 config (policy:) or at run time. The admin API (loopback by default) switches
 affinity, the policy and the threshold per model at run time:

@@ -178,10 +178,12 @@ func TestRouteProcessDrainsOnSIGTERM(t *testing.T) {
 			if flipped == 0 || flipped > 100*time.Millisecond {
 				t.Errorf("/ready answered 503 %v after SIGTERM (0: never), want within 100 ms", flipped)
 			}
-			if resp, err := http.Get(base + wire.PathHealth); err != nil || resp.StatusCode != 200 {
-				t.Errorf("/health during drain_delay: %v %v", resp, err)
-			} else {
-				resp.Body.Close()
+			for _, p := range []string{wire.PathHealth, wire.PathLive} {
+				if resp, err := http.Get(base + p); err != nil || resp.StatusCode != 200 {
+					t.Errorf("%s during drain_delay: %v %v", p, resp, err)
+				} else {
+					resp.Body.Close()
+				}
 			}
 			body := <-stream
 			var err error

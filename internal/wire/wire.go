@@ -88,9 +88,14 @@ const (
 )
 
 // PathReady is the router's readiness (GET): 200 while it takes new work, 503
-// once its shutdown has begun or while a model has no healthy replica. Liveness
-// is PathHealth.
+// once its shutdown has begun or while a model has no healthy replica.
 const PathReady = "/ready"
+
+// PathLive is the router's process liveness (GET): 200 whenever the listener
+// answers, whatever the replicas do, so a liveness probe never restarts a
+// router for a backend outage. PathHealth on the router also says whether each
+// model has a healthy replica.
+const PathLive = "/livez"
 
 // Engine side paths (vLLM's unless noted).
 const (

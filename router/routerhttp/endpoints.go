@@ -58,9 +58,10 @@ func (p *Proxy) modelsHealth() (out []modelHealth, down []string) {
 	return out, down
 }
 
-// serveHealth answers GET /health, the router's liveness: 200 {"status":
-// "ok"}, or 503 "degraded" while a model has no healthy replica. It stays as
-// it is during a shutdown.
+// serveHealth answers GET /health, the router's health as vLLM's clients
+// read it: 200 {"status": "ok"}, or 503 "degraded" while a model has no
+// healthy replica. It stays as it is during a shutdown. Process liveness, for a
+// probe that restarts the router, is wire.PathLive.
 func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Status string        `json:"status"`

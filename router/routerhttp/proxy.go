@@ -289,6 +289,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case wire.PathReady:
 		p.serveReady(w, r)
 		return
+	case wire.PathLive:
+		writeJSON(w, http.StatusOK, struct {
+			Status string `json:"status"`
+		}{"alive"})
+		return
 	case wire.PathModels:
 		p.serveModels(w, r)
 		return

@@ -507,6 +507,9 @@ func TestReadyDegradedWithoutHealthyReplica(t *testing.T) {
 	if st, body := get(wire.PathHealth); st != 503 || !strings.Contains(body, `"degraded"`) {
 		t.Errorf("/health without a healthy replica: %d %s", st, body)
 	}
+	if st, body := get(wire.PathLive); st != 200 || !strings.Contains(body, `"alive"`) {
+		t.Errorf("/livez without a healthy replica: %d %s (a liveness probe would restart the router)", st, body)
+	}
 	f.pool().Balancer.SetHealthy(0, true)
 	if st, _ := get(wire.PathReady); st != 200 {
 		t.Errorf("/ready with the replica back: %d", st)
